@@ -1,0 +1,79 @@
+"""Test tiers and the leak check.
+
+tests/unit needs no root; tests/integration (and later tests/e2e) need root and real kernel objects,
+and each such test is checked for leaks. The pytest process is a child subreaper, so an orphan that a
+test leaves is reparented here, where the leak check sees it, instead of to a PID 1 that never reaps.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+
+import pytest
+
+from tests.leakcheck import Snapshot, format_leaks
+
+PR_SET_CHILD_SUBREAPER = 36
+ROOT_TIERS = ("integration", "e2e")
+_session_before: Snapshot | None = None
+
+
+def _is_root_test(item: pytest.Item) -> bool:
+    return any(f"/tests/{tier}/" in str(item.path) for tier in ROOT_TIERS)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_root_test(item):
+            item.add_marker(pytest.mark.root)
+            if os.geteuid() != 0:
+                item.add_marker(pytest.mark.skip(reason="needs root"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _session_before
+    if os.geteuid() == 0:
+        _session_before = Snapshot.take()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _session_before is None:
+        return
+    _reap()
+    leaks = Snapshot.take().leaked_since(_session_before)
+    if leaks:
+        session.config.get_terminal_writer().line(f"SESSION LEAK CHECK FAILED: {format_leaks(leaks)}", red=True)
+        session.exitstatus = 1
+
+
+@pytest.fixture(autouse=True)
+def leak_check(request: pytest.FixtureRequest):
+    """Fails a root test that leaves a mount, netns, link, cgroup, state dir or process behind."""
+    if not _is_root_test(request.node) or os.environ.get("PYNODE_LEAKCHECK") == "0":
+        yield
+        return
+    before = Snapshot.take()
+    yield
+    leaks: dict = {}
+    for _ in range(20):  # processes being killed and links being deleted settle within a second
+        _reap()
+        leaks = Snapshot.take().leaked_since(before)
+        if not leaks:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"leaked: {format_leaks(leaks)}", pytrace=False)

@@ -1,0 +1,93 @@
+"""Snapshots of the kernel objects that a test may leave behind, and their difference.
+
+Every root test runs between two snapshots; anything present after that was not present before is a
+leak. The session takes one more pair around the whole run, so a leak that a per-test check could not
+see (a process that outlives its test) still fails the run.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"))
+
+
+def _mounts() -> set[str]:
+    points = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            points.add(line.split()[4])
+    return points
+
+
+def _netns() -> set[str]:
+    """Named namespaces; one held only by a process shows up as that process."""
+    run_netns = Path("/run/netns")
+    return {str(p) for p in run_netns.iterdir()} if run_netns.is_dir() else set()
+
+
+def _links() -> set[str]:
+    return set(os.listdir("/sys/class/net"))
+
+
+def _cgroups() -> set[str]:
+    found = set()
+    if not CGROUP_ROOT.is_dir():
+        return found
+    for hierarchy in CGROUP_ROOT.iterdir():
+        if not hierarchy.is_dir() or hierarchy.is_symlink():
+            continue
+        for dirpath, _dirs, _files in os.walk(hierarchy):
+            found.add(dirpath)
+    return found
+
+
+def _state() -> set[str]:
+    found = set()
+    for root in STATE_ROOTS:
+        if root.is_dir():
+            found |= {str(p) for p in root.iterdir()}
+    return found
+
+
+def _descendants() -> set[str]:
+    out = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            out.add(f"{child.pid} {' '.join(child.cmdline())[:120]} ({child.status()})")
+        except psutil.Error:
+            pass
+    return out
+
+
+@dataclass
+class Snapshot:
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls) -> "Snapshot":
+        return cls({
+            "mounts": _mounts(),
+            "network namespaces": _netns(),
+            "links": _links(),
+            "cgroups": _cgroups(),
+            "state dirs": _state(),
+            "processes": _descendants(),
+        })
+
+    def leaked_since(self, before: "Snapshot") -> dict[str, list[str]]:
+        leaks = {}
+        for kind, now in self.kinds.items():
+            new = sorted(now - before.kinds.get(kind, set()))
+            if new:
+                leaks[kind] = new
+        return leaks
+
+
+def format_leaks(leaks: dict[str, list[str]]) -> str:
+    return "; ".join(f"{kind}: {', '.join(items[:8])}" + (" ..." if len(items) > 8 else "")
+                     for kind, items in leaks.items())
