@@ -6,9 +6,11 @@ PY := $(VENV)/bin/python
 STAMPS := $(CURDIR)/.stamps
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: setup run test unit integration bench clean
+export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-setup: $(STAMPS)/apt $(STAMPS)/venv
+.PHONY: peers setup run test unit integration bench clean
+
+setup: $(STAMPS)/apt $(STAMPS)/venv peers
 
 $(STAMPS)/apt: scripts/apt-packages.txt scripts/install-apt.sh
 	scripts/install-apt.sh
@@ -19,6 +21,9 @@ $(STAMPS)/venv: setup.cfg pyproject.toml scripts/install-launchers.py $(STAMPS)/
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	$(PY) scripts/install-launchers.py $(VENV)
 	@mkdir -p $(STAMPS) && touch $@
+
+peers: $(STAMPS)/apt
+	scripts/build-peers.sh
 
 run: setup
 	$(PY) -m tests.kit.demo
