@@ -1,0 +1,170 @@
+"""Operations on an existing container: status, kill, delete, pause, resume, update, ps, events."""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+from pyruntime.container.hooks import HookError, run_hooks
+from pyruntime.container.store import FIFO, ContainerError, Store
+from pyruntime.linux import cgroups
+from pyruntime.oci.spec import hooks_of
+from pyruntime.oci.state import CREATED, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
+
+
+def _cgroup(state: ContainerState):
+    return cgroups.manager(state.cgroups_path, state.id)
+
+
+def status_of(store: Store, state: ContainerState) -> str:
+    if not process_alive(state.pid, state.pid_start):
+        return STOPPED
+    if os.path.exists(store.path(state.id, FIFO)):
+        return CREATED
+    try:
+        if _cgroup(state).state() == "FROZEN":
+            return PAUSED
+    except OSError:
+        pass
+    return RUNNING
+
+
+def query(store: Store, cid: str) -> dict:
+    state = store.load(cid)
+    return oci_state(state, status_of(store, state))
+
+
+def parse_signal(text: str) -> int:
+    if text.isdigit():
+        num = int(text)
+        if not 0 < num < signal.SIGRTMAX + 1:
+            raise ContainerError(f"invalid signal {text!r}")
+        return num
+    name = text.upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise ContainerError(f"invalid signal {text!r}") from None
+
+
+def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
+    state = store.load(cid)
+    status = status_of(store, state)
+    if status == STOPPED and not all_processes:
+        raise ContainerError(f"cannot kill container {cid!r}: container not running")
+    if all_processes:
+        _cgroup(state).kill_all(sig)
+        return
+    try:
+        os.kill(state.pid, sig)
+    except ProcessLookupError:
+        raise ContainerError(f"cannot kill container {cid!r}: container not running") from None
+
+
+def wait_gone(pid: int, start: int, timeout: float) -> bool:
+    """Waits for a process that is not our child to exit (a zombie counts as gone)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return True
+    try:
+        deadline = time.monotonic() + timeout
+        while process_alive(pid, start):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            select.select([pidfd], [], [], min(left, 0.1))
+        return True
+    finally:
+        os.close(pidfd)
+
+
+def destroy(store: Store, state: ContainerState) -> None:
+    """Undoes create: the cgroup and the state directory go, then the poststop hooks run (warnings only)."""
+    cg = _cgroup(state)
+    cg.kill_all(signal.SIGKILL)
+    cg.destroy()
+    store.remove(state.id)
+    try:
+        run_hooks("poststop", hooks_of(state.config).get("poststop", ()), oci_state(state, STOPPED))
+    except HookError as e:
+        os.write(2, f"warning: {e}\n".encode())
+
+
+def delete(store: Store, cid: str, force: bool = False) -> None:
+    with store.locked(cid):
+        state = store.load(cid)
+        status = status_of(store, state)
+        if status in (RUNNING, PAUSED) and not force:
+            raise ContainerError(f"cannot delete container {cid!r} that is not stopped: {status} "
+                                 "(use --force to kill it first)")
+        if status != STOPPED:
+            cg = _cgroup(state)
+            if status == PAUSED:
+                cg.kill_all(signal.SIGKILL)
+                cg.thaw()
+            os.kill(state.pid, signal.SIGKILL)
+            cg.kill_all(signal.SIGKILL)
+            if not wait_gone(state.pid, state.pid_start, 10):
+                raise ContainerError(f"container {cid!r}: init {state.pid} did not die after SIGKILL")
+        destroy(store, state)
+
+
+def pause(store: Store, cid: str) -> None:
+    state = store.load(cid)
+    status = status_of(store, state)
+    if status not in (RUNNING, CREATED):
+        raise ContainerError(f"cannot pause container {cid!r}: it is {status}")
+    _cgroup(state).freeze()
+
+
+def resume(store: Store, cid: str) -> None:
+    state = store.load(cid)
+    if status_of(store, state) != PAUSED:
+        raise ContainerError(f"cannot resume container {cid!r}: it is not paused")
+    _cgroup(state).thaw()
+
+
+def update(store: Store, cid: str, raw_resources: dict) -> None:
+    from pyruntime.linux.cgroups.resources import Resources
+    state = store.load(cid)
+    if status_of(store, state) == STOPPED:
+        raise ContainerError(f"cannot update container {cid!r}: it is stopped")
+    try:
+        new = Resources.from_spec(raw_resources)
+    except ValueError as e:
+        raise ContainerError(str(e)) from None
+    with store.locked(cid):
+        linux = state.config.setdefault("linux", {})
+        current = Resources.from_spec(linux.get("resources") or {})
+        merged = current.merge(new)
+        _cgroup(state).set(merged)
+        linux["resources"] = _merge_raw(linux.get("resources") or {}, raw_resources)
+        store.save(state)
+
+
+def _merge_raw(current: dict, update: dict) -> dict:
+    out = dict(current)
+    for key, value in update.items():
+        out[key] = _merge_raw(out.get(key) or {}, value) if isinstance(value, dict) and key != "unified" else value
+    return out
+
+
+def pids(store: Store, cid: str) -> list[int]:
+    state = store.load(cid)
+    if status_of(store, state) == STOPPED:
+        return []
+    return sorted(_cgroup(state).pids())
+
+
+def stats(store: Store, cid: str) -> dict:
+    state = store.load(cid)
+    if status_of(store, state) == STOPPED:
+        raise ContainerError(f"container {cid!r} is stopped")
+    return {"type": "stats", "id": cid, "data": _cgroup(state).stats()}
+
+
+def oom_count(store: Store, cid: str) -> int:
+    return _cgroup(store.load(cid)).oom_kill_count()

@@ -1,0 +1,177 @@
+"""The runtime's side of create, start and run.
+
+`create` validates the bundle, claims the id, makes the cgroup, forks the container (init.py) and
+answers its requests: id maps for a new user namespace, the create-time hooks, and finally `ready`.
+Any failure undoes every step before the error is reported (the spec's "as if never attempted"): the
+container's processes are killed, the cgroup and the state directory removed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from pyruntime.container import init
+from pyruntime.container.hooks import HookError, run_hooks
+from pyruntime.container.store import FIFO, ContainerError, Store
+from pyruntime.container.sync import Channel, ChildError
+from pyruntime.linux import cgroups
+from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
+from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, SYS
+from pyruntime.oci.spec import IDMapping, Spec, hooks_of, load_bundle
+from pyruntime.oci.state import CREATED, ContainerState, oci_state, process_start_time
+
+
+def _now() -> str:
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
+
+
+def cgroup_resources(spec: Spec) -> Resources:
+    """The configured resources with the devices every container needs allowed after its own rules."""
+    res = spec.linux.resources or Resources()
+    extra = tuple(DeviceRule(True, d.type if d.type != "u" else "c", d.major, d.minor, "rwm")
+                  for d in spec.linux.devices if d.type in ("c", "b", "u"))
+    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + extra
+    return Resources(res.memory, res.cpu, res.pids, res.block_io, res.hugepage_limits, rules, res.unified)
+
+
+def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:
+    path = f"/proc/{pid}/{name}"
+    text = "".join(f"{m.container_id} {m.host_id} {m.size}\n" for m in maps)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise ContainerError(f"linux.{'uidMappings' if name == 'uid_map' else 'gidMappings'}: write {path}: "
+                             f"{e.strerror}") from None
+
+
+def write_pid_file(path: str, pid: int) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid))
+    os.replace(tmp, path)
+
+
+def _kill_and_reap(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = None, pid_file: str | None = None,
+           preserve_fds: int = 0) -> ContainerState:
+    bundle = os.path.abspath(bundle)
+    spec = load_bundle(bundle)
+    if spec.process is None:
+        raise ContainerError("process: required to create a container")
+    if spec.process.terminal and not console_socket:
+        raise ContainerError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
+    store.reserve(cid)
+    state = ContainerState(id=cid, bundle=bundle, rootfs=spec.root.path, created=_now(), owner="root",
+                           cgroups_path=spec.linux.cgroups_path, annotations=spec.annotations, config=spec.raw)
+    cg = None
+    stage1_pid = init_pid = 0
+    parent, child = Channel.pair()
+    try:
+        cg = cgroups.manager(spec.linux.cgroups_path, cid)
+        cg.create()
+        cg.set(cgroup_resources(spec))
+        os.mkfifo(store.path(cid, FIFO), 0o600)
+        stage1_pid = os.fork()
+        if stage1_pid == 0:
+            parent.close()
+            init.stage1(spec, bundle, child, store.path(cid, FIFO), console_socket, preserve_fds)
+        child.close()
+        cg.add(stage1_pid)
+        parent.send("go")
+        userns = spec.linux.namespace("user")
+        if userns is not None and userns.path is None:
+            parent.recv("userns")
+            _write_id_map(stage1_pid, "uid_map", spec.linux.uid_mappings)
+            _write_id_map(stage1_pid, "gid_map", spec.linux.gid_mappings)
+            parent.send("mapped")
+        init_pid = parent.recv("pid")["pid"]
+        os.waitpid(stage1_pid, 0)
+        stage1_pid = 0
+        state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
+        parent.recv("hooks")
+        runtime_view = oci_state(state, "creating")
+        run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view)
+        run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view)
+        parent.send("state", state=runtime_view)
+        parent.recv("ready")
+        store.save(state)
+        if pid_file:
+            write_pid_file(pid_file, init_pid)
+        return state
+    except BaseException as e:
+        for pid in (stage1_pid, init_pid):
+            if pid:
+                _kill_and_reap(pid)
+        if cg is not None:
+            cg.kill_all()
+            cg.destroy()
+        store.remove(cid)
+        if isinstance(e, (ChildError, HookError, OSError)):
+            raise ContainerError(str(e)) from None
+        raise
+    finally:
+        parent.close()
+
+
+def start(store: Store, cid: str) -> None:
+    """Releases the init blocked on the exec fifo, then runs the poststart hooks."""
+    from pyruntime.container.control import status_of
+    with store.locked(cid):
+        state = store.load(cid)
+        status = status_of(store, state)
+        if status != CREATED:
+            raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
+        fifo_path = store.path(cid, FIFO)
+        try:
+            fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"cannot start container {cid!r}: exec fifo {fifo_path}: {e.strerror}") from None
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+        os.unlink(fifo_path)
+        spec_hooks = hooks_of(state.config).get("poststart", ())
+        if spec_hooks:
+            try:
+                run_hooks("poststart", spec_hooks, oci_state(state, "running"))
+            except HookError as e:
+                from pyruntime.container.control import destroy
+                os.kill(state.pid, signal.SIGKILL)
+                destroy(store, state)
+                raise ContainerError(str(e)) from None
+
+
+def become_subreaper() -> None:
+    """The init's parent (stage 1) exits at once; as subreaper we inherit it and can wait for its exit."""
+    SYS.prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def wait_exit(pid: int) -> int:
+    """Waits for the container's init, forwarding the signals a foreground runtime gets, like runc."""
+    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                 signal.SIGWINCH)
+    for sig in forwarded:
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 255
+        if got == pid:
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)

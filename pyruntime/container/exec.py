@@ -1,0 +1,117 @@
+"""`exec`: a new process in every namespace and the cgroup of a running container.
+
+Same shape as create: stage 1 is non-dumpable before it joins anything, is put in the cgroup by the
+runtime, opens every namespace of the container's init before joining any (after the mount namespace
+the runtime's /proc is gone), joins them, and forks stage 2 into the pid namespace, which finishes
+the process (limits, identity, capabilities, seccomp, cwd) and execs.
+"""
+from __future__ import annotations
+
+import os
+
+from pyruntime.container import process
+from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, _fatal
+from pyruntime.container.store import ContainerError, Store
+from pyruntime.container.sync import Channel, ChildError
+from pyruntime.linux import cgroups
+from pyruntime.linux import syscalls as sc
+from pyruntime.linux.syscalls import SYS
+from pyruntime.oci.spec import Process, Spec, SpecError, _Obj, parse, parse_process
+from pyruntime.oci.state import CREATED, RUNNING
+
+PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "pid": "pid", "cgroup": "cgroup",
+                "time": "time", "mount": "mnt"}
+
+
+def process_from_json(raw: dict) -> Process:
+    try:
+        return parse_process(_Obj(raw, "process"))
+    except SpecError:
+        raise
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+
+
+def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_socket: str | None,
+            preserve_fds: int) -> None:
+    try:
+        SYS.prctl(sc.PR_SET_DUMPABLE, 0)
+        chan.recv("go")
+        fds = []
+        for kind in JOIN_ORDER:
+            if spec.linux.namespace(kind) is None:
+                continue
+            path = f"/proc/{init_pid}/ns/{PROC_NS_NAME[kind]}"
+            fds.append((kind, os.open(path, os.O_RDONLY | os.O_CLOEXEC), path))
+        for kind, fd, path in fds:
+            if kind == "user" and os.readlink(path) == os.readlink("/proc/self/ns/user"):
+                continue
+            SYS.setns(fd, NS_FLAGS[kind], path)
+            os.close(fd)
+            if kind == "user":
+                os.setresgid(0, 0, 0)
+                os.setresuid(0, 0, 0)
+        if proc.oom_score_adj is not None:
+            process.set_oom_score_adj(proc.oom_score_adj)
+        pid = os.fork()
+        if pid == 0:
+            _stage2(spec, proc, chan, console_socket, preserve_fds)
+        chan.send("pid", pid=pid)
+        os._exit(0)
+    except BaseException as e:
+        _fatal(chan, e)
+
+
+def _stage2(spec: Spec, proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int) -> None:
+    try:
+        if proc.terminal:
+            from pyruntime.container import console
+            console.become_terminal(console.connect(console_socket) if console_socket else None, proc.console_size)
+        program = process.finalize(spec, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+        chan.send("ready")
+        chan.close()
+        process.execute(spec, proc, program)
+    except BaseException as e:
+        _fatal(chan if chan.sock.fileno() >= 0 else None, e)
+
+
+def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
+                 preserve_fds: int = 0) -> int:
+    """Starts the process in the container and returns its pid (the caller may wait for it)."""
+    state = store.load(cid)
+    from pyruntime.container.control import status_of
+    status = status_of(store, state)
+    if status not in (RUNNING, CREATED):
+        raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
+    if proc.terminal and not console_socket:
+        raise ContainerError("a terminal needs --console-socket")
+    spec = parse(state.config, state.bundle)
+    parent, child = Channel.pair()
+    stage1_pid = 0
+    try:
+        stage1_pid = os.fork()
+        if stage1_pid == 0:
+            parent.close()
+            _stage1(spec, state.pid, proc, child, console_socket, preserve_fds)
+        child.close()
+        cgroups.manager(state.cgroups_path, cid).add(stage1_pid)
+        parent.send("go")
+        pid = parent.recv("pid")["pid"]
+        os.waitpid(stage1_pid, 0)
+        stage1_pid = 0
+        try:
+            parent.recv("ready")
+        except ChildError:
+            os.waitpid(pid, 0)
+            raise
+        return pid
+    except (ChildError, OSError) as e:
+        raise ContainerError(str(e)) from None
+    finally:
+        if stage1_pid:
+            try:
+                os.kill(stage1_pid, 9)
+                os.waitpid(stage1_pid, 0)
+            except OSError:
+                pass
+        parent.close()

@@ -1,0 +1,168 @@
+"""The forked side of `create`: two processes that turn a fork of the runtime into the container.
+
+Stage 1 makes itself non-dumpable (so nothing in the container can open the interpreter through
+/proc/PID/exe, CVE-2019-5736's class), waits until the runtime has put it in the cgroup, joins the
+namespaces given by path, creates the user namespace (the runtime writes its id maps) and then the
+rest, and forks stage 2, which is born in the new pid namespace; stage 1 reports its pid and exits.
+Stage 2 builds the root filesystem, pivots into it, drops privileges, tells the runtime it is ready and
+blocks on the exec fifo until `start`; then it execs the workload itself, so no interpreter is left
+running inside the container.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+
+from pyruntime.container import process, rootfs
+from pyruntime.container.hooks import run_hooks
+from pyruntime.container.sync import Channel
+from pyruntime.linux import syscalls as sc
+from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.oci.spec import Spec
+
+NS_FLAGS = {
+    "user": sc.CLONE_NEWUSER, "mount": sc.CLONE_NEWNS, "pid": sc.CLONE_NEWPID, "network": sc.CLONE_NEWNET,
+    "ipc": sc.CLONE_NEWIPC, "uts": sc.CLONE_NEWUTS, "cgroup": sc.CLONE_NEWCGROUP, "time": sc.CLONE_NEWTIME,
+}
+# joining order: user first (it grants the rights for the rest), mount last (paths are resolved before it)
+JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "time", "mount")
+# sysctls that a namespace makes private to the container, and the namespace that must be new for them
+NAMESPACED_SYSCTLS = {"kernel.msgmax": "ipc", "kernel.msgmnb": "ipc", "kernel.msgmni": "ipc", "kernel.sem": "ipc",
+                      "kernel.shmall": "ipc", "kernel.shmmax": "ipc", "kernel.shmmni": "ipc",
+                      "kernel.shm_rmid_forced": "ipc", "kernel.hostname": "uts", "kernel.domainname": "uts"}
+
+
+def _fatal(chan: Channel | None, err: BaseException) -> None:
+    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr."""
+    try:
+        msg = str(err) or type(err).__name__
+        if os.environ.get("PYRUNTIME_DEBUG"):
+            msg += "\n" + traceback.format_exc()
+        if chan is not None:
+            chan.send("error", message=msg)
+        else:
+            os.write(2, f"pyruntime: {msg}\n".encode())
+    finally:
+        os._exit(127 if chan is None else 1)
+
+
+def join_namespaces(spec: Spec) -> None:
+    for kind in JOIN_ORDER:
+        ns = spec.linux.namespace(kind)
+        if ns is None or ns.path is None:
+            continue
+        try:
+            fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from None
+        try:
+            SYS.setns(fd, NS_FLAGS[kind], f"{ns.path} ({kind} namespace)")
+        except SyscallError as e:
+            if e.errno == 22:
+                raise SyscallError(22, f"linux.namespaces: {ns.path} is not a {kind} namespace") from None
+            raise
+        finally:
+            os.close(fd)
+        if kind == "user":
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+
+
+def check_sysctls(spec: Spec) -> None:
+    for key in spec.linux.sysctl:
+        need = NAMESPACED_SYSCTLS.get(key)
+        if need is None and (key.startswith("fs.mqueue.")):
+            need = "ipc"
+        if need is None and key.startswith("net."):
+            need = "network"
+        if need is None:
+            raise SyscallError(1, f"linux.sysctl: {key} is not a namespaced sysctl: refusing to change the host")
+        ns = spec.linux.namespace(need)
+        if ns is None:
+            raise SyscallError(1, f"linux.sysctl: {key} needs the container's own {need} namespace")
+
+
+def write_sysctls(spec: Spec) -> None:
+    for key, value in spec.linux.sysctl.items():
+        path = "/proc/sys/" + key.replace(".", "/")
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+        except OSError as e:
+            raise SyscallError(e.errno or 0, f"linux.sysctl: write {path}: {e.strerror}") from None
+
+
+def stage1(spec: Spec, bundle: str, chan: Channel, fifo_path: str, console_socket: str | None, preserve_fds: int) -> None:
+    try:
+        SYS.prctl(sc.PR_SET_DUMPABLE, 0)
+        chan.recv("go")
+        join_namespaces(spec)
+        new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
+        if "user" in new:
+            SYS.unshare(sc.CLONE_NEWUSER)
+            chan.send("userns")
+            chan.recv("mapped")
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+        flags = 0
+        for kind in new:
+            if kind != "user":
+                flags |= NS_FLAGS[kind]
+        if flags:
+            SYS.unshare(flags)
+        if spec.process is not None and spec.process.oom_score_adj is not None:
+            process.set_oom_score_adj(spec.process.oom_score_adj)
+        pid = os.fork()
+        if pid == 0:
+            stage2(spec, bundle, chan, fifo_path, console_socket, preserve_fds, "user" in new or
+                   bool(spec.linux.namespace("user")))
+        chan.send("pid", pid=pid)
+        os._exit(0)
+    except BaseException as e:
+        _fatal(chan, e)
+
+
+def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_path: str, console_socket: str | None, preserve_fds: int,
+           in_userns: bool) -> None:
+    try:
+        proc = spec.process
+        assert proc is not None
+        fifo = os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
+        console = None
+        if proc.terminal:
+            from pyruntime.container import console as console_mod
+            console = console_mod.connect(console_socket) if console_socket else None
+        check_sysctls(spec)
+        write_sysctls(spec)
+        os.umask(0)
+
+        state: dict = {}
+
+        def before_pivot() -> None:
+            chan.send("hooks")
+            state.update(chan.recv("state")["state"], pid=os.getpid())
+            run_hooks("createContainer", spec.hooks.get("createContainer", ()), state)
+
+        mount_ns = spec.linux.namespace("mount")
+        if mount_ns is not None and mount_ns.path is None:
+            rootfs.prepare(spec, bundle, in_userns, before_pivot)
+        else:
+            before_pivot()
+        if spec.hostname is not None:
+            SYS.sethostname(spec.hostname)
+        if spec.domainname is not None:
+            SYS.setdomainname(spec.domainname)
+        if proc.terminal:
+            from pyruntime.container import console as console_mod
+            console_mod.become_terminal(console, proc.console_size)
+        keep = {chan.fileno(), fifo} | set(range(3, 3 + preserve_fds))
+        program = process.finalize(spec, proc, keep)
+        chan.send("ready")
+        chan.close()
+        chan = None
+        os.read(fifo, 1)
+        os.close(fifo)
+        process.execute(spec, proc, program, lambda: run_hooks(
+            "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
+    except BaseException as e:
+        _fatal(chan, e)

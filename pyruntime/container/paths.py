@@ -1,0 +1,83 @@
+"""Paths inside a container's root, resolved by the kernel so that they can never land outside it.
+
+A string join of rootfs and a destination trusts every symlink in the image: `/etc -> /` would put a
+mount on the host's /etc (CVE-2021-30465's class). Here every lookup is an openat2 with
+RESOLVE_IN_ROOT on a descriptor of the root, and what is mounted on is the descriptor itself, reached
+through /proc/self/fd, so a symlink swapped in after the check is never followed either.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+
+from pyruntime.linux.syscalls import O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SYS, SyscallError
+
+IN_ROOT = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS
+
+
+def clean(path: str) -> str:
+    """An absolute, normalised path whose '..' cannot climb above '/'."""
+    return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
+
+
+def open_in_root(root_fd: int, path: str, flags: int = O_PATH, nofollow: bool = False) -> int:
+    return SYS.openat2(root_fd, clean(path).lstrip("/") or ".", flags | (os.O_NOFOLLOW if nofollow else 0), IN_ROOT)
+
+
+def _open_dir(root_fd: int, path: str) -> int:
+    return open_in_root(root_fd, path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def mkdir_all(root_fd: int, path: str, mode: int = 0o755) -> int:
+    """Creates every missing directory of `path` inside the root and returns an O_PATH fd of the last.
+
+    Each prefix is resolved from the root again, so a symlink met on the way is followed as the
+    container would see it, never relative to the host.
+    """
+    parts = [p for p in clean(path).split("/") if p]
+    for i, part in enumerate(parts):
+        prefix = "/" + "/".join(parts[:i + 1])
+        try:
+            os.close(open_in_root(root_fd, prefix, O_PATH | os.O_DIRECTORY))
+            continue
+        except SyscallError as e:
+            if e.errno != 2:
+                raise
+        parent = _open_dir(root_fd, "/" + "/".join(parts[:i]))
+        try:
+            os.mkdir(part, mode, dir_fd=parent)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(parent)
+    return open_in_root(root_fd, path, O_PATH | os.O_DIRECTORY)
+
+
+def make_target(root_fd: int, path: str, directory: bool) -> int:
+    """An O_PATH fd of the mount point `path` inside the root, made as a directory or an empty file."""
+    try:
+        return open_in_root(root_fd, path)
+    except SyscallError as e:
+        if e.errno != 2:
+            raise
+    if directory:
+        return mkdir_all(root_fd, path)
+    parent, name = posixpath.split(clean(path))
+    os.close(mkdir_all(root_fd, parent))
+    dfd = _open_dir(root_fd, parent)
+    try:
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd))
+    except FileExistsError:
+        pass
+    finally:
+        os.close(dfd)
+    return open_in_root(root_fd, path)
+
+
+def fd_path(fd: int) -> str:
+    return f"/proc/self/fd/{fd}"
+
+
+def is_dir_fd(fd: int) -> bool:
+    return stat.S_ISDIR(os.fstat(fd).st_mode)

@@ -1,0 +1,121 @@
+"""The last steps of every container process, shared by the init and by `exec`: limits, identity,
+capabilities, no_new_privs, seccomp, the working directory and the exec itself.
+
+These run in a forked, single-threaded, non-dumpable child that has already joined the container's
+namespaces; the interpreter never runs in the container after execve.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from typing import Callable
+
+from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.oci.spec import Process, Spec
+
+CLOSE_RANGE_CLOEXEC = 4
+
+
+class ProcessError(Exception):
+    pass
+
+
+def restrict_oom_score_adj(wanted: int) -> int:
+    """Never below our own score: without CAP_SYS_RESOURCE lowering it fails, as containerd clamps it."""
+    try:
+        with open("/proc/self/oom_score_adj") as f:
+            current = int(f.read())
+    except OSError:
+        return wanted
+    return max(wanted, current)
+
+
+def set_oom_score_adj(value: int) -> None:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(restrict_oom_score_adj(value)))
+
+
+def set_rlimits(proc: Process) -> None:
+    for r in proc.rlimits:
+        kind = getattr(resource, r.type, None)
+        if kind is None:
+            raise ProcessError(f"process.rlimits: {r.type} is not known to this kernel")
+        try:
+            resource.setrlimit(kind, (r.soft, r.hard))
+        except (ValueError, OSError) as e:
+            raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from None
+
+
+def close_fds(keep: set[int]) -> None:
+    """Marks every fd >= 3 except `keep` close-on-exec and closes it now, before cwd is resolved.
+
+    A host directory fd still open when chdir runs is how CVE-2024-21626 escaped
+    (cwd=/proc/self/fd/N); closing them first leaves nothing to escape through.
+    """
+    lo = 3
+    for fd in sorted(k for k in keep if k >= 3) + [2**31 - 1]:
+        if fd > lo:
+            SYS.close_range(lo, fd - 1)
+        lo = fd + 1
+
+
+def lookup(program: str, env: tuple[str, ...]) -> str:
+    """Finds the program as the container's own shell would, so a typo fails at create, not at start."""
+    if "/" in program:
+        if os.access(program, os.X_OK):
+            return program
+        raise ProcessError(f"exec: {program!r}: no such executable file in the container")
+    path = next((e[5:] for e in env if e.startswith("PATH=")),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    for d in path.split(":"):
+        candidate = os.path.join(d or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise ProcessError(f"exec: {program!r}: executable file not found in $PATH")
+
+
+def enter_cwd(cwd: str) -> None:
+    try:
+        os.chdir(cwd)
+        here = os.getcwd()
+    except FileNotFoundError:
+        raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from None
+    except OSError as e:
+        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from None
+    if not here.startswith("/"):
+        raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
+
+
+def load_seccomp(spec: Spec) -> None:
+    if spec.linux.seccomp is not None:
+        from pyruntime.linux import seccomp
+        seccomp.load(spec.linux.seccomp)
+
+
+def finalize(spec: Spec, proc: Process, keep_fds: set[int]) -> str:
+    """Everything up to the exec; returns the resolved program path. Errors name the step."""
+    set_rlimits(proc)
+    close_fds(keep_fds)
+    nnp = proc.no_new_privileges
+    if not nnp:
+        # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
+        load_seccomp(spec)
+    from pyruntime.linux import capabilities
+    capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
+                       additional_gids=proc.user.additional_gids, no_new_privileges=nnp)
+    os.umask(proc.user.umask if proc.user.umask is not None else 0o022)
+    enter_cwd(proc.cwd)
+    return lookup(proc.args[0], proc.env)
+
+
+def execute(spec: Spec, proc: Process, program: str, before_exec: Callable[[], None] | None = None) -> None:
+    """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
+    if before_exec is not None:
+        before_exec()
+    if proc.no_new_privileges:
+        load_seccomp(spec)
+    env = dict(e.split("=", 1) for e in proc.env)
+    try:
+        os.execve(program, list(proc.args), env)
+    except OSError as e:
+        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from None

@@ -1,0 +1,325 @@
+"""The container's filesystem view, built inside its new mount namespace before pivot_root.
+
+Order matters and follows runc: stop propagation to the host first, make the rootfs a mount point,
+then the configured mounts, devices, masked and read-only paths (all resolved inside the root, see
+paths.py), then pivot_root and drop the old root. Masking happens before pivot_root so that the source
+of each mask is the host's /dev/null, checked to be the real null device, not one the image controls.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Callable
+
+from pyruntime.container import paths
+from pyruntime.linux import syscalls as sc
+from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.oci.spec import Device, Mount, Spec
+
+# option -> (set flags, clear flags)
+FLAG_OPTIONS: dict[str, tuple[int, int]] = {
+    "defaults": (0, 0), "ro": (sc.MS_RDONLY, 0), "rw": (0, sc.MS_RDONLY),
+    "suid": (0, sc.MS_NOSUID), "nosuid": (sc.MS_NOSUID, 0), "dev": (0, sc.MS_NODEV), "nodev": (sc.MS_NODEV, 0),
+    "exec": (0, sc.MS_NOEXEC), "noexec": (sc.MS_NOEXEC, 0), "sync": (sc.MS_SYNCHRONOUS, 0),
+    "async": (0, sc.MS_SYNCHRONOUS), "dirsync": (sc.MS_DIRSYNC, 0), "remount": (sc.MS_REMOUNT, 0),
+    "mand": (sc.MS_MANDLOCK, 0), "nomand": (0, sc.MS_MANDLOCK), "atime": (0, sc.MS_NOATIME),
+    "noatime": (sc.MS_NOATIME, 0), "diratime": (0, sc.MS_NODIRATIME), "nodiratime": (sc.MS_NODIRATIME, 0),
+    "relatime": (sc.MS_RELATIME, 0), "norelatime": (0, sc.MS_RELATIME), "strictatime": (sc.MS_STRICTATIME, 0),
+    "nostrictatime": (0, sc.MS_STRICTATIME), "lazytime": (sc.MS_LAZYTIME, 0), "nolazytime": (0, sc.MS_LAZYTIME),
+    "bind": (sc.MS_BIND, 0), "rbind": (sc.MS_BIND | sc.MS_REC, 0), "nosymfollow": (sc.MS_NOSYMFOLLOW, 0),
+    "symfollow": (0, sc.MS_NOSYMFOLLOW), "silent": (sc.MS_SILENT, 0), "loud": (0, sc.MS_SILENT),
+}
+PROPAGATION_OPTIONS = {
+    "private": sc.MS_PRIVATE, "rprivate": sc.MS_PRIVATE | sc.MS_REC, "shared": sc.MS_SHARED,
+    "rshared": sc.MS_SHARED | sc.MS_REC, "slave": sc.MS_SLAVE, "rslave": sc.MS_SLAVE | sc.MS_REC,
+    "unbindable": sc.MS_UNBINDABLE, "runbindable": sc.MS_UNBINDABLE | sc.MS_REC,
+}
+# options that are not flags and not data: runc accepts these and ignores or handles them elsewhere
+IGNORED_OPTIONS = {"tmpcopyup", "idmap", "ridmap", "recursive"}
+# statvfs flags a bind remount must keep: in a user namespace they are locked and dropping one is EPERM
+_LOCKED = ((os.ST_RDONLY, sc.MS_RDONLY), (os.ST_NOSUID, sc.MS_NOSUID), (os.ST_NODEV, sc.MS_NODEV),
+           (os.ST_NOEXEC, sc.MS_NOEXEC), (os.ST_NOATIME, sc.MS_NOATIME), (os.ST_NODIRATIME, sc.MS_NODIRATIME),
+           (os.ST_RELATIME, sc.MS_RELATIME))
+
+DEFAULT_DEVICES = (
+    Device("c", "/dev/null", 1, 3, 0o666, 0, 0), Device("c", "/dev/zero", 1, 5, 0o666, 0, 0),
+    Device("c", "/dev/full", 1, 7, 0o666, 0, 0), Device("c", "/dev/random", 1, 8, 0o666, 0, 0),
+    Device("c", "/dev/urandom", 1, 9, 0o666, 0, 0), Device("c", "/dev/tty", 5, 0, 0o666, 0, 0),
+)
+DEV_SYMLINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"), ("/proc/self/fd/1", "/dev/stdout"),
+                ("/proc/self/fd/2", "/dev/stderr"), ("pts/ptmx", "/dev/ptmx"))
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    flags: int
+    propagation: tuple[int, ...]
+    data: str
+
+
+def parse_options(options: tuple[str, ...]) -> MountOptions:
+    flags, propagation, data = 0, [], []
+    for opt in options:
+        if opt in FLAG_OPTIONS:
+            on, off = FLAG_OPTIONS[opt]
+            flags = (flags | on) & ~off
+        elif opt in PROPAGATION_OPTIONS:
+            propagation.append(PROPAGATION_OPTIONS[opt])
+        elif opt not in IGNORED_OPTIONS:
+            data.append(opt)
+    return MountOptions(flags, tuple(propagation), ",".join(data))
+
+
+def _locked_flags(path: str) -> int:
+    f = os.statvfs(path).f_flag
+    return sum(ms for st, ms in _LOCKED if f & st)
+
+
+def _is_bind(m: Mount, opts: MountOptions) -> bool:
+    return m.type == "bind" or bool(opts.flags & sc.MS_BIND)
+
+
+def _source(m: Mount, bundle: str) -> str | None:
+    if m.source and _is_bind(m, parse_options(m.options)) and not m.source.startswith("/"):
+        return os.path.join(bundle, m.source)
+    return m.source
+
+
+def mount_one(root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
+    opts = parse_options(m.options)
+    source = _source(m, bundle)
+    if m.type == "cgroup":
+        return _mount_cgroup(root_fd, m, opts, cgroup_ns)
+    if _is_bind(m, opts):
+        try:
+            src_is_dir = os.path.isdir(source or "")
+            os.stat(source or "")
+        except OSError as e:
+            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from None
+        target = paths.make_target(root_fd, m.destination, src_is_dir)
+    else:
+        target = paths.make_target(root_fd, m.destination, True)
+    try:
+        where = paths.fd_path(target)
+        if _is_bind(m, opts):
+            SYS.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
+            extra = opts.flags & ~(sc.MS_BIND | sc.MS_REC | sc.MS_REMOUNT)
+            if extra:
+                # the remount must name the mount itself: reopen the target now that it is mounted on
+                fresh = paths.open_in_root(root_fd, m.destination)
+                try:
+                    wp = paths.fd_path(fresh)
+                    SYS.mount(None, wp, None, sc.MS_REMOUNT | sc.MS_BIND | extra | _locked_flags(wp), None)
+                finally:
+                    os.close(fresh)
+        else:
+            SYS.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
+        if opts.propagation:
+            fresh = paths.open_in_root(root_fd, m.destination)
+            try:
+                for p in opts.propagation:
+                    SYS.mount(None, paths.fd_path(fresh), None, p, None)
+            finally:
+                os.close(fresh)
+    finally:
+        os.close(target)
+
+
+def _cgroup_hierarchies() -> list[tuple[str, str, str]]:
+    """(mount point, fstype, super options) of each cgroup hierarchy the runtime sees."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, right = line.split(" - ", 1)
+            fstype, _src, superopts = right.split()[:3]
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((left.split()[4], fstype, superopts))
+    return found
+
+
+def _mount_cgroup(root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -> None:
+    """cgroup2 mounts as is; on v1 a tmpfs with one directory per hierarchy, as runc lays it out."""
+    hierarchies = _cgroup_hierarchies()
+    flags = opts.flags | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
+    target = paths.make_target(root_fd, m.destination, True)
+    try:
+        if any(mp == "/sys/fs/cgroup" and t == "cgroup2" for mp, t, _ in hierarchies):
+            if not cgroup_ns:
+                SYS.mount("/sys/fs/cgroup", paths.fd_path(target), None, sc.MS_BIND | sc.MS_REC, None)
+                SYS.mount(None, paths.fd_path(target), None, sc.MS_REMOUNT | sc.MS_BIND | flags, None)
+            else:
+                SYS.mount("cgroup2", paths.fd_path(target), "cgroup2", flags, None)
+            return
+        SYS.mount("tmpfs", paths.fd_path(target), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "mode=755")
+    finally:
+        os.close(target)
+    for mount_point, fstype, superopts in hierarchies:
+        name = os.path.basename(mount_point)
+        sub = paths.mkdir_all(root_fd, os.path.join(m.destination, name))
+        try:
+            if cgroup_ns:
+                controllers = ",".join(o for o in superopts.split(",") if o not in ("rw", "ro"))
+                SYS.mount("cgroup", paths.fd_path(sub), fstype, flags, controllers if fstype == "cgroup" else None)
+            else:
+                SYS.mount(mount_point, paths.fd_path(sub), None, sc.MS_BIND | sc.MS_REC, None)
+                SYS.mount(None, paths.fd_path(sub), None, sc.MS_REMOUNT | sc.MS_BIND | flags, None)
+        finally:
+            os.close(sub)
+    if opts.flags & sc.MS_RDONLY:
+        top = paths.open_in_root(root_fd, m.destination)
+        try:
+            SYS.mount(None, paths.fd_path(top), None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV
+                      | sc.MS_NOEXEC, "mode=755")
+        finally:
+            os.close(top)
+
+
+def create_device(root_fd: int, dev: Device, bind: bool) -> None:
+    """mknod, or in a user namespace (where mknod is refused) a bind mount of the host's node."""
+    kinds = {"c": stat.S_IFCHR, "u": stat.S_IFCHR, "b": stat.S_IFBLK, "p": stat.S_IFIFO}
+    if bind:
+        target = paths.make_target(root_fd, dev.path, False)
+        try:
+            SYS.mount(dev.path, paths.fd_path(target), None, sc.MS_BIND, None)
+        finally:
+            os.close(target)
+        return
+    parent, name = os.path.split(paths.clean(dev.path))
+    os.close(paths.mkdir_all(root_fd, parent))
+    dfd = paths.open_in_root(root_fd, parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        mode = dev.file_mode if dev.file_mode is not None else 0o666
+        try:
+            os.mknod(name, kinds[dev.type] | mode, os.makedev(dev.major, dev.minor), dir_fd=dfd)
+        except OSError as e:
+            raise SyscallError(e.errno, f"mknod {dev.path}: {e.strerror}") from None
+        os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
+        os.chown(name, dev.uid or 0, dev.gid or 0, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(dfd)
+
+
+def _dev_symlinks(root_fd: int) -> None:
+    dfd = paths.open_in_root(root_fd, "/dev", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for src, dst in DEV_SYMLINKS:
+            try:
+                os.symlink(src, os.path.basename(dst), dir_fd=dfd)
+            except FileExistsError:
+                pass
+    finally:
+        os.close(dfd)
+
+
+def _null_device() -> int:
+    """An O_PATH fd of the host's /dev/null, refused unless it is the real null character device."""
+    fd = os.open("/dev/null", sc.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(1, 3):
+        os.close(fd)
+        raise SyscallError(1, "refusing to mask paths: /dev/null is not the null device")
+    return fd
+
+
+def mask_paths(root_fd: int, masked: tuple[str, ...]) -> None:
+    """Hides each path: files under the null device, directories under an empty read-only tmpfs.
+
+    A path that is a symlink is refused rather than followed (CVE-2025-31133's class): the mask must
+    cover what the container would open, and a symlink could point the mount somewhere else.
+    """
+    null = _null_device()
+    try:
+        for path in masked:
+            try:
+                fd = paths.open_in_root(root_fd, path, nofollow=True)
+            except SyscallError as e:
+                if e.errno == 2:
+                    continue
+                if e.errno == 40:
+                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it") from None
+                raise
+            try:
+                if stat.S_ISLNK(os.fstat(fd).st_mode):
+                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it")
+                if paths.is_dir_fd(fd):
+                    SYS.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
+                else:
+                    SYS.mount(paths.fd_path(null), paths.fd_path(fd), None, sc.MS_BIND, None)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(null)
+
+
+def readonly_paths(root_fd: int, ro: tuple[str, ...]) -> None:
+    for path in ro:
+        try:
+            fd = paths.open_in_root(root_fd, path)
+        except SyscallError as e:
+            if e.errno == 2:
+                continue
+            raise
+        try:
+            SYS.mount(paths.fd_path(fd), paths.fd_path(fd), None, sc.MS_BIND | sc.MS_REC, None)
+        finally:
+            os.close(fd)
+        fd = paths.open_in_root(root_fd, path)
+        try:
+            where = paths.fd_path(fd)
+            SYS.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_REC | _locked_flags(where),
+                      None)
+        finally:
+            os.close(fd)
+
+
+def pivot(rootfs: str) -> None:
+    """pivot_root(".", ".") and a lazy unmount of the old root, runc's way: no put_old dir in the image."""
+    old = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    new = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fchdir(new)
+        SYS.pivot_root(".", ".")
+        os.fchdir(old)
+        SYS.mount(None, ".", None, sc.MS_SLAVE | sc.MS_REC, None)
+        SYS.umount(".", sc.MNT_DETACH)
+        os.chdir("/")
+    finally:
+        os.close(old)
+        os.close(new)
+
+
+def prepare(spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None]) -> None:
+    """Builds the container's root and pivots into it; `before_pivot` runs the create-time hooks."""
+    propagation = PROPAGATION_OPTIONS.get(spec.linux.rootfs_propagation, sc.MS_SLAVE | sc.MS_REC)
+    SYS.mount(None, "/", None, propagation if propagation & (sc.MS_SLAVE | sc.MS_PRIVATE) else sc.MS_SLAVE | sc.MS_REC,
+              None)
+    rootfs = spec.root.path
+    SYS.mount(rootfs, rootfs, None, sc.MS_BIND | sc.MS_REC, None)
+    root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        cgroup_ns = spec.linux.namespace("cgroup") is not None
+        for m in spec.mounts:
+            mount_one(root_fd, m, bundle, cgroup_ns)
+        dev_mount = next((m for m in spec.mounts if paths.clean(m.destination) == "/dev"), None)
+        if dev_mount is None or not _is_bind(dev_mount, parse_options(dev_mount.options)):
+            for dev in DEFAULT_DEVICES + tuple(d for d in spec.linux.devices
+                                                if d.path not in {x.path for x in DEFAULT_DEVICES}):
+                create_device(root_fd, dev, in_userns)
+            _dev_symlinks(root_fd)
+        if spec.linux.masked_paths:
+            mask_paths(root_fd, spec.linux.masked_paths)
+        if spec.linux.readonly_paths:
+            readonly_paths(root_fd, spec.linux.readonly_paths)
+        before_pivot()
+    finally:
+        os.close(root_fd)
+    if spec.linux.rootfs_propagation in ("shared", "rshared"):
+        SYS.mount(None, rootfs, None, PROPAGATION_OPTIONS[spec.linux.rootfs_propagation], None)
+    pivot(rootfs)
+    if spec.root.readonly:
+        SYS.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _locked_flags("/"), None)

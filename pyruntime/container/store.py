@@ -1,0 +1,97 @@
+"""Container state on disk: one directory per container under the runtime root (runc's --root).
+
+The directory is the container's existence: `mkdir` is the atomic test that an id is free, and
+state.json is replaced with a temp file, fsync and rename, so a crash at any point leaves either the
+old record or the new one. Commands that change a container hold an flock on its directory, because
+two runtime processes (a shim's delete and a user's kill, say) may touch it at once.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from typing import Iterator
+
+from pyruntime.oci.state import ContainerState
+
+DEFAULT_ROOT = "/run/pyruntime"
+_VALID_ID = re.compile(r"^[\w+.-]+$")
+STATE_FILE = "state.json"
+FIFO = "exec.fifo"
+
+
+class ContainerError(Exception):
+    """A failure that the CLI reports as one line and exit status 1."""
+
+
+class NotFound(ContainerError):
+    pass
+
+
+def validate_id(cid: str) -> None:
+    if not cid or not _VALID_ID.match(cid) or cid in (".", "..") or len(cid) > 1024:
+        raise ContainerError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
+
+
+class Store:
+    def __init__(self, root: str = DEFAULT_ROOT) -> None:
+        self.root = os.path.abspath(root)
+
+    def path(self, cid: str, name: str = "") -> str:
+        return os.path.join(self.root, cid, name) if name else os.path.join(self.root, cid)
+
+    def reserve(self, cid: str) -> None:
+        """Claims an id, failing if a container with it exists."""
+        validate_id(cid)
+        os.makedirs(self.root, mode=0o711, exist_ok=True)
+        try:
+            os.mkdir(self.path(cid), 0o711)
+        except FileExistsError:
+            raise ContainerError(f"container with id {cid!r} already exists") from None
+
+    def save(self, state: ContainerState) -> None:
+        final = self.path(state.id, STATE_FILE)
+        tmp = final + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, json.dumps(state.to_json()).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+
+    def load(self, cid: str) -> ContainerState:
+        validate_id(cid)
+        try:
+            with open(self.path(cid, STATE_FILE), "rb") as f:
+                return ContainerState.from_json(json.load(f))
+        except FileNotFoundError:
+            raise NotFound(f"container {cid!r} does not exist") from None
+        except (json.JSONDecodeError, TypeError) as e:
+            raise ContainerError(f"container {cid!r}: corrupt state {self.path(cid, STATE_FILE)}: {e}") from None
+
+    def ids(self) -> list[str]:
+        try:
+            names = sorted(os.listdir(self.root))
+        except FileNotFoundError:
+            return []
+        return [n for n in names if os.path.exists(self.path(n, STATE_FILE))]
+
+    def remove(self, cid: str) -> None:
+        shutil.rmtree(self.path(cid), ignore_errors=True)
+
+    @contextmanager
+    def locked(self, cid: str) -> Iterator[None]:
+        validate_id(cid)
+        try:
+            fd = os.open(self.path(cid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFound(f"container {cid!r} does not exist") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)

@@ -1,0 +1,190 @@
+"""Every raw kernel call the runtime makes, as small typed functions behind one interface.
+
+The container set-up logic (rootfs, namespaces, init) talks only to a `Syscalls` object, so its unit
+tests run without root against `FakeSyscalls` (tests/unit), the way youki tests its syscall trait.
+Each failure raises `SyscallError`, an OSError whose message names the call and the path, because an
+error such as "Invalid argument" alone never tells a user which of forty mounts went wrong.
+
+Only ctypes and os are imported: this module is on the container start path.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from typing import Protocol
+
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+# mount(2) flags
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_SYNCHRONOUS = 0x10
+MS_REMOUNT = 0x20
+MS_MANDLOCK = 0x40
+MS_DIRSYNC = 0x80
+MS_NOSYMFOLLOW = 0x100
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
+MS_BIND = 0x1000
+MS_MOVE = 0x2000
+MS_REC = 0x4000
+MS_SILENT = 0x8000
+MS_UNBINDABLE = 1 << 17
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MS_SHARED = 1 << 20
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
+MS_LAZYTIME = 1 << 25
+MNT_DETACH = 2
+
+# namespaces
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWTIME = 0x00000080
+
+# prctl
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+
+# openat2 resolve flags
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+RESOLVE_IN_ROOT = 0x10
+
+O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+_SYSCALL_NR = {
+    "x86_64": {"pivot_root": 155, "setns": 308, "openat2": 437, "close_range": 436},
+    "aarch64": {"pivot_root": 41, "setns": 268, "openat2": 437, "close_range": 436},
+}[platform.machine()]
+
+
+class SyscallError(OSError):
+    """An OSError that names the call and the path it was made on."""
+
+
+def _fail(call: str, path: str | None = None) -> SyscallError:
+    err = ctypes.get_errno()
+    where = f" {path}" if path else ""
+    return SyscallError(err, f"{call}{where}: {os.strerror(err)}")
+
+
+def _b(value: str | None) -> bytes | None:
+    return None if value is None else os.fsencode(value)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+class Syscalls(Protocol):
+    """The kernel interface the container logic uses; `LinuxSyscalls` is real, `FakeSyscalls` records."""
+
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None: ...
+    def umount(self, target: str, flags: int = 0) -> None: ...
+    def pivot_root(self, new_root: str, put_old: str) -> None: ...
+    def unshare(self, flags: int) -> None: ...
+    def setns(self, fd: int, nstype: int, path: str) -> None: ...
+    def sethostname(self, name: str) -> None: ...
+    def setdomainname(self, name: str) -> None: ...
+    def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int: ...
+    def mknod(self, path: str, mode: int, device: int) -> None: ...
+    def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int: ...
+    def close_range(self, first: int, last: int, flags: int = 0) -> None: ...
+
+
+class LinuxSyscalls:
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+        if libc.mount(_b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data)) != 0:
+            raise _fail(f"mount({source or 'none'}, type={fstype or 'none'}, flags={flags:#x}, data={data or ''}) on",
+                        target)
+
+    def umount(self, target: str, flags: int = 0) -> None:
+        if libc.umount2(_b(target), flags) != 0:
+            raise _fail("umount2", target)
+
+    def pivot_root(self, new_root: str, put_old: str) -> None:
+        if libc.syscall(_SYSCALL_NR["pivot_root"], _b(new_root), _b(put_old)) != 0:
+            raise _fail("pivot_root", f"{new_root} (old root at {put_old})")
+
+    def unshare(self, flags: int) -> None:
+        if libc.unshare(flags) != 0:
+            raise _fail(f"unshare({flags:#x})")
+
+    def setns(self, fd: int, nstype: int, path: str) -> None:
+        if libc.setns(fd, nstype) != 0:
+            raise _fail("setns", path)
+
+    def sethostname(self, name: str) -> None:
+        raw = name.encode()
+        if libc.sethostname(raw, len(raw)) != 0:
+            raise _fail(f"sethostname({name!r})")
+
+    def setdomainname(self, name: str) -> None:
+        raw = name.encode()
+        if libc.setdomainname(raw, len(raw)) != 0:
+            raise _fail(f"setdomainname({name!r})")
+
+    def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+        how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
+        fd = libc.syscall(_SYSCALL_NR["openat2"], dirfd, _b(path), ctypes.byref(how), ctypes.sizeof(how))
+        if fd < 0:
+            raise _fail("openat2", path)
+        return fd
+
+    def mknod(self, path: str, mode: int, device: int) -> None:
+        try:
+            os.mknod(path, mode, device)
+        except OSError as e:
+            raise SyscallError(e.errno, f"mknod {path}: {e.strerror}") from None
+
+    def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+        ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),
+                         ctypes.c_ulong(arg5))
+        if ret < 0:
+            raise _fail(f"prctl({option})")
+        return ret
+
+    def close_range(self, first: int, last: int, flags: int = 0) -> None:
+        if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
+            raise _fail(f"close_range({first}, {last})")
+
+
+class FakeSyscalls:
+    """Records every call instead of making it, for unit tests of the set-up logic."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self._next_fd = 100
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or not hasattr(LinuxSyscalls, name):
+            raise AttributeError(name)
+
+        def record(*args, **kwargs):
+            self.calls.append((name, *args, *kwargs.values()))
+            if name == "openat2":
+                self._next_fd += 1
+                return self._next_fd
+            return 0
+        return record
+
+    def named(self, name: str) -> list[tuple]:
+        return [c for c in self.calls if c[0] == name]
+
+
+SYS: Syscalls = LinuxSyscalls()

@@ -1,0 +1,30 @@
+"""`pyruntime features`: what this runtime implements, in the runtime spec's features.json shape."""
+from __future__ import annotations
+
+from pyruntime.container.rootfs import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS
+from pyruntime.oci.spec import HOOK_KINDS, NAMESPACE_TYPES
+from pyruntime.oci.state import OCI_VERSION
+
+
+def features() -> dict:
+    from pyruntime.linux import capabilities, seccomp
+    from pyruntime.linux.cgroups import detect
+    version = detect()
+    return {
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": OCI_VERSION,
+        "hooks": list(HOOK_KINDS),
+        "mountOptions": sorted(set(FLAG_OPTIONS) | set(PROPAGATION_OPTIONS) | IGNORED_OPTIONS - {"idmap", "ridmap"}),
+        "linux": {
+            "namespaces": list(NAMESPACE_TYPES),
+            "capabilities": [capabilities.name(c) for c in range(capabilities.last_cap() + 1)],
+            "cgroup": {"v1": version == "v1", "v2": version == "v2", "systemd": False, "systemdUser": False,
+                       "rdma": False},
+            "seccomp": seccomp.features(),
+            "apparmor": {"enabled": False},
+            "selinux": {"enabled": False},
+            "intelRdt": {"enabled": False},
+            "mountExtensions": {"idmap": {"enabled": False}},
+        },
+        "annotations": {"io.github.pynode.pyruntime.version": "0.1.0"},
+    }

@@ -1,0 +1,373 @@
+"""config.json as typed objects, validated once at the edge.
+
+`load_bundle` is the only way the runtime reads a configuration: it parses, checks every field it uses
+and raises `SpecError` naming the field (`process.user.uid: must be an integer`), so the life-cycle
+code below trusts these objects and never re-checks a dict. Parsers of the sections that belong to a
+kernel subsystem (capabilities, seccomp, cgroup resources) live beside that subsystem and are called
+from here, so a bad section fails `create` before anything is made.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
+RLIMIT_NAMES = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_LOCKS",
+                "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
+                "RLIMIT_RSS", "RLIMIT_RTPRIO", "RLIMIT_RTTIME", "RLIMIT_SIGPENDING", "RLIMIT_STACK")
+HOOK_KINDS = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
+PROPAGATIONS = ("", "private", "rprivate", "slave", "rslave", "shared", "rshared", "unbindable", "runbindable")
+UINT32_MAX = 2**32 - 1
+
+
+class SpecError(ValueError):
+    """A configuration that cannot be applied; the message starts with the field's path."""
+
+
+class _Obj:
+    """Reads one JSON object, checking each field's type and naming it by its full path on failure."""
+
+    def __init__(self, raw: Any, path: str) -> None:
+        if not isinstance(raw, dict):
+            raise SpecError(f"{path or 'config'}: must be an object, got {type(raw).__name__}")
+        self.raw, self.path = raw, path
+
+    def _name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type | tuple, default: Any = None, required: bool = False) -> Any:
+        if key not in self.raw or self.raw[key] is None:
+            if required:
+                raise SpecError(f"{self._name(key)}: required")
+            return default
+        value = self.raw[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if (type(value) is bool and bool not in kinds) or not isinstance(value, kinds):
+            names = " or ".join("integer" if k is int else k.__name__ for k in kinds)
+            raise SpecError(f"{self._name(key)}: must be {names}, got {json.dumps(value)[:60]}")
+        return value
+
+    def int(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
+            required: bool = False) -> int | None:
+        value = self.get(key, int, default, required)
+        if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+            raise SpecError(f"{self._name(key)}: {value} is out of range [{lo}, {hi}]")
+        return value
+
+    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+        return self.get(key, str, default, required)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        return self.get(key, bool, default)
+
+    def strings(self, key: str) -> list[str]:
+        values = self.get(key, list, [])
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise SpecError(f"{self._name(key)}[{i}]: must be a string, got {json.dumps(v)[:60]}")
+        return values
+
+    def obj(self, key: str, required: bool = False) -> _Obj | None:
+        value = self.get(key, dict, None, required)
+        return None if value is None else _Obj(value, self._name(key))
+
+    def objs(self, key: str) -> list[_Obj]:
+        return [_Obj(v, f"{self._name(key)}[{i}]") for i, v in enumerate(self.get(key, list, []))]
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict, {})
+        for k, v in value.items():
+            if not isinstance(v, str):
+                raise SpecError(f"{self._name(key)}.{k}: must be a string, got {json.dumps(v)[:60]}")
+        return dict(value)
+
+
+@dataclass(frozen=True)
+class User:
+    uid: int = 0
+    gid: int = 0
+    umask: int | None = None
+    additional_gids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rlimit:
+    type: str
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
+class Process:
+    args: tuple[str, ...]
+    cwd: str
+    env: tuple[str, ...] = ()
+    terminal: bool = False
+    console_size: tuple[int, int] | None = None
+    user: User = User()
+    rlimits: tuple[Rlimit, ...] = ()
+    capabilities: Any = None
+    no_new_privileges: bool = False
+    oom_score_adj: int | None = None
+    apparmor_profile: str | None = None
+    selinux_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Root:
+    path: str
+    readonly: bool = False
+
+
+@dataclass(frozen=True)
+class Mount:
+    destination: str
+    type: str | None = None
+    source: str | None = None
+    options: tuple[str, ...] = ()
+    uid_mappings: tuple["IDMapping", ...] = ()
+    gid_mappings: tuple["IDMapping", ...] = ()
+
+
+@dataclass(frozen=True)
+class Hook:
+    path: str
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: int | None = None
+
+
+@dataclass(frozen=True)
+class Namespace:
+    type: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class IDMapping:
+    container_id: int
+    host_id: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Device:
+    type: str
+    path: str
+    major: int = 0
+    minor: int = 0
+    file_mode: int | None = None
+    uid: int | None = None
+    gid: int | None = None
+
+
+@dataclass(frozen=True)
+class Linux:
+    namespaces: tuple[Namespace, ...] = ()
+    uid_mappings: tuple[IDMapping, ...] = ()
+    gid_mappings: tuple[IDMapping, ...] = ()
+    devices: tuple[Device, ...] = ()
+    cgroups_path: str = ""
+    resources: Any = None
+    sysctl: dict[str, str] = field(default_factory=dict)
+    seccomp: Any = None
+    rootfs_propagation: str = ""
+    masked_paths: tuple[str, ...] = ()
+    readonly_paths: tuple[str, ...] = ()
+    mount_label: str | None = None
+
+    def namespace(self, kind: str) -> Namespace | None:
+        for ns in self.namespaces:
+            if ns.type == kind:
+                return ns
+        return None
+
+
+@dataclass(frozen=True)
+class Spec:
+    oci_version: str
+    root: Root
+    process: Process | None
+    hostname: str | None
+    domainname: str | None
+    mounts: tuple[Mount, ...]
+    hooks: dict[str, tuple[Hook, ...]]
+    annotations: dict[str, str]
+    linux: Linux
+    raw: dict = field(repr=False, compare=False, default_factory=dict)
+
+
+def _abs(path: str, name: str) -> str:
+    if not path.startswith("/"):
+        raise SpecError(f"{name}: must be an absolute path, got {path!r}")
+    return path
+
+
+def _id_mappings(o: _Obj, key: str) -> tuple[IDMapping, ...]:
+    return tuple(IDMapping(m.int("containerID", required=True, lo=0, hi=UINT32_MAX),
+                           m.int("hostID", required=True, lo=0, hi=UINT32_MAX),
+                           m.int("size", required=True, lo=1, hi=UINT32_MAX)) for m in o.objs(key))
+
+
+def parse_user(u: _Obj | None) -> User:
+    if u is None:
+        return User()
+    gids = u.get("additionalGids", list, [])
+    for i, g in enumerate(gids):
+        if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g <= UINT32_MAX:
+            raise SpecError(f"{u.path}.additionalGids[{i}]: must be a uint32, got {json.dumps(g)}")
+    return User(u.int("uid", 0, lo=0, hi=UINT32_MAX), u.int("gid", 0, lo=0, hi=UINT32_MAX),
+                u.int("umask", None, lo=0, hi=0o7777), tuple(gids))
+
+
+def parse_process(p: _Obj) -> Process:
+    args = p.strings("args")
+    if not args:
+        raise SpecError(f"{p.path}.args: must name the program to run")
+    cwd = _abs(p.str("cwd", required=True), f"{p.path}.cwd")
+    for i, e in enumerate(p.strings("env")):
+        if "=" not in e:
+            raise SpecError(f"{p.path}.env[{i}]: {e!r} is not KEY=VALUE")
+    rlimits, seen = [], set()
+    for r in p.objs("rlimits"):
+        kind = r.str("type", required=True)
+        if kind not in RLIMIT_NAMES:
+            raise SpecError(f"{r.path}.type: unknown rlimit {kind!r}")
+        if kind in seen:
+            raise SpecError(f"{r.path}.type: duplicate rlimit {kind}")
+        seen.add(kind)
+        rlimits.append(Rlimit(kind, r.int("soft", required=True, lo=0, hi=2**64 - 1),
+                              r.int("hard", required=True, lo=0, hi=2**64 - 1)))
+    caps = None
+    c = p.obj("capabilities")
+    if c is not None:
+        from pyruntime.linux.capabilities import Capabilities
+        try:
+            caps = Capabilities.from_spec(c.raw, where=c.path)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    size = p.obj("consoleSize")
+    return Process(
+        args=tuple(args), cwd=cwd, env=tuple(p.strings("env")), terminal=p.bool("terminal"),
+        console_size=(size.int("height", 0, lo=0), size.int("width", 0, lo=0)) if size else None,
+        user=parse_user(p.obj("user")), rlimits=tuple(rlimits), capabilities=caps,
+        no_new_privileges=p.bool("noNewPrivileges"), oom_score_adj=p.int("oomScoreAdj", None, lo=-1000, hi=1000),
+        apparmor_profile=p.str("apparmorProfile"), selinux_label=p.str("selinuxLabel"))
+
+
+def _mounts(o: _Obj) -> tuple[Mount, ...]:
+    out = []
+    for m in o.objs("mounts"):
+        dest = m.str("destination", required=True)
+        out.append(Mount(_abs(dest, f"{m.path}.destination"), m.str("type"), m.str("source"),
+                         tuple(m.strings("options")), _id_mappings(m, "uidMappings"), _id_mappings(m, "gidMappings")))
+    return tuple(out)
+
+
+def _hooks(o: _Obj | None) -> dict[str, tuple[Hook, ...]]:
+    hooks: dict[str, tuple[Hook, ...]] = {}
+    if o is None:
+        return hooks
+    for kind in HOOK_KINDS:
+        hooks[kind] = tuple(Hook(_abs(h.str("path", required=True), f"{h.path}.path"), tuple(h.strings("args")),
+                                 tuple(h.strings("env")), h.int("timeout", None, lo=1)) for h in o.objs(kind))
+    return hooks
+
+
+def hooks_of(config: dict) -> dict[str, tuple[Hook, ...]]:
+    """The hooks of a config.json kept in the container's state (it was validated at create)."""
+    return _hooks(_Obj(config["hooks"], "hooks")) if config.get("hooks") else {}
+
+
+def _linux(o: _Obj | None) -> Linux:
+    if o is None:
+        return Linux()
+    namespaces, seen = [], set()
+    for n in o.objs("namespaces"):
+        kind = n.str("type", required=True)
+        if kind not in NAMESPACE_TYPES:
+            raise SpecError(f"{n.path}.type: unknown namespace type {kind!r}")
+        if kind in seen:
+            raise SpecError(f"{n.path}.type: duplicate namespace {kind!r}")
+        seen.add(kind)
+        path = n.str("path")
+        namespaces.append(Namespace(kind, _abs(path, f"{n.path}.path") if path else None))
+    uid_maps, gid_maps = _id_mappings(o, "uidMappings"), _id_mappings(o, "gidMappings")
+    if (uid_maps or gid_maps) and "user" not in seen:
+        raise SpecError("linux.uidMappings: user namespace mappings need a user namespace in linux.namespaces")
+    devices = []
+    for d in o.objs("devices"):
+        kind = d.str("type", required=True)
+        if kind not in ("c", "b", "u", "p"):
+            raise SpecError(f"{d.path}.type: must be one of c, b, u, p, got {kind!r}")
+        devices.append(Device(kind, _abs(d.str("path", required=True), f"{d.path}.path"),
+                              d.int("major", 0, lo=0, required=kind != "p"), d.int("minor", 0, lo=0, required=kind != "p"),
+                              d.int("fileMode", None, lo=0, hi=0o7777), d.int("uid", None, lo=0, hi=UINT32_MAX),
+                              d.int("gid", None, lo=0, hi=UINT32_MAX)))
+    resources = None
+    r = o.obj("resources")
+    if r is not None:
+        from pyruntime.linux.cgroups.resources import Resources
+        try:
+            resources = Resources.from_spec(r.raw, where=r.path)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    seccomp = None
+    s = o.obj("seccomp")
+    if s is not None:
+        from pyruntime.linux.seccomp import Seccomp
+        try:
+            seccomp = Seccomp.from_spec(s.raw, where=s.path)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+    propagation = o.str("rootfsPropagation", "")
+    if propagation not in PROPAGATIONS:
+        raise SpecError(f"linux.rootfsPropagation: unknown propagation {propagation!r}")
+    for unsupported in ("intelRdt", "personality", "netDevices", "memoryPolicy"):
+        if o.raw.get(unsupported):
+            raise SpecError(f"linux.{unsupported}: not supported by pyruntime")
+    return Linux(tuple(namespaces), uid_maps, gid_maps, tuple(devices), o.str("cgroupsPath", ""), resources,
+                 o.str_map("sysctl"), seccomp, propagation, tuple(o.strings("maskedPaths")),
+                 tuple(o.strings("readonlyPaths")), o.str("mountLabel"))
+
+
+def parse(raw: Any, bundle: str) -> Spec:
+    """A validated Spec from the decoded config.json of the bundle at `bundle` (used for relative paths)."""
+    top = _Obj(raw, "")
+    version = top.str("ociVersion", required=True)
+    if not version.startswith("1."):
+        raise SpecError(f"ociVersion: unsupported version {version!r} (pyruntime implements 1.x)")
+    root = top.obj("root", required=True)
+    root_path = root.str("path", required=True)
+    proc = top.obj("process")
+    hostname = top.str("hostname")
+    linux = _linux(top.obj("linux"))
+    if hostname and not (linux.namespace("uts") and linux.namespace("uts").path is None):
+        raise SpecError("hostname: setting a hostname needs a new uts namespace in linux.namespaces")
+    return Spec(
+        oci_version=version,
+        root=Root(os.path.normpath(os.path.join(bundle, root_path)), root.bool("readonly")),
+        process=parse_process(proc) if proc is not None else None,
+        hostname=hostname, domainname=top.str("domainname"), mounts=_mounts(top),
+        hooks=_hooks(top.obj("hooks")), annotations=top.str_map("annotations"), linux=linux, raw=raw)
+
+
+def load_bundle(bundle: str) -> Spec:
+    """Reads and validates BUNDLE/config.json; every failure names the file or the field."""
+    bundle = os.path.abspath(bundle)
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open(path, "rb") as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: invalid JSON: {e}") from None
+    except OSError as e:
+        raise SpecError(f"{path}: {e.strerror}") from None
+    spec = parse(raw, bundle)
+    if not os.path.isdir(spec.root.path):
+        raise SpecError(f"root.path: rootfs {spec.root.path} does not exist or is not a directory")
+    return spec
