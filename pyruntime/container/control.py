@@ -23,7 +23,7 @@ def status_of(store: Store, state: ContainerState) -> str:
     if os.path.exists(store.path(state.id, FIFO)):
         return CREATED
     try:
-        if _cgroup(state).state() == "FROZEN":
+        if _cgroup(state).state() == cgroups.FROZEN:
             return PAUSED
     except OSError:
         pass

@@ -13,7 +13,7 @@ import time
 
 from pyruntime.container import init
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import FIFO, ContainerError, Store
+from pyruntime.container.store import FIFO, ContainerError, Store, validate_id
 from pyruntime.container.sync import Channel, ChildError
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
@@ -67,6 +67,7 @@ def _kill_and_reap(pid: int) -> None:
 
 def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = None, pid_file: str | None = None,
            preserve_fds: int = 0) -> ContainerState:
+    validate_id(cid)
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle)
     if spec.process is None:

@@ -1,0 +1,280 @@
+"""Capability sets of the container process (process.capabilities) and their application.
+
+The kernel calls happen in the container's init right before exec, so the work is done with raw
+prctl(2)/capset(2) through ctypes (already loaded by the runtime) rather than python-prctl.
+
+The spec asks that a capability which cannot be mapped or granted be logged as a warning and not fail
+the container (runc >= 1.1 does the same), so every such name goes to the caller's ``warn`` callback and
+is skipped; failures of the calls themselves still raise, naming the call.
+
+Order in the init (what ``apply`` does, mirroring runc's finalizeNamespace):
+``drop_bounding`` -> ``PR_SET_KEEPCAPS(1)`` -> ``set_ids`` -> ``PR_SET_KEEPCAPS(0)`` -> ``set_capabilities``.
+Keep-caps is what lets the permitted set survive the switch from uid 0 to the container's user.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from pyruntime.linux._libc import check, libc
+
+Warn = Callable[[str], None]
+
+CAPABILITIES: Mapping[str, int] = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_DAC_READ_SEARCH": 2,
+    "CAP_FOWNER": 3,
+    "CAP_FSETID": 4,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+    "CAP_SETPCAP": 8,
+    "CAP_LINUX_IMMUTABLE": 9,
+    "CAP_NET_BIND_SERVICE": 10,
+    "CAP_NET_BROADCAST": 11,
+    "CAP_NET_ADMIN": 12,
+    "CAP_NET_RAW": 13,
+    "CAP_IPC_LOCK": 14,
+    "CAP_IPC_OWNER": 15,
+    "CAP_SYS_MODULE": 16,
+    "CAP_SYS_RAWIO": 17,
+    "CAP_SYS_CHROOT": 18,
+    "CAP_SYS_PTRACE": 19,
+    "CAP_SYS_PACCT": 20,
+    "CAP_SYS_ADMIN": 21,
+    "CAP_SYS_BOOT": 22,
+    "CAP_SYS_NICE": 23,
+    "CAP_SYS_RESOURCE": 24,
+    "CAP_SYS_TIME": 25,
+    "CAP_SYS_TTY_CONFIG": 26,
+    "CAP_MKNOD": 27,
+    "CAP_LEASE": 28,
+    "CAP_AUDIT_WRITE": 29,
+    "CAP_AUDIT_CONTROL": 30,
+    "CAP_SETFCAP": 31,
+    "CAP_MAC_OVERRIDE": 32,
+    "CAP_MAC_ADMIN": 33,
+    "CAP_SYSLOG": 34,
+    "CAP_WAKE_ALARM": 35,
+    "CAP_BLOCK_SUSPEND": 36,
+    "CAP_AUDIT_READ": 37,
+    "CAP_PERFMON": 38,
+    "CAP_BPF": 39,
+    "CAP_CHECKPOINT_RESTORE": 40,
+}
+_NAMES = {number: name for name, number in CAPABILITIES.items()}
+SETS = ("bounding", "effective", "inheritable", "permitted", "ambient")
+
+PR_CAPBSET_READ = 23
+PR_CAPBSET_DROP = 24
+PR_SET_KEEPCAPS = 8
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def name(cap: int) -> str:
+    """Kernels newer than this table have numbered capabilities we cannot name; errors still show them."""
+    return _NAMES.get(cap, f"CAP_{cap}")
+
+
+def last_cap() -> int:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        return int(f.read())
+
+
+def _names(obj: Mapping[str, object], key: str, where: str, supported: int, warn: Warn | None) -> frozenset[int]:
+    value = obj.get(key)
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list):
+        raise ValueError(f"{where}.{key}: expected an array of strings, got {type(value).__name__}")
+    caps = set()
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"{where}.{key}[{i}]: expected a string, got {type(item).__name__}")
+        cap = CAPABILITIES.get(item)
+        if cap is None or cap > supported:
+            if warn is not None:
+                warn(f"{where}.{key}: ignoring unknown or unavailable capability {item!r}")
+            continue
+        caps.add(cap)
+    return frozenset(caps)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Capability numbers per set; a set absent from the config is empty (as in runc), not "unchanged"."""
+
+    bounding: frozenset[int] = frozenset()
+    effective: frozenset[int] = frozenset()
+    inheritable: frozenset[int] = frozenset()
+    permitted: frozenset[int] = frozenset()
+    ambient: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_spec(
+        cls, obj: object, *, where: str = "process.capabilities", warn: Warn | None = None
+    ) -> Capabilities:
+        """Validates types strictly; names the running kernel cannot map are passed to ``warn`` and dropped."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+        supported = last_cap()
+        return cls(**{key: _names(obj, key, where, supported, warn) for key in SETS})
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _prctl(call: str, option: int, *args: int) -> int:
+    padded = [ctypes.c_ulong(arg) for arg in args] + [ctypes.c_ulong(0)] * (4 - len(args))
+    return check(libc.prctl(option, *padded), call)
+
+
+def _bits(caps: Iterable[int]) -> int:
+    mask = 0
+    for cap in caps:
+        mask |= 1 << cap
+    return mask
+
+
+def _caps(mask: int) -> frozenset[int]:
+    return frozenset(cap for cap in range(mask.bit_length()) if mask >> cap & 1)
+
+
+def _capget() -> tuple[int, int, int]:
+    """(effective, permitted, inheritable) of the calling thread as bitmasks."""
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    check(libc.capget(ctypes.byref(header), data), "capget")
+    lo, hi = data
+    return (
+        lo.effective | hi.effective << 32,
+        lo.permitted | hi.permitted << 32,
+        lo.inheritable | hi.inheritable << 32,
+    )
+
+
+def _capset(effective: int, permitted: int, inheritable: int) -> None:
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for i in range(2):
+        shift = 32 * i
+        data[i].effective = effective >> shift & 0xFFFFFFFF
+        data[i].permitted = permitted >> shift & 0xFFFFFFFF
+        data[i].inheritable = inheritable >> shift & 0xFFFFFFFF
+    check(libc.capset(ctypes.byref(header), data), "capset")
+
+
+def bounding_set() -> frozenset[int]:
+    return frozenset(
+        cap for cap in range(last_cap() + 1) if _prctl(f"prctl(PR_CAPBSET_READ, {name(cap)})", PR_CAPBSET_READ, cap)
+    )
+
+
+def drop_bounding(caps: Capabilities, *, warn: Warn | None = None) -> None:
+    """Drops every capability not in ``caps.bounding``; one we were never given cannot be kept, only reported."""
+    current = bounding_set()
+    if warn is not None:
+        for cap in sorted(caps.bounding - current):
+            warn(f"process.capabilities.bounding: {name(cap)} is not in the runtime's bounding set, not granted")
+    for cap in sorted(current - caps.bounding):
+        _prctl(f"prctl(PR_CAPBSET_DROP, {name(cap)})", PR_CAPBSET_DROP, cap)
+
+
+def set_keep_caps(keep: bool) -> None:
+    _prctl(f"prctl(PR_SET_KEEPCAPS, {int(keep)})", PR_SET_KEEPCAPS, int(keep))
+
+
+def set_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> None:
+    """Groups before gid before uid: each step needs the privilege the next one gives up.
+
+    setgroups(2) is skipped when nothing is asked and a user namespace forbids it (/proc/self/setgroups
+    "deny"), as it would fail there for no benefit.
+    """
+    groups = list(additional_gids)
+    if groups or _setgroups_allowed():
+        _os_call(os.setgroups, groups, call=f"setgroups({groups})")
+    _os_call(os.setresgid, gid, gid, gid, call=f"setresgid({gid}, {gid}, {gid})")
+    _os_call(os.setresuid, uid, uid, uid, call=f"setresuid({uid}, {uid}, {uid})")
+
+
+def _setgroups_allowed() -> bool:
+    try:
+        with open("/proc/self/setgroups") as f:
+            return f.read().strip() != "deny"
+    except FileNotFoundError:
+        return True
+
+
+def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
+    try:
+        fn(*args)
+    except OSError as e:
+        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from None
+
+
+def set_capabilities(caps: Capabilities, *, warn: Warn | None = None) -> None:
+    """Sets effective/permitted/inheritable with capset(2), then the ambient set.
+
+    Only what the kernel would let capset(2) and PR_CAP_AMBIENT_RAISE grant is requested: permitted
+    within our own permitted set, effective within the new permitted set, inheritable within what was
+    inheritable or permitted and is still bounded, ambient within new permitted and inheritable. The
+    rest goes to ``warn``, so a runtime running with fewer capabilities still starts the container.
+    """
+    _, old_permitted, old_inheritable = _capget()
+    bounding = _bits(bounding_set())
+    permitted = _bits(caps.permitted) & old_permitted
+    effective = _bits(caps.effective) & permitted
+    inheritable = _bits(caps.inheritable) & (old_inheritable | old_permitted) & (old_inheritable | bounding)
+    ambient = _bits(caps.ambient) & permitted & inheritable
+    if warn is not None:
+        for key, granted in (("permitted", permitted), ("effective", effective),
+                             ("inheritable", inheritable), ("ambient", ambient)):
+            for cap in sorted(getattr(caps, key) - _caps(granted)):
+                warn(f"process.capabilities.{key}: {name(cap)} cannot be granted, skipped")
+    _capset(effective, permitted, inheritable)
+    _prctl("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    for cap in sorted(_caps(ambient)):
+        _prctl(f"prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, {name(cap)})", PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap)
+
+
+def set_no_new_privileges() -> None:
+    _prctl("prctl(PR_SET_NO_NEW_PRIVS, 1)", PR_SET_NO_NEW_PRIVS, 1)
+
+
+def apply(
+    caps: Capabilities | None,
+    *,
+    uid: int,
+    gid: int,
+    additional_gids: Iterable[int] = (),
+    no_new_privileges: bool = False,
+    warn: Warn | None = None,
+) -> None:
+    """Everything identity-related the init does before exec, in the only order that works.
+
+    ``caps`` None means the config has no process.capabilities: the sets are left as the kernel makes
+    them (a switch to a non-root uid then clears them, as for any setuid). A seccomp filter loaded
+    without no_new_privileges must be loaded before this call, while CAP_SYS_ADMIN is still held.
+    """
+    if no_new_privileges:
+        set_no_new_privileges()
+    if caps is None:
+        set_ids(uid, gid, additional_gids)
+        return
+    drop_bounding(caps, warn=warn)
+    set_keep_caps(True)
+    set_ids(uid, gid, additional_gids)
+    set_keep_caps(False)
+    set_capabilities(caps, warn=warn)

@@ -1,0 +1,115 @@
+"""Where the hierarchies are mounted and where in them a container's cgroupsPath lands.
+
+Mount points are read from mountinfo rather than assumed, because hosts differ: controllers may be
+co-mounted ("cpu,cpuacct") or split, a hybrid host adds a cgroup2 mount beside the v1 ones, and inside a
+container a hierarchy's mount root is not the hierarchy root.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PARENT = "pyruntime"
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """One mounted hierarchy. `key` names it as /proc/<pid>/cgroup does ("cpu,cpuacct", "name=systemd", "")."""
+
+    key: str
+    controllers: frozenset[str]
+    mountpoint: str
+    root: str
+
+
+def _unescape(field: str) -> str:
+    """mountinfo octal-escapes space, tab, newline and backslash in paths."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> tuple[list[Hierarchy], Hierarchy | None]:
+    """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any."""
+    v1: dict[str, Hierarchy] = {}
+    v2: Hierarchy | None = None
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        if len(fields) < sep + 4:
+            continue
+        fstype, superopts = fields[sep + 1], fields[sep + 3]
+        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
+        if fstype == "cgroup2":
+            if v2 is None:
+                v2 = Hierarchy("", frozenset(), mountpoint, root)
+        elif fstype == "cgroup":
+            opts = superopts.split(",")
+            names = [o for o in opts if o.startswith("name=")]
+            controllers = [o for o in opts if o not in ("rw", "ro") and "=" not in o
+                           and o not in ("noprefix", "clone_children", "xattr", "cpuset_v2_mode", "favordynmods")]
+            key = ",".join(sorted(controllers) + names)
+            if key and key not in v1:
+                v1[key] = Hierarchy(key, frozenset(controllers + names), mountpoint, root)
+    return list(v1.values()), v2
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """Maps each hierarchy key ("" for cgroup2) to the process's path in it."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            key = ",".join(sorted(c for c in parts[1].split(",") if not c.startswith("name="))
+                           + [c for c in parts[1].split(",") if c.startswith("name=")])
+            out[key] = parts[2]
+    return out
+
+
+def split_path(cgroups_path: str, container_id: str) -> tuple[bool, tuple[str, ...]]:
+    """Checks a cgroupsPath and splits it into (is_absolute, components).
+
+    An empty path means /pyruntime/<id>. The systemd driver's "slice:prefix:name" form is refused rather
+    than taken as a directory name, and ".." is refused because it would leave the hierarchy.
+    """
+    if not cgroups_path:
+        return True, (DEFAULT_PARENT, container_id)
+    if not cgroups_path.startswith("/") and cgroups_path.count(":") == 2:
+        raise ValueError(f"cgroupsPath {cgroups_path!r}: looks like a systemd slice:prefix:name path, "
+                         "but the systemd cgroup driver is not supported; use a cgroupfs path")
+    parts = tuple(p for p in cgroups_path.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise ValueError(f"cgroupsPath {cgroups_path!r}: must not contain '..'")
+    if not parts:
+        raise ValueError(f"cgroupsPath {cgroups_path!r}: names the hierarchy root, not a container cgroup")
+    return cgroups_path.startswith("/"), parts
+
+
+def base_dir(h: Hierarchy, absolute: bool, own: dict[str, str]) -> str:
+    """The directory a cgroupsPath is relative to: the mount for an absolute path, else our own cgroup.
+
+    Our own cgroup is reported relative to the hierarchy root, so the mount's root is stripped off.
+    """
+    if absolute:
+        return h.mountpoint
+    mine = own.get(h.key, "/")
+    if h.root != "/" and (mine == h.root or mine.startswith(h.root + "/")):
+        mine = mine[len(h.root):]
+    return h.mountpoint.rstrip("/") + "/" + mine.strip("/") if mine.strip("/") else h.mountpoint
+
+
+def removable_parents(parts: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The ancestors destroy() may remove when empty: only ones inside the runtime's own /pyruntime."""
+    if len(parts) < 2 or parts[0] != DEFAULT_PARENT:
+        return []
+    return [parts[:n] for n in range(len(parts) - 1, 0, -1)]

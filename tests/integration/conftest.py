@@ -1,0 +1,32 @@
+"""Fixtures for the root tier: a busybox rootfs shared read-only by the session, a runtime per test."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.kit.busybox import build_rootfs
+from tests.kit.runtime import Runtime, bundle_config, write_bundle
+
+
+@pytest.fixture(scope="session")
+def rootfs(tmp_path_factory) -> Path:
+    return build_rootfs(tmp_path_factory.mktemp("busybox") / "rootfs")
+
+
+@pytest.fixture
+def runtime(tmp_path):
+    rt = Runtime(tmp_path / "state")
+    yield rt
+    rt.cleanup()
+
+
+@pytest.fixture
+def make_bundle(tmp_path, rootfs):
+    """make_bundle(args, **top_level_edits) -> (bundle path, config dict); edit the dict, then call again."""
+    counter = iter(range(1000))
+
+    def make(args: list[str], config: dict | None = None, **edits) -> Path:
+        cfg = config if config is not None else bundle_config(rootfs, args, **edits)
+        return write_bundle(tmp_path / f"bundle{next(counter)}", cfg)
+    return make

@@ -1,0 +1,136 @@
+"""linux.seccomp validation: every rejection names the offending field, as the CLI prints it verbatim."""
+from __future__ import annotations
+
+import pytest
+
+from pyruntime.linux import seccomp
+from pyruntime.linux.seccomp import Arg, Seccomp, Syscall
+
+
+def parse(**fields: object) -> Seccomp:
+    return Seccomp.from_spec({"defaultAction": "SCMP_ACT_ALLOW", **fields})
+
+
+def test_full_config_round_trips_into_typed_fields() -> None:
+    s = Seccomp.from_spec({
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": 38,
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "flags": ["SECCOMP_FILTER_FLAG_LOG"],
+        "listenerPath": "/run/agent.sock",
+        "listenerMetadata": "meta",
+        "syscalls": [
+            {"names": ["read", "write"], "action": "SCMP_ACT_ALLOW"},
+            {"names": ["personality"], "action": "SCMP_ACT_ALLOW",
+             "args": [{"index": 0, "value": 8, "op": "SCMP_CMP_EQ"},
+                      {"index": 1, "value": 0xF0, "valueTwo": 0x10, "op": "SCMP_CMP_MASKED_EQ"}]},
+            {"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"},
+            {"names": ["ptrace"], "action": "SCMP_ACT_TRACE", "errnoRet": 1},
+        ],
+    })
+    assert s.default_action == "SCMP_ACT_ERRNO" and s.default_errno_ret == 38
+    assert s.architectures == ("SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32")
+    assert s.flags == ("SECCOMP_FILTER_FLAG_LOG",)
+    assert (s.listener_path, s.listener_metadata) == ("/run/agent.sock", "meta")
+    assert s.syscalls[0] == Syscall(("read", "write"), "SCMP_ACT_ALLOW")
+    assert s.syscalls[1].args == (Arg(0, 8, 0, "SCMP_CMP_EQ"), Arg(1, 0xF0, 0x10, "SCMP_CMP_MASKED_EQ"))
+    assert s.syscalls[3].errno_ret == 1
+    assert s.uses_notify
+
+
+def test_minimal_config_has_empty_defaults() -> None:
+    s = parse()
+    assert s == Seccomp("SCMP_ACT_ALLOW")
+    assert not s.uses_notify
+
+
+def test_unknown_syscall_names_are_accepted_for_load_to_skip() -> None:
+    assert parse(syscalls=[{"names": ["no_such_syscall"], "action": "SCMP_ACT_ERRNO"}]).syscalls[0].names == (
+        "no_such_syscall",)
+
+
+@pytest.mark.parametrize("obj, message", [
+    ([], "linux.seccomp: expected an object, got list"),
+    ({}, "linux.seccomp.defaultAction: required"),
+    ({"defaultAction": "SCMP_ACT_FOO"}, "linux.seccomp.defaultAction: unknown action 'SCMP_ACT_FOO'"),
+    ({"defaultAction": 3}, "linux.seccomp.defaultAction: expected a string, got int"),
+    ({"defaultAction": "SCMP_ACT_NOTIFY", "listenerPath": "/x"},
+     "linux.seccomp.defaultAction: SCMP_ACT_NOTIFY cannot be the default action"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "defaultErrnoRet": 1},
+     "linux.seccomp.defaultErrnoRet: not supported by action SCMP_ACT_ALLOW"),
+    ({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": -1},
+     "linux.seccomp.defaultErrnoRet: expected an integer in [0, 65536), got -1"),
+    ({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": True},
+     "linux.seccomp.defaultErrnoRet: expected an integer in [0, 65536), got True"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "architectures": "SCMP_ARCH_X86"},
+     "linux.seccomp.architectures: expected an array, got str"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_X86", "SCMP_ARCH_VAX"]},
+     "linux.seccomp.architectures[1]: unknown architecture 'SCMP_ARCH_VAX'"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_NEW_LISTENER"]},
+     "linux.seccomp.flags[0]: unknown flag 'SECCOMP_FILTER_FLAG_NEW_LISTENER'"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "listenerMetadata": "m"},
+     "linux.seccomp.listenerMetadata: set without listenerPath"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": 7}, "linux.seccomp.listenerPath: expected a string, got int"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]},
+     "linux.seccomp.listenerPath: required when SCMP_ACT_NOTIFY is used"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": {}}, "linux.seccomp.syscalls: expected an array, got dict"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": ["read"]},
+     "linux.seccomp.syscalls[0]: expected an object, got str"),
+])
+def test_top_level_errors_name_the_field(obj: object, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        Seccomp.from_spec(obj)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("rule, message", [
+    ({"action": "SCMP_ACT_ALLOW"}, "syscalls[2].names: required"),
+    ({"names": [], "action": "SCMP_ACT_ALLOW"}, "syscalls[2].names: must contain at least one entry"),
+    ({"names": "read", "action": "SCMP_ACT_ALLOW"}, "syscalls[2].names: expected an array, got str"),
+    ({"names": ["read", 1], "action": "SCMP_ACT_ALLOW"}, "syscalls[2].names[1]: expected a string, got int"),
+    ({"names": ["read"]}, "syscalls[2].action: required"),
+    ({"names": ["read"], "action": "SCMP_ACT_FOO"}, "syscalls[2].action: unknown action 'SCMP_ACT_FOO'"),
+    ({"names": ["read"], "action": "SCMP_ACT_KILL", "errnoRet": 1},
+     "syscalls[2].errnoRet: not supported by action SCMP_ACT_KILL"),
+    ({"names": ["read"], "action": "SCMP_ACT_ERRNO", "errnoRet": 70000},
+     "syscalls[2].errnoRet: expected an integer in [0, 65536), got 70000"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": {}}, "syscalls[2].args: expected an array, got dict"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"value": 1, "op": "SCMP_CMP_EQ"}]},
+     "syscalls[2].args[0].index: required"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 6, "value": 1, "op": "SCMP_CMP_EQ"}]},
+     "syscalls[2].args[0].index: expected an integer in [0, 6), got 6"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 1 << 64, "op": "SCMP_CMP_EQ"}]},
+     f"syscalls[2].args[0].value: expected an integer in [0, {1 << 64}), got {1 << 64}"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW",
+      "args": [{"index": 0, "value": 1, "valueTwo": "2", "op": "SCMP_CMP_EQ"}]},
+     f"syscalls[2].args[0].valueTwo: expected an integer in [0, {1 << 64}), got '2'"),
+    ({"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 1, "op": "SCMP_CMP_LIKE"}]},
+     "syscalls[2].args[0].op: unknown operator 'SCMP_CMP_LIKE'"),
+])
+def test_rule_errors_name_the_rule_and_field(rule: dict, message: str) -> None:
+    ok = {"names": ["read"], "action": "SCMP_ACT_ALLOW"}
+    with pytest.raises(ValueError) as e:
+        parse(syscalls=[ok, ok, rule])
+    assert str(e.value) == f"linux.seccomp.{message}"
+
+
+def test_features_lists_spec_names() -> None:
+    f = seccomp.features()
+    assert f["enabled"] is True
+    assert set(f["actions"]) == set(seccomp.ACTIONS)
+    assert f["operators"] == sorted(seccomp.OPERATORS)
+    expected_archs = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"}
+    assert expected_archs <= set(f["archs"])
+    assert set(f["supportedFlags"]) <= set(f["knownFlags"]) == set(seccomp.FLAGS)
+    assert "SECCOMP_FILTER_FLAG_LOG" in f["supportedFlags"]
+
+
+def test_import_does_not_load_libseccomp() -> None:
+    import subprocess
+    import sys
+
+    code = ("import pyruntime.linux.seccomp, pyruntime.linux.capabilities\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "assert 'libseccomp' not in maps, 'libseccomp loaded at import'\n"
+            "import sys; assert 'pyseccomp' not in sys.modules and 'prctl' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
