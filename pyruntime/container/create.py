@@ -8,12 +8,13 @@ container's processes are killed, the cgroup and the state directory removed.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 
 from pyruntime.container import init
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import FIFO, ContainerError, Store, validate_id
+from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store, validate_id
 from pyruntime.container.sync import Channel, ChildError
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
@@ -84,11 +85,13 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         cg = cgroups.manager(spec.linux.cgroups_path, cid)
         cg.create()
         cg.set(cgroup_resources(spec))
-        os.mkfifo(store.path(cid, FIFO), 0o600)
+        for name in (FIFO, EXEC_FIFO):
+            os.mkfifo(store.path(cid, name), 0o600)
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            init.stage1(spec, bundle, child, store.path(cid, FIFO), console_socket, preserve_fds)
+            init.stage1(spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)), console_socket,
+                        preserve_fds)
         child.close()
         cg.add(stage1_pid)
         parent.send("go")
@@ -101,6 +104,7 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         init_pid = parent.recv("pid")["pid"]
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
+        parent.send("pid-received")
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
         parent.recv("hooks")
         runtime_view = oci_state(state, "creating")
@@ -136,15 +140,22 @@ def start(store: Store, cid: str) -> None:
         if status != CREATED:
             raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
         fifo_path = store.path(cid, FIFO)
+        execed = os.open(store.path(cid, EXEC_FIFO), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as e:
-            raise ContainerError(f"cannot start container {cid!r}: exec fifo {fifo_path}: {e.strerror}") from None
-        try:
-            os.write(fd, b"0")
+            try:
+                fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from None
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+            os.unlink(fifo_path)
+            # readable (EOF) once the init's copy closes at execve, or the init dies
+            select.select([execed], [], [])
         finally:
-            os.close(fd)
-        os.unlink(fifo_path)
+            os.close(execed)
+        os.unlink(store.path(cid, EXEC_FIFO))
         spec_hooks = hooks_of(state.config).get("poststart", ())
         if spec_hooks:
             try:

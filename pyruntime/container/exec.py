@@ -64,6 +64,7 @@ def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_soc
 
 def _stage2(spec: Spec, proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int) -> None:
     try:
+        chan.recv("pid-received")
         if proc.terminal:
             from pyruntime.container import console
             console.become_terminal(console.connect(console_socket) if console_socket else None, proc.console_size)
@@ -99,6 +100,7 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
         pid = parent.recv("pid")["pid"]
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
+        parent.send("pid-received")
         try:
             parent.recv("ready")
         except ChildError:

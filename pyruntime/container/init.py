@@ -92,9 +92,26 @@ def write_sysctls(spec: Spec) -> None:
             raise SyscallError(e.errno or 0, f"linux.sysctl: write {path}: {e.strerror}") from None
 
 
-def stage1(spec: Spec, bundle: str, chan: Channel, fifo_path: str, console_socket: str | None, preserve_fds: int) -> None:
+def preload(spec: Spec) -> None:
+    """Loads now what the steps after pivot_root need, because the host's files are gone by then."""
+    if spec.linux.seccomp is not None:
+        from pyruntime.linux import seccomp
+        seccomp.preload()
+    if spec.hooks.get("startContainer"):
+        import subprocess  # noqa: F401  (run_hooks imports it after pivot_root)
+
+
+def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], console_socket: str | None,
+           preserve_fds: int) -> None:
     try:
         SYS.prctl(sc.PR_SET_DUMPABLE, 0)
+        # opened before a user namespace makes us an unmapped stranger to the runtime's own files
+        fifo_fds = tuple(os.open(f, os.O_RDWR | os.O_CLOEXEC) for f in fifos)
+        console = None
+        if spec.process is not None and spec.process.terminal:
+            from pyruntime.container import console as console_mod
+            console = console_mod.connect(console_socket) if console_socket else None
+        preload(spec)
         chan.recv("go")
         join_namespaces(spec)
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
@@ -114,24 +131,22 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifo_path: str, console_socke
             process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            stage2(spec, bundle, chan, fifo_path, console_socket, preserve_fds, "user" in new or
-                   bool(spec.linux.namespace("user")))
+            stage2(spec, bundle, chan, fifo_fds, console, preserve_fds, spec.linux.namespace("user") is not None)
         chan.send("pid", pid=pid)
         os._exit(0)
     except BaseException as e:
         _fatal(chan, e)
 
 
-def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_path: str, console_socket: str | None, preserve_fds: int,
+def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, int], console, preserve_fds: int,
            in_userns: bool) -> None:
+    """`fifo_fds`: the start fifo, read once `start` writes to it, and the exec fifo, whose closing at
+    execve tells `start` that the workload runs, so that poststart hooks never run before it."""
     try:
         proc = spec.process
         assert proc is not None
-        fifo = os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
-        console = None
-        if proc.terminal:
-            from pyruntime.container import console as console_mod
-            console = console_mod.connect(console_socket) if console_socket else None
+        fifo, _exec_fifo = fifo_fds
+        chan.recv("pid-received")  # the channel is shared with stage 1 until the runtime has its report
         check_sysctls(spec)
         write_sysctls(spec)
         os.umask(0)
@@ -155,7 +170,7 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_path: str, consol
         if proc.terminal:
             from pyruntime.container import console as console_mod
             console_mod.become_terminal(console, proc.console_size)
-        keep = {chan.fileno(), fifo} | set(range(3, 3 + preserve_fds))
+        keep = {chan.fileno(), *fifo_fds} | set(range(3, 3 + preserve_fds))
         program = process.finalize(spec, proc, keep)
         chan.send("ready")
         chan.close()

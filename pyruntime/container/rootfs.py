@@ -103,16 +103,11 @@ def mount_one(root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
     try:
         where = paths.fd_path(target)
         if _is_bind(m, opts):
-            SYS.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
             extra = opts.flags & ~(sc.MS_BIND | sc.MS_REC | sc.MS_REMOUNT)
             if extra:
-                # the remount must name the mount itself: reopen the target now that it is mounted on
-                fresh = paths.open_in_root(root_fd, m.destination)
-                try:
-                    wp = paths.fd_path(fresh)
-                    SYS.mount(None, wp, None, sc.MS_REMOUNT | sc.MS_BIND | extra | _locked_flags(wp), None)
-                finally:
-                    os.close(fresh)
+                _bind_remount(root_fd, source or "", target, m.destination, extra, bool(opts.flags & sc.MS_REC))
+            else:
+                SYS.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
         else:
             SYS.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
         if opts.propagation:
@@ -138,6 +133,18 @@ def _cgroup_hierarchies() -> list[tuple[str, str, str]]:
     return found
 
 
+def _bind_remount(root_fd: int, source: str, target_fd: int, destination: str, flags: int,
+                  recursive: bool = True) -> None:
+    """A bind mount with flags: the remount must name the new mount, so the target is opened again."""
+    SYS.mount(source, paths.fd_path(target_fd), None, sc.MS_BIND | (sc.MS_REC if recursive else 0), None)
+    fresh = paths.open_in_root(root_fd, destination)
+    try:
+        where = paths.fd_path(fresh)
+        SYS.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | flags | _locked_flags(where), None)
+    finally:
+        os.close(fresh)
+
+
 def _mount_cgroup(root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -> None:
     """cgroup2 mounts as is; on v1 a tmpfs with one directory per hierarchy, as runc lays it out."""
     hierarchies = _cgroup_hierarchies()
@@ -146,8 +153,7 @@ def _mount_cgroup(root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -
     try:
         if any(mp == "/sys/fs/cgroup" and t == "cgroup2" for mp, t, _ in hierarchies):
             if not cgroup_ns:
-                SYS.mount("/sys/fs/cgroup", paths.fd_path(target), None, sc.MS_BIND | sc.MS_REC, None)
-                SYS.mount(None, paths.fd_path(target), None, sc.MS_REMOUNT | sc.MS_BIND | flags, None)
+                _bind_remount(root_fd, "/sys/fs/cgroup", target, m.destination, flags)
             else:
                 SYS.mount("cgroup2", paths.fd_path(target), "cgroup2", flags, None)
             return
@@ -162,8 +168,7 @@ def _mount_cgroup(root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -
                 controllers = ",".join(o for o in superopts.split(",") if o not in ("rw", "ro"))
                 SYS.mount("cgroup", paths.fd_path(sub), fstype, flags, controllers if fstype == "cgroup" else None)
             else:
-                SYS.mount(mount_point, paths.fd_path(sub), None, sc.MS_BIND | sc.MS_REC, None)
-                SYS.mount(None, paths.fd_path(sub), None, sc.MS_REMOUNT | sc.MS_BIND | flags, None)
+                _bind_remount(root_fd, mount_point, sub, os.path.join(m.destination, name), flags)
         finally:
             os.close(sub)
     if opts.flags & sc.MS_RDONLY:

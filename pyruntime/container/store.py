@@ -20,7 +20,8 @@ from pyruntime.oci.state import ContainerState
 DEFAULT_ROOT = "/run/pyruntime"
 _VALID_ID = re.compile(r"^[\w+.-]+$")
 STATE_FILE = "state.json"
-FIFO = "exec.fifo"
+FIFO = "start.fifo"
+EXEC_FIFO = "exec.fifo"
 
 
 class ContainerError(Exception):

@@ -251,6 +251,12 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
+def preload() -> None:
+    """Opens libseccomp while the host's /usr/lib is still visible: a container's init loads its
+    filter after pivot_root, where the image may have no libseccomp at all."""
+    _lib()
+
+
 def _check(rc: int, call: str) -> int:
     """libseccomp returns -errno instead of setting errno."""
     if rc < 0:

@@ -1,0 +1,180 @@
+"""Isolation and limits, each checked from inside the container or in the cgroup, as a user would."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from pyruntime.linux.cgroups import manager
+from tests.kit.busybox import build_rootfs
+
+
+def run(runtime, make_bundle, args, **edit):
+    """Runs a container to completion; `edit` keys are dotted paths into the config, e.g. linux.sysctl."""
+    bundle = make_bundle(args)
+    config = json.loads((bundle / "config.json").read_text())
+    for dotted, value in edit.items():
+        node = config
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    (bundle / "config.json").write_text(json.dumps(config))
+    return runtime("run", "--bundle", str(bundle), "c1", check=False)
+
+
+def test_namespaces_are_isolated(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["sh", "-c", "hostname; echo $$; ls /sys/class/net; ipcs -q | wc -l"],
+               hostname="isolated")
+    lines = done.stdout.split()
+    assert done.returncode == 0, done.stderr
+    assert lines[0] == "isolated"
+    assert lines[1] == "1"
+    assert lines[2] == "lo" and len(lines) == 4
+
+
+def test_sysctl_applies_inside_the_namespace_only(runtime, make_bundle):
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        host = f.read()
+    done = run(runtime, make_bundle, ["cat", "/proc/sys/net/ipv4/ip_forward"],
+               linux__sysctl={"net.ipv4.ip_forward": "1" if host.strip() == "0" else "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout != host
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        assert f.read() == host
+
+
+def test_memory_limit_oom_kills_and_the_exit_status_shows_it(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"],
+               linux__resources={"memory": {"limit": 16 << 20}, "devices": [{"allow": False, "access": "rwm"}]})
+    assert done.returncode == 137, done.stderr
+
+
+def test_pids_limit_stops_a_fork_bomb(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["sh", "-c", "for i in $(seq 20); do sleep 5 & done 2>&1; kill $(jobs -p)"],
+               linux__resources={"pids": {"limit": 8}, "devices": [{"allow": False, "access": "rwm"}]})
+    assert "can't fork" in done.stdout + done.stderr
+
+
+def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["cgroupsPath"] = "/pyruntime-test/cpu1"
+    config["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000, "cpus": "0", "shares": 512}
+    config["linux"]["resources"]["memory"] = {"limit": 100 << 20}
+    (bundle / "config.json").write_text(json.dumps(config))
+    runtime("run", "-d", "--bundle", str(bundle), "c1")
+    cg = manager("/pyruntime-test/cpu1", "c1")
+    stats = cg.stats()
+    assert stats["memory"]["usage"]["limit"] == 100 << 20
+    inside = runtime("exec", "c1", "sh", "-c", "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
+                     "/sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.split()
+    assert inside == ["50000", "0", str(100 << 20)]
+    runtime("delete", "--force", "c1")
+    assert not cg.exists()
+
+
+def test_capabilities_and_no_new_privs(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["grep", "-E", "^(CapEff|CapBnd|CapPrm|NoNewPrivs)", "/proc/self/status"],
+               process__capabilities={"bounding": ["CAP_KILL", "CAP_CHOWN"], "effective": ["CAP_KILL", "CAP_CHOWN"],
+                                      "permitted": ["CAP_KILL", "CAP_CHOWN"]})
+    fields = dict(line.split(":\t") for line in done.stdout.splitlines())
+    assert fields["CapEff"] == fields["CapBnd"] == fields["CapPrm"] == f"{(1 << 5) | 1:016x}"
+    assert fields["NoNewPrivs"] == "1"
+
+
+def test_seccomp_rule_blocks_a_syscall_with_the_configured_errno(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["sh", "-c", "mkdir /tmp/x; echo status=$?"],
+               root={"path": json.loads((make_bundle(["true"]) / "config.json").read_text())["root"]["path"],
+                     "readonly": False},
+               mounts=[{"destination": "/proc", "type": "proc", "source": "proc"},
+                       {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                       {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}],
+               linux__seccomp={"defaultAction": "SCMP_ACT_ALLOW",
+                               "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO",
+                                             "errnoRet": 13}]})
+    assert "Permission denied" in done.stdout + done.stderr
+    assert "status=1" in done.stdout
+
+
+def test_readonly_root_masked_and_readonly_paths_hold(runtime, make_bundle):
+    masked_file = next(p for p in ("/proc/keys", "/proc/timer_list", "/proc/kcore") if os.path.exists(p))
+    done = run(runtime, make_bundle, ["sh", "-c", f"touch /x; echo masked=$(wc -c < {masked_file}); "
+                                      "echo firmware=$(ls /sys/firmware | wc -l); echo 1 > /proc/sys/kernel/panic"])
+    assert "touch: /x: Read-only file system" in done.stderr
+    assert "masked=0" in done.stdout
+    assert "firmware=0" in done.stdout
+    assert "/proc/sys/kernel/panic: Read-only file system" in done.stderr
+
+
+def test_user_namespace_maps_ids(runtime, make_bundle, tmp_path):
+    bundle = make_bundle(["sh", "-c", "cat /proc/self/uid_map /proc/self/gid_map; id -u; stat -c %u /bin/busybox"])
+    config = json.loads((bundle / "config.json").read_text())
+    # the mapped root is a stranger on the host: its rootfs must be reachable by others
+    shared = Path(tempfile.mkdtemp(prefix="pyruntime-userns-"))
+    try:
+        shared.chmod(0o755)
+        build_rootfs(shared / "rootfs")
+        config["root"]["path"] = str(shared / "rootfs")
+        config["linux"]["namespaces"] = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "user")]
+        config["linux"]["uidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+        config["linux"]["gidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+        config["mounts"] = [m for m in config["mounts"] if m["destination"] not in ("/sys", "/sys/fs/cgroup")]
+        (bundle / "config.json").write_text(json.dumps(config))
+        done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    finally:
+        shutil.rmtree(shared)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "100000", "65536", "0", "100000", "65536", "0", "65534"]
+
+
+def test_hooks_run_in_order_with_the_state_on_stdin(runtime, make_bundle, tmp_path):
+    log = tmp_path / "hooks"
+    log.mkdir()
+
+    def hook(kind, path="/bin/sh", target=str(log / "log")):
+        return [{"path": path, "args": ["sh", "-c", f"read s; echo {kind} >> {target}; echo \"$s\" > {target}.{kind}"]}]
+    bundle = make_bundle(["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["mounts"].append({"destination": "/hooks", "type": "bind", "source": str(log), "options": ["rbind"]})
+    config["hooks"] = {"prestart": hook("prestart"), "createRuntime": hook("createRuntime"),
+                       "createContainer": hook("createContainer"),
+                       "startContainer": hook("startContainer", target="/hooks/log"),
+                       "poststart": hook("poststart"), "poststop": hook("poststop")}
+    (bundle / "config.json").write_text(json.dumps(config))
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert (log / "log").read_text().split() == ["prestart", "createRuntime", "createContainer", "startContainer",
+                                                 "poststart", "poststop"]
+    state = json.loads((log / "log.createRuntime").read_text())
+    assert state["id"] == "c1" and state["bundle"] == str(bundle) and state["pid"] > 1
+    assert json.loads((log / "log.poststop").read_text())["status"] == "stopped"
+
+
+def test_failing_hook_fails_create_and_leaves_nothing(runtime, make_bundle):
+    bundle = make_bundle(["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["hooks"] = {"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "echo boom >&2; exit 4"]}]}
+    (bundle / "config.json").write_text(json.dumps(config))
+    done = runtime("create", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 1
+    assert "createRuntime hook /bin/sh: exit status 4: boom" in done.stderr
+    assert not (runtime.root / "c1").exists()
+
+
+def test_joining_an_existing_network_namespace_by_path(runtime, make_bundle):
+    runtime("run", "-d", "--bundle", str(make_bundle(["sleep", "100"])), "sandbox")
+    sandbox_pid = runtime.state("sandbox")["pid"]
+    bundle = make_bundle(["sleep", "100"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["namespaces"] = [{"type": t} for t in ("pid", "mount", "ipc", "uts")] + [
+        {"type": "network", "path": f"/proc/{sandbox_pid}/ns/net"}]
+    (bundle / "config.json").write_text(json.dumps(config))
+    runtime("run", "-d", "--bundle", str(bundle), "app")
+    app_pid = runtime.state("app")["pid"]
+    assert os.readlink(f"/proc/{app_pid}/ns/net") == os.readlink(f"/proc/{sandbox_pid}/ns/net")
+    assert os.readlink(f"/proc/{app_pid}/ns/pid") != os.readlink(f"/proc/{sandbox_pid}/ns/pid")
+    runtime("delete", "--force", "app")
+    runtime("delete", "--force", "sandbox")
