@@ -54,20 +54,39 @@ def mkdir_all(root_fd: int, path: str, mode: int = 0o755) -> int:
     return open_in_root(root_fd, path, O_PATH | os.O_DIRECTORY)
 
 
-def make_target(root_fd: int, path: str, directory: bool) -> int:
-    """An O_PATH fd of the mount point `path` inside the root, made as a directory or an empty file."""
+def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> int:
+    """An O_PATH fd of the mount point `path` inside the root, made as a directory or an empty file.
+
+    A dangling symlink on the way is followed as the container would follow it (inside the root) and
+    its target is created there, as runc's securejoin does.
+    """
     try:
         return open_in_root(root_fd, path)
     except SyscallError as e:
         if e.errno != 2:
             raise
-    if directory:
-        return mkdir_all(root_fd, path)
+    if directory and _depth == 0:
+        try:
+            return mkdir_all(root_fd, path)
+        except SyscallError as e:
+            if e.errno != 2 or _depth >= 40:
+                raise
     parent, name = posixpath.split(clean(path))
     os.close(mkdir_all(root_fd, parent))
     dfd = _open_dir(root_fd, parent)
     try:
-        os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd))
+        try:
+            link = os.readlink(name, dir_fd=dfd)
+        except OSError:
+            link = None
+        if link is not None:
+            if _depth >= 40:
+                raise SyscallError(40, f"{path}: too many levels of symbolic links")
+            return make_target(root_fd, posixpath.join(parent, link), directory, _depth + 1)
+        if directory:
+            os.mkdir(name, 0o755, dir_fd=dfd)
+        else:
+            os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd))
     except FileExistsError:
         pass
     finally:

@@ -11,7 +11,7 @@ import resource
 from typing import Callable
 
 from pyruntime.linux.syscalls import SYS, SyscallError
-from pyruntime.oci.spec import Process, Spec
+from pyruntime.oci.spec import Process, Spec, warn
 
 CLOSE_RANGE_CLOEXEC = 4
 
@@ -89,7 +89,7 @@ def enter_cwd(cwd: str) -> None:
 def load_seccomp(spec: Spec) -> None:
     if spec.linux.seccomp is not None:
         from pyruntime.linux import seccomp
-        seccomp.load(spec.linux.seccomp)
+        seccomp.load(spec.linux.seccomp, warn=warn)
 
 
 def finalize(spec: Spec, proc: Process, keep_fds: set[int]) -> str:
@@ -102,7 +102,7 @@ def finalize(spec: Spec, proc: Process, keep_fds: set[int]) -> str:
         load_seccomp(spec)
     from pyruntime.linux import capabilities
     capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
-                       additional_gids=proc.user.additional_gids, no_new_privileges=nnp)
+                       additional_gids=proc.user.additional_gids, no_new_privileges=nnp, warn=warn)
     os.umask(proc.user.umask if proc.user.umask is not None else 0o022)
     enter_cwd(proc.cwd)
     return lookup(proc.args[0], proc.env)

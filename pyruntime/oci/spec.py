@@ -26,6 +26,12 @@ class SpecError(ValueError):
     """A configuration that cannot be applied; the message starts with the field's path."""
 
 
+def warn(message: str) -> None:
+    """The spec's warnings (e.g. a capability this kernel lacks): reported, and the operation goes on."""
+    import sys
+    sys.stderr.write(f"pyruntime: warning: {message}\n")
+
+
 class _Obj:
     """Reads one JSON object, checking each field's type and naming it by its full path on failure."""
 
@@ -245,7 +251,7 @@ def parse_process(p: _Obj) -> Process:
     if c is not None:
         from pyruntime.linux.capabilities import Capabilities
         try:
-            caps = Capabilities.from_spec(c.raw, where=c.path)
+            caps = Capabilities.from_spec(c.raw, where=c.path, warn=warn)
         except ValueError as e:
             raise SpecError(str(e)) from None
     size = p.obj("consoleSize")

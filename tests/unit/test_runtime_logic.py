@@ -1,0 +1,110 @@
+"""Pure logic of the runtime: config validation, mount options, argument parsing, fd closing."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from pyruntime.cli.args import Flag, UsageError, parse
+from pyruntime.container import init, process, rootfs
+from pyruntime.linux import syscalls
+from pyruntime.linux.syscalls import FakeSyscalls
+from pyruntime.oci import spec as specmod
+from pyruntime.oci.default import default_spec
+from pyruntime.oci.spec import SpecError
+
+
+def config(**edits):
+    c = copy.deepcopy(default_spec())
+    c.update(edits)
+    return c
+
+
+def test_default_spec_parses_into_typed_objects():
+    s = specmod.parse(default_spec(), "/bundle")
+    assert s.root.path == "/bundle/rootfs" and s.root.readonly
+    assert s.process.args == ("sh",) and s.process.no_new_privileges
+    assert s.linux.namespace("pid") and s.linux.namespace("user") is None
+    assert s.process.rlimits[0].type == "RLIMIT_NOFILE"
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda c: c.__setitem__("ociVersion", "0.9"), "ociVersion: unsupported version"),
+    (lambda c: c["process"].__setitem__("args", []), "process.args: must name the program"),
+    (lambda c: c["process"].__setitem__("env", ["NOEQUALS"]), "process.env[0]: 'NOEQUALS' is not KEY=VALUE"),
+    (lambda c: c["process"]["rlimits"].append({"type": "RLIMIT_NOFILE", "soft": 1, "hard": 1}),
+     "duplicate rlimit RLIMIT_NOFILE"),
+    (lambda c: c["process"]["rlimits"].append({"type": "RLIMIT_BOGUS", "soft": 1, "hard": 1}), "unknown rlimit"),
+    (lambda c: c["process"].__setitem__("oomScoreAdj", 5000), "process.oomScoreAdj: 5000 is out of range"),
+    (lambda c: c["process"]["user"].__setitem__("uid", True), "process.user.uid: must be integer"),
+    (lambda c: c["mounts"].append({"destination": "relative"}), "mounts[7].destination: must be an absolute path"),
+    (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1, "size": 1}]),
+     "need a user namespace"),
+    (lambda c: c["linux"]["namespaces"].remove({"type": "uts"}), "hostname: setting a hostname needs a new uts"),
+    (lambda c: c["linux"].__setitem__("devices", [{"type": "x", "path": "/dev/x"}]), "linux.devices[0].type"),
+    (lambda c: c["linux"].__setitem__("rootfsPropagation", "sideways"), "unknown propagation"),
+    (lambda c: c["linux"].__setitem__("intelRdt", {"closID": "x"}), "linux.intelRdt: not supported"),
+    (lambda c: c.__setitem__("hooks", {"prestart": [{"path": "hook"}]}), "hooks.prestart[0].path"),
+    (lambda c: c.__setitem__("root", "rootfs"), "root: must be dict"),
+])
+def test_invalid_configs_name_the_field(mutate, message):
+    c = config()
+    mutate(c)
+    with pytest.raises(SpecError) as err:
+        specmod.parse(c, "/bundle")
+    assert message in str(err.value)
+
+
+def test_mount_options_split_into_flags_propagation_and_data():
+    opts = rootfs.parse_options(("nosuid", "ro", "rw", "rslave", "mode=755", "size=64k", "tmpcopyup"))
+    assert opts.flags == syscalls.MS_NOSUID
+    assert opts.propagation == (syscalls.MS_SLAVE | syscalls.MS_REC,)
+    assert opts.data == "mode=755,size=64k"
+
+
+def test_runc_style_arguments():
+    flags = [Flag(("bundle", "b"), True, default="."), Flag(("detach", "d")), Flag(("env", "e"), True, repeat=True)]
+    p = parse(["-b", "/x", "--detach", "id", "--env=A=1", "-e", "B=2"], flags)
+    assert p.options == {"bundle": "/x", "detach": True, "env": ["A=1", "B=2"]}
+    assert p.positional == ["id"]
+    p = parse(["id", "sh", "-c", "x"], flags, stop_at_positional=True)
+    assert p.positional == ["id", "sh", "-c", "x"]
+    with pytest.raises(UsageError, match="--nope"):
+        parse(["--nope"], flags)
+    with pytest.raises(UsageError, match="needs an argument"):
+        parse(["--bundle"], flags)
+
+
+def test_close_fds_closes_everything_but_what_is_kept(monkeypatch):
+    fake = FakeSyscalls()
+    monkeypatch.setattr(process, "SYS", fake)
+    process.close_fds({7, 9, 1})
+    assert fake.named("close_range") == [("close_range", 3, 6), ("close_range", 8, 8),
+                                        ("close_range", 10, 2**31 - 2)]
+
+
+def test_oom_score_adj_is_never_lowered_below_our_own(monkeypatch, tmp_path):
+    own = tmp_path / "oom"
+    own.write_text("200\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(own if p == "/proc/self/oom_score_adj" else p,
+                                                                       *a, **k))
+    assert process.restrict_oom_score_adj(-999) == 200
+    assert process.restrict_oom_score_adj(500) == 500
+
+
+@pytest.mark.parametrize("key, namespaces, ok", [
+    ("net.ipv4.ip_forward", ["network"], True), ("net.ipv4.ip_forward", [], False),
+    ("kernel.shmmax", ["ipc"], True), ("fs.mqueue.queues_max", ["ipc"], True),
+    ("kernel.panic", ["ipc", "network", "uts"], False), ("vm.swappiness", ["ipc"], False),
+])
+def test_only_namespaced_sysctls_are_allowed(key, namespaces, ok):
+    c = config()
+    c["linux"]["namespaces"] = [{"type": t} for t in namespaces + ["uts"] if t != "uts"] + [{"type": "uts"}]
+    c["linux"]["sysctl"] = {key: "1"}
+    s = specmod.parse(c, "/bundle")
+    if ok:
+        init.check_sysctls(s)
+    else:
+        with pytest.raises(OSError, match=key):
+            init.check_sysctls(s)
