@@ -14,6 +14,9 @@ REPO = Path(__file__).resolve().parent.parent
 # command name -> "module:function"
 LAUNCHERS = {
     "pyruntime": "pyruntime.cli.main:main",
+    "pybridge": "cni_plugins.launch:bridge",
+    "pyhost-local": "cni_plugins.launch:host_local",
+    "pyloopback": "cni_plugins.launch:loopback",
 }
 
 TEMPLATE = """#!{python} -IS

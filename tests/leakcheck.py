@@ -34,6 +34,10 @@ def _links() -> set[str]:
     return set(os.listdir("/sys/class/net"))
 
 
+# cgroups that the machine's own process supervisor makes for every command it runs, ours or not
+FOREIGN_CGROUPS = ("/process_api/",)
+
+
 def _cgroups() -> set[str]:
     found = set()
     if not CGROUP_ROOT.is_dir():
@@ -42,7 +46,8 @@ def _cgroups() -> set[str]:
         if not hierarchy.is_dir() or hierarchy.is_symlink():
             continue
         for dirpath, _dirs, _files in os.walk(hierarchy):
-            found.add(dirpath)
+            if not any(f in dirpath + "/" for f in FOREIGN_CGROUPS):
+                found.add(dirpath)
     return found
 
 

@@ -1,0 +1,35 @@
+"""`python -m cni_plugins install --dir DIR` and `helper stop`: the administrative commands."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cni_plugins import helper, launch
+from cni_plugins.install import install
+
+
+@click.group()
+def cli() -> None:
+    """pybridge, pyhost-local and pyloopback CNI plugins."""
+
+
+@cli.command("install")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="CNI bin dir to write the plugin launchers into")
+def install_cmd(directory: Path) -> None:
+    """Write the plugin executables into a CNI bin dir."""
+    for path in install(directory):
+        click.echo(str(path))
+
+
+@cli.command("helper-stop")
+@click.option("--socket", "path", default=None, help="helper socket (default $PYCNI_HELPER_SOCKET or /run/pycni/helper.sock)")
+def helper_stop(path: str | None) -> None:
+    """Stop the resident helper."""
+    path = path or launch.socket_path()
+    click.echo("stopped" if helper.stop(path) else "no helper running")
+
+
+if __name__ == "__main__":
+    cli()

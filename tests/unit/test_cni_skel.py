@@ -1,0 +1,133 @@
+"""The CNI protocol layer: environment and config validation, version gating, result and error JSON."""
+from __future__ import annotations
+
+import ipaddress
+import json
+
+import pytest
+
+from cni_plugins import skel
+from cni_plugins.result import DNS, Interface, IPConfig, Result, Route
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def add(self, args: skel.CmdArgs) -> Result:
+        self.calls.append("ADD")
+        return Result(interfaces=[Interface("eth0", "aa:bb:cc:dd:ee:ff", 1500, "/run/netns/x")],
+                      ips=[IPConfig(ipaddress.ip_interface("10.0.0.2/24"), ipaddress.ip_address("10.0.0.1"), 0)])
+
+    def delete(self, args: skel.CmdArgs) -> None:
+        self.calls.append("DEL")
+
+    def check(self, args: skel.CmdArgs) -> None:
+        self.calls.append("CHECK")
+
+    def status(self, args: skel.CmdArgs) -> None:
+        self.calls.append("STATUS")
+
+    def gc(self, args: skel.CmdArgs) -> None:
+        raise skel.CNIError(skel.ERR_IO_FAILURE, "disk on fire")
+
+
+ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+
+
+def run(conf: dict | bytes, **env: str) -> tuple[int, dict | None, Recorder]:
+    plugin = Recorder()
+    stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
+    rc, out = skel.execute(plugin, {**ENV, **env}, stdin)
+    return rc, json.loads(out) if out else None, plugin
+
+
+def conf(version: str = "1.1.0") -> dict:
+    return {"cniVersion": version, "name": "net1", "type": "x"}
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+def test_add_result_per_version(version: str) -> None:
+    rc, out, _ = run(conf(version))
+    assert rc == 0
+    ip = out["ips"][0]
+    assert out["cniVersion"] == version
+    assert ip["address"] == "10.0.0.2/24" and ip["gateway"] == "10.0.0.1" and ip["interface"] == 0
+    assert ("version" in ip) == version.startswith("0.")
+    assert ("mtu" in out["interfaces"][0]) == (version == "1.1.0")
+    assert ("dns" in out) == version.startswith("0.")
+
+
+def test_version_command() -> None:
+    rc, out, plugin = run(b"", CNI_COMMAND="VERSION")
+    assert rc == 0 and out["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+    rc, out, _ = run({"cniVersion": "0.4.0"}, CNI_COMMAND="VERSION")
+    assert out["cniVersion"] == "0.4.0"
+    assert plugin.calls == []
+
+
+@pytest.mark.parametrize("env,code,word", [
+    ({"CNI_COMMAND": ""}, 4, "CNI_COMMAND"),
+    ({"CNI_COMMAND": "NOPE"}, 4, "NOPE"),
+    ({"CNI_NETNS": ""}, 4, "CNI_NETNS"),
+    ({"CNI_IFNAME": "", "CNI_CONTAINERID": ""}, 4, "CNI_CONTAINERID,CNI_IFNAME"),
+    ({"CNI_CONTAINERID": "../x"}, 4, "CNI_CONTAINERID"),
+    ({"CNI_IFNAME": "a/b"}, 4, "invalid character"),
+    ({"CNI_IFNAME": "x" * 16}, 4, "too long"),
+    ({"CNI_ARGS": "A=1;broken"}, 4, "broken"),
+])
+def test_environment_errors(env: dict, code: int, word: str) -> None:
+    rc, out, plugin = run(conf(), **env)
+    assert rc == 1 and out["code"] == code and word in out["msg"] + out.get("details", "")
+    assert plugin.calls == []
+
+
+def test_del_needs_no_netns() -> None:
+    rc, _, plugin = run(conf(), CNI_COMMAND="DEL", CNI_NETNS="")
+    assert rc == 0 and plugin.calls == ["DEL"]
+
+
+@pytest.mark.parametrize("stdin,code,word", [
+    (b"{", 6, "decoding"),
+    (b"\xff\xfe", 6, "decoding"),
+    (b"42", 6, "not a JSON object"),
+    (json.dumps({"cniVersion": 1, "name": "n"}).encode(), 6, "cniVersion"),
+    (json.dumps({"cniVersion": "0.2.0", "name": "n"}).encode(), 1, "0.2.0"),
+    (json.dumps({"name": "n"}).encode(), 1, "0.1.0"),
+    (json.dumps({"cniVersion": "1.1.0"}).encode(), 7, "network name"),
+    (json.dumps({"cniVersion": "1.1.0", "name": "bad name"}).encode(), 7, "network name"),
+])
+def test_config_errors(stdin: bytes, code: int, word: str) -> None:
+    rc, out, _ = run(stdin)
+    assert rc == 1 and out["code"] == code and word in out["msg"] + out.get("details", "")
+
+
+def test_version_gates() -> None:
+    assert run(conf("0.3.1"), CNI_COMMAND="CHECK")[1]["code"] == 1
+    assert run(conf("0.4.0"), CNI_COMMAND="CHECK")[0] == 0
+    assert run(conf("1.0.0"), CNI_COMMAND="STATUS")[1]["code"] == 1
+    assert run(conf("1.1.0"), CNI_COMMAND="STATUS")[0] == 0
+
+
+def test_plugin_errors_become_error_json() -> None:
+    rc, out, _ = run(conf("1.1.0"), CNI_COMMAND="GC")
+    assert rc == 1 and out == {"cniVersion": "1.1.0", "code": 5, "msg": "disk on fire"}
+
+
+def test_result_round_trip_keeps_route_attributes() -> None:
+    res = Result(routes=[Route(ipaddress.ip_interface("10.1.0.0/16"), ipaddress.ip_address("10.0.0.1"), mtu=1400, table=100, scope=0)],
+                 dns=DNS(["1.1.1.1"], "d", ["s"], ["ndots:2"]))
+    raw = res.to_json("1.1.0")
+    assert raw["routes"] == [{"dst": "10.1.0.0/16", "gw": "10.0.0.1", "mtu": 1400, "table": 100}]
+    assert Result.from_json(raw).to_json("1.1.0") == raw
+    assert res.to_json("1.0.0")["routes"] == [{"dst": "10.1.0.0/16", "gw": "10.0.0.1"}]
+
+
+def test_prev_result_in_any_version() -> None:
+    prev = {"cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.0.0.2/24", "interface": 0}]}
+    args = skel._parse(ENV, json.dumps(dict(conf("0.3.1"), prevResult=prev)).encode())
+    assert str(args.prev_result().ips[0].address) == "10.0.0.2/24"
+    bad = skel._parse(ENV, json.dumps(dict(conf(), prevResult={"ips": [{"address": "nope"}]})).encode())
+    with pytest.raises(skel.CNIError) as err:
+        bad.prev_result()
+    assert err.value.code == 6
