@@ -1,0 +1,195 @@
+"""`pyruntime image ...`: pull, list, inspect, remove, import, export, prune, mount, unmount.
+
+click is imported here only, so the runc-compatible commands of the lean launcher never pay for it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
+        n /= 1000
+    return f"{n:.1f}GB"
+
+
+class _ProgressBar:
+    """One line per blob on a terminal, redrawn at most ten times a second; plain lines otherwise."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.rows: dict[str, str] = {}
+        self.lock = threading.Lock()
+        self.last = 0.0
+        self.drawn = 0
+
+    def __call__(self, event) -> None:
+        with self.lock:
+            short = event.digest.removeprefix("sha256:")[:12] if event.digest else event.ref
+            if event.status == "downloading" and event.total:
+                frac = min(event.done / event.total, 1)
+                bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
+                self.rows[short] = f"{short}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
+            elif event.status in ("done", "exists", "unpacking", "unpacked", "resolved", "resolving", "complete"):
+                self.rows[short] = f"{short}: {event.status}"
+                if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
+                    print(self.rows[short], file=self.stream, flush=True)
+            if self.tty and (time.monotonic() - self.last > 0.1 or event.status != "downloading"):
+                self.last = time.monotonic()
+                if self.drawn:
+                    self.stream.write(f"\x1b[{self.drawn}F")
+                for row in self.rows.values():
+                    self.stream.write(f"\x1b[2K{row}\n")
+                self.drawn = len(self.rows)
+                self.stream.flush()
+
+
+def main(argv: list[str]) -> int:
+    import click
+
+    from pyruntime.images.content import DigestError
+    from pyruntime.images.reference import ReferenceError
+    from pyruntime.images.registry import Credentials, Platform, RegistryError
+    from pyruntime.images.snapshots import SnapshotError
+    from pyruntime.images.store import ImageInUse, ImageNotFound, ImageStore, ManifestError
+    from pyruntime.images.unpack import LayerFormatError, UnsafeLayerError
+
+    expected = (ReferenceError, RegistryError, DigestError, ImageNotFound, ImageInUse, ManifestError,
+                UnsafeLayerError, LayerFormatError, SnapshotError, OSError, ValueError)
+
+    def store(ctx: click.Context) -> ImageStore:
+        o = ctx.obj
+        hosts = Path(o["hosts_dir"]) if o["hosts_dir"] else None
+        return ImageStore(o["root"], hosts_dir=hosts,
+                          platform=Platform.parse(o["platform"]) if o["platform"] else None)
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option("--root", envvar="PYRUNTIME_IMAGE_ROOT", default="/var/lib/pyruntime/images", show_default=True,
+                  help="image store directory")
+    @click.option("--hosts-dir", envvar="PYRUNTIME_REGISTRY_CONFIG", default=None,
+                  help="directory of <registry>/hosts.toml files (mirrors, CA bundles)")
+    @click.option("--platform", default=None, help="os/arch[/variant] to pull from a multi-arch index")
+    @click.pass_context
+    def cli(ctx: click.Context, root: str, hosts_dir: str | None, platform: str | None) -> None:
+        ctx.obj = {"root": root, "hosts_dir": hosts_dir, "platform": platform}
+
+    @cli.command()
+    @click.argument("ref")
+    @click.option("--creds", envvar="PYRUNTIME_REGISTRY_CREDS", default=None, help="USER:PASSWORD")
+    @click.option("-q", "--quiet", is_flag=True, help="print only the image ID")
+    @click.pass_context
+    def pull(ctx: click.Context, ref: str, creds: str | None, quiet: bool) -> None:
+        """Pull an image from a registry and unpack it."""
+        progress = None if quiet else _ProgressBar(sys.stderr)
+        image = store(ctx).pull(ref, auth=Credentials.parse(creds) if creds else None, progress=progress)
+        click.echo(image.id)
+
+    @cli.command("list")
+    @click.option("-q", "--quiet", is_flag=True, help="only image IDs")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def list_(ctx: click.Context, quiet: bool, as_json: bool) -> None:
+        """List images with their names, IDs and sizes."""
+        images = store(ctx).list()
+        if as_json:
+            click.echo(json.dumps([i.to_dict() for i in images], indent=2))
+            return
+        if quiet:
+            for i in images:
+                click.echo(i.id)
+            return
+        click.echo(f"{'IMAGE':<60} {'ID':<13} {'SIZE':>9} {'DISK':>9}")
+        for i in images:
+            for name in i.repo_tags or ["<none>"]:
+                click.echo(f"{name:<60} {i.id.removeprefix('sha256:')[:12]:<13} {_human(i.size):>9} "
+                           f"{_human(i.disk_usage):>9}")
+
+    @cli.command()
+    @click.argument("refs", nargs=-1, required=True)
+    @click.pass_context
+    def inspect(ctx: click.Context, refs: tuple[str, ...]) -> None:
+        """Print images' metadata and config as JSON."""
+        s = store(ctx)
+        out = [s.get(r).to_dict() for r in refs]
+        click.echo(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+
+    @cli.command()
+    @click.argument("refs", nargs=-1, required=True)
+    @click.option("-f", "--force", is_flag=True, help="remove even if a container rootfs uses it")
+    @click.pass_context
+    def remove(ctx: click.Context, refs: tuple[str, ...], force: bool) -> None:
+        """Untag images; an image left without names is deleted with what only it used."""
+        s = store(ctx)
+        for r in refs:
+            deleted = s.remove(r, force=force)
+            click.echo(f"Untagged: {r}")
+            for d in deleted:
+                click.echo(f"Deleted: {d}")
+
+    @cli.command("import")
+    @click.argument("path", type=click.Path(exists=True))
+    @click.option("--name", default=None, help="reference for an archive that carries only a tag or none")
+    @click.pass_context
+    def import_(ctx: click.Context, path: str, name: str | None) -> None:
+        """Import an OCI image layout or docker-archive (directory or tar)."""
+        for image in store(ctx).import_archive(path, name=name):
+            click.echo(f"{image.id} {' '.join(image.repo_tags)}".rstrip())
+
+    @cli.command()
+    @click.argument("refs", nargs=-1, required=True)
+    @click.option("-o", "--output", required=True, type=click.Path(), help="tar file to write")
+    @click.pass_context
+    def export(ctx: click.Context, refs: tuple[str, ...], output: str) -> None:
+        """Export images as one tar that is both an OCI layout and a docker-archive."""
+        store(ctx).export(list(refs), output)
+
+    @cli.command()
+    @click.option("--dangling", is_flag=True, help="only images without a tag")
+    @click.pass_context
+    def prune(ctx: click.Context, dangling: bool) -> None:
+        """Remove images no container uses, then unreferenced snapshots, blobs and partial downloads."""
+        report = store(ctx).prune(dangling_only=dangling)
+        for i in report.images:
+            click.echo(f"Deleted: {i}")
+        click.echo(f"Reclaimed {_human(report.reclaimed)}")
+
+    @cli.command()
+    @click.argument("ref")
+    @click.argument("container_id")
+    @click.pass_context
+    def mount(ctx: click.Context, ref: str, container_id: str) -> None:
+        """Prepare a writable rootfs for a container and print its path."""
+        click.echo(store(ctx).prepare_rootfs(ref, container_id))
+
+    @cli.command()
+    @click.argument("container_id")
+    @click.pass_context
+    def unmount(ctx: click.Context, container_id: str) -> None:
+        """Release a container's rootfs."""
+        if not store(ctx).release_rootfs(container_id):
+            raise ImageNotFound(f"no rootfs for container {container_id!r}")
+
+    try:
+        cli.main(args=argv, prog_name="pyruntime image", standalone_mode=False)
+    except click.exceptions.Abort:
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except expected as e:
+        print(f"pyruntime image: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,165 @@
+"""Pulls that break: connections cut mid-blob, and pull processes killed at random points and restarted."""
+from __future__ import annotations
+
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pyruntime.images.store import ImageStore
+from tests.integration.registry_server import Registry
+from tests.kit.images import build_random_image
+
+
+class CuttingProxy:
+    """A TCP proxy to the registry that drops the first `cuts` connections after `limit` bytes of response,
+    and with `pause` set, sleeps after each 64 kB it forwards (a slow link, so kills land mid-pull)."""
+
+    def __init__(self, upstream: int, *, limit: int = 0, cuts: int = 0, pause: float = 0.0) -> None:
+        self.upstream, self.limit, self.cuts, self.pause = upstream, limit, cuts, pause
+        self.requests: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.threads: list[threading.Thread] = []
+        self.conns: list[socket.socket] = []
+        self.stopping = False
+        self.accepter = threading.Thread(target=self._accept, daemon=True)
+        self.accepter.start()
+
+    def _accept(self) -> None:
+        while not self.stopping:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            self.conns += [client, server]
+            cut = self.cuts > 0
+            self.cuts -= 1
+            for src, dst, limit, log in ((client, server, None, True), (server, client, self.limit if cut else None,
+                                                                        False)):
+                t = threading.Thread(target=self._pipe, args=(src, dst, limit, log), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, limit: int | None, log: bool) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if log:
+                    self.requests.append(data)
+                if limit is not None and sent + len(data) > limit:
+                    dst.sendall(data[: limit - sent])
+                    break
+                dst.sendall(data)
+                sent += len(data)
+                if self.pause and not log:
+                    time.sleep(self.pause)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.sock.shutdown(socket.SHUT_RDWR)  # close() alone does not wake a thread blocked in accept()
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+        for t in self.threads:
+            t.join(5)
+        self.accepter.join(5)
+
+
+@pytest.fixture(scope="module")
+def reg(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("resilience")
+    image = build_random_image(tmp / "layout", [6 << 20, 6 << 20, 4 << 20, 1 << 20])
+    r = Registry(tmp / "reg").start()
+    try:
+        r.push(image.layout, "test/random:latest")
+        yield r, image
+    finally:
+        r.stop()
+
+
+def _garbage(store: ImageStore) -> list[str]:
+    root = store.root
+    leftovers = [p.name for p in (root / "snapshots").iterdir() if "." in p.name]
+    leftovers += [p.name for p in (root / "ingest").iterdir()]
+    leftovers += [p.name for p in root.rglob(".*.tmp")]
+    return leftovers
+
+
+def test_broken_connections_resume_with_range(reg, tmp_path: Path) -> None:
+    registry, image = reg
+    proxy = CuttingProxy(registry.port, limit=1_500_000, cuts=3)
+    try:
+        store = ImageStore(tmp_path / "store")
+        pulled = store.pull(f"127.0.0.1:{proxy.port}/test/random:latest")
+        assert pulled.id == image.config_digest
+        assert any(b"Range: bytes=" in r for r in proxy.requests), "no ranged request after the cut"
+        assert _garbage(store) == []
+    finally:
+        proxy.stop()
+
+
+PULL = ("import sys; from pyruntime.images.store import ImageStore; "
+        "ImageStore(sys.argv[1]).pull(sys.argv[2])")
+
+
+def test_pull_killed_at_random_points_then_restarted(reg, tmp_path: Path) -> None:
+    registry, image = reg
+    proxy = CuttingProxy(registry.port, pause=0.01)  # about 6 MB/s: a whole pull takes some seconds
+    ref = f"127.0.0.1:{proxy.port}/test/random:latest"
+    root = tmp_path / "store"
+    rng = random.Random(4)
+    interrupted = 0
+    try:
+        for _ in range(6):
+            proc = subprocess.Popen([sys.executable, "-c", PULL, str(root), ref], cwd=Path(__file__).parents[2])
+            time.sleep(rng.uniform(0.3, 1.0))
+            proc.send_signal(signal.SIGKILL)
+            interrupted += proc.wait() == -signal.SIGKILL
+        store = ImageStore(root)
+        assert interrupted >= 3, "the pulls finished before they could be killed"
+        assert [i.id for i in store.list()] in ([], [image.config_digest])
+        pulled = store.pull(ref)
+    finally:
+        proxy.stop()
+    assert pulled.id == image.config_digest
+    assert _garbage(store) == []
+    assert sorted(s.chain_id for s in store.snapshots.list()) == sorted(pulled.chain_ids)
+    expected_blobs = {image.manifest_digest, image.config_digest, *image.layer_digests}
+    assert set(store.content.list()) == expected_blobs
+    rootfs = store.prepare_rootfs(ref, "after-kill")
+    try:
+        assert sorted(p.name for p in rootfs.iterdir()) == ["layer0", "layer1", "layer2", "layer3"]
+        assert sum(f.stat().st_size for f in rootfs.rglob("blob*")) == (6 << 20) * 2 + (4 << 20) + (1 << 20)
+    finally:
+        store.release_rootfs("after-kill")
+    store.remove(ref)
+    assert store.content.list() == [] and store.snapshots.list() == []
+
+
+def test_processes_pulling_the_same_image_at_once(reg, tmp_path: Path) -> None:
+    registry, image = reg
+    ref = f"{registry.host}/test/random:latest"
+    root = tmp_path / "store"
+    procs = [subprocess.Popen([sys.executable, "-c", PULL, str(root), ref], cwd=Path(__file__).parents[2],
+                              stderr=subprocess.PIPE) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    store = ImageStore(root)
+    assert [i.id for i in store.list()] == [image.config_digest]
+    assert len(store.snapshots.list()) == len(image.layer_digests) and _garbage(store) == []
