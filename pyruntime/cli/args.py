@@ -6,25 +6,31 @@ start budget in imports, so this is hand-written; an unknown flag is an error, n
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 
 class UsageError(Exception):
     pass
 
 
-@dataclass(frozen=True)
 class Flag:
-    names: tuple[str, ...]
-    value: bool = False        # takes a value
-    repeat: bool = False       # may be given more than once (collects a list)
-    default: object = None
+    """One flag and its aliases. A plain class, not a dataclass: importing dataclasses and generating the
+    methods would cost this process, which runs for every container operation, several milliseconds."""
+
+    __slots__ = ("default", "names", "repeat", "value")
+
+    def __init__(self, names: tuple[str, ...], value: bool = False, repeat: bool = False,
+                 default: object = None) -> None:
+        self.names = names
+        self.value = value      # takes a value
+        self.repeat = repeat    # may be given more than once (collects a list)
+        self.default = default
 
 
-@dataclass
 class Parsed:
-    options: dict[str, object] = field(default_factory=dict)
-    positional: list[str] = field(default_factory=list)
+    __slots__ = ("options", "positional")
+
+    def __init__(self, options: dict[str, object] | None = None, positional: list[str] | None = None) -> None:
+        self.options: dict[str, object] = {} if options is None else options
+        self.positional: list[str] = [] if positional is None else positional
 
 
 def parse(argv: list[str], flags: list[Flag], *, stop_at_positional: bool = False) -> Parsed:

@@ -62,6 +62,33 @@ def _one_id(pos: list[str], cmd: str) -> str:
     return pos[0]
 
 
+def _wants_terminal(bundle: str) -> bool:
+    try:
+        with open(os.path.join(bundle, "config.json"), "rb") as f:
+            return bool((json.load(f).get("process") or {}).get("terminal"))
+    except (OSError, ValueError, AttributeError):
+        return False  # create reports what is wrong with the bundle
+
+
+class OwnConsole:
+    """runc's behaviour for a foreground terminal without --console-socket: the runtime takes the
+    pty master itself and relays it to its own stdin and stdout."""
+
+    def __init__(self, root: str) -> None:
+        from pyruntime.container.console import listen
+        os.makedirs(root, mode=0o711, exist_ok=True)
+        self.path = os.path.join(root, f".console-{os.getpid()}.sock")
+        self.server = listen(self.path)
+
+    def master(self) -> int:
+        from pyruntime.container.console import receive_master
+        return receive_master(self.server)
+
+    def close(self) -> None:
+        self.server.close()
+        os.unlink(self.path)
+
+
 def cmd_create(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import create
     p = parse(argv, CREATE_FLAGS)
@@ -73,22 +100,33 @@ def cmd_create(ctx: Context, argv: list[str]) -> int:
 
 def cmd_run(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container import control
-    from pyruntime.container.create import become_subreaper, create, start, wait_exit
+    from pyruntime.container.create import become_subreaper, create, wait_exit
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
     store = ctx.store()
     cid = _one_id(p.positional, "run")
     if not o["detach"]:
         become_subreaper()
-    state = create(store, cid, str(o["bundle"]), console_socket=o["console-socket"], pid_file=o["pid-file"],
-                   preserve_fds=int(o["preserve-fds"]))
+    own = None
+    if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
+        own = OwnConsole(ctx.root)
     try:
-        start(store, cid)
+        state = create(store, cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
+                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]))
+        master = own.master() if own else None
+    finally:
+        if own:
+            own.close()
+    try:
+        control.start(store, cid)
     except BaseException:
         control.delete(store, cid, force=True)
         raise
     if o["detach"]:
         return 0
+    if master is not None:
+        from pyruntime.container.console import proxy
+        proxy(master)
     code = wait_exit(state.pid)
     if not o["keep"]:
         control.delete(store, cid, force=True)
@@ -96,7 +134,7 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_start(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.create import start
+    from pyruntime.container.control import start
     start(ctx.store(), _one_id(parse(argv, []).positional, "start"))
     return 0
 
@@ -171,11 +209,22 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
     proc = _exec_process(ctx, cid, o, args)
     if not o["detach"]:
         become_subreaper()
-    pid = exec_process(ctx.store(), cid, proc, console_socket=o["console-socket"],
-                       preserve_fds=int(o["preserve-fds"]))
+    own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
+    try:
+        pid = exec_process(ctx.store(), cid, proc, console_socket=own.path if own else o["console-socket"],
+                           preserve_fds=int(o["preserve-fds"]))
+        master = own.master() if own else None
+    finally:
+        if own:
+            own.close()
     if o["pid-file"]:
         write_pid_file(str(o["pid-file"]), pid)
-    return 0 if o["detach"] else wait_exit(pid)
+    if o["detach"]:
+        return 0
+    if master is not None:
+        from pyruntime.container.console import proxy
+        proxy(master)
+    return wait_exit(pid)
 
 
 def cmd_list(ctx: Context, argv: list[str]) -> int:

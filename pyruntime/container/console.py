@@ -45,3 +45,59 @@ def become_terminal(sock: socket.socket | None, size: tuple[int, int] | None) ->
         os.dup2(slave, fd)
     if slave > 2:
         os.close(slave)
+
+
+def listen(path: str) -> socket.socket:
+    """A console socket of our own, for a foreground `run`/`exec -t` without --console-socket.
+
+    The container connects and sends the master while `create` is still running; the listen backlog
+    holds the connection and the fd until we accept after `create` returns.
+    """
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    return server
+
+
+def receive_master(server: socket.socket) -> int:
+    conn, _ = server.accept()
+    with conn:
+        _msg, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
+    if not fds:
+        raise ConsoleError("the container sent no terminal")
+    return fds[0]
+
+
+def proxy(master: int) -> None:
+    """Copies our stdin to the pty and the pty to our stdout, in raw mode, until the pty hangs up
+    (every process holding its slave side, the container's pid 1 first, has exited)."""
+    import select
+    import tty
+    saved = None
+    if os.isatty(0):
+        saved = termios.tcgetattr(0)
+        tty.setraw(0)
+        size = fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, size)
+    readers = [master, 0]
+    try:
+        while True:
+            ready, _, _ = select.select(readers, [], [], 0.1)
+            if master in ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    break
+                os.write(1, data)
+            if 0 in ready:
+                data = os.read(0, 65536)
+                if data:
+                    os.write(master, data)
+                else:
+                    readers.remove(0)
+    finally:
+        if saved is not None:
+            termios.tcsetattr(0, termios.TCSADRAIN, saved)
+        os.close(master)

@@ -1,4 +1,4 @@
-"""Operations on an existing container: status, kill, delete, pause, resume, update, ps, events."""
+"""Operations on an existing container: status, start, kill, delete, pause, resume, update, ps, events."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,8 @@ import signal
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import FIFO, ContainerError, Store
+from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
 from pyruntime.linux import cgroups
-from pyruntime.oci.spec import hooks_of
 from pyruntime.oci.state import CREATED, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
 
 
@@ -47,6 +46,43 @@ def parse_signal(text: str) -> int:
         return int(signal.Signals[name])
     except KeyError:
         raise ContainerError(f"invalid signal {text!r}") from None
+
+
+def start(store: Store, cid: str) -> None:
+    """Releases the init blocked on the exec fifo, then runs the poststart hooks."""
+    with store.locked(cid):
+        state = store.load(cid)
+        status = status_of(store, state)
+        if status != CREATED:
+            raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
+        fifo_path = store.path(cid, FIFO)
+        execed = os.open(store.path(cid, EXEC_FIFO), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            try:
+                fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as e:
+                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from None
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+            os.unlink(fifo_path)
+            # readable (EOF) once the init's copy closes at execve, or the init dies
+            select.select([execed], [], [])
+        finally:
+            os.close(execed)
+        os.unlink(store.path(cid, EXEC_FIFO))
+        if not state.config.get("hooks"):
+            return  # without hooks, the spec parser (and its import cost) is not needed
+        from pyruntime.oci.spec import hooks_of
+        spec_hooks = hooks_of(state.config).get("poststart", ())
+        if spec_hooks:
+            try:
+                run_hooks("poststart", spec_hooks, oci_state(state, "running"))
+            except HookError as e:
+                os.kill(state.pid, signal.SIGKILL)
+                destroy(store, state)
+                raise ContainerError(str(e)) from None
 
 
 def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
@@ -87,6 +123,9 @@ def destroy(store: Store, state: ContainerState) -> None:
     cg.kill_all(signal.SIGKILL)
     cg.destroy()
     store.remove(state.id)
+    if not state.config.get("hooks"):
+        return  # without hooks, the spec parser (and its import cost) is not needed
+    from pyruntime.oci.spec import hooks_of
     try:
         run_hooks("poststop", hooks_of(state.config).get("poststop", ()), oci_state(state, STOPPED))
     except HookError as e:

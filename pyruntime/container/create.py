@@ -1,4 +1,4 @@
-"""The runtime's side of create, start and run.
+"""The runtime's side of create and run (start, which only needs the stored state, is in control.py).
 
 `create` validates the bundle, claims the id, makes the cgroup, forks the container (init.py) and
 answers its requests: id maps for a new user namespace, the create-time hooks, and finally `ready`.
@@ -8,7 +8,6 @@ container's processes are killed, the cgroup and the state directory removed.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import time
 
@@ -19,8 +18,8 @@ from pyruntime.container.sync import Channel, ChildError
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, SYS
-from pyruntime.oci.spec import IDMapping, Spec, hooks_of, load_bundle
-from pyruntime.oci.state import CREATED, ContainerState, oci_state, process_start_time
+from pyruntime.oci.spec import IDMapping, Spec, load_bundle
+from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 
 
 def _now() -> str:
@@ -129,42 +128,6 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         raise
     finally:
         parent.close()
-
-
-def start(store: Store, cid: str) -> None:
-    """Releases the init blocked on the exec fifo, then runs the poststart hooks."""
-    from pyruntime.container.control import status_of
-    with store.locked(cid):
-        state = store.load(cid)
-        status = status_of(store, state)
-        if status != CREATED:
-            raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
-        fifo_path = store.path(cid, FIFO)
-        execed = os.open(store.path(cid, EXEC_FIFO), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            try:
-                fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError as e:
-                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from None
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-            os.unlink(fifo_path)
-            # readable (EOF) once the init's copy closes at execve, or the init dies
-            select.select([execed], [], [])
-        finally:
-            os.close(execed)
-        os.unlink(store.path(cid, EXEC_FIFO))
-        spec_hooks = hooks_of(state.config).get("poststart", ())
-        if spec_hooks:
-            try:
-                run_hooks("poststart", spec_hooks, oci_state(state, "running"))
-            except HookError as e:
-                from pyruntime.container.control import destroy
-                os.kill(state.pid, signal.SIGKILL)
-                destroy(store, state)
-                raise ContainerError(str(e)) from None
 
 
 def become_subreaper() -> None:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 
-from pyruntime.oci.spec import Hook
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+if TYPE_CHECKING:  # `delete` and `start` import this module; the spec types are needed only when hooks exist
+    from pyruntime.oci.spec import Hook
 
 
 class HookError(Exception):

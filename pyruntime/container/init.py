@@ -11,7 +11,6 @@ running inside the container.
 from __future__ import annotations
 
 import os
-import traceback
 
 from pyruntime.container import process, rootfs
 from pyruntime.container.hooks import run_hooks
@@ -37,6 +36,7 @@ def _fatal(chan: Channel | None, err: BaseException) -> None:
     try:
         msg = str(err) or type(err).__name__
         if os.environ.get("PYRUNTIME_DEBUG"):
+            import traceback  # debug only; importing it costs every create 2 ms
             msg += "\n" + traceback.format_exc()
         if chan is not None:
             chan.send("error", message=msg)

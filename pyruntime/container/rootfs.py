@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from typing import Callable
 
 from pyruntime.container import paths
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SYS, SyscallError
 from pyruntime.oci.spec import Device, Mount, Spec
+from pyruntime.record import record
 
 # option -> (set flags, clear flags)
 FLAG_OPTIONS: dict[str, tuple[int, int]] = {
@@ -51,7 +51,7 @@ DEV_SYMLINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
                 ("/proc/self/fd/2", "/dev/stderr"), ("pts/ptmx", "/dev/ptmx"))
 
 
-@dataclass(frozen=True)
+@record
 class MountOptions:
     flags: int
     propagation: tuple[int, ...]

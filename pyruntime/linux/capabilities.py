@@ -16,9 +16,9 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from pyruntime.linux._libc import check, libc
+from pyruntime.record import record
 
 Warn = Callable[[str], None]
 
@@ -107,7 +107,7 @@ def _names(obj: Mapping[str, object], key: str, where: str, supported: int, warn
     return frozenset(caps)
 
 
-@dataclass(frozen=True)
+@record
 class Capabilities:
     """Capability numbers per set; a set absent from the config is empty (as in runc), not "unchanged"."""
 

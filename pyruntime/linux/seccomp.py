@@ -16,8 +16,9 @@ import ctypes
 import errno
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import cache
+
+from pyruntime.record import record
 
 Warn = Callable[[str], None]
 
@@ -127,7 +128,7 @@ def _action(obj: dict, action_key: str, errno_key: str, where: str) -> tuple[str
     return action, errno_ret
 
 
-@dataclass(frozen=True)
+@record
 class Arg:
     index: int
     value: int
@@ -148,7 +149,7 @@ class Arg:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Syscall:
     names: tuple[str, ...]
     action: str
@@ -168,7 +169,7 @@ class Syscall:
         return cls(names, action, errno_ret, tuple(Arg.from_spec(a, f"{where}.args[{i}]") for i, a in enumerate(args)))
 
 
-@dataclass(frozen=True)
+@record
 class Seccomp:
     default_action: str
     default_errno_ret: int | None = None

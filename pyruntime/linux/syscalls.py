@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 from typing import Protocol
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -70,7 +69,7 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "setns": 308, "openat2": 437, "close_range": 436},
     "aarch64": {"pivot_root": 41, "setns": 268, "openat2": 437, "close_range": 436},
-}[platform.machine()]
+}[os.uname().machine]
 
 
 class SyscallError(OSError):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any
+
+from pyruntime.record import Factory, record
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
 RLIMIT_NAMES = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_LOCKS",
@@ -90,7 +91,7 @@ class _Obj:
         return dict(value)
 
 
-@dataclass(frozen=True)
+@record
 class User:
     uid: int = 0
     gid: int = 0
@@ -98,14 +99,14 @@ class User:
     additional_gids: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Rlimit:
     type: str
     soft: int
     hard: int
 
 
-@dataclass(frozen=True)
+@record
 class Process:
     args: tuple[str, ...]
     cwd: str
@@ -121,13 +122,13 @@ class Process:
     selinux_label: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Root:
     path: str
     readonly: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     destination: str
     type: str | None = None
@@ -137,7 +138,7 @@ class Mount:
     gid_mappings: tuple["IDMapping", ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class Hook:
     path: str
     args: tuple[str, ...] = ()
@@ -145,20 +146,20 @@ class Hook:
     timeout: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Namespace:
     type: str
     path: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class IDMapping:
     container_id: int
     host_id: int
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class Device:
     type: str
     path: str
@@ -169,7 +170,7 @@ class Device:
     gid: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Linux:
     namespaces: tuple[Namespace, ...] = ()
     uid_mappings: tuple[IDMapping, ...] = ()
@@ -177,7 +178,7 @@ class Linux:
     devices: tuple[Device, ...] = ()
     cgroups_path: str = ""
     resources: Any = None
-    sysctl: dict[str, str] = field(default_factory=dict)
+    sysctl: dict[str, str] = Factory(dict)
     seccomp: Any = None
     rootfs_propagation: str = ""
     masked_paths: tuple[str, ...] = ()
@@ -191,7 +192,7 @@ class Linux:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class Spec:
     oci_version: str
     root: Root
@@ -202,7 +203,7 @@ class Spec:
     hooks: dict[str, tuple[Hook, ...]]
     annotations: dict[str, str]
     linux: Linux
-    raw: dict = field(repr=False, compare=False, default_factory=dict)
+    raw: dict = Factory(dict, compare=False)
 
 
 def _abs(path: str, name: str) -> str:

@@ -6,33 +6,48 @@ steps still reports what really is.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 OCI_VERSION = "1.2.1"
 
 CREATING, CREATED, RUNNING, PAUSED, STOPPED = "creating", "created", "running", "paused", "stopped"
 
 
-@dataclass
 class ContainerState:
-    id: str
-    bundle: str
-    rootfs: str
-    pid: int = 0
-    pid_start: int = 0
-    created: str = ""
-    owner: str = ""
-    cgroups_path: str = ""
-    annotations: dict[str, str] = field(default_factory=dict)
-    config: dict = field(default_factory=dict)
-    exit_status: int | None = None
+    """What the runtime records in state.json. A plain class rather than a dataclass, because every
+    command loads it and `dataclasses` (with the inspect module it pulls in) costs milliseconds to import."""
+
+    FIELDS = ("id", "bundle", "rootfs", "pid", "pid_start", "created", "owner", "cgroups_path", "annotations",
+              "config", "exit_status")
+    __slots__ = FIELDS
+
+    def __init__(self, id: str, bundle: str, rootfs: str, pid: int = 0, pid_start: int = 0, created: str = "",
+                 owner: str = "", cgroups_path: str = "", annotations: dict[str, str] | None = None,
+                 config: dict | None = None, exit_status: int | None = None) -> None:
+        self.id = id
+        self.bundle = bundle
+        self.rootfs = rootfs
+        self.pid = pid
+        self.pid_start = pid_start
+        self.created = created
+        self.owner = owner
+        self.cgroups_path = cgroups_path
+        self.annotations: dict[str, str] = {} if annotations is None else annotations
+        self.config: dict = {} if config is None else config
+        self.exit_status = exit_status
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_json() == other.to_json()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"ContainerState({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {k: getattr(self, k) for k in self.FIELDS}
 
     @classmethod
-    def from_json(cls, raw: dict) -> "ContainerState":
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+    def from_json(cls, raw: dict) -> ContainerState:
+        return cls(**{k: raw[k] for k in cls.FIELDS if k in raw})
 
 
 def process_start_time(pid: int) -> int | None:

@@ -178,3 +178,93 @@ def test_joining_an_existing_network_namespace_by_path(runtime, make_bundle):
     assert os.readlink(f"/proc/{app_pid}/ns/pid") != os.readlink(f"/proc/{sandbox_pid}/ns/pid")
     runtime("delete", "--force", "app")
     runtime("delete", "--force", "sandbox")
+
+
+def test_user_groups_umask_and_rlimits(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["sh", "-c", "id -u; id -g; id -G; umask; ulimit -n; ulimit -Hn"],
+               process__user={"uid": 1000, "gid": 1001, "additionalGids": [5, 6], "umask": 0o27},
+               process__rlimits=[{"type": "RLIMIT_NOFILE", "soft": 321, "hard": 654}])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "1001", "1001", "5", "6", "0027", "321", "654"]
+
+
+def test_device_allow_list_is_enforced(runtime, make_bundle):
+    caps = ["CAP_MKNOD", "CAP_DAC_OVERRIDE"]
+    done = run(runtime, make_bundle, ["sh", "-c", "mknod /dev/mem2 c 1 1 && head -c1 /dev/mem2; "
+                                      "head -c1 /dev/zero | wc -c; ls /dev"],
+               process__capabilities={k: caps for k in ("bounding", "effective", "permitted")})
+    assert "Operation not permitted" in done.stderr
+    lines = done.stdout.split()
+    assert lines[0] == "1"
+    for dev in ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "mqueue", "fd", "stdin"):
+        assert dev in lines
+
+
+def test_terminal_master_goes_to_the_console_socket(runtime, make_bundle, tmp_path):
+    import socket
+    import threading
+    sock_path = tmp_path / "console.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+    received: dict = {}
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        with conn:
+            msg, fds, _flags, _addr = socket.recv_fds(conn, 1024, 1)
+            received["name"], received["fd"] = msg.decode(), fds[0]
+    t = threading.Thread(target=accept)
+    t.start()
+    bundle = make_bundle(["sh", "-c", "tty; stty size"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["terminal"] = True
+    config["process"]["consoleSize"] = {"height": 30, "width": 100}
+    (bundle / "config.json").write_text(json.dumps(config))
+    try:
+        runtime("create", "--bundle", str(bundle), "--console-socket", str(sock_path), "c1")
+        t.join(10)
+        runtime("start", "c1")
+        out = b""
+        while b"100" not in out:
+            try:
+                chunk = os.read(received["fd"], 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        server.close()
+        if "fd" in received:
+            os.close(received["fd"])
+        runtime("delete", "--force", "c1", check=False)
+    assert received["name"].startswith("/dev/pts/")
+    assert b"/dev/pts/0" in out and b"30 100" in out
+
+
+def test_foreground_run_with_a_terminal_relays_it(runtime, make_bundle):
+    import select
+    import subprocess
+    bundle = make_bundle(["sh", "-c", "tty; read x; echo got $x; exit 3"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["terminal"] = True
+    (bundle / "config.json").write_text(json.dumps(config))
+    master, slave = os.openpty()
+    proc = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "run", "--bundle", str(bundle), "c1"],
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        while b"/dev/pts/0" not in out:
+            assert select.select([master], [], [], 20)[0], out
+            out += os.read(master, 1024)
+        os.write(master, b"hello\r")
+        while b"got hello" not in out:
+            assert select.select([master], [], [], 20)[0], out
+            out += os.read(master, 1024)
+        assert proc.wait(timeout=20) == 3
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)

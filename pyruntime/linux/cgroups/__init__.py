@@ -12,7 +12,6 @@ import os
 from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager
 from pyruntime.linux.cgroups.paths import (Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup,
                                            removable_parents, split_path)
-from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
 from pyruntime.linux.cgroups.v1 import V1Manager
 from pyruntime.linux.cgroups.v2 import V2Manager
 
@@ -20,6 +19,14 @@ __all__ = ["CgroupError", "CgroupManager", "DEFAULT_ALLOWED_DEVICES", "FROZEN", 
            "V1Manager", "V2Manager", "detect", "manager"]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def __getattr__(name: str) -> object:
+    """Resources and DEFAULT_ALLOWED_DEVICES load on first use: `delete`, `state` and `start` never need them."""
+    if name in ("Resources", "DEFAULT_ALLOWED_DEVICES"):
+        from pyruntime.linux.cgroups import resources
+        return getattr(resources, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 CGROUP2_SUPER_MAGIC = 0x63677270
 
 

@@ -12,7 +12,9 @@ import signal
 import time
 from abc import ABC, abstractmethod
 
-from pyruntime.linux.cgroups.resources import Resources
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+if TYPE_CHECKING:  # `delete`, `state` and `start` never set resources, so they do not load them
+    from pyruntime.linux.cgroups.resources import Resources
 
 FROZEN = "frozen"
 THAWED = "thawed"

@@ -6,19 +6,37 @@ container a hierarchy's mount root is not the hierarchy root.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 DEFAULT_PARENT = "pyruntime"
 
 
-@dataclass(frozen=True)
 class Hierarchy:
-    """One mounted hierarchy. `key` names it as /proc/<pid>/cgroup does ("cpu,cpuacct", "name=systemd", "")."""
+    """One mounted hierarchy. `key` names it as /proc/<pid>/cgroup does ("cpu,cpuacct", "name=systemd", "").
 
-    key: str
-    controllers: frozenset[str]
-    mountpoint: str
-    root: str
+    A plain value class, not a dataclass: every command that touches a cgroup loads this module, and
+    importing dataclasses costs more than the whole mountinfo parse.
+    """
+
+    __slots__ = ("controllers", "key", "mountpoint", "root")
+
+    def __init__(self, key: str, controllers: frozenset[str], mountpoint: str, root: str) -> None:
+        self.key = key
+        self.controllers = controllers
+        self.mountpoint = mountpoint
+        self.root = root
+
+    def _fields(self) -> tuple[str, frozenset[str], str, str]:
+        return self.key, self.controllers, self.mountpoint, self.root
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Hierarchy(key={!r}, controllers={!r}, mountpoint={!r}, root={!r})".format(*self._fields())
 
 
 def _unescape(field: str) -> str:

@@ -9,9 +9,9 @@ limits are deprecated and inert on current kernels, hierarchy is always on, and 
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
+
+from pyruntime.record import fields, record, replace
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -19,7 +19,7 @@ UINT64_MAX = (1 << 64) - 1
 UINT16_MAX = (1 << 16) - 1
 
 
-@dataclass(frozen=True)
+@record
 class Memory:
     limit: int | None = None
     reservation: int | None = None
@@ -32,7 +32,7 @@ class Memory:
     check_before_update: bool | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Cpu:
     shares: int | None = None
     quota: int | None = None
@@ -45,12 +45,12 @@ class Cpu:
     idle: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Pids:
     limit: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class WeightDevice:
     major: int
     minor: int
@@ -58,14 +58,14 @@ class WeightDevice:
     leaf_weight: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ThrottleDevice:
     major: int
     minor: int
     rate: int
 
 
-@dataclass(frozen=True)
+@record
 class BlockIO:
     weight: int | None = None
     leaf_weight: int | None = None
@@ -76,13 +76,13 @@ class BlockIO:
     throttle_write_iops_device: tuple[ThrottleDevice, ...] | None = None
 
 
-@dataclass(frozen=True)
+@record
 class HugepageLimit:
     page_size: str
     limit: int
 
 
-@dataclass(frozen=True)
+@record
 class DeviceRule:
     allow: bool
     type: str = "a"
@@ -119,7 +119,7 @@ DEFAULT_ALLOWED_DEVICES: tuple[DeviceRule, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Resources:
     memory: Memory | None = None
     cpu: Cpu | None = None
@@ -161,10 +161,9 @@ def _merge(current: Any, update: Any) -> Any:
         return update
     if isinstance(update, dict):
         return {**current, **update}
-    if dataclasses.is_dataclass(update) and type(update) is type(current):
-        changes = {f.name: _merge(getattr(current, f.name), getattr(update, f.name))
-                   for f in dataclasses.fields(update)}
-        return dataclasses.replace(current, **changes)
+    if hasattr(update, "__value_fields__") and type(update) is type(current):
+        changes = {name: _merge(getattr(current, name), getattr(update, name)) for name in fields(update)}
+        return replace(current, **changes)
     return update
 
 

@@ -14,8 +14,11 @@ import time
 from pyruntime.linux.cgroups.base import (FREEZE_TIMEOUT, FROZEN, THAWED, CgroupError, CgroupManager, keyed,
                                           makedirs, number, os_error, procs_in_tree, read, read_optional,
                                           rmdir_if_empty, rmdir_tree, signal_pids, write)
-from pyruntime.linux.cgroups.resources import BlockIO, Cpu, DeviceRule, HugepageLimit, Memory, Resources
 from pyruntime.linux.cgroups.v2 import V2Manager
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+if TYPE_CHECKING:  # annotations only: commands that never set resources should not import them
+    from pyruntime.linux.cgroups.resources import BlockIO, Cpu, DeviceRule, HugepageLimit, Memory, Resources
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -17,8 +17,10 @@ import time
 from pyruntime.linux.cgroups.base import (FREEZE_TIMEOUT, FROZEN, THAWED, CgroupError, CgroupManager, keyed,
                                           number, os_error, procs_in_tree, read, read_optional, rmdir_if_empty,
                                           rmdir_tree, signal_pids, write)
-from pyruntime.linux.cgroups.resources import (DEFAULT_ALLOWED_DEVICES, UINT64_MAX, BlockIO, Cpu, DeviceRule,
-                                               HugepageLimit, Memory, Resources)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+if TYPE_CHECKING:  # annotations only: commands that never set resources should not import them
+    from pyruntime.linux.cgroups.resources import BlockIO, Cpu, DeviceRule, HugepageLimit, Memory, Resources
 
 
 def shares_to_weight(shares: int) -> int:
@@ -60,6 +62,7 @@ def _limit(value: int) -> str:
 
 
 def _device_supported(rule: DeviceRule) -> bool:
+    from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES
     if rule.type == "a" and rule.major is None and rule.minor is None:
         return True
     if not rule.allow:
@@ -280,6 +283,7 @@ class V2Manager(CgroupManager):
                 self.thaw()
 
     def stats(self) -> dict:
+        from pyruntime.linux.cgroups.resources import UINT64_MAX
         cpu = keyed(read_optional(self._file("cpu.stat")))
         memory_stat = keyed(read_optional(self._file("memory.stat")))
         memory_max = (read_optional(self._file("memory.max")) or "max").strip()

@@ -1,0 +1,96 @@
+"""`@record`: value classes with __init__, ==, hash and repr, for the types on the container start path.
+
+dataclasses writes each class's methods as source text and exec()s it, and imports inspect (with ast,
+dis and tokenize) to do so: about 0.4 ms per class plus 6 ms of imports, which every `pyruntime create`
+paid for its ~25 spec and resource types. Here the methods are shared functions driven by the field
+list, so defining a class compiles nothing. Only what those types use is supported: annotated fields,
+all positional-or-keyword, each with no default, a plain default or a `Factory`. Instances are meant
+to be treated as immutable (they hash by value) but, unlike frozen dataclasses, do not enforce it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_MISSING = object()
+
+
+class Factory:
+    """A default built anew for each instance (dataclasses' default_factory). A field with
+    compare=False is left out of ==, hash and repr, like dataclasses' field(compare=False, repr=False)."""
+
+    __slots__ = ("compare", "make")
+
+    def __init__(self, make: Callable[[], Any], compare: bool = True) -> None:
+        self.make = make
+        self.compare = compare
+
+
+def fields(obj: object) -> tuple[str, ...]:
+    """The field names of a @record class or instance, in definition order."""
+    return obj.__value_fields__  # type: ignore[attr-defined,no-any-return]
+
+
+def replace(obj: T, **changes: Any) -> T:
+    """A copy of `obj` with some fields changed (dataclasses.replace)."""
+    return type(obj)(**{**{name: getattr(obj, name) for name in fields(obj)}, **changes})
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    cls = type(self)
+    names: tuple[str, ...] = cls.__value_fields__
+    if len(args) > len(names):
+        raise TypeError(f"{cls.__name__}() takes {len(names)} positional arguments but {len(args)} were given")
+    values = dict(zip(names, args))
+    for key, val in kwargs.items():
+        if key not in names:
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {key!r}")
+        if key in values:
+            raise TypeError(f"{cls.__name__}() got multiple values for argument {key!r}")
+        values[key] = val
+    for name in names:
+        if name not in values:
+            default = cls.__value_defaults__.get(name, _MISSING)
+            if default is _MISSING:
+                raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
+            values[name] = default.make() if isinstance(default, Factory) else default
+    self.__dict__.update(values)
+
+
+def _key(self: Any) -> tuple[Any, ...]:
+    return tuple(getattr(self, name) for name in type(self).__value_compared__)
+
+
+def _eq(self: Any, other: object) -> bool:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return _key(self) == _key(other)
+
+
+def _hash(self: Any) -> int:
+    return hash(_key(self))
+
+
+def _repr(self: Any) -> str:
+    shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in type(self).__value_compared__)
+    return f"{type(self).__qualname__}({shown})"
+
+
+def record(cls: type[T]) -> type[T]:
+    """Makes `cls` a record class over its annotated fields (see the module docstring)."""
+    names = tuple(cls.__dict__.get("__annotations__", {}))  # noqa: RUF063 -- inspect is what this avoids
+    defaults = {name: cls.__dict__[name] for name in names if name in cls.__dict__}
+    for name, default in defaults.items():
+        if isinstance(default, Factory):
+            delattr(cls, name)
+    compared = tuple(n for n in names if not (isinstance(defaults.get(n), Factory) and not defaults[n].compare))
+    cls.__value_fields__ = names  # type: ignore[attr-defined]
+    cls.__value_defaults__ = defaults  # type: ignore[attr-defined]
+    cls.__value_compared__ = compared  # type: ignore[attr-defined]
+    cls.__init__ = _init  # type: ignore[misc]
+    cls.__eq__ = _eq  # type: ignore[assignment,method-assign]
+    cls.__hash__ = _hash  # type: ignore[assignment,method-assign]
+    cls.__repr__ = _repr  # type: ignore[assignment,method-assign]
+    return cls
