@@ -158,11 +158,7 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
             state.update(chan.recv("state")["state"], pid=os.getpid())
             run_hooks("createContainer", spec.hooks.get("createContainer", ()), state)
 
-        mount_ns = spec.linux.namespace("mount")
-        if mount_ns is not None and mount_ns.path is None:
-            rootfs.prepare(spec, bundle, in_userns, before_pivot)
-        else:
-            before_pivot()
+        rootfs.prepare(spec, bundle, in_userns, before_pivot)
         if spec.hostname is not None:
             SYS.sethostname(spec.hostname)
         if spec.domainname is not None:

@@ -298,12 +298,26 @@ def pivot(rootfs: str) -> None:
         os.close(new)
 
 
+def _parent_mount_private(path: str) -> None:
+    """pivot_root refuses a new root whose parent mount is shared (rootfsPropagation shared/rshared
+    makes it so); like runc, make that one parent private."""
+    best, shared = "", False
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split(" - ", 1)[0].split()
+            point = fields[4].replace("\\040", " ")
+            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, shared = point, any(opt.startswith("shared:") for opt in fields[6:])
+    if best and shared:
+        SYS.mount(None, best, None, sc.MS_PRIVATE, None)
+
+
 def prepare(spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None]) -> None:
     """Builds the container's root and pivots into it; `before_pivot` runs the create-time hooks."""
     propagation = PROPAGATION_OPTIONS.get(spec.linux.rootfs_propagation, sc.MS_SLAVE | sc.MS_REC)
-    SYS.mount(None, "/", None, propagation if propagation & (sc.MS_SLAVE | sc.MS_PRIVATE) else sc.MS_SLAVE | sc.MS_REC,
-              None)
+    SYS.mount(None, "/", None, propagation, None)
     rootfs = spec.root.path
+    _parent_mount_private(rootfs)
     SYS.mount(rootfs, rootfs, None, sc.MS_BIND | sc.MS_REC, None)
     root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -323,8 +337,8 @@ def prepare(spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[],
         before_pivot()
     finally:
         os.close(root_fd)
-    if spec.linux.rootfs_propagation in ("shared", "rshared"):
-        SYS.mount(None, rootfs, None, PROPAGATION_OPTIONS[spec.linux.rootfs_propagation], None)
     pivot(rootfs)
+    if spec.linux.rootfs_propagation:
+        SYS.mount(None, "/", None, propagation, None)
     if spec.root.readonly:
         SYS.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _locked_flags("/"), None)

@@ -351,8 +351,11 @@ def parse(raw: Any, bundle: str) -> Spec:
     proc = top.obj("process")
     hostname = top.str("hostname")
     linux = _linux(top.obj("linux"))
-    if hostname and not (linux.namespace("uts") and linux.namespace("uts").path is None):
-        raise SpecError("hostname: setting a hostname needs a new uts namespace in linux.namespaces")
+    if hostname and linux.namespace("uts") is None:
+        raise SpecError("hostname: setting a hostname needs the container's own uts namespace in linux.namespaces")
+    if linux.namespace("mount") is None:
+        raise SpecError("linux.namespaces: a mount namespace (new or by path) is required; without one the "
+                        "container's mounts would land in the host's")
     return Spec(
         oci_version=version,
         root=Root(os.path.normpath(os.path.join(bundle, root_path)), root.bool("readonly")),

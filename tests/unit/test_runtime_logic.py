@@ -40,7 +40,8 @@ def test_default_spec_parses_into_typed_objects():
     (lambda c: c["mounts"].append({"destination": "relative"}), "mounts[7].destination: must be an absolute path"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1, "size": 1}]),
      "need a user namespace"),
-    (lambda c: c["linux"]["namespaces"].remove({"type": "uts"}), "hostname: setting a hostname needs a new uts"),
+    (lambda c: c["linux"]["namespaces"].remove({"type": "uts"}), "hostname: setting a hostname needs the container"),
+    (lambda c: c["linux"]["namespaces"].remove({"type": "mount"}), "linux.namespaces: a mount namespace"),
     (lambda c: c["linux"].__setitem__("devices", [{"type": "x", "path": "/dev/x"}]), "linux.devices[0].type"),
     (lambda c: c["linux"].__setitem__("rootfsPropagation", "sideways"), "unknown propagation"),
     (lambda c: c["linux"].__setitem__("intelRdt", {"closID": "x"}), "linux.intelRdt: not supported"),
@@ -100,7 +101,7 @@ def test_oom_score_adj_is_never_lowered_below_our_own(monkeypatch, tmp_path):
 ])
 def test_only_namespaced_sysctls_are_allowed(key, namespaces, ok):
     c = config()
-    c["linux"]["namespaces"] = [{"type": t} for t in namespaces + ["uts"] if t != "uts"] + [{"type": "uts"}]
+    c["linux"]["namespaces"] = [{"type": t} for t in set(namespaces) | {"uts", "mount"}]
     c["linux"]["sysctl"] = {key: "1"}
     s = specmod.parse(c, "/bundle")
     if ok:
