@@ -5,36 +5,22 @@ so a symlink to `/etc` or `../../..` planted by an earlier entry lands back insi
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 
-SYS_OPENAT2 = 437  # same number on x86_64 and the asm-generic table (arm64)
-RESOLVE_NO_XDEV = 0x01
-RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_IN_ROOT = 0x10
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
+from pyruntime.linux.syscalls import RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV, SYS
 
 _openat2_works: bool | None = None
 
 
 def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
-    encoded = os.fsencode(path)
     for _ in range(64):  # EAGAIN: a concurrent rename raced the lookup; the kernel asks for a retry
-        fd = _libc.syscall(SYS_OPENAT2, dirfd, encoded, ctypes.byref(how), ctypes.sizeof(how))
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err != errno.EAGAIN:
-            raise OSError(err, f"openat2 {path!r}: {os.strerror(err)}", path)
+        try:
+            return SYS.openat2(dirfd, path, flags, resolve)
+        except OSError as e:
+            if e.errno != errno.EAGAIN:
+                # as its errno's subclass (FileNotFoundError, ...), which the unpacker catches
+                raise OSError(e.errno, e.strerror, path) from None
     raise OSError(errno.EAGAIN, f"openat2 {path!r}: kept racing with renames", path)
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.kit.child import run_in_child
 from pyruntime.linux import seccomp
 from pyruntime.linux.seccomp import Seccomp
 
@@ -17,28 +17,6 @@ BUSYBOX = "/bin/busybox"
 # What static busybox needs to start and exit (strace of `busybox true`).
 BUSYBOX_START = ["execve", "brk", "arch_prctl", "set_tid_address", "set_robust_list", "rseq", "prlimit64",
                  "readlink", "getrandom", "mprotect", "prctl", "getuid", "exit_group"]
-
-
-def run_in_child(setup: Callable[[], None], *argv: str) -> tuple[int, str]:
-    """Runs setup() then execs argv in a fork; returns (exit status, stdout+stderr)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.dup2(w, 1)
-            os.dup2(w, 2)
-            setup()
-            os.execv(argv[0], list(argv))
-        except BaseException:
-            os.write(w, traceback.format_exc().encode())
-        finally:
-            os._exit(127)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        out = f.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
 
 
 def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], None]:
