@@ -290,11 +290,17 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
     raw: dict = {}
     if p.options["resources"]:
         src = str(p.options["resources"])
-        raw = json.load(sys.stdin) if src == "-" else json.load(open(src))
+        if src == "-":
+            raw = json.load(sys.stdin)
+        else:
+            with open(src) as f:
+                raw = json.load(f)
     for flag, (section, key) in UPDATE_FLAGS.items():
         value = p.options[flag]
         if value is not None:
             text = str(value)
+            if key not in ("cpus", "mems") and not text.lstrip("-").isdigit():
+                raise UsageError(f"update: --{flag}: {text!r} is not a whole number")
             raw.setdefault(section, {})[key] = text if key in ("cpus", "mems") else int(text)
     update(ctx.store(), cid, raw)
     return 0

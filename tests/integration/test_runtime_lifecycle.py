@@ -178,3 +178,22 @@ def test_malformed_json_and_missing_bundle(runtime, make_bundle, tmp_path):
     done = runtime("create", "--bundle", str(tmp_path / "nothing"), "c2", check=False)
     assert done.returncode == 1 and "no such file" in done.stderr
     assert "invalid container id" in runtime("create", "--bundle", str(bundle), "../x", check=False).stderr
+
+
+def test_update_from_a_resources_file_and_events_stream(runtime, make_bundle, tmp_path):
+    runtime("run", "-d", "--bundle", str(make_bundle(["sleep", "100"])), "c1")
+    (tmp_path / "r.json").write_text(json.dumps({"memory": {"limit": 48 << 20}, "cpu": {"quota": 20000,
+                                                                                        "period": 100000}}))
+    runtime("update", "--resources", str(tmp_path / "r.json"), "c1")
+    events = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "events", "--interval", "0.2s", "c1"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(events.stdout.readline())
+    finally:
+        events.kill()
+        events.wait()
+        events.stdout.close()
+    assert first["type"] == "stats" and first["data"]["memory"]["usage"]["limit"] == 48 << 20
+    bad = runtime("update", "--memory", "lots", "c1", check=False)
+    assert bad.returncode == 1 and "--memory: 'lots' is not a whole number" in bad.stderr
+    runtime("delete", "--force", "c1")
