@@ -9,7 +9,8 @@ import time
 from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
 from pyruntime.linux import cgroups
-from pyruntime.oci.state import CREATED, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
+from pyruntime.oci.state import (CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state,
+                                  process_alive)
 
 
 def _cgroup(state: ContainerState):
@@ -17,6 +18,8 @@ def _cgroup(state: ContainerState):
 
 
 def status_of(store: Store, state: ContainerState) -> str:
+    if state.pid == 0:
+        return CREATING if process_alive(state.creator_pid, state.creator_start) else STOPPED
     if not process_alive(state.pid, state.pid_start):
         return STOPPED
     if os.path.exists(store.path(state.id, FIFO)):
@@ -136,7 +139,7 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
     with store.locked(cid):
         state = store.load(cid)
         status = status_of(store, state)
-        if status in (RUNNING, PAUSED) and not force:
+        if status in (RUNNING, PAUSED, CREATING) and not force:
             raise ContainerError(f"cannot delete container {cid!r} that is not stopped: {status} "
                                  "(use --force to kill it first)")
         if status != STOPPED:
@@ -144,7 +147,8 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
             if status == PAUSED:
                 cg.kill_all(signal.SIGKILL)
                 cg.thaw()
-            os.kill(state.pid, signal.SIGKILL)
+            if state.pid:
+                os.kill(state.pid, signal.SIGKILL)
             cg.kill_all(signal.SIGKILL)
             if not wait_gone(state.pid, state.pid_start, 10):
                 raise ContainerError(f"container {cid!r}: init {state.pid} did not die after SIGKILL")

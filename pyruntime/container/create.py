@@ -76,11 +76,13 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         raise ContainerError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
     store.reserve(cid)
     state = ContainerState(id=cid, bundle=bundle, rootfs=spec.root.path, created=_now(), owner="root",
-                           cgroups_path=spec.linux.cgroups_path, annotations=spec.annotations, config=spec.raw)
+                           cgroups_path=spec.linux.cgroups_path, annotations=spec.annotations, config=spec.raw,
+                           creator_pid=os.getpid(), creator_start=process_start_time(os.getpid()) or 0)
     cg = None
     stage1_pid = init_pid = 0
     parent, child = Channel.pair()
     try:
+        store.save(state)
         cg = cgroups.manager(spec.linux.cgroups_path, cid)
         cg.create()
         cg.set(cgroup_resources(spec))

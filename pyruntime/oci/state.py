@@ -16,12 +16,12 @@ class ContainerState:
     command loads it and `dataclasses` (with the inspect module it pulls in) costs milliseconds to import."""
 
     FIELDS = ("id", "bundle", "rootfs", "pid", "pid_start", "created", "owner", "cgroups_path", "annotations",
-              "config", "exit_status")
+              "config", "creator_pid", "creator_start")
     __slots__ = FIELDS
 
     def __init__(self, id: str, bundle: str, rootfs: str, pid: int = 0, pid_start: int = 0, created: str = "",
                  owner: str = "", cgroups_path: str = "", annotations: dict[str, str] | None = None,
-                 config: dict | None = None, exit_status: int | None = None) -> None:
+                 config: dict | None = None, creator_pid: int = 0, creator_start: int = 0) -> None:
         self.id = id
         self.bundle = bundle
         self.rootfs = rootfs
@@ -32,7 +32,10 @@ class ContainerState:
         self.cgroups_path = cgroups_path
         self.annotations: dict[str, str] = {} if annotations is None else annotations
         self.config: dict = {} if config is None else config
-        self.exit_status = exit_status
+        # the `create` process, while the container has no init yet: alive means "creating", dead means a
+        # create that crashed, whose leftovers `delete` removes
+        self.creator_pid = creator_pid
+        self.creator_start = creator_start
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):

@@ -197,3 +197,32 @@ def test_update_from_a_resources_file_and_events_stream(runtime, make_bundle, tm
     bad = runtime("update", "--memory", "lots", "c1", check=False)
     assert bad.returncode == 1 and "--memory: 'lots' is not a whole number" in bad.stderr
     runtime("delete", "--force", "c1")
+
+
+def test_a_create_killed_midway_is_reported_stopped_and_delete_removes_everything(runtime, make_bundle, tmp_path):
+    import psutil
+    marker = tmp_path / "hook-started"
+    bundle = make_bundle(["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["hooks"] = {"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", f"touch {marker}; exec sleep 60"]}]}
+    (bundle / "config.json").write_text(json.dumps(config))
+    create = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "create", "--bundle", str(bundle), "c1"])
+    for _ in range(200):
+        if marker.exists():
+            break
+        time.sleep(0.02)
+    assert runtime.state("c1")["status"] == "creating"
+    assert "not stopped" in runtime("delete", "c1", check=False).stderr
+    create.kill()
+    create.wait()
+    for proc in psutil.Process().children(recursive=True):
+        if proc.cmdline()[:2] == ["sleep", "60"]:
+            proc.kill()
+            proc.wait()
+    for _ in range(100):
+        if runtime.state("c1")["status"] == "stopped":
+            break
+        time.sleep(0.05)
+    assert runtime.state("c1")["status"] == "stopped"
+    runtime("delete", "c1")
+    assert runtime("list", "-q").stdout.strip() == ""
