@@ -19,7 +19,7 @@ from tests.kit.busybox import build_busybox_image
 from tests.kit.runtime import PYRUNTIME, bundle_config
 
 IMAGE = "localhost/pynode/busybox:latest"
-SCRIPT = ("echo \"hello from $(hostname), pid $$ in its own namespaces\"; echo 'processes:'; ps; "
+SCRIPT = ("echo \"hello from $(hostname), pid $$ in its own namespaces\"; echo 'processes:'; ps -o pid,user,comm; "
           "echo 'network:'; ip -o link | cut -d' ' -f2; echo 'memory limit:' "
           "$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max)")
 
