@@ -65,6 +65,19 @@ def _kill_and_reap(pid: int) -> None:
         pass
 
 
+def _hand_over_notify_fd(spec: Spec, chan: Channel, init_pid: int, state: dict) -> None:
+    """The container's seccomp notify fd goes to the agent at listenerPath, with the state, as runc
+    sends it (the agent lives in the runtime's mount namespace, where the container can't reach)."""
+    from pyruntime.linux import seccomp
+    fd = chan.recv_fd("seccomp")
+    if fd is None:
+        return  # every notify rule named syscalls this kernel lacks: no filter fd was made
+    try:
+        seccomp.send_listener_fd(spec.linux.seccomp, fd, pid=init_pid, state=state)
+    finally:
+        os.close(fd)
+
+
 def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = None, pid_file: str | None = None,
            preserve_fds: int = 0) -> ContainerState:
     validate_id(cid)
@@ -112,6 +125,8 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view)
         run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view)
         parent.send("state", state=runtime_view)
+        if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
+            _hand_over_notify_fd(spec, parent, init_pid, runtime_view)
         parent.recv("ready")
         store.save(state)
         if pid_file:

@@ -167,7 +167,14 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
             from pyruntime.container import console as console_mod
             console_mod.become_terminal(console, proc.console_size)
         keep = {chan.fileno(), *fifo_fds} | set(range(3, 3 + preserve_fds))
-        program = process.finalize(spec, proc, keep)
+        sent: list[int] = []
+
+        def notify(fd: int) -> None:
+            chan.send_fd("seccomp", fd)
+            sent.append(fd)
+        program = process.finalize(spec, proc, keep, notify)
+        if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
+            chan.send("seccomp")
         chan.send("ready")
         chan.close()
         chan = None

@@ -86,23 +86,42 @@ def enter_cwd(cwd: str) -> None:
         raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
 
 
-def load_seccomp(spec: Spec) -> None:
-    if spec.linux.seccomp is not None:
-        from pyruntime.linux import seccomp
-        seccomp.load(spec.linux.seccomp, warn=warn)
+def load_seccomp(spec: Spec, notify: Callable[[int], None] | None = None) -> None:
+    """Loads the filter; a notify fd (SCMP_ACT_NOTIFY rules) goes to `notify`, which hands it to the
+    runtime for the agent at listenerPath, and is closed here either way (unwatched, those syscalls
+    then fail with ENOSYS)."""
+    if spec.linux.seccomp is None:
+        return
+    from pyruntime.linux import seccomp
+    fd = seccomp.load(spec.linux.seccomp, warn=warn)
+    if fd is not None:
+        try:
+            if notify is not None:
+                notify(fd)
+        finally:
+            os.close(fd)
 
 
-def finalize(spec: Spec, proc: Process, keep_fds: set[int]) -> str:
-    """Everything up to the exec; returns the resolved program path. Errors name the step."""
+def _uses_notify(spec: Spec) -> bool:
+    return spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify
+
+
+def finalize(spec: Spec, proc: Process, keep_fds: set[int], notify: Callable[[int], None] | None = None) -> str:
+    """Everything up to the exec; returns the resolved program path. Errors name the step.
+
+    A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
+    for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
     close_fds(keep_fds)
     nnp = proc.no_new_privileges
     if not nnp:
         # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
-        load_seccomp(spec)
+        load_seccomp(spec, notify)
     from pyruntime.linux import capabilities
     capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
                        additional_gids=proc.user.additional_gids, no_new_privileges=nnp, warn=warn)
+    if nnp and _uses_notify(spec):
+        load_seccomp(spec, notify)
     os.umask(proc.user.umask if proc.user.umask is not None else 0o022)
     enter_cwd(proc.cwd)
     return lookup(proc.args[0], proc.env)
@@ -112,7 +131,7 @@ def execute(spec: Spec, proc: Process, program: str, before_exec: Callable[[], N
     """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
     if before_exec is not None:
         before_exec()
-    if proc.no_new_privileges:
+    if proc.no_new_privileges and not _uses_notify(spec):
         load_seccomp(spec)
     env = dict(e.split("=", 1) for e in proc.env)
     try:

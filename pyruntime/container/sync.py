@@ -27,8 +27,18 @@ class Channel:
     def send(self, kind: str, **fields: Any) -> None:
         self.sock.send(json.dumps({"type": kind, **fields}).encode())
 
+    def send_fd(self, kind: str, fd: int) -> None:
+        socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])
+
+    def recv_fd(self, expect: str) -> int | None:
+        data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 1)
+        self._check(data, expect)
+        return fds[0] if fds else None
+
     def recv(self, expect: str) -> dict:
-        data = self.sock.recv(65536)
+        return self._check(self.sock.recv(65536), expect)
+
+    def _check(self, data: bytes, expect: str) -> dict:
         if not data:
             raise ChildError(f"container process exited before sending {expect!r}")
         msg = json.loads(data)

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from pyruntime.linux.cgroups import manager
@@ -268,3 +269,31 @@ def test_foreground_run_with_a_terminal_relays_it(runtime, make_bundle):
         proc.kill()
         proc.wait()
         os.close(master)
+
+
+def test_seccomp_notify_fd_reaches_the_agent_at_listener_path(runtime, make_bundle, tmp_path):
+    import socket
+    listener = tmp_path / "agent.sock"
+    bundle = make_bundle(["sh", "-c", "mkdir /dev/shm/x; echo status=$?"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": str(listener),
+                                  "listenerMetadata": "agent-meta",
+                                  "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_NOTIFY"}]}
+    (bundle / "config.json").write_text(json.dumps(config))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(listener))
+        server.listen(1)
+        runtime("create", "--bundle", str(bundle), "c1")
+        conn, _ = server.accept()
+        with conn:
+            data, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+    message = json.loads(data)
+    assert message["metadata"] == "agent-meta" and message["state"]["id"] == "c1"
+    assert message["pid"] == runtime.state("c1")["pid"] and len(fds) == 1
+    os.close(fds[0])  # the agent goes away: the notified syscall now fails instead of hanging
+    runtime("start", "c1")
+    for _ in range(100):
+        if runtime.state("c1")["status"] == "stopped":
+            break
+        time.sleep(0.05)
+    runtime("delete", "c1")
