@@ -332,7 +332,7 @@ def _linux(o: _Obj | None) -> Linux:
     propagation = o.str("rootfsPropagation", "")
     if propagation not in PROPAGATIONS:
         raise SpecError(f"linux.rootfsPropagation: unknown propagation {propagation!r}")
-    for unsupported in ("intelRdt", "personality", "netDevices", "memoryPolicy"):
+    for unsupported in ("intelRdt", "personality", "netDevices", "memoryPolicy", "timeOffsets"):
         if o.raw.get(unsupported):
             raise SpecError(f"linux.{unsupported}: not supported by pyruntime")
     return Linux(tuple(namespaces), uid_maps, gid_maps, tuple(devices), o.str("cgroupsPath", ""), resources,

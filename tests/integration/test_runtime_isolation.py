@@ -297,3 +297,18 @@ def test_seccomp_notify_fd_reaches_the_agent_at_listener_path(runtime, make_bund
             break
         time.sleep(0.05)
     runtime("delete", "c1")
+
+
+def test_oom_score_adj_is_set_and_never_lowered_below_the_runtimes(runtime, make_bundle):
+    with open("/proc/self/oom_score_adj") as f:
+        ours = int(f.read())
+    done = run(runtime, make_bundle, ["cat", "/proc/self/oom_score_adj"], process__oomScoreAdj=max(ours, 0) + 100)
+    assert done.stdout.strip() == str(max(ours, 0) + 100), done.stderr
+    done = run(runtime, make_bundle, ["cat", "/proc/self/oom_score_adj"], process__oomScoreAdj=-1000)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == ours  # clamped to the runtime's own score, as containerd's restrict_oom_score_adj
+
+
+def test_domainname_is_set_in_the_uts_namespace(runtime, make_bundle):
+    done = run(runtime, make_bundle, ["cat", "/proc/sys/kernel/domainname"], domainname="example.test")
+    assert done.stdout.strip() == "example.test", done.stderr
