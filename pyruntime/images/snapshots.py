@@ -9,7 +9,6 @@ overlayfs cannot be mounted, the snapshots are copied, whiteouts applied, into a
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import hashlib
 import json
@@ -21,15 +20,8 @@ from pathlib import Path
 
 from pyruntime.images.content import LOCKS, atomic_write, check_digest
 from pyruntime.images.unpack import copy_snapshot_into, usage
+from pyruntime.linux.syscalls import MNT_DETACH, SYS
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-MNT_DETACH = 2
-SYS_MOVE_MOUNT, SYS_FSOPEN, SYS_FSCONFIG, SYS_FSMOUNT = 429, 430, 431, 432  # same on x86_64 and arm64
-FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
-FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
-MOVE_MOUNT_F_EMPTY_PATH = 0x4
-AT_FDCWD = -100
 OVERLAY_OPTIONS_MAX = 4000  # the mount data page, less headroom
 
 
@@ -61,43 +53,17 @@ class ContainerMount:
     driver: str  # "overlay" or "copy"
 
 
-def _mount(source: str, target: str, fstype: str, data: str) -> None:
-    if _libc.mount(source.encode(), target.encode(), fstype.encode(), 0, data.encode()) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {fstype} on {target}: {os.strerror(err)}")
-
-
-def _syscall(nr: int, *args, what: str) -> int:
-    ret = _libc.syscall(nr, *args)
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return ret
-
-
 def _mount_overlay_fsconfig(lowers: list[Path], upper: Path, work: Path, target: Path) -> None:
-    fs = _syscall(SYS_FSOPEN, b"overlay", FSOPEN_CLOEXEC, what="fsopen overlay")
-    try:
-        settings = [("lowerdir+", str(p)) for p in lowers] + [("upperdir", str(upper)), ("workdir", str(work))]
-        for key, value in settings:
-            _syscall(SYS_FSCONFIG, fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0,
-                     what=f"fsconfig overlay {key}={value}")
-        _syscall(SYS_FSCONFIG, fs, FSCONFIG_CMD_CREATE, None, None, 0, what="fsconfig overlay create")
-        mnt = _syscall(SYS_FSMOUNT, fs, FSMOUNT_CLOEXEC, 0, what="fsmount overlay")
-        try:
-            _syscall(SYS_MOVE_MOUNT, mnt, b"", AT_FDCWD, str(target).encode(), MOVE_MOUNT_F_EMPTY_PATH,
-                     what=f"move_mount overlay to {target}")
-        finally:
-            os.close(mnt)
-    finally:
-        os.close(fs)
+    settings = [("lowerdir+", str(p)) for p in lowers] + [("upperdir", str(upper)), ("workdir", str(work))]
+    SYS.mount_with_fsconfig("overlay", settings, str(target))
 
 
 def _umount(target: str) -> None:
-    if _libc.umount2(target.encode(), MNT_DETACH) != 0:
-        err = ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOENT):
-            raise OSError(err, f"umount {target}: {os.strerror(err)}")
+    try:
+        SYS.umount(target, MNT_DETACH)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOENT):
+            raise
 
 
 def _is_mountpoint(path: Path) -> bool:
@@ -243,7 +209,7 @@ class SnapshotStore:
         upper, work, target = cdir / "upper", cdir / "work", cdir / "rootfs"
         options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}"
         if len(options) < OVERLAY_OPTIONS_MAX:
-            _mount("overlay", str(target), "overlay", options)
+            SYS.mount("overlay", str(target), "overlay", 0, options)
         else:
             _mount_overlay_fsconfig(lowers, upper, work, target)
 

@@ -14,6 +14,7 @@ import os
 from typing import Protocol
 
 libc = ctypes.CDLL("libc.so.6", use_errno=True)
+libc.syscall.restype = ctypes.c_long
 
 # mount(2) flags
 MS_RDONLY = 0x1
@@ -39,6 +40,12 @@ MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 MS_LAZYTIME = 1 << 25
 MNT_DETACH = 2
+
+# the new mount API (fsopen/fsconfig/fsmount/move_mount)
+FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
+FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+AT_FDCWD = -100
 
 # namespaces
 CLONE_NEWNS = 0x00020000
@@ -67,8 +74,10 @@ RESOLVE_IN_ROOT = 0x10
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
-    "x86_64": {"pivot_root": 155, "setns": 308, "openat2": 437, "close_range": 436},
-    "aarch64": {"pivot_root": 41, "setns": 268, "openat2": 437, "close_range": 436},
+    "x86_64": {"pivot_root": 155, "setns": 308, "openat2": 437, "close_range": 436, "move_mount": 429,
+               "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+    "aarch64": {"pivot_root": 41, "setns": 268, "openat2": 437, "close_range": 436, "move_mount": 429,
+                "fsopen": 430, "fsconfig": 431, "fsmount": 432},
 }[os.uname().machine]
 
 
@@ -104,6 +113,7 @@ class Syscalls(Protocol):
     def mknod(self, path: str, mode: int, device: int) -> None: ...
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int: ...
     def close_range(self, first: int, last: int, flags: int = 0) -> None: ...
+    def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None: ...
 
 
 class LinuxSyscalls:
@@ -161,6 +171,31 @@ class LinuxSyscalls:
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
+
+
+    def _new_api(self, name: str, *args, what: str) -> int:
+        ret = libc.syscall(_SYSCALL_NR[name], *args)
+        if ret < 0:
+            raise _fail(what)
+        return ret
+
+    def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
+        """A mount through fsopen/fsconfig/fsmount/move_mount, for options too many for mount(2)'s one
+        data page (an overlay with dozens of layers)."""
+        fs = self._new_api("fsopen", fstype.encode(), FSOPEN_CLOEXEC, what=f"fsopen {fstype}")
+        try:
+            for key, value in settings:
+                self._new_api("fsconfig", fs, FSCONFIG_SET_STRING, key.encode(), value.encode(), 0,
+                              what=f"fsconfig {fstype} {key}={value}")
+            self._new_api("fsconfig", fs, FSCONFIG_CMD_CREATE, None, None, 0, what=f"fsconfig {fstype} create")
+            mnt = self._new_api("fsmount", fs, FSMOUNT_CLOEXEC, 0, what=f"fsmount {fstype}")
+            try:
+                self._new_api("move_mount", mnt, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH,
+                              what=f"move_mount {fstype} to {target}")
+            finally:
+                os.close(mnt)
+        finally:
+            os.close(fs)
 
 
 class FakeSyscalls:
