@@ -13,7 +13,8 @@ import ctypes
 import os
 from typing import Protocol
 
-libc = ctypes.CDLL("libc.so.6", use_errno=True)
+from pyruntime.linux._libc import libc
+
 libc.syscall.restype = ctypes.c_long
 
 # mount(2) flags
