@@ -200,11 +200,17 @@ class LinuxSyscalls:
 
 
 class FakeSyscalls:
-    """Records every call instead of making it, for unit tests of the set-up logic."""
+    """Records every call instead of making it, for unit tests of the set-up logic without root.
+
+    Path lookups (openat2) need no privilege and their result is what the logic under test acts on,
+    so they are made for real and recorded; everything that changes the system is only recorded.
+    """
+
+    PASS_THROUGH = frozenset({"openat2"})
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
-        self._next_fd = 100
+        self._real = LinuxSyscalls()
 
     def __getattr__(self, name: str):
         if name.startswith("_") or not hasattr(LinuxSyscalls, name):
@@ -212,10 +218,7 @@ class FakeSyscalls:
 
         def record(*args, **kwargs):
             self.calls.append((name, *args, *kwargs.values()))
-            if name == "openat2":
-                self._next_fd += 1
-                return self._next_fd
-            return 0
+            return getattr(self._real, name)(*args, **kwargs) if name in self.PASS_THROUGH else 0
         return record
 
     def named(self, name: str) -> list[tuple]:

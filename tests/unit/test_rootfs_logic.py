@@ -1,0 +1,98 @@
+"""The rootfs logic against FakeSyscalls: where each mount would go, decided without root.
+
+Lookups are real (openat2 in a temp dir), mounts only recorded; each mount target is checked through
+the /proc/self/fd path the runtime would have mounted on, before its fd is closed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pyruntime.container import paths, rootfs
+from pyruntime.linux import syscalls
+from pyruntime.linux.syscalls import FakeSyscalls, SyscallError
+from pyruntime.oci.spec import Mount
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    fake = FakeSyscalls()
+    targets: list[str] = []
+    real_record = fake.__getattr__("mount")
+
+    def mount(source, target, fstype, flags, data):
+        # resolve the magic link now: the fd behind it is closed once mount_one returns
+        targets.append(os.path.realpath(target) if target.startswith("/proc/self/fd/") else target)
+        return real_record(source, target, fstype, flags, data)
+    fake.mount = mount
+    fake.targets = targets
+    for module in (rootfs, paths):
+        monkeypatch.setattr(module, "SYS", fake)
+    return fake
+
+
+@pytest.fixture
+def root(tmp_path) -> tuple[Path, int]:
+    r = tmp_path / "rootfs"
+    (r / "etc").mkdir(parents=True)
+    fd = os.open(r, os.O_RDONLY | os.O_DIRECTORY)
+    yield r, fd
+    os.close(fd)
+
+
+def test_tmpfs_mount_creates_its_target_inside_the_root(fake, root):
+    r, fd = root
+    rootfs.mount_one(fd, Mount("/run/app", "tmpfs", "tmpfs", ("nosuid", "mode=755")), "/bundle", False)
+    assert (r / "run" / "app").is_dir()
+    assert fake.targets == [str(r / "run" / "app")]
+    (_, source, _target, fstype, flags, data), = fake.named("mount")
+    assert (source, fstype, flags, data) == ("tmpfs", "tmpfs", syscalls.MS_NOSUID, "mode=755")
+
+
+@pytest.mark.parametrize("link", ["/", "../../..", "/etc/../.."])
+def test_a_symlink_in_the_image_cannot_send_a_mount_outside(fake, root, tmp_path, link):
+    r, fd = root
+    (r / "escape").symlink_to(link)
+    rootfs.mount_one(fd, Mount("/escape/target", "tmpfs", "tmpfs"), "/bundle", False)
+    assert (r / "target").is_dir()
+    assert not (tmp_path / "target").exists()
+    assert fake.targets == [str(r / "target")]
+
+
+def test_read_only_bind_is_a_bind_then_a_remount(fake, root, tmp_path):
+    r, fd = root
+    src = tmp_path / "hosts"
+    src.write_text("127.0.0.1 localhost\n")
+    rootfs.mount_one(fd, Mount("/etc/hosts", "bind", str(src), ("rbind", "ro")), "/bundle", False)
+    assert (r / "etc" / "hosts").is_file()
+    bind, remount = fake.named("mount")
+    assert bind[1] == str(src) and bind[4] == syscalls.MS_BIND | syscalls.MS_REC
+    assert remount[4] & (syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY) == \
+        syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY
+
+
+def test_relative_bind_source_is_relative_to_the_bundle(fake, root, tmp_path):
+    _r, fd = root
+    (tmp_path / "data").mkdir()
+    rootfs.mount_one(fd, Mount("/data", "bind", "data", ("bind",)), str(tmp_path), False)
+    assert fake.named("mount")[0][1] == str(tmp_path / "data")
+
+
+def test_missing_bind_source_names_the_mount(fake, root):
+    _r, fd = root
+    with pytest.raises(SyscallError, match="mount /data: bind source /nonexistent"):
+        rootfs.mount_one(fd, Mount("/data", "bind", "/nonexistent", ("bind",)), "/bundle", False)
+
+
+def test_masked_paths_refuse_symlinks_and_mask_files_with_null(fake, root):
+    r, fd = root
+    (r / "secret").write_text("x")
+    (r / "link").symlink_to("/secret")
+    rootfs.mask_paths(fd, ("/secret", "/missing"))
+    assert fake.targets == [str(r / "secret")]
+    (_, source, _target, _fstype, flags, _data), = fake.named("mount")
+    assert source.startswith("/proc/self/fd/") and flags == syscalls.MS_BIND  # the host's verified null device
+    with pytest.raises(SyscallError, match="masked path /link is a symlink"):
+        rootfs.mask_paths(fd, ("/link",))
