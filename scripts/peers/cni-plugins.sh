@@ -4,7 +4,7 @@
 # from the Go module proxy. Each is skipped when its output exists.
 set -euo pipefail
 VERSION=v1.10.0
-CRICTL_VERSION=v1.34.0
+CRICTL_VERSION=v1.37.0
 bin="${PEERS_BIN:-$HOME/.cache/pynode/bin}"
 out="$bin/cni"
 export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
@@ -13,4 +13,8 @@ for p in main/bridge ipam/host-local main/loopback; do
   [ -x "$out/$(basename "$p")" ] && continue
   GOBIN="$out" go install "github.com/containernetworking/plugins/plugins/$p@$VERSION"
 done
-[ -x "$bin/crictl" ] || GOBIN="$bin" go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+# go install stamps no version into crictl, so a file beside it records which one was built
+if [ "$(cat "$bin/.crictl-version" 2>/dev/null)" != "$CRICTL_VERSION" ]; then
+  GOBIN="$bin" go install "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  echo "$CRICTL_VERSION" > "$bin/.crictl-version"
+fi
