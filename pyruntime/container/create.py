@@ -107,14 +107,14 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
             init.stage1(spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)), console_socket,
                         preserve_fds)
         child.close()
-        cg.add(stage1_pid)
-        parent.send("go")
         userns = spec.linux.namespace("user")
         if userns is not None and userns.path is None:
             parent.recv("userns")
             _write_id_map(stage1_pid, "uid_map", spec.linux.uid_mappings)
             _write_id_map(stage1_pid, "gid_map", spec.linux.gid_mappings)
             parent.send("mapped")
+        cg.add(stage1_pid)
+        parent.send("go")
         init_pid = parent.recv("pid")["pid"]
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0

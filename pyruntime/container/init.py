@@ -1,9 +1,9 @@
 """The forked side of `create`: two processes that turn a fork of the runtime into the container.
 
 Stage 1 makes itself non-dumpable (so nothing in the container can open the interpreter through
-/proc/PID/exe, CVE-2019-5736's class), waits until the runtime has put it in the cgroup, joins the
-namespaces given by path, creates the user namespace (the runtime writes its id maps) and then the
-rest, and forks stage 2, which is born in the new pid namespace; stage 1 reports its pid and exits.
+/proc/PID/exe, CVE-2019-5736's class), joins the namespaces given by path, creates the user namespace
+(the runtime writes its id maps) and the others, and, once the runtime has put it in the cgroup, the
+cgroup namespace; then it forks stage 2, which is born in the new pid namespace; stage 1 reports its pid and exits.
 Stage 2 builds the root filesystem, pivots into it, drops privileges, tells the runtime it is ready and
 blocks on the exec fifo until `start`; then it execs the workload itself, so no interpreter is left
 running inside the container.
@@ -112,7 +112,6 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], conso
             from pyruntime.container import console as console_mod
             console = console_mod.connect(console_socket) if console_socket else None
         preload(spec)
-        chan.recv("go")
         join_namespaces(spec)
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
         if "user" in new:
@@ -123,10 +122,15 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], conso
             os.setresuid(0, 0, 0)
         flags = 0
         for kind in new:
-            if kind != "user":
+            if kind not in ("user", "cgroup"):
                 flags |= NS_FLAGS[kind]
         if flags:
             SYS.unshare(flags)
+        # the runtime puts us in the cgroup meanwhile (its first write can wait ~10 ms in the kernel);
+        # only the cgroup namespace has to come after, so that its root is the container's cgroup
+        chan.recv("go")
+        if "cgroup" in new:
+            SYS.unshare(sc.CLONE_NEWCGROUP)
         if spec.process is not None and spec.process.oom_score_adj is not None:
             process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()

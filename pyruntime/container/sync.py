@@ -25,7 +25,12 @@ class Channel:
         return cls(a), cls(b)
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.sock.send(json.dumps({"type": kind, **fields}).encode())
+        try:
+            self.sock.send(json.dumps({"type": kind, **fields}).encode())
+        except (BrokenPipeError, ConnectionResetError):
+            # the other side is gone; the error it sent before going says why
+            self._check(self.sock.recv(65536), f"a reply to {kind!r}")
+            raise ChildError(f"container process exited before {kind!r} could be sent") from None
 
     def send_fd(self, kind: str, fd: int) -> None:
         socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])
