@@ -29,6 +29,7 @@ CONTAINERD = shutil.which("containerd")
 CRICTL = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "crictl"
 IMAGE = "pyt.local/pause:latest"
 OCI_RUNTIME = shutil.which("runc") or "runc"
+RUN_DIR = Path("/run/containerd")
 
 pytestmark = pytest.mark.skipif(not CONTAINERD or not CRICTL.exists(), reason="needs containerd and crictl (make peers)")
 
@@ -107,7 +108,13 @@ def _unmount_under(root: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
-def test_containerd_runs_pod_on_our_network(tmp_path: Path) -> None:
+PYRUNTIME = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "pyruntime")
+
+
+@pytest.mark.parametrize("oci_runtime", [OCI_RUNTIME, PYRUNTIME], ids=["runc", "pyruntime"])
+def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) -> None:
+    """The whole node below the kubelet: containerd's CRI, our CNI plugins and (second case) our runtime
+    under the runc v2 shim run a pod with a container in it, reachable and exec-able, then tear it down."""
     suffix = secrets.token_hex(3)
     bridge, network, parent = f"pyt-br-{suffix}", f"pyt-ctrd-{suffix}", f"/pyt-ctrd-{suffix}"
     bin_dir, netd, data = tmp_path / "bin", tmp_path / "net.d", tmp_path / "ipam"
@@ -122,7 +129,7 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     ctrd = Containerd(tmp_path)
     config.write_text(CONFIG.format(root=tmp_path / "root", state=tmp_path / "state", sock=ctrd.sock, image=IMAGE,
-                                    bin=bin_dir, netd=netd, oci_runtime=OCI_RUNTIME))
+                                    bin=bin_dir, netd=netd, oci_runtime=oci_runtime))
     helper_sock = Path(f"/tmp/pyt-helper-{suffix}/h.sock")
     env = {**os.environ, "PYCNI_HELPER_SOCKET": str(helper_sock)}
     layout = tmp_path / "image"
@@ -135,6 +142,7 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path) -> None:
     pod.write_text(json.dumps({"metadata": {"name": "pyt-pod", "namespace": "default", "uid": suffix, "attempt": 0},
                                "log_directory": str(tmp_path / "logs"), "linux": {"cgroup_parent": parent}}))
     pod_id = ""
+    run_dir_existed = RUN_DIR.exists()
     try:
         ctrd.start(config, env)
         ctrd.ctr("images", "import", "--base-name", IMAGE.rsplit(":", 1)[0], str(archive))
@@ -145,6 +153,24 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path) -> None:
         assert pod_ip == "10.222.60.2"
         assert sorted(p.name for p in (data / network).iterdir() if p.name[0].isdigit()) == [pod_ip]
         assert ping(None, pod_ip), "host cannot reach the pod"
+        container = tmp_path / "container.json"
+        container.write_text(json.dumps({"metadata": {"name": "app"}, "image": {"image": IMAGE},
+                                         "command": ["sh", "-c", "echo started; exec sleep 1000"],
+                                         "log_path": "app.log", "linux": {}}))
+        cid = ctrd.crictl("create", pod_id, str(container), str(pod)).stdout.strip()
+        ctrd.crictl("start", cid)
+        assert json.loads(ctrd.crictl("inspect", cid).stdout)["status"]["state"] == "CONTAINER_RUNNING"
+        state = json.loads(Path(f"/run/containerd/runc/k8s.io/{cid}/state.json").read_text())
+        assert ("creator_pid" in state) == (oci_runtime == PYRUNTIME)  # the shim really ran the runtime asked for
+        assert pod_ip in ctrd.crictl("exec", cid, "ip", "-o", "-4", "addr").stdout  # it joined the pod's netns
+        assert "exit code 3" in ctrd.crictl("exec", cid, "sh", "-c", "exit 3", check=False).stderr
+        deadline = time.monotonic() + 10
+        while "started" not in ctrd.crictl("logs", cid).stdout and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "started" in ctrd.crictl("logs", cid).stdout
+        ctrd.crictl("stop", "--timeout", "2", cid)
+        assert json.loads(ctrd.crictl("inspect", cid).stdout)["status"]["state"] == "CONTAINER_EXITED"
+        ctrd.crictl("rm", cid)
         ctrd.crictl("stopp", pod_id)
         ctrd.crictl("rmp", pod_id)
         pod_id = ""
@@ -153,6 +179,8 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path) -> None:
         if pod_id:
             ctrd.crictl("rmp", "--force", pod_id, check=False)
         ctrd.stop()
+        if not run_dir_existed:
+            shutil.rmtree(RUN_DIR, ignore_errors=True)  # the shims' fifo and runc dirs, empty by now
         helper.stop(str(helper_sock))
         shutil.rmtree(helper_sock.parent, ignore_errors=True)
         _unmount_under(tmp_path)
