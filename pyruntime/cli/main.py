@@ -168,7 +168,7 @@ def cmd_delete(ctx: Context, argv: list[str]) -> int:
 
 
 def _exec_process(ctx: Context, cid: str, o: dict, args: list[str]):
-    from pyruntime.container.exec import process_from_json
+    from pyruntime.oci.spec import process_from_json
     if o["process"]:
         with open(str(o["process"])) as f:
             raw = json.load(f)

@@ -10,26 +10,17 @@ from __future__ import annotations
 import os
 
 from pyruntime.container import process
-from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, _fatal
+from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
 from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SYS
-from pyruntime.oci.spec import Process, Spec, SpecError, _Obj, parse, parse_process
+from pyruntime.oci.spec import Process, Spec, parse
 from pyruntime.oci.state import CREATED, RUNNING
 
 PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "pid": "pid", "cgroup": "cgroup",
                 "time": "time", "mount": "mnt"}
-
-
-def process_from_json(raw: dict) -> Process:
-    try:
-        return parse_process(_Obj(raw, "process"))
-    except SpecError:
-        raise
-    except ValueError as e:
-        raise SpecError(str(e)) from None
 
 
 def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_socket: str | None,
@@ -59,7 +50,7 @@ def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_soc
         chan.send("pid", pid=pid)
         os._exit(0)
     except BaseException as e:
-        _fatal(chan, e)
+        fail(chan, e)
 
 
 def _stage2(spec: Spec, proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int) -> None:
@@ -73,7 +64,7 @@ def _stage2(spec: Spec, proc: Process, chan: Channel, console_socket: str | None
         chan.close()
         process.execute(spec, proc, program)
     except BaseException as e:
-        _fatal(chan if chan.sock.fileno() >= 0 else None, e)
+        fail(chan if chan.sock.fileno() >= 0 else None, e)
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,

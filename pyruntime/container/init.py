@@ -31,7 +31,7 @@ NAMESPACED_SYSCTLS = {"kernel.msgmax": "ipc", "kernel.msgmnb": "ipc", "kernel.ms
                       "kernel.shm_rmid_forced": "ipc", "kernel.hostname": "uts", "kernel.domainname": "uts"}
 
 
-def _fatal(chan: Channel | None, err: BaseException) -> None:
+def fail(chan: Channel | None, err: BaseException) -> None:
     """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr."""
     try:
         msg = str(err) or type(err).__name__
@@ -139,7 +139,7 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], conso
         chan.send("pid", pid=pid)
         os._exit(0)
     except BaseException as e:
-        _fatal(chan, e)
+        fail(chan, e)
 
 
 def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, int], console, preserve_fds: int,
@@ -187,4 +187,4 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
         process.execute(spec, proc, program, lambda: run_hooks(
             "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
     except BaseException as e:
-        _fatal(chan, e)
+        fail(chan, e)

@@ -264,6 +264,11 @@ def parse_process(p: _Obj) -> Process:
         apparmor_profile=p.str("apparmorProfile"), selinux_label=p.str("selinuxLabel"))
 
 
+def process_from_json(raw: Any) -> Process:
+    """A process object on its own, as `exec --process FILE` gives it."""
+    return parse_process(_Obj(raw, "process"))
+
+
 def _mounts(o: _Obj) -> tuple[Mount, ...]:
     out = []
     for m in o.objs("mounts"):
