@@ -15,14 +15,15 @@ class Flag:
     """One flag and its aliases. A plain class, not a dataclass: importing dataclasses and generating the
     methods would cost this process, which runs for every container operation, several milliseconds."""
 
-    __slots__ = ("default", "names", "repeat", "value")
+    __slots__ = ("default", "names", "repeat", "unsupported", "value")
 
     def __init__(self, names: tuple[str, ...], value: bool = False, repeat: bool = False,
-                 default: object = None) -> None:
+                 default: object = None, unsupported: str | None = None) -> None:
         self.names = names
         self.value = value      # takes a value
         self.repeat = repeat    # may be given more than once (collects a list)
         self.default = default
+        self.unsupported = unsupported  # runc has it, we don't: giving it is an error saying why
 
 
 class Parsed:
@@ -48,6 +49,8 @@ def parse(argv: list[str], flags: list[Flag], *, stop_at_positional: bool = Fals
             flag = by_name.get(name)
             if flag is None:
                 raise UsageError(f"flag provided but not defined: {arg}")
+            if flag.unsupported:
+                raise UsageError(f"{arg}: not supported: {flag.unsupported}")
             if flag.value:
                 if eq:
                     value = inline

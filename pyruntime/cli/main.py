@@ -15,15 +15,22 @@ from pyruntime.cli.args import Flag, UsageError, parse
 GLOBAL_FLAGS = [Flag(("root",), True, default="/run/pyruntime"), Flag(("log",), True), Flag(("log-format",), True,
                 default="text"), Flag(("debug",)), Flag(("systemd-cgroup",)), Flag(("criu",), True),
                 Flag(("rootless",), True), Flag(("help", "h")), Flag(("version", "v"))]
+NO_PIDFD = "use --pid-file"
 CREATE_FLAGS = [Flag(("bundle", "b"), True, default="."), Flag(("console-socket",), True), Flag(("pid-file",), True),
-                Flag(("no-pivot",)), Flag(("no-new-keyring",)), Flag(("preserve-fds",), True, default="0"),
-                Flag(("pidfd-socket",), True)]
+                Flag(("no-pivot",), unsupported="pyruntime always uses pivot_root (ramdisk roots are not supported)"),
+                # pyruntime never makes a session keyring, so this one asks for what it always does
+                Flag(("no-new-keyring",)), Flag(("preserve-fds",), True, default="0"),
+                Flag(("pidfd-socket",), True, unsupported=NO_PIDFD)]
 EXEC_FLAGS = [Flag(("console-socket",), True), Flag(("cwd",), True), Flag(("env", "e"), True, repeat=True),
               Flag(("tty", "t")), Flag(("user", "u"), True), Flag(("additional-gids", "g"), True, repeat=True),
               Flag(("process", "p"), True), Flag(("detach", "d")), Flag(("pid-file",), True),
-              Flag(("process-label",), True), Flag(("apparmor",), True), Flag(("no-new-privs",)),
+              Flag(("process-label",), True, unsupported="SELinux labels are not supported"),
+              Flag(("apparmor",), True, unsupported="AppArmor profiles are not supported"), Flag(("no-new-privs",)),
               Flag(("cap", "c"), True, repeat=True), Flag(("preserve-fds",), True, default="0"),
-              Flag(("cgroup",), True, repeat=True), Flag(("ignore-paused",)), Flag(("pidfd-socket",), True)]
+              Flag(("cgroup",), True, repeat=True, unsupported="exec into a sub-cgroup is not supported"),
+              Flag(("ignore-paused",), unsupported="the new process would join the frozen cgroup and freeze; resume "
+                   "the container first"),
+              Flag(("pidfd-socket",), True, unsupported=NO_PIDFD)]
 UPDATE_FLAGS = {"memory": ("memory", "limit"), "memory-reservation": ("memory", "reservation"),
                 "memory-swap": ("memory", "swap"), "cpu-shares": ("cpu", "shares"), "cpu-quota": ("cpu", "quota"),
                 "cpu-period": ("cpu", "period"), "cpuset-cpus": ("cpu", "cpus"), "cpuset-mems": ("cpu", "mems"),

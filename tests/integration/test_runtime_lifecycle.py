@@ -82,6 +82,8 @@ def test_pause_resume(runtime, make_bundle):
     runtime("run", "-d", "--bundle", str(make_bundle(["sleep", "100"])), "c1")
     runtime("pause", "c1")
     assert runtime.state("c1")["status"] == "paused"
+    assert "it is paused" in runtime("exec", "c1", "true", check=False).stderr
+    assert "not supported" in runtime("exec", "--ignore-paused", "c1", "true", check=False).stderr
     runtime("resume", "c1")
     assert runtime.state("c1")["status"] == "running"
     runtime("delete", "--force", "c1")
@@ -140,6 +142,10 @@ def test_spec_and_features(runtime, tmp_path):
 def test_unknown_flag_and_command_fail_clearly(runtime):
     done = runtime("create", "--bogus", "c1", check=False)
     assert done.returncode != 0 and "--bogus" in done.stderr
+    done = runtime("create", "--no-pivot", "c1", check=False)
+    assert done.returncode != 0 and "--no-pivot: not supported: pyruntime always uses pivot_root" in done.stderr
+    done = runtime("exec", "--apparmor", "x", "c1", "true", check=False)
+    assert done.returncode != 0 and "AppArmor profiles are not supported" in done.stderr
     done = runtime("frobnicate", check=False)
     assert done.returncode != 0 and "frobnicate" in done.stderr
 
