@@ -214,3 +214,21 @@ class CgroupManager(ABC):
 
     @abstractmethod
     def exists(self) -> bool: ...
+
+    def _signal_frozen(self, sig: int, can_freeze: bool, thaw_after: bool) -> None:
+        """Signals every process with the cgroup frozen, so that none forks a child we would miss.
+        A freeze that times out (a task in D state) does not stop the signal, which then goes out
+        unfrozen; `thaw_after` thaws even a cgroup that was frozen before (v1 tasks act on SIGKILL
+        only once thawed)."""
+        froze = False
+        if can_freeze and self.state() != FROZEN:
+            try:
+                self.freeze()
+                froze = True
+            except CgroupError:
+                pass
+        try:
+            signal_pids(self.pids(), sig)
+        finally:
+            if froze or (can_freeze and thaw_after):
+                self.thaw()

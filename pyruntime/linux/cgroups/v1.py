@@ -13,7 +13,7 @@ import time
 
 from pyruntime.linux.cgroups.base import (FREEZE_TIMEOUT, FROZEN, THAWED, CgroupError, CgroupManager, keyed,
                                           makedirs, number, os_error, procs_in_tree, read, read_optional,
-                                          rmdir_if_empty, rmdir_tree, signal_pids, write)
+                                          rmdir_if_empty, rmdir_tree, write)
 from pyruntime.linux.cgroups.v2 import V2Manager
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
@@ -258,26 +258,12 @@ class V1Manager(CgroupManager):
         return sorted(found)
 
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
-        """Signals with the cgroup frozen, so that no process forks a child we would miss. A v1-frozen task
-        acts on SIGKILL only once thawed, so SIGKILL thaws even a cgroup that was frozen before. A freeze
-        that times out (a task in D state) does not stop the signal, which then goes out unfrozen."""
+        """A v1-frozen task acts on SIGKILL only once thawed, so SIGKILL thaws even a cgroup that was
+        frozen before."""
         if not self.exists():
             return
         freezer = self._dir("freezer")
-        can_freeze = freezer is not None and os.path.isdir(freezer)
-        was_frozen = can_freeze and self.state() == FROZEN
-        froze = False
-        if can_freeze and not was_frozen:
-            try:
-                self.freeze()
-                froze = True
-            except CgroupError:
-                pass
-        try:
-            signal_pids(self.pids(), sig)
-        finally:
-            if froze or (was_frozen and sig == signal.SIGKILL):
-                self.thaw()
+        self._signal_frozen(sig, freezer is not None and os.path.isdir(freezer), sig == signal.SIGKILL)
 
     def stats(self) -> dict:
         data: dict = {}

@@ -16,7 +16,7 @@ import time
 
 from pyruntime.linux.cgroups.base import (FREEZE_TIMEOUT, FROZEN, THAWED, CgroupError, CgroupManager, keyed,
                                           number, os_error, procs_in_tree, read, read_optional, rmdir_if_empty,
-                                          rmdir_tree, signal_pids, write)
+                                          rmdir_tree, write)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
 if TYPE_CHECKING:  # annotations only: commands that never set resources should not import them
@@ -269,18 +269,7 @@ class V2Manager(CgroupManager):
         if sig == signal.SIGKILL and os.path.exists(self._file("cgroup.kill")):
             self._write("cgroup.kill", "1")
             return
-        froze = False
-        if os.path.exists(self._file("cgroup.freeze")) and self.state() != FROZEN:
-            try:
-                self.freeze()
-                froze = True
-            except CgroupError:
-                pass
-        try:
-            signal_pids(self.pids(), sig)
-        finally:
-            if froze:
-                self.thaw()
+        self._signal_frozen(sig, os.path.exists(self._file("cgroup.freeze")), False)
 
     def stats(self) -> dict:
         from pyruntime.linux.cgroups.resources import UINT64_MAX
