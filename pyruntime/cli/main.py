@@ -182,7 +182,7 @@ def _exec_process(ctx: Context, cid: str, o: dict, args: list[str]):
     else:
         if not args:
             raise UsageError("exec: give the command to run, or --process FILE")
-        base = ctx.store().load(cid).config.get("process") or {}
+        base = ctx.store().load(cid).process
         raw = {k: v for k, v in base.items() if k not in ("terminal", "consoleSize")}
         raw["args"] = args
         raw["env"] = list(base.get("env", [])) + list(o["env"])  # type: ignore[arg-type]

@@ -1,4 +1,10 @@
-"""Operations on an existing container: status, start, kill, delete, pause, resume, update, ps, events."""
+"""Operations on an existing container: status, start, kill, delete, pause, resume, update, ps, events.
+
+Every operation that reads the state and then acts on it (signals, freezes, writes the cgroup or the
+record) does both under the container's lock (Store.locked): otherwise a concurrent delete could
+free the pid it signals, or a concurrent update overwrite the resources it just recorded.
+Read-only queries (state, ps, stats) take no lock: the record is replaced atomically.
+"""
 from __future__ import annotations
 
 import os
@@ -7,7 +13,7 @@ import signal
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
+from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, NotFound, Store
 from pyruntime.linux import cgroups
 from pyruntime.oci.state import (CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state,
                                   process_alive)
@@ -75,10 +81,7 @@ def start(store: Store, cid: str) -> None:
         finally:
             os.close(execed)
         os.unlink(store.path(cid, EXEC_FIFO))
-        if not state.config.get("hooks"):
-            return  # without hooks, the spec parser (and its import cost) is not needed
-        from pyruntime.oci.spec import hooks_of
-        spec_hooks = hooks_of(state.config).get("poststart", ())
+        spec_hooks = state.hooks_of("poststart")
         if spec_hooks:
             try:
                 run_hooks("poststart", spec_hooks, oci_state(state, "running"))
@@ -89,17 +92,18 @@ def start(store: Store, cid: str) -> None:
 
 
 def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
-    state = store.load(cid)
-    status = status_of(store, state)
-    if status == STOPPED and not all_processes:
-        raise ContainerError(f"cannot kill container {cid!r}: container not running")
-    if all_processes:
-        _cgroup(state).kill_all(sig)
-        return
-    try:
-        os.kill(state.pid, sig)
-    except ProcessLookupError:
-        raise ContainerError(f"cannot kill container {cid!r}: container not running") from None
+    with store.locked(cid):
+        state = store.load(cid)
+        status = status_of(store, state)
+        if status == STOPPED and not all_processes:
+            raise ContainerError(f"cannot kill container {cid!r}: container not running")
+        if all_processes:
+            _cgroup(state).kill_all(sig)
+            return
+        try:
+            os.kill(state.pid, sig)
+        except ProcessLookupError:
+            raise ContainerError(f"cannot kill container {cid!r}: container not running") from None
 
 
 def wait_gone(pid: int, start: int, timeout: float) -> bool:
@@ -126,18 +130,24 @@ def destroy(store: Store, state: ContainerState) -> None:
     cg.kill_all(signal.SIGKILL)
     cg.destroy()
     store.remove(state.id)
-    if not state.config.get("hooks"):
-        return  # without hooks, the spec parser (and its import cost) is not needed
-    from pyruntime.oci.spec import hooks_of
     try:
-        run_hooks("poststop", hooks_of(state.config).get("poststop", ()), oci_state(state, STOPPED))
+        run_hooks("poststop", state.hooks_of("poststop"), oci_state(state, STOPPED))
     except HookError as e:
         os.write(2, f"warning: {e}\n".encode())
 
 
 def delete(store: Store, cid: str, force: bool = False) -> None:
     with store.locked(cid):
-        state = store.load(cid)
+        try:
+            state = store.load(cid)
+        except NotFound:
+            raise
+        except ContainerError:
+            if not force:
+                raise
+            # a record this runtime cannot read names no process or cgroup it could clean up safely
+            store.remove(cid)
+            return
         status = status_of(store, state)
         if status in (RUNNING, PAUSED, CREATING) and not force:
             raise ContainerError(f"cannot delete container {cid!r} that is not stopped: {status} "
@@ -156,35 +166,36 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
 
 
 def pause(store: Store, cid: str) -> None:
-    state = store.load(cid)
-    status = status_of(store, state)
-    if status not in (RUNNING, CREATED):
-        raise ContainerError(f"cannot pause container {cid!r}: it is {status}")
-    _cgroup(state).freeze()
+    with store.locked(cid):
+        state = store.load(cid)
+        status = status_of(store, state)
+        if status not in (RUNNING, CREATED):
+            raise ContainerError(f"cannot pause container {cid!r}: it is {status}")
+        _cgroup(state).freeze()
 
 
 def resume(store: Store, cid: str) -> None:
-    state = store.load(cid)
-    if status_of(store, state) != PAUSED:
-        raise ContainerError(f"cannot resume container {cid!r}: it is not paused")
-    _cgroup(state).thaw()
+    with store.locked(cid):
+        state = store.load(cid)
+        if status_of(store, state) != PAUSED:
+            raise ContainerError(f"cannot resume container {cid!r}: it is not paused")
+        _cgroup(state).thaw()
 
 
 def update(store: Store, cid: str, raw_resources: dict) -> None:
+    """Merges `raw_resources` (linux.resources of the spec, any subset) into the container's and applies
+    the result; the lock spans read, cgroup write and record write, so concurrent updates serialize."""
     from pyruntime.linux.cgroups.resources import Resources
-    state = store.load(cid)
-    if status_of(store, state) == STOPPED:
-        raise ContainerError(f"cannot update container {cid!r}: it is stopped")
     try:
         new = Resources.from_spec(raw_resources)
     except ValueError as e:
         raise ContainerError(str(e)) from None
     with store.locked(cid):
-        linux = state.config.setdefault("linux", {})
-        current = Resources.from_spec(linux.get("resources") or {})
-        merged = current.merge(new)
-        _cgroup(state).set(merged)
-        linux["resources"] = _merge_raw(linux.get("resources") or {}, raw_resources)
+        state = store.load(cid)
+        if status_of(store, state) == STOPPED:
+            raise ContainerError(f"cannot update container {cid!r}: it is stopped")
+        _cgroup(state).set(state.resources_spec().merge(new))
+        state.resources = _merge_raw(state.resources, raw_resources)
         store.save(state)
 
 

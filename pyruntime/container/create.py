@@ -79,7 +79,7 @@ def _hand_over_notify_fd(spec: Spec, chan: Channel, init_pid: int, state: dict) 
 
 
 def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = None, pid_file: str | None = None,
-           preserve_fds: int = 0) -> ContainerState:
+           preserve_fds: int = 0, debug: bool = False) -> ContainerState:
     validate_id(cid)
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle)
@@ -88,9 +88,8 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
     if spec.process.terminal and not console_socket:
         raise ContainerError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
     store.reserve(cid)
-    state = ContainerState(id=cid, bundle=bundle, rootfs=spec.root.path, created=_now(), owner="root",
-                           cgroups_path=spec.linux.cgroups_path, annotations=spec.annotations, config=spec.raw,
-                           creator_pid=os.getpid(), creator_start=process_start_time(os.getpid()) or 0)
+    state = ContainerState.of_spec(cid, spec, bundle=bundle, created=_now(), owner="root", creator_pid=os.getpid(),
+                                   creator_start=process_start_time(os.getpid()) or 0)
     cg = None
     stage1_pid = init_pid = 0
     parent, child = Channel.pair()
@@ -105,7 +104,7 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         if stage1_pid == 0:
             parent.close()
             init.stage1(spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)), console_socket,
-                        preserve_fds)
+                        preserve_fds, debug)
         child.close()
         userns = spec.linux.namespace("user")
         if userns is not None and userns.path is None:

@@ -16,21 +16,25 @@ from pyruntime.container.sync import Channel, ChildError
 from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SYS
-from pyruntime.oci.spec import Process, Spec, parse
-from pyruntime.oci.state import CREATED, RUNNING
+from pyruntime.oci.spec import Process
+from pyruntime.oci.state import CREATED, RUNNING, ContainerState
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.linux.seccomp import Seccomp
 
 PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "pid": "pid", "cgroup": "cgroup",
                 "time": "time", "mount": "mnt"}
 
 
-def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_socket: str | None,
-            preserve_fds: int) -> None:
+def _stage1(namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid: int, proc: Process,
+            chan: Channel, console_socket: str | None, preserve_fds: int, debug: bool) -> None:
     try:
         SYS.prctl(sc.PR_SET_DUMPABLE, 0)
         chan.recv("go")
         fds = []
         for kind in JOIN_ORDER:
-            if spec.linux.namespace(kind) is None:
+            if kind not in namespaces:
                 continue
             path = f"/proc/{init_pid}/ns/{PROC_NS_NAME[kind]}"
             fds.append((kind, os.open(path, os.O_RDONLY | os.O_CLOEXEC), path))
@@ -46,47 +50,61 @@ def _stage1(spec: Spec, init_pid: int, proc: Process, chan: Channel, console_soc
             process.set_oom_score_adj(proc.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            _stage2(spec, proc, chan, console_socket, preserve_fds)
+            _stage2(seccomp, proc, chan, console_socket, preserve_fds, debug)
         chan.send("pid", pid=pid)
         os._exit(0)
     except BaseException as e:
-        fail(chan, e)
+        fail(chan, e, debug)
 
 
-def _stage2(spec: Spec, proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int) -> None:
+def _stage2(seccomp: Seccomp | None, proc: Process, chan: Channel, console_socket: str | None,
+            preserve_fds: int, debug: bool) -> None:
     try:
         chan.recv("pid-received")
         if proc.terminal:
             from pyruntime.container import console
             console.become_terminal(console.connect(console_socket) if console_socket else None, proc.console_size)
-        program = process.finalize(spec, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+        program = process.finalize(seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
         chan.send("ready")
         chan.close()
-        process.execute(spec, proc, program)
+        process.execute(seccomp, proc, program)
     except BaseException as e:
-        fail(chan if chan.sock.fileno() >= 0 else None, e)
+        fail(chan if chan.sock.fileno() >= 0 else None, e, debug)
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
-                 preserve_fds: int = 0) -> int:
-    """Starts the process in the container and returns its pid (the caller may wait for it)."""
-    state = store.load(cid)
-    from pyruntime.container.control import status_of
-    status = status_of(store, state)
-    if status not in (RUNNING, CREATED):
-        raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
+                 preserve_fds: int = 0, debug: bool = False) -> int:
+    """Starts the process in the container and returns its pid (the caller may wait for it).
+
+    The container's lock is held until the process is in the cgroup and every namespace, so a
+    concurrent delete can't free the init whose namespaces it joins."""
     if proc.terminal and not console_socket:
         raise ContainerError("a terminal needs --console-socket")
-    spec = parse(state.config, state.bundle)
+    with store.locked(cid):
+        state = store.load(cid)
+        from pyruntime.container.control import status_of
+        status = status_of(store, state)
+        if status not in (RUNNING, CREATED):
+            raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
+        return _exec(state, proc, console_socket, preserve_fds, debug)
+
+
+def _exec(state: ContainerState, proc: Process, console_socket: str | None, preserve_fds: int, debug: bool) -> int:
+    seccomp = state.seccomp_spec()
+    # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
+    from pyruntime.linux import capabilities  # noqa: F401
+    if seccomp is not None:
+        from pyruntime.linux import seccomp as libseccomp
+        libseccomp.preload()
     parent, child = Channel.pair()
     stage1_pid = 0
     try:
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            _stage1(spec, state.pid, proc, child, console_socket, preserve_fds)
+            _stage1(state.namespaces, seccomp, state.pid, proc, child, console_socket, preserve_fds, debug)
         child.close()
-        cgroups.manager(state.cgroups_path, cid).add(stage1_pid)
+        cgroups.manager(state.cgroups_path, state.id).add(stage1_pid)
         parent.send("go")
         pid = parent.recv("pid")["pid"]
         os.waitpid(stage1_pid, 0)

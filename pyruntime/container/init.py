@@ -31,11 +31,12 @@ NAMESPACED_SYSCTLS = {"kernel.msgmax": "ipc", "kernel.msgmnb": "ipc", "kernel.ms
                       "kernel.shm_rmid_forced": "ipc", "kernel.hostname": "uts", "kernel.domainname": "uts"}
 
 
-def fail(chan: Channel | None, err: BaseException) -> None:
-    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr."""
+def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
+    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr;
+    `debug` (the runtime's setting) adds the traceback."""
     try:
         msg = str(err) or type(err).__name__
-        if os.environ.get("PYRUNTIME_DEBUG"):
+        if debug:
             import traceback  # debug only; importing it costs every create 2 ms
             msg += "\n" + traceback.format_exc()
         if chan is not None:
@@ -102,7 +103,7 @@ def preload(spec: Spec) -> None:
 
 
 def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], console_socket: str | None,
-           preserve_fds: int) -> None:
+           preserve_fds: int, debug: bool = False) -> None:
     try:
         SYS.prctl(sc.PR_SET_DUMPABLE, 0)
         # opened before a user namespace makes us an unmapped stranger to the runtime's own files
@@ -135,15 +136,16 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], conso
             process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            stage2(spec, bundle, chan, fifo_fds, console, preserve_fds, spec.linux.namespace("user") is not None)
+            stage2(spec, bundle, chan, fifo_fds, console, preserve_fds, spec.linux.namespace("user") is not None,
+                   debug)
         chan.send("pid", pid=pid)
         os._exit(0)
     except BaseException as e:
-        fail(chan, e)
+        fail(chan, e, debug)
 
 
 def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, int], console, preserve_fds: int,
-           in_userns: bool) -> None:
+           in_userns: bool, debug: bool = False) -> None:
     """`fifo_fds`: the start fifo, read once `start` writes to it, and the exec fifo, whose closing at
     execve tells `start` that the workload runs, so that poststart hooks never run before it."""
     try:
@@ -176,7 +178,7 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
         def notify(fd: int) -> None:
             chan.send_fd("seccomp", fd)
             sent.append(fd)
-        program = process.finalize(spec, proc, keep, notify)
+        program = process.finalize(spec.linux.seccomp, proc, keep, notify)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
             chan.send("seccomp")
         chan.send("ready")
@@ -184,7 +186,7 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
         chan = None
         os.read(fifo, 1)
         os.close(fifo)
-        process.execute(spec, proc, program, lambda: run_hooks(
+        process.execute(spec.linux.seccomp, proc, program, lambda: run_hooks(
             "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
     except BaseException as e:
-        fail(chan, e)
+        fail(chan, e, debug)

@@ -11,7 +11,11 @@ import resource
 from typing import Callable
 
 from pyruntime.linux.syscalls import SYS, SyscallError
-from pyruntime.oci.spec import Process, Spec, warn
+from pyruntime.oci.spec import Process, warn
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.linux.seccomp import Seccomp
 
 CLOSE_RANGE_CLOEXEC = 4
 
@@ -86,14 +90,14 @@ def enter_cwd(cwd: str) -> None:
         raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
 
 
-def load_seccomp(spec: Spec, notify: Callable[[int], None] | None = None) -> None:
+def load_seccomp(profile: Seccomp | None, notify: Callable[[int], None] | None = None) -> None:
     """Loads the filter; a notify fd (SCMP_ACT_NOTIFY rules) goes to `notify`, which hands it to the
     runtime for the agent at listenerPath, and is closed here either way (unwatched, those syscalls
     then fail with ENOSYS)."""
-    if spec.linux.seccomp is None:
+    if profile is None:
         return
     from pyruntime.linux import seccomp
-    fd = seccomp.load(spec.linux.seccomp, warn=warn)
+    fd = seccomp.load(profile, warn=warn)
     if fd is not None:
         try:
             if notify is not None:
@@ -102,11 +106,11 @@ def load_seccomp(spec: Spec, notify: Callable[[int], None] | None = None) -> Non
             os.close(fd)
 
 
-def _uses_notify(spec: Spec) -> bool:
-    return spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify
+def _uses_notify(profile: Seccomp | None) -> bool:
+    return profile is not None and profile.uses_notify
 
 
-def finalize(spec: Spec, proc: Process, keep_fds: set[int], notify: Callable[[int], None] | None = None) -> str:
+def finalize(profile: Seccomp | None, proc: Process, keep_fds: set[int], notify: Callable[[int], None] | None = None) -> str:
     """Everything up to the exec; returns the resolved program path. Errors name the step.
 
     A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
@@ -116,23 +120,23 @@ def finalize(spec: Spec, proc: Process, keep_fds: set[int], notify: Callable[[in
     nnp = proc.no_new_privileges
     if not nnp:
         # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
-        load_seccomp(spec, notify)
+        load_seccomp(profile, notify)
     from pyruntime.linux import capabilities
     capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
                        additional_gids=proc.user.additional_gids, no_new_privileges=nnp, warn=warn)
-    if nnp and _uses_notify(spec):
-        load_seccomp(spec, notify)
+    if nnp and _uses_notify(profile):
+        load_seccomp(profile, notify)
     os.umask(proc.user.umask if proc.user.umask is not None else 0o022)
     enter_cwd(proc.cwd)
     return lookup(proc.args[0], proc.env)
 
 
-def execute(spec: Spec, proc: Process, program: str, before_exec: Callable[[], None] | None = None) -> None:
+def execute(profile: Seccomp | None, proc: Process, program: str, before_exec: Callable[[], None] | None = None) -> None:
     """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
     if before_exec is not None:
         before_exec()
-    if proc.no_new_privileges and not _uses_notify(spec):
-        load_seccomp(spec)
+    if proc.no_new_privileges and not _uses_notify(profile):
+        load_seccomp(profile)
     env = dict(e.split("=", 1) for e in proc.env)
     try:
         os.execve(program, list(proc.args), env)

@@ -71,8 +71,9 @@ class Store:
                 return ContainerState.from_json(json.load(f))
         except FileNotFoundError:
             raise NotFound(f"container {cid!r} does not exist") from None
-        except (json.JSONDecodeError, TypeError) as e:
-            raise ContainerError(f"container {cid!r}: corrupt state {self.path(cid, STATE_FILE)}: {e}") from None
+        except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError, as are from_json's errors
+            raise ContainerError(f"container {cid!r}: unreadable state {self.path(cid, STATE_FILE)}: {e}; "
+                                 "`delete --force` removes it") from e
 
     def ids(self) -> list[str]:
         try:
@@ -87,6 +88,10 @@ class Store:
 
     @contextmanager
     def locked(self, cid: str) -> Iterator[None]:
+        """Held by every command across its read of the state and its last change to it, so that two
+        commands never act on the same stale record (an update that a concurrent one overwrote).
+        Forked children inherit the lock's open file until close_fds or exit; nothing forked here
+        outlives the command with it."""
         validate_id(cid)
         try:
             fd = os.open(self.path(cid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
