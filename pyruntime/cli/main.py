@@ -1,7 +1,8 @@
 """`pyruntime`: the runc-compatible command line, so tools written for runc (containerd's shim,
-runtime-tools, scripts) drive it unchanged. This module only parses and dispatches: each command is
-a few lines over pyruntime.container, and imports nothing it does not use, because the start-up
-time of this process is part of every container start.
+runtime-tools, scripts) drive it unchanged. This module only parses and dispatches: each command
+parses its flags and calls one method of pyruntime.runtime.Runtime (the library a CRI server uses
+too), and imports nothing it does not use, because the start-up time of this process is part of
+every container start. The environment is read here, into Settings, and nowhere below.
 """
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ import sys
 import time
 
 from pyruntime.cli.args import Flag, UsageError, parse
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.runtime import Runtime
 
 GLOBAL_FLAGS = [Flag(("root",), True, default="/run/pyruntime"), Flag(("log",), True), Flag(("log-format",), True,
                 default="text"), Flag(("debug",)), Flag(("systemd-cgroup",)), Flag(("criu",), True),
@@ -40,24 +45,33 @@ VERSION = "pyruntime version 0.1.0\nspec: 1.2.1"
 
 
 class Context:
+    """The global flags, as Settings built here at the edge (flags over environment over defaults), and
+    the runtime every command calls."""
+
     def __init__(self, opts: dict) -> None:
-        self.root = str(opts["root"])
-        self.log = opts["log"]
-        self.json_log = opts["log-format"] == "json"
+        from pyruntime.settings import Settings
         if opts["systemd-cgroup"]:
             raise UsageError("--systemd-cgroup: the systemd cgroup driver is not supported; use cgroupfs paths")
+        try:
+            self.settings = Settings.from_env(root=str(opts["root"]), log=opts["log"],
+                                              log_format=str(opts["log-format"]),
+                                              debug=True if opts["debug"] else None)
+        except ValueError as e:  # InvalidArgumentError, naming the setting
+            raise UsageError(str(e)) from e
+        self.root = self.settings.root
 
-    def store(self):
-        from pyruntime.container.store import Store
-        return Store(self.root)
+    def runtime(self) -> Runtime:
+        from pyruntime.runtime import Runtime
+        return Runtime(self.settings)
 
     def error(self, msg: str) -> None:
         sys.stderr.write(f"pyruntime: {msg}\n")
-        if self.log:
+        log = self.settings.log
+        if log:
             line = json.dumps({"level": "error", "msg": msg, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) \
-                if self.json_log else f"level=error msg={msg!r}"
+                if self.settings.log_format == "json" else f"level=error msg={msg!r}"
             try:
-                with open(self.log, "a") as f:
+                with open(log, "a") as f:
                     f.write(line + "\n")
             except OSError:
                 pass
@@ -96,21 +110,26 @@ class OwnConsole:
         os.unlink(self.path)
 
 
+def _preserve_fds(o: dict) -> int:
+    text = str(o["preserve-fds"])
+    if not text.isdigit():
+        raise UsageError(f"--preserve-fds: {text!r} is not a whole number")
+    return int(text)
+
+
 def cmd_create(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.create import create
     p = parse(argv, CREATE_FLAGS)
     o = p.options
-    create(ctx.store(), _one_id(p.positional, "create"), str(o["bundle"]), console_socket=o["console-socket"],
-           pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]))
+    ctx.runtime().create(_one_id(p.positional, "create"), str(o["bundle"]), console_socket=o["console-socket"],
+                         pid_file=o["pid-file"], preserve_fds=_preserve_fds(o))
     return 0
 
 
 def cmd_run(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container import control
-    from pyruntime.container.create import become_subreaper, create, wait_exit
+    from pyruntime.container.create import become_subreaper, wait_exit
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
-    store = ctx.store()
+    rt = ctx.runtime()
     cid = _one_id(p.positional, "run")
     if not o["detach"]:
         become_subreaper()
@@ -118,16 +137,16 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
     if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
         own = OwnConsole(ctx.root)
     try:
-        state = create(store, cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
-                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]))
+        state = rt.create(cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
+                          pid_file=o["pid-file"], preserve_fds=_preserve_fds(o))
         master = own.master() if own else None
     finally:
         if own:
             own.close()
     try:
-        control.start(store, cid)
+        rt.start(cid)
     except BaseException:
-        control.delete(store, cid, force=True)
+        rt.delete(cid, force=True)
         raise
     if o["detach"]:
         return 0
@@ -136,96 +155,85 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
         proxy(master)
     code = wait_exit(state.pid)
     if not o["keep"]:
-        control.delete(store, cid, force=True)
+        rt.delete(cid, force=True)
     return code
 
 
 def cmd_start(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import start
-    start(ctx.store(), _one_id(parse(argv, []).positional, "start"))
+    ctx.runtime().start(_one_id(parse(argv, []).positional, "start"))
     return 0
 
 
 def cmd_state(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import query
-    print(json.dumps(query(ctx.store(), _one_id(parse(argv, []).positional, "state")), indent=2))
+    print(json.dumps(ctx.runtime().state(_one_id(parse(argv, []).positional, "state")).to_json(), indent=2))
     return 0
 
 
 def cmd_kill(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container import control
     p = parse(argv, [Flag(("all", "a"))])
     if not 1 <= len(p.positional) <= 2:
         raise UsageError("kill: usage: pyruntime kill [--all] <container-id> [signal]")
-    sig = control.parse_signal(p.positional[1] if len(p.positional) == 2 else "SIGTERM")
-    control.kill(ctx.store(), p.positional[0], sig, bool(p.options["all"]))
+    sig = p.positional[1] if len(p.positional) == 2 else "SIGTERM"
+    ctx.runtime().kill(p.positional[0], sig, bool(p.options["all"]))
     return 0
 
 
 def cmd_delete(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container import control
-    from pyruntime.container.store import NotFound
     p = parse(argv, [Flag(("force", "f"))])
-    try:
-        control.delete(ctx.store(), _one_id(p.positional, "delete"), bool(p.options["force"]))
-    except NotFound:
-        if not p.options["force"]:
-            raise
+    ctx.runtime().delete(_one_id(p.positional, "delete"), bool(p.options["force"]))
     return 0
 
 
-def _exec_process(ctx: Context, cid: str, o: dict, args: list[str]):
-    from pyruntime.oci.spec import process_from_json
+def _exec_process(rt: Runtime, cid: str, o: dict, args: list[str]) -> dict:
+    """The process to exec: --process FILE as given, or the container's own process with the flags applied."""
     if o["process"]:
         with open(str(o["process"])) as f:
-            raw = json.load(f)
-    else:
-        if not args:
-            raise UsageError("exec: give the command to run, or --process FILE")
-        base = ctx.store().load(cid).process
-        raw = {k: v for k, v in base.items() if k not in ("terminal", "consoleSize")}
-        raw["args"] = args
-        raw["env"] = list(base.get("env", [])) + list(o["env"])  # type: ignore[arg-type]
-        if o["cwd"]:
-            raw["cwd"] = o["cwd"]
-        if o["tty"]:
-            raw["terminal"] = True
-        if o["user"]:
-            uid, _, gid = str(o["user"]).partition(":")
-            raw["user"] = {"uid": int(uid), "gid": int(gid or 0)}
-        if o["additional-gids"]:
-            raw.setdefault("user", {})["additionalGids"] = [int(g) for g in o["additional-gids"]]  # type: ignore
-        if o["no-new-privs"]:
-            raw["noNewPrivileges"] = True
-        for cap in o["cap"]:  # type: ignore[union-attr]
-            for kind in ("bounding", "effective", "permitted", "ambient", "inheritable"):
-                caps = raw.setdefault("capabilities", {}).setdefault(kind, [])
-                if cap not in caps:
-                    caps.append(cap)
-    return process_from_json(raw)
+            return json.load(f)
+    if not args:
+        raise UsageError("exec: give the command to run, or --process FILE")
+    base = rt.process_of(cid)
+    raw = {k: v for k, v in base.items() if k not in ("terminal", "consoleSize")}
+    raw["args"] = args
+    raw["env"] = list(base.get("env", [])) + list(o["env"])
+    if o["cwd"]:
+        raw["cwd"] = o["cwd"]
+    if o["tty"]:
+        raw["terminal"] = True
+    if o["user"]:
+        uid, _, gid = str(o["user"]).partition(":")
+        raw["user"] = {"uid": int(uid), "gid": int(gid or 0)}
+    if o["additional-gids"]:
+        raw.setdefault("user", {})["additionalGids"] = [int(g) for g in o["additional-gids"]]
+    if o["no-new-privs"]:
+        raw["noNewPrivileges"] = True
+    for cap in o["cap"]:
+        for kind in ("bounding", "effective", "permitted", "ambient", "inheritable"):
+            caps = raw.setdefault("capabilities", {}).setdefault(kind, [])
+            if cap not in caps:
+                caps.append(cap)
+    return raw
 
 
 def cmd_exec(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.create import become_subreaper, wait_exit, write_pid_file
-    from pyruntime.container.exec import exec_process
+    from pyruntime.container.create import become_subreaper, wait_exit
+    from pyruntime.oci.spec import process_from_json
     p = parse(argv, EXEC_FLAGS, stop_at_positional=True)
     o = p.options
     if not p.positional:
         raise UsageError("exec: usage: pyruntime exec [flags] <container-id> <command> [args...]")
     cid, args = p.positional[0], p.positional[1:]
-    proc = _exec_process(ctx, cid, o, args)
+    rt = ctx.runtime()
+    proc = process_from_json(_exec_process(rt, cid, o, args))
     if not o["detach"]:
         become_subreaper()
     own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
     try:
-        pid = exec_process(ctx.store(), cid, proc, console_socket=own.path if own else o["console-socket"],
-                           preserve_fds=int(o["preserve-fds"]))
+        pid = rt.exec(cid, proc, console_socket=own.path if own else o["console-socket"], pid_file=o["pid-file"],
+                      preserve_fds=_preserve_fds(o))
         master = own.master() if own else None
     finally:
         if own:
             own.close()
-    if o["pid-file"]:
-        write_pid_file(str(o["pid-file"]), pid)
     if o["detach"]:
         return 0
     if master is not None:
@@ -235,17 +243,8 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_list(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import status_of
-    from pyruntime.oci.state import oci_state
     p = parse(argv, [Flag(("format", "f"), True, default="table"), Flag(("quiet", "q"))])
-    store = ctx.store()
-    states = []
-    for cid in store.ids():
-        try:
-            st = store.load(cid)
-        except Exception:
-            continue
-        states.append(oci_state(st, status_of(store, st)))
+    states = [s.to_json() for s in ctx.runtime().list()]
     if p.options["quiet"]:
         print("\n".join(s["id"] for s in states))
     elif p.options["format"] == "json":
@@ -258,11 +257,10 @@ def cmd_list(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_ps(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import pids
     p = parse(argv, [Flag(("format", "f"), True, default="table")])
     if not p.positional:
         raise UsageError("ps: usage: pyruntime ps [--format table|json] <container-id> [ps options]")
-    found = pids(ctx.store(), p.positional[0])
+    found = ctx.runtime().pids(p.positional[0])
     if p.options["format"] == "json":
         print(json.dumps(found))
         return 0
@@ -272,25 +270,22 @@ def cmd_ps(ctx: Context, argv: list[str]) -> int:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
-            continue
+            continue  # exited since the cgroup was read
         print(f"{pid:>8} {cmd}")
     return 0
 
 
 def cmd_pause(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import pause
-    pause(ctx.store(), _one_id(parse(argv, []).positional, "pause"))
+    ctx.runtime().pause(_one_id(parse(argv, []).positional, "pause"))
     return 0
 
 
 def cmd_resume(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import resume
-    resume(ctx.store(), _one_id(parse(argv, []).positional, "resume"))
+    ctx.runtime().resume(_one_id(parse(argv, []).positional, "resume"))
     return 0
 
 
 def cmd_update(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.control import update
     p = parse(argv, [Flag(("resources", "r"), True)] + [Flag((n,), True) for n in UPDATE_FLAGS]
               + [Flag(("kernel-memory",), True), Flag(("kernel-memory-tcp",), True)])
     cid = _one_id(p.positional, "update")
@@ -309,31 +304,25 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
             if key not in ("cpus", "mems") and not text.lstrip("-").isdigit():
                 raise UsageError(f"update: --{flag}: {text!r} is not a whole number")
             raw.setdefault(section, {})[key] = text if key in ("cpus", "mems") else int(text)
-    update(ctx.store(), cid, raw)
+    ctx.runtime().update(cid, raw)
     return 0
 
 
 def cmd_events(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container import control
     p = parse(argv, [Flag(("stats",)), Flag(("interval",), True, default="5s")])
     cid = _one_id(p.positional, "events")
-    store = ctx.store()
+    rt = ctx.runtime()
     if p.options["stats"]:
-        print(json.dumps(control.stats(store, cid)))
+        print(json.dumps(rt.stats(cid)))
         return 0
-    interval = float(str(p.options["interval"]).rstrip("s"))
-    ooms = control.oom_count(store, cid)
-    while True:
-        try:
-            stats = control.stats(store, cid)
-        except Exception:
-            return 0
-        print(json.dumps(stats), flush=True)
-        now = control.oom_count(store, cid)
-        if now > ooms:
-            print(json.dumps({"type": "oom", "id": cid}), flush=True)
-            ooms = now
-        time.sleep(interval)
+    text = str(p.options["interval"])
+    try:
+        interval = float(text.removesuffix("s"))
+    except ValueError:
+        raise UsageError(f"events: --interval: {text!r} is not a duration in seconds (5s)") from None
+    for event in rt.events(cid, interval):
+        print(json.dumps(event), flush=True)
+    return 0
 
 
 def cmd_spec(ctx: Context, argv: list[str]) -> int:

@@ -14,6 +14,7 @@ import time
 
 from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, NotFound, Store
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.oci.state import (CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state,
                                   process_alive)
@@ -44,17 +45,18 @@ def query(store: Store, cid: str) -> dict:
 
 
 def parse_signal(text: str) -> int:
+    """A signal number or name (KILL, SIGKILL); 0 (kill(2)'s probe) checks that the init is alive."""
     if text.isdigit():
         num = int(text)
-        if not 0 < num < signal.SIGRTMAX + 1:
-            raise ContainerError(f"invalid signal {text!r}")
+        if not 0 <= num < signal.SIGRTMAX + 1:
+            raise InvalidArgumentError(f"invalid signal {text!r}")
         return num
     name = text.upper()
     name = name if name.startswith("SIG") else "SIG" + name
     try:
         return int(signal.Signals[name])
     except KeyError:
-        raise ContainerError(f"invalid signal {text!r}") from None
+        raise InvalidArgumentError(f"invalid signal {text!r}") from None
 
 
 def start(store: Store, cid: str) -> None:

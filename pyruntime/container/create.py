@@ -15,6 +15,7 @@ from pyruntime.container import init
 from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store, validate_id
 from pyruntime.container.sync import Channel, ChildError
+from pyruntime.errors import FailedPreconditionError
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, SYS
@@ -78,11 +79,25 @@ def _hand_over_notify_fd(spec: Spec, chan: Channel, init_pid: int, state: dict) 
         os.close(fd)
 
 
-def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = None, pid_file: str | None = None,
-           preserve_fds: int = 0, debug: bool = False) -> ContainerState:
+def require_single_thread(call: str) -> None:
+    """Raises before `call` forks from a process with other threads: a fork copies only the calling
+    thread, and a lock another one held (in malloc, the import system, a gRPC core thread) stays held
+    forever in the child, which hangs in the container's set-up. /proc counts the threads that
+    threading.active_count() misses, those of C extensions."""
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:
+        raise FailedPreconditionError(
+            f"{call}: refusing to fork from a process with {threads} threads (the child could deadlock on a lock "
+            "another thread held); call it from a single-threaded process such as a fork server")
+
+
+def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
+           pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False) -> ContainerState:
+    """`spec`: the bundle's config already parsed and validated by the caller; read from the bundle if None."""
+    require_single_thread(f"create {cid}")
     validate_id(cid)
     bundle = os.path.abspath(bundle)
-    spec = load_bundle(bundle)
+    spec = load_bundle(bundle) if spec is None else spec
     if spec.process is None:
         raise ContainerError("process: required to create a container")
     if spec.process.terminal and not console_socket:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from pyruntime.container import process
+from pyruntime.container.create import require_single_thread
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
@@ -78,6 +79,7 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
 
     The container's lock is held until the process is in the cgroup and every namespace, so a
     concurrent delete can't free the init whose namespaces it joins."""
+    require_single_thread(f"exec in {cid}")
     if proc.terminal and not console_socket:
         raise ContainerError("a terminal needs --console-socket")
     with store.locked(cid):

@@ -1,0 +1,94 @@
+"""The runtime's settings, built once at the edge and passed down.
+
+Only the edges read the environment: the CLI's main (after its flags) and a daemon's config loader
+call `Settings.from_env`; everything below takes a `Settings` or the single values it needs as
+parameters. So a long-running process (the CRI server) can run two runtimes with different roots
+side by side, a test can build settings without touching os.environ, and nothing changes behaviour
+because a variable happened to be set when a module was imported.
+
+The environment variables are documented overrides of the built-in defaults; explicit values (CLI
+flags, a config file) override both:
+  PYRUNTIME_IMAGE_ROOT       image store root (default /var/lib/pyruntime/images)
+  PYRUNTIME_REGISTRY_CONFIG  registry hosts directory, containerd's certs.d layout (default /etc/pyruntime/certs.d)
+  PYRUNTIME_SNAPSHOTTER      "overlay" or "copy" (default overlay; without root the image code falls back to copy)
+  PYRUNTIME_DEBUG            any non-empty value: tracebacks with errors, also from the container's set-up
+
+A plain immutable class, not a frozen dataclass: the CLI builds one on every command, and importing
+dataclasses (with inspect) costs it ~8 ms, a typing.NamedTuple class ~4 ms.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+DEFAULT_ROOT = "/run/pyruntime"
+DEFAULT_IMAGE_ROOT = "/var/lib/pyruntime/images"
+DEFAULT_HOSTS_DIR = "/etc/pyruntime/certs.d"
+SNAPSHOTTERS = ("overlay", "copy")
+LOG_FORMATS = ("text", "json")
+ENVIRONMENT = {"image_root": "PYRUNTIME_IMAGE_ROOT", "hosts_dir": "PYRUNTIME_REGISTRY_CONFIG",
+               "snapshotter": "PYRUNTIME_SNAPSHOTTER", "debug": "PYRUNTIME_DEBUG"}
+
+
+class Settings:
+    """root: container state (runc's --root); image_root, hosts_dir, snapshotter: the image store;
+    debug: tracebacks; log, log_format: where the CLI also writes its errors (runc's --log)."""
+
+    FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "debug", "log", "log_format")
+    __slots__ = FIELDS
+
+    root: str
+    image_root: str
+    hosts_dir: str
+    snapshotter: str
+    debug: bool
+    log: str | None
+    log_format: str
+
+    def __init__(self, root: str = DEFAULT_ROOT, image_root: str = DEFAULT_IMAGE_ROOT,
+                 hosts_dir: str = DEFAULT_HOSTS_DIR, snapshotter: str = "overlay", debug: bool = False,
+                 log: str | None = None, log_format: str = "text") -> None:
+        from pyruntime.errors import InvalidArgumentError
+        if snapshotter not in SNAPSHOTTERS:
+            raise InvalidArgumentError(f"snapshotter: must be one of {', '.join(SNAPSHOTTERS)}, got {snapshotter!r}")
+        if log_format not in LOG_FORMATS:
+            raise InvalidArgumentError(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+        for name, value in (("root", root), ("image_root", image_root), ("hosts_dir", hosts_dir)):
+            if not value:
+                raise InvalidArgumentError(f"{name}: must not be empty")
+        values = (root, image_root, hosts_dir, snapshotter, bool(debug), log or None, log_format)
+        for name, value in zip(self.FIELDS, values):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Settings are immutable: use replace({name}=...)")
+
+    def replace(self, **changes: object) -> Settings:
+        return Settings(**{**{k: getattr(self, k) for k in self.FIELDS}, **changes})  # type: ignore[arg-type]  # values keep their field's type
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Settings):
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.FIELDS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, k) for k in self.FIELDS))
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Defaults, then the environment (os.environ unless given), then `overrides`; an override of
+        None means "not given" (an unset CLI flag) and leaves the lower layers' value."""
+        import os
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, var in ENVIRONMENT.items():
+            if env.get(var):
+                values[name] = bool(env[var]) if name == "debug" else env[var]
+        for name, value in overrides.items():
+            if name not in cls.FIELDS:
+                raise TypeError(f"Settings.from_env() got an unexpected keyword argument {name!r}")
+            if value is not None:
+                values[name] = value
+        return cls(**values)  # type: ignore[arg-type]  # checked by __init__
