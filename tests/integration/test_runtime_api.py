@@ -1,0 +1,93 @@
+"""The runtime as a library, called from this (single-threaded) test process as the CRI server's
+fork server will: every operation, its error kinds, and the refusal to fork with threads alive."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pyruntime.errors import FailedPreconditionError, NotFoundError
+from pyruntime.linux.cgroups import manager
+from pyruntime.oci.spec import load_bundle
+from pyruntime.runtime import Runtime
+from pyruntime.settings import Settings
+
+
+@pytest.fixture
+def rt(tmp_path):
+    runtime = Runtime(Settings.from_env({}, root=str(tmp_path / "state")))
+    yield runtime
+    for state in runtime.list():
+        runtime.delete(state.id, force=True)
+
+
+def _eventually(check, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_the_life_cycle_through_the_api(rt, make_bundle):
+    assert len(os.listdir("/proc/self/task")) == 1  # what lets this process fork containers
+    bundle = make_bundle(["sh", "-c", "trap 'exit 3' TERM; while :; do sleep 1; done"])
+    created = rt.create("c1", str(bundle), spec=load_bundle(str(bundle)))
+    assert (created.id, created.status) == ("c1", "created") and created.pid > 0
+    assert [s.id for s in rt.list()] == ["c1"]
+    rt.start("c1")
+    assert rt.state("c1").status == "running"
+    rt.kill("c1", 0)
+
+    pid = rt.exec("c1", {"args": ["sleep", "100"], "cwd": "/", "env": ["PATH=/bin"]})
+    _eventually(lambda: pid in rt.pids("c1"))
+
+    rt.update("c1", {"pids": {"limit": 42}})
+    assert rt.stats("c1")["data"]["pids"]["limit"] == 42
+    rt.pause("c1")
+    assert rt.state("c1").status == "paused"
+    with pytest.raises(FailedPreconditionError):
+        rt.start("c1")
+    rt.resume("c1")
+    assert rt.state("c1").status == "running"
+
+    rt.kill("c1", "TERM")
+    _eventually(lambda: rt.state("c1").status == "stopped")
+    assert rt.state("c1").to_json()["pid"] == 0
+    with pytest.raises(FailedPreconditionError):
+        rt.kill("c1", signal.SIGTERM)
+    rt.delete("c1")
+    with pytest.raises(NotFoundError):
+        rt.state("c1")
+    rt.delete("c1", force=True)  # a missing container is no error with force
+
+
+def test_create_and_exec_refuse_to_fork_with_a_thread_alive_and_leave_nothing(rt, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        with pytest.raises(FailedPreconditionError, match="refusing to fork from a process with 2 threads"):
+            rt.create("c1", str(bundle))
+    finally:
+        stop.set()
+        worker.join()
+    assert not os.path.exists(rt.store.path("c1")) and rt.list() == []
+    assert not manager("", "c1").exists()
+
+    rt.create("c1", str(bundle))
+    rt.start("c1")
+    stop.clear()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        with pytest.raises(FailedPreconditionError, match="exec in c1: refusing to fork"):
+            rt.exec("c1", rt.process_of("c1"))
+    finally:
+        stop.set()
+        worker.join()
+    assert rt.pids("c1") == [rt.state("c1").pid]
+    rt.delete("c1", force=True)
