@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pyruntime.errors import FailedPreconditionError, NotFoundError
 from pyruntime.oci.state import ContainerState
 
 DEFAULT_ROOT = "/run/pyruntime"
@@ -23,12 +24,13 @@ FIFO = "start.fifo"
 EXEC_FIFO = "exec.fifo"
 
 
-class ContainerError(Exception):
-    """A failure that the CLI reports as one line and exit status 1."""
+class ContainerError(FailedPreconditionError):
+    """The container is in the wrong state for the request: start of a running one, kill of a stopped one,
+    delete of a running one without force. Other failures raise their own kind."""
 
 
-class NotFound(ContainerError):
-    pass
+class NotFound(ContainerError, NotFoundError):
+    """No container has that id (or it was deleted meanwhile)."""
 
 
 def validate_id(cid: str) -> None:

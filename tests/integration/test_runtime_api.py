@@ -54,7 +54,12 @@ def test_the_life_cycle_through_the_api(rt, make_bundle):
     assert rt.state("c1").status == "running"
 
     rt.kill("c1", "TERM")
+    # this process is a child subreaper (tests/conftest.py), so the exec'd process and the init are its
+    # children once their parents exit; the init's exit waits for every process of its pid namespace
+    # to be reaped, the exec'd one included
+    assert os.waitpid(pid, 0)[0] == pid
     _eventually(lambda: rt.state("c1").status == "stopped")
+    os.waitpid(created.pid, 0)
     assert rt.state("c1").to_json()["pid"] == 0
     with pytest.raises(FailedPreconditionError):
         rt.kill("c1", signal.SIGTERM)
@@ -89,5 +94,7 @@ def test_create_and_exec_refuse_to_fork_with_a_thread_alive_and_leave_nothing(rt
     finally:
         stop.set()
         worker.join()
-    assert rt.pids("c1") == [rt.state("c1").pid]
+    init_pid = rt.state("c1").pid
+    assert rt.pids("c1") == [init_pid]
     rt.delete("c1", force=True)
+    os.waitpid(init_pid, 0)  # our child: this process is a subreaper (tests/conftest.py)
