@@ -39,7 +39,7 @@ FOREIGN_CGROUPS = ("/process_api/",)
 
 
 def _cgroups() -> set[str]:
-    found = set()
+    found: set[str] = set()
     if not CGROUP_ROOT.is_dir():
         return found
     for hierarchy in CGROUP_ROOT.iterdir():
@@ -52,7 +52,7 @@ def _cgroups() -> set[str]:
 
 
 def _state() -> set[str]:
-    found = set()
+    found: set[str] = set()
     for root in STATE_ROOTS:
         if root.is_dir():
             found |= {str(p) for p in root.iterdir()}
@@ -74,7 +74,7 @@ class Snapshot:
     kinds: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
-    def take(cls) -> "Snapshot":
+    def take(cls) -> Snapshot:
         return cls({
             "mounts": _mounts(),
             "network namespaces": _netns(),
@@ -84,7 +84,7 @@ class Snapshot:
             "processes": _descendants(),
         })
 
-    def leaked_since(self, before: "Snapshot") -> dict[str, list[str]]:
+    def leaked_since(self, before: Snapshot) -> dict[str, list[str]]:
         leaks = {}
         for kind, now in self.kinds.items():
             new = sorted(now - before.kinds.get(kind, set()))
