@@ -37,7 +37,7 @@ IGNORES_WITHOUT_REASON := cni_plugins/ns.py cni_plugins/plugins.py pyruntime/cli
 lint: $(STAMPS)/venv
 	$(PY) -m ruff check --quiet .
 	$(PY) -m mypy
-	@! git grep -nE '# type: ignore(\[[a-z, -]+\])? *$$' -- '*.py' $(IGNORES_WITHOUT_REASON:%=':!%') || \
+	@! git grep --untracked -nE '# type: ignore(\[[a-z, -]+\])? *$$' -- '*.py' $(IGNORES_WITHOUT_REASON:%=':!%') || \
 	  { echo 'a `# type: ignore` needs a reason after it on the same line'; exit 1; }
 
 run: setup
