@@ -103,7 +103,9 @@ def static_busybox() -> Path:
             if len(debs) != 1:
                 raise RuntimeError(f"apt-get download busybox-static left {len(debs)} .deb files in {tmp}")
             extracted = Path(tmp) / "root"
-            subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], check=True, capture_output=True)
+            unpack = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], capture_output=True, text=True)
+            if unpack.returncode != 0:
+                raise RuntimeError(f"dpkg-deb -x {debs[0]} {extracted} failed: {unpack.stderr.strip()}")
             try:
                 extracted.rename(STATIC_ROOT)
             except OSError:  # another run extracted it first
