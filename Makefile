@@ -8,7 +8,7 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: peers setup run test unit integration bench clean
+.PHONY: peers setup run test unit integration bench proto clean
 
 setup: $(STAMPS)/apt $(STAMPS)/venv peers
 
@@ -36,6 +36,9 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest -p no:cacheprovider tests/integration
+
+proto: $(STAMPS)/venv
+	scripts/gen-proto.sh
 
 bench: setup
 	$(PY) -m bench
