@@ -8,7 +8,7 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run lint test unit integration bench clean
+.PHONY: apt busybox peers setup run lint test unit integration bench proto clean
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -51,6 +51,9 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest -p no:cacheprovider tests/integration
+
+proto: $(STAMPS)/venv
+	scripts/gen-proto.sh
 
 bench: setup
 	$(PY) -m bench
