@@ -54,15 +54,9 @@ class _ProgressBar:
 def main(argv: list[str]) -> int:
     import click
 
-    from pyruntime.images.content import DigestError
-    from pyruntime.images.reference import ReferenceError
-    from pyruntime.images.registry import Credentials, Platform, RegistryError
-    from pyruntime.images.snapshots import SnapshotError
-    from pyruntime.images.store import ImageInUse, ImageNotFound, ImageStore, ManifestError
-    from pyruntime.images.unpack import LayerFormatError, UnsafeLayerError
-
-    expected = (ReferenceError, RegistryError, DigestError, ImageNotFound, ImageInUse, ManifestError,
-                UnsafeLayerError, LayerFormatError, SnapshotError, OSError, ValueError)
+    from pyruntime.cli import errors as exits
+    from pyruntime.images.registry import Credentials, Platform
+    from pyruntime.images.store import ImageNotFound, ImageStore
 
     def store(ctx: click.Context) -> ImageStore:
         o = ctx.obj
@@ -183,11 +177,14 @@ def main(argv: list[str]) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except expected as e:
-        print(f"pyruntime image: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if exits.is_bug(e):
+            raise
+        status, line = exits.report(e)
+        print(f"pyruntime image: {line}", file=sys.stderr)
+        return status
     return 0
 
 

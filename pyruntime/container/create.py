@@ -12,9 +12,10 @@ import signal
 import time
 
 from pyruntime.container import init
-from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store, validate_id
-from pyruntime.container.sync import Channel, ChildError
+from pyruntime.container.hooks import run_hooks
+from pyruntime.container.store import EXEC_FIFO, FIFO, Store, validate_id
+from pyruntime.container.sync import Channel
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, SYS
@@ -43,8 +44,8 @@ def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:
         with open(path, "w") as f:
             f.write(text)
     except OSError as e:
-        raise ContainerError(f"linux.{'uidMappings' if name == 'uid_map' else 'gidMappings'}: write {path}: "
-                             f"{e.strerror}") from None
+        field = "uidMappings" if name == "uid_map" else "gidMappings"
+        raise InvalidArgumentError(f"linux.{field}: write {path}: {e.strerror}") from e
 
 
 def write_pid_file(path: str, pid: int) -> None:
@@ -84,9 +85,9 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle)
     if spec.process is None:
-        raise ContainerError("process: required to create a container")
+        raise InvalidArgumentError("process: required to create a container")
     if spec.process.terminal and not console_socket:
-        raise ContainerError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
+        raise InvalidArgumentError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
     store.reserve(cid)
     state = ContainerState(id=cid, bundle=bundle, rootfs=spec.root.path, created=_now(), owner="root",
                            cgroups_path=spec.linux.cgroups_path, annotations=spec.annotations, config=spec.raw,
@@ -132,7 +133,7 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
         if pid_file:
             write_pid_file(pid_file, init_pid)
         return state
-    except BaseException as e:
+    except BaseException:
         for pid in (stage1_pid, init_pid):
             if pid:
                 _kill_and_reap(pid)
@@ -140,8 +141,6 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
             cg.kill_all()
             cg.destroy()
         store.remove(cid)
-        if isinstance(e, (ChildError, HookError, OSError)):
-            raise ContainerError(str(e)) from None
         raise
     finally:
         parent.close()

@@ -13,6 +13,7 @@ from pyruntime.container import process
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SYS
@@ -76,7 +77,7 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
     if status not in (RUNNING, CREATED):
         raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
     if proc.terminal and not console_socket:
-        raise ContainerError("a terminal needs --console-socket")
+        raise InvalidArgumentError("a terminal needs --console-socket")
     spec = parse(state.config, state.bundle)
     parent, child = Channel.pair()
     stage1_pid = 0
@@ -98,8 +99,6 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
             os.waitpid(pid, 0)
             raise
         return pid
-    except (ChildError, OSError) as e:
-        raise ContainerError(str(e)) from None
     finally:
         if stage1_pid:
             try:

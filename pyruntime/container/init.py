@@ -10,6 +10,7 @@ running inside the container.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from pyruntime.container import process, rootfs
@@ -54,12 +55,12 @@ def join_namespaces(spec: Spec) -> None:
         try:
             fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
-            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from None
+            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from e
         try:
             SYS.setns(fd, NS_FLAGS[kind], f"{ns.path} ({kind} namespace)")
         except SyscallError as e:
-            if e.errno == 22:
-                raise SyscallError(22, f"linux.namespaces: {ns.path} is not a {kind} namespace") from None
+            if e.errno == errno.EINVAL:
+                raise SyscallError(errno.EINVAL, f"linux.namespaces: {ns.path} is not a {kind} namespace") from e
             raise
         finally:
             os.close(fd)
@@ -76,10 +77,10 @@ def check_sysctls(spec: Spec) -> None:
         if need is None and key.startswith("net."):
             need = "network"
         if need is None:
-            raise SyscallError(1, f"linux.sysctl: {key} is not a namespaced sysctl: refusing to change the host")
+            raise SyscallError(errno.EPERM, f"linux.sysctl: {key} is not a namespaced sysctl: refusing to change the host")
         ns = spec.linux.namespace(need)
         if ns is None:
-            raise SyscallError(1, f"linux.sysctl: {key} needs the container's own {need} namespace")
+            raise SyscallError(errno.EPERM, f"linux.sysctl: {key} needs the container's own {need} namespace")
 
 
 def write_sysctls(spec: Spec) -> None:
@@ -89,7 +90,7 @@ def write_sysctls(spec: Spec) -> None:
             with open(path, "w") as f:
                 f.write(value)
         except OSError as e:
-            raise SyscallError(e.errno or 0, f"linux.sysctl: write {path}: {e.strerror}") from None
+            raise SyscallError(e.errno or errno.EIO, f"linux.sysctl: write {path}: {e.strerror}") from e
 
 
 def preload(spec: Spec) -> None:

@@ -7,6 +7,7 @@ through /proc/self/fd, so a symlink swapped in after the check is never followed
 """
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import stat
@@ -42,7 +43,7 @@ def mkdir_all(root_fd: int, path: str, mode: int = 0o755) -> int:
             os.close(open_in_root(root_fd, prefix, O_PATH | os.O_DIRECTORY))
             continue
         except SyscallError as e:
-            if e.errno != 2:
+            if e.errno != errno.ENOENT:
                 raise
         parent = _open_dir(root_fd, "/" + "/".join(parts[:i]))
         try:
@@ -63,13 +64,13 @@ def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> in
     try:
         return open_in_root(root_fd, path)
     except SyscallError as e:
-        if e.errno != 2:
+        if e.errno != errno.ENOENT:
             raise
     if directory and _depth == 0:
         try:
             return mkdir_all(root_fd, path)
         except SyscallError as e:
-            if e.errno != 2 or _depth >= 40:
+            if e.errno != errno.ENOENT or _depth >= 40:
                 raise
     parent, name = posixpath.split(clean(path))
     os.close(mkdir_all(root_fd, parent))
@@ -81,7 +82,7 @@ def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> in
             link = None
         if link is not None:
             if _depth >= 40:
-                raise SyscallError(40, f"{path}: too many levels of symbolic links")
+                raise SyscallError(errno.ELOOP, f"{path}: too many levels of symbolic links")
             return make_target(root_fd, posixpath.join(parent, link), directory, _depth + 1)
         if directory:
             os.mkdir(name, 0o755, dir_fd=dfd)

@@ -10,14 +10,16 @@ import os
 import resource
 from typing import Callable
 
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import SYS, SyscallError
 from pyruntime.oci.spec import Process, Spec, warn
 
 CLOSE_RANGE_CLOEXEC = 4
 
 
-class ProcessError(Exception):
-    pass
+class ProcessError(InvalidArgumentError):
+    """The spec's process section can't be applied in this container: a program not found, a cwd that
+    does not resolve, an rlimit the kernel refuses. Raised in the container's init and reported by create."""
 
 
 def restrict_oom_score_adj(wanted: int) -> int:
@@ -43,7 +45,7 @@ def set_rlimits(proc: Process) -> None:
         try:
             resource.setrlimit(kind, (r.soft, r.hard))
         except (ValueError, OSError) as e:
-            raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from None
+            raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from e
 
 
 def close_fds(keep: set[int]) -> None:
@@ -78,10 +80,10 @@ def enter_cwd(cwd: str) -> None:
     try:
         os.chdir(cwd)
         here = os.getcwd()
-    except FileNotFoundError:
-        raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from None
+    except FileNotFoundError as e:
+        raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from e
     except OSError as e:
-        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from None
+        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from e
     if not here.startswith("/"):
         raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
 
@@ -137,4 +139,4 @@ def execute(spec: Spec, proc: Process, program: str, before_exec: Callable[[], N
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:
-        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from None
+        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from e

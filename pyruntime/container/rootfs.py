@@ -7,6 +7,7 @@ of each mask is the host's /dev/null, checked to be the real null device, not on
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Callable
@@ -96,7 +97,7 @@ def mount_one(root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
             src_is_dir = os.path.isdir(source or "")
             os.stat(source or "")
         except OSError as e:
-            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from None
+            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from e
         target = paths.make_target(root_fd, m.destination, src_is_dir)
     else:
         target = paths.make_target(root_fd, m.destination, True)
@@ -202,7 +203,7 @@ def create_device(root_fd: int, dev: Device, bind: bool) -> None:
         try:
             os.mknod(name, kinds[dev.type] | mode, os.makedev(dev.major, dev.minor), dir_fd=dfd)
         except OSError as e:
-            raise SyscallError(e.errno, f"mknod {dev.path}: {e.strerror}") from None
+            raise SyscallError(e.errno, f"mknod {dev.path}: {e.strerror}") from e
         os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
         os.chown(name, dev.uid or 0, dev.gid or 0, dir_fd=dfd, follow_symlinks=False)
     finally:
@@ -227,7 +228,7 @@ def _null_device() -> int:
     st = os.fstat(fd)
     if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(1, 3):
         os.close(fd)
-        raise SyscallError(1, "refusing to mask paths: /dev/null is not the null device")
+        raise SyscallError(errno.EPERM, "refusing to mask paths: /dev/null is not the null device")
     return fd
 
 
@@ -243,14 +244,14 @@ def mask_paths(root_fd: int, masked: tuple[str, ...]) -> None:
             try:
                 fd = paths.open_in_root(root_fd, path, nofollow=True)
             except SyscallError as e:
-                if e.errno == 2:
+                if e.errno == errno.ENOENT:
                     continue
-                if e.errno == 40:
-                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it") from None
+                if e.errno == errno.ELOOP:
+                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it") from e
                 raise
             try:
                 if stat.S_ISLNK(os.fstat(fd).st_mode):
-                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it")
+                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
                 if paths.is_dir_fd(fd):
                     SYS.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
                 else:
@@ -266,7 +267,7 @@ def readonly_paths(root_fd: int, ro: tuple[str, ...]) -> None:
         try:
             fd = paths.open_in_root(root_fd, path)
         except SyscallError as e:
-            if e.errno == 2:
+            if e.errno == errno.ENOENT:
                 continue
             raise
         try:

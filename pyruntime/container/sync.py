@@ -10,9 +10,12 @@ import json
 import socket
 from typing import Any
 
+from pyruntime.errors import InternalError
 
-class ChildError(Exception):
-    """A failure reported by a forked container process."""
+
+class ChildError(InternalError):
+    """A failure reported by a forked container process. Only its message crosses the channel, so the
+    kind of the child's own error is lost and the failure is internal to the runtime."""
 
 
 class Channel:
@@ -27,10 +30,10 @@ class Channel:
     def send(self, kind: str, **fields: Any) -> None:
         try:
             self.sock.send(json.dumps({"type": kind, **fields}).encode())
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError) as e:
             # the other side is gone; the error it sent before going says why
             self._check(self.sock.recv(65536), f"a reply to {kind!r}")
-            raise ChildError(f"container process exited before {kind!r} could be sent") from None
+            raise ChildError(f"container process exited before {kind!r} could be sent") from e
 
     def send_fd(self, kind: str, fd: int) -> None:
         socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])

@@ -20,7 +20,7 @@ def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
         except OSError as e:
             if e.errno != errno.EAGAIN:
                 # as its errno's subclass (FileNotFoundError, ...), which the unpacker catches
-                raise OSError(e.errno, e.strerror, path) from None
+                raise OSError(e.errno, e.strerror, path) from e
     raise OSError(errno.EAGAIN, f"openat2 {path!r}: kept racing with renames", path)
 
 

@@ -16,11 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pyruntime.errors import InvalidArgumentError, NotFoundError
+
 _HEX64 = set("0123456789abcdef")
 
 
-class DigestError(ValueError):
-    """A blob whose content does not match its digest or size; the message names the digest."""
+class DigestError(InvalidArgumentError):
+    """A blob whose content does not match its digest or size, or a malformed digest; the message names
+    the digest. Invalid input: bytes that contradict their digest are never stored or retried as they
+    are, whether a registry or an archive supplied them."""
 
 
 def sha256_digest(data: bytes) -> str:
@@ -128,8 +132,8 @@ class ContentStore:
     def read(self, digest: str) -> bytes:
         try:
             return self.path(digest).read_bytes()
-        except FileNotFoundError:
-            raise KeyError(f"blob {digest} not in the content store") from None
+        except FileNotFoundError as e:
+            raise NotFoundError(f"blob {digest} not in the content store") from e
 
     def list(self) -> list[str]:
         return sorted("sha256:" + p.name for p in self.blobs.iterdir() if len(p.name) == 64)

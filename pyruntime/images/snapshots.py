@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pyruntime.errors import AlreadyExistsError, InvalidArgumentError
 from pyruntime.images.content import LOCKS, atomic_write, check_digest
 from pyruntime.images.unpack import copy_snapshot_into, usage
 from pyruntime.linux.syscalls import MNT_DETACH, SYS
@@ -32,8 +33,8 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     return out
 
 
-class SnapshotError(RuntimeError):
-    pass
+class SnapshotError(AlreadyExistsError):
+    """A container that already has a rootfs: `prepare` claims a container id once."""
 
 
 @dataclass
@@ -228,5 +229,5 @@ class SnapshotStore:
 
 def _safe_id(container_id: str) -> str:
     if not container_id or "/" in container_id or container_id in (".", "..") or "\x00" in container_id:
-        raise SnapshotError(f"invalid container id {container_id!r}")
+        raise InvalidArgumentError(f"invalid container id {container_id!r}")
     return container_id

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.images import reference as refs
 from pyruntime.images._resolve import open_in_root
 from pyruntime.images.content import ContentStore, DigestError, atomic_write, check_digest, sha256_digest
@@ -45,17 +46,16 @@ CONTAINERD_NAME_ANNOTATION = "io.containerd.image.name"
 DOWNLOAD_WORKERS = 4
 
 
-class ImageNotFound(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
+class ImageNotFound(NotFoundError):
+    """No image has that name or id, or a blob an image needs is missing from the store."""
 
 
-class ImageInUse(RuntimeError):
-    pass
+class ImageInUse(FailedPreconditionError):
+    """The image backs a container's rootfs; removal needs `force` or the container gone first."""
 
 
-class ManifestError(ValueError):
-    pass
+class ManifestError(InvalidArgumentError):
+    """A manifest, config or archive that is not a usable image (unsupported type, wrong diff_ids)."""
 
 
 @dataclass

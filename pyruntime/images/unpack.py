@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.images._resolve import open_in_root
 
 WHITEOUT_PREFIX = ".wh."
@@ -33,11 +34,11 @@ _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
 
 
-class UnsafeLayerError(ValueError):
+class UnsafeLayerError(InvalidArgumentError):
     """A layer entry that would write outside its snapshot or is otherwise refused; names the entry."""
 
 
-class LayerFormatError(ValueError):
+class LayerFormatError(InvalidArgumentError):
     """A layer that is not a readable tar (or compressed tar)."""
 
 

@@ -221,7 +221,7 @@ def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
     try:
         fn(*args)
     except OSError as e:
-        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from None
+        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e
 
 
 def set_capabilities(caps: Capabilities, *, warn: Warn | None = None) -> None:

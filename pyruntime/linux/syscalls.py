@@ -13,6 +13,7 @@ import ctypes
 import os
 from typing import Protocol
 
+from pyruntime.errors import InternalError
 from pyruntime.linux._libc import libc
 
 libc.syscall.restype = ctypes.c_long
@@ -82,8 +83,8 @@ _SYSCALL_NR = {
 }[os.uname().machine]
 
 
-class SyscallError(OSError):
-    """An OSError that names the call and the path it was made on."""
+class SyscallError(InternalError, OSError):
+    """An OSError that names the call and the path it was made on; `errno` stays for callers that branch on it."""
 
 
 def _fail(call: str, path: str | None = None) -> SyscallError:
@@ -160,7 +161,7 @@ class LinuxSyscalls:
         try:
             os.mknod(path, mode, device)
         except OSError as e:
-            raise SyscallError(e.errno, f"mknod {path}: {e.strerror}") from None
+            raise SyscallError(e.errno, f"mknod {path}: {e.strerror}") from e
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),

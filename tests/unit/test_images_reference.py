@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.images.reference import ReferenceError, is_image_id, is_loopback_host, parse
+from pyruntime.images.reference import ReferenceFormatError, is_image_id, is_loopback_host, parse
 from pyruntime.images.registry import Platform, select_platform
 
 D = "sha256:" + "a" * 64
@@ -42,12 +42,12 @@ def test_parts_and_familiar() -> None:
     ("a" * 256, "longer"), ("-a/b", "lowercase"), ("a/b-", "lowercase"),
 ])
 def test_parse_rejects_with_a_reason(text: str, why: str) -> None:
-    with pytest.raises(ReferenceError, match=why):
+    with pytest.raises(ReferenceFormatError, match=why):
         parse(text)
 
 
 def test_error_quotes_the_reference() -> None:
-    with pytest.raises(ReferenceError, match="'UPPER/case'"):
+    with pytest.raises(ReferenceFormatError, match="'UPPER/case'"):
         parse("UPPER/case")
 
 

@@ -49,7 +49,7 @@ def _read(path: str) -> str:
         with open(path) as f:
             return f.read()
     except OSError as exc:
-        raise CgroupError(exc.errno or 0, f"read {path}: {exc.strerror}") from None
+        raise CgroupError(exc.errno or 0, f"read {path}: {exc.strerror}") from exc
 
 
 def _own_cgroups(absolute: bool) -> dict[str, str]:
