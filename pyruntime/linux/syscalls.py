@@ -1,7 +1,11 @@
 """Every raw kernel call the runtime makes, as small typed functions behind one interface.
 
-The container set-up logic (rootfs, namespaces, init) talks only to a `Syscalls` object, so its unit
-tests run without root against `FakeSyscalls` (tests/unit), the way youki tests its syscall trait.
+The container set-up logic (rootfs, namespaces, init), the layer unpacker and the snapshotter talk only
+to a `Syscalls` object they are handed, so their unit tests run without root against `FakeSyscalls`
+(tests/unit), the way youki tests its syscall trait. There is deliberately no module-level instance:
+only the entry points (the CLI, `create`, `exec`, the image store) make a `LinuxSyscalls`, so a module
+that forgets to take the object has nothing to fall back on, and tests/unit/test_syscall_layer.py fails
+on any raw call (os.mknod, os.chown, ctypes, ...) made outside this module.
 Each failure raises `SyscallError`, an OSError whose message names the call and the path, because an
 error such as "Invalid argument" alone never tells a user which of forty mounts went wrong.
 
@@ -92,6 +96,24 @@ def _fail(call: str, path: str | None = None) -> SyscallError:
     return SyscallError(err, f"{call}{where}: {os.strerror(err)}")
 
 
+def _os_fail(call: str, path: str | int, dir_fd: int | None, e: OSError) -> SyscallError:
+    """The same error for a call made through os: the errno kept, the call and the path named (relative
+    paths with the directory fd they were resolved from, which /proc/self/fd names)."""
+    where = f"fd {path}" if isinstance(path, int) else path
+    if dir_fd is not None:
+        where = f"{where} (in {_fd_target(dir_fd)})"
+    err = SyscallError(e.errno, f"{call} {where}: {e.strerror}")
+    err.filename = e.filename
+    return err
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"fd {fd}"
+
+
 def _b(value: str | None) -> bytes | None:
     return None if value is None else os.fsencode(value)
 
@@ -111,7 +133,13 @@ class Syscalls(Protocol):
     def sethostname(self, name: str) -> None: ...
     def setdomainname(self, name: str) -> None: ...
     def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int: ...
-    def mknod(self, path: str, mode: int, device: int) -> None: ...
+    def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None: ...
+    def chmod(self, path: str | int, mode: int, dir_fd: int | None = None, follow_symlinks: bool = True) -> None: ...
+    def chown(self, path: str | int, uid: int, gid: int, dir_fd: int | None = None,
+              follow_symlinks: bool = True) -> None: ...
+    def symlink(self, target: str, path: str, dir_fd: int | None = None) -> None: ...
+    def statfs_type(self, path: str) -> int: ...
+    def statvfs_flags(self, path: str) -> int: ...
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int: ...
     def close_range(self, first: int, last: int, flags: int = 0) -> None: ...
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None: ...
@@ -156,11 +184,43 @@ class LinuxSyscalls:
             raise _fail("openat2", path)
         return fd
 
-    def mknod(self, path: str, mode: int, device: int) -> None:
+    def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None:
         try:
-            os.mknod(path, mode, device)
+            os.mknod(path, mode, device, dir_fd=dir_fd)
         except OSError as e:
-            raise SyscallError(e.errno, f"mknod {path}: {e.strerror}") from None
+            raise _os_fail("mknod", path, dir_fd, e) from e
+
+    def chmod(self, path: str | int, mode: int, dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
+        try:
+            os.chmod(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except OSError as e:
+            raise _os_fail(f"chmod({mode:#o})", path, dir_fd, e) from e
+
+    def chown(self, path: str | int, uid: int, gid: int, dir_fd: int | None = None,
+              follow_symlinks: bool = True) -> None:
+        try:
+            os.chown(path, uid, gid, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except OSError as e:
+            raise _os_fail(f"chown({uid}:{gid})", path, dir_fd, e) from e
+
+    def symlink(self, target: str, path: str, dir_fd: int | None = None) -> None:
+        try:
+            os.symlink(target, path, dir_fd=dir_fd)
+        except OSError as e:
+            raise _os_fail(f"symlink(-> {target})", path, dir_fd, e) from e
+
+    def statfs_type(self, path: str) -> int:
+        """The filesystem's magic number (f_type), which os.statvfs does not report."""
+        buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux; f_type comes first
+        if libc.statfs(_b(path), buf) != 0:
+            raise _fail("statfs", path)
+        return ctypes.c_long.from_buffer(buf).value
+
+    def statvfs_flags(self, path: str) -> int:
+        try:
+            return os.statvfs(path).f_flag
+        except OSError as e:
+            raise _os_fail("statvfs", path, None, e) from e
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),
@@ -172,7 +232,6 @@ class LinuxSyscalls:
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
-
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)
@@ -202,11 +261,11 @@ class LinuxSyscalls:
 class FakeSyscalls:
     """Records every call instead of making it, for unit tests of the set-up logic without root.
 
-    Path lookups (openat2) need no privilege and their result is what the logic under test acts on,
-    so they are made for real and recorded; everything that changes the system is only recorded.
+    Lookups (openat2, statfs, statvfs) need no privilege and their result is what the logic under test
+    acts on, so they are made for real and recorded; everything that changes the system is only recorded.
     """
 
-    PASS_THROUGH = frozenset({"openat2"})
+    PASS_THROUGH = frozenset({"openat2", "statfs_type", "statvfs_flags"})
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -224,5 +283,3 @@ class FakeSyscalls:
     def named(self, name: str) -> list[tuple]:
         return [c for c in self.calls if c[0] == name]
 
-
-SYS: Syscalls = LinuxSyscalls()
