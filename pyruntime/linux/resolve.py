@@ -8,6 +8,7 @@ symlinks and `..` are clamped to the root, and magic links (/proc/self/fd/N, /pr
 
 Where openat2 is missing (ENOSYS, kernels before 5.6) the path is walked component by component with
 O_NOFOLLOW instead, refusing every symlink and `..`: stricter than the kernel's clamping, never looser.
+The answer is not cached: a failed openat2 costs one syscall, and a cache would be hidden global state.
 Errors are `SyscallError`s naming the path, whichever way it was resolved.
 """
 from __future__ import annotations
@@ -18,26 +19,18 @@ import os
 from pyruntime.linux.syscalls import (O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV,
                                       SyscallError, Syscalls)
 
-_openat2_works: bool | None = None  # learnt once per process: the kernel does not change under us
-
-
 def open_in_root(kernel: Syscalls, root_fd: int, path: str, flags: int = O_PATH, *, nofollow: bool = False,
                  same_mount: bool = False) -> int:
     """An fd of `path` resolved inside `root_fd`. `nofollow` refuses a symlink as the last component
     (ELOOP); `same_mount` refuses crossing a mount point (EXDEV), for trees that should hold none."""
-    global _openat2_works
     flags |= os.O_NOFOLLOW if nofollow else 0
     relative = path.lstrip("/") or "."
-    if _openat2_works is not False:
-        resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (RESOLVE_NO_XDEV if same_mount else 0)
-        try:
-            fd = _openat2(kernel, root_fd, relative, flags, resolve)
-            _openat2_works = True
-            return fd
-        except SyscallError as e:
-            if e.errno != errno.ENOSYS:
-                raise
-            _openat2_works = False
+    resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | (RESOLVE_NO_XDEV if same_mount else 0)
+    try:
+        return _openat2(kernel, root_fd, relative, flags, resolve)
+    except SyscallError as e:
+        if e.errno != errno.ENOSYS:
+            raise
     return _walk_nofollow(root_fd, relative, flags)
 
 

@@ -6,6 +6,7 @@ the /proc/self/fd path the runtime would have mounted on, before its fd is close
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from pyruntime.container import rootfs
 from pyruntime.linux import syscalls
 from pyruntime.linux.syscalls import FakeSyscalls, SyscallError
-from pyruntime.oci.spec import Mount
+from pyruntime.oci.spec import Device, Mount
 
 
 @pytest.fixture
@@ -94,3 +95,26 @@ def test_masked_paths_refuse_symlinks_and_mask_files_with_null(fake, root):
     assert source.startswith("/proc/self/fd/") and flags == syscalls.MS_BIND  # the host's verified null device
     with pytest.raises(SyscallError, match="masked path /link is a symlink"):
         rootfs.mask_paths(fake, fd, ("/link",))
+
+
+def test_devices_and_dev_symlinks_are_made_through_the_syscall_layer(fake, root):
+    """With the fake, no node, mode, owner or link appears on disk: every one was a call on `kernel`."""
+    r, fd = root
+    rootfs.create_device(fake, fd, Device("c", "/dev/fuse", 10, 229, 0o620, 7, 8), bind=False)
+    rootfs._dev_symlinks(fake, fd)
+    assert os.listdir(r / "dev") == []  # only the directory was made, as the real runtime would
+    (_, name, mode, device, _dirfd), = fake.named("mknod")
+    assert (name, mode, device) == ("fuse", stat.S_IFCHR | 0o620, os.makedev(10, 229))
+    assert [c[1:3] for c in fake.named("chmod")] == [("fuse", 0o620)]
+    assert [c[1:4] for c in fake.named("chown")] == [("fuse", 7, 8)]
+    assert [(c[1], c[2]) for c in fake.named("symlink")] == [(src, os.path.basename(dst))
+                                                            for src, dst in rootfs.DEV_SYMLINKS]
+
+
+def test_a_device_in_a_user_namespace_is_a_bind_of_the_hosts_node(fake, root):
+    r, fd = root
+    rootfs.create_device(fake, fd, Device("c", "/dev/null", 1, 3, 0o666, 0, 0), bind=True)
+    assert fake.named("mknod") == []
+    (_, source, _target, _fstype, flags, _data), = fake.named("mount")
+    assert (source, flags) == ("/dev/null", syscalls.MS_BIND)
+    assert fake.targets == [str(r / "dev" / "null")] and (r / "dev" / "null").stat().st_size == 0
