@@ -118,7 +118,7 @@ def finalize(kernel: Syscalls, spec: Spec, proc: Process, keep_fds: set[int], no
         # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
         load_seccomp(spec, notify)
     from pyruntime.linux import capabilities
-    capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
+    capabilities.apply(kernel, proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
                        additional_gids=proc.user.additional_gids, no_new_privileges=nnp, warn=warn)
     if nnp and _uses_notify(spec):
         load_seccomp(spec, notify)

@@ -122,6 +122,17 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 class Syscalls(Protocol):
     """The kernel interface the container logic uses; `LinuxSyscalls` is real, `FakeSyscalls` records."""
 
@@ -141,6 +152,8 @@ class Syscalls(Protocol):
     def statfs_type(self, path: str) -> int: ...
     def statvfs_flags(self, path: str) -> int: ...
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int: ...
+    def capget(self) -> tuple[int, int, int]: ...
+    def capset(self, effective: int, permitted: int, inheritable: int) -> None: ...
     def close_range(self, first: int, last: int, flags: int = 0) -> None: ...
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None: ...
 
@@ -228,6 +241,27 @@ class LinuxSyscalls:
         if ret < 0:
             raise _fail(f"prctl({option})")
         return ret
+
+    def capget(self) -> tuple[int, int, int]:
+        """(effective, permitted, inheritable) of the calling thread as 64-bit masks."""
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        if libc.capget(ctypes.byref(header), data) != 0:
+            raise _fail("capget")
+        lo, hi = data
+        return (lo.effective | hi.effective << 32, lo.permitted | hi.permitted << 32,
+                lo.inheritable | hi.inheritable << 32)
+
+    def capset(self, effective: int, permitted: int, inheritable: int) -> None:
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        for i in range(2):
+            shift = 32 * i
+            data[i].effective = effective >> shift & 0xFFFFFFFF
+            data[i].permitted = permitted >> shift & 0xFFFFFFFF
+            data[i].inheritable = inheritable >> shift & 0xFFFFFFFF
+        if libc.capset(ctypes.byref(header), data) != 0:
+            raise _fail(f"capset(effective={effective:#x}, permitted={permitted:#x}, inheritable={inheritable:#x})")
 
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:

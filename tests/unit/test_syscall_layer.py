@@ -23,9 +23,9 @@ PACKAGE = Path(pyruntime.__file__).parent
 # os functions that change ownership, modes, device nodes, links or namespaces: only through Syscalls
 RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod", "symlink", "statvfs",
                 "setns", "unshare"}
-# modules that are bindings themselves: the syscall layer and the libraries it does not wrap
-# (capget/capset for capabilities, libseccomp), each taking its own libc handle deliberately
-BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/capabilities.py", "linux/seccomp.py"}
+# bindings themselves: the syscall layer with its libc handle, and libseccomp's binding (a library
+# that builds and loads a BPF program, not a kernel call; its one kernel call is seccomp_load)
+BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",
