@@ -5,15 +5,15 @@ database, snapshot and mount records, blobs put into the content store. The step
 ones, and each is needed: write a temporary file in the same directory (rename is atomic only
 within one filesystem), fsync it (else the rename can reach the disk before the data, leaving an
 empty file after a power cut), rename it over the target, and fsync the directory (else the rename
-itself can be lost). Kept at the top of the package, importing only os, so that both
+itself can be lost). Kept at the top of the package, importing nothing of it, so that both
 pyruntime.container and pyruntime.images use it without depending on each other.
 """
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 from collections.abc import Iterator
-from typing import BinaryIO
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -27,7 +27,7 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644,
-                tmp: str | os.PathLike[str] | None = None) -> Iterator[BinaryIO]:
+                tmp: str | os.PathLike[str] | None = None) -> Iterator[io.BufferedWriter]:
     """A binary file to write the new content into; it replaces `path` when the block ends without error.
 
     The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock

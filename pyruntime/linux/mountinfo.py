@@ -11,24 +11,32 @@ Only the stdlib's str is used: cgroups read this on every container start.
 """
 from __future__ import annotations
 
-from pyruntime.record import record
-
 _ESCAPED = {" ": "\\040", "\t": "\\011", "\n": "\\012", "\\": "\\134"}
 
 
-@record
 class MountInfo:
-    """One line of mountinfo (proc(5)); paths unescaped, options split."""
-    mount_id: int
-    parent_id: int
-    device: str  # major:minor
-    root: str  # the path inside the filesystem that is mounted (a bind mount's source)
-    mount_point: str
-    options: tuple[str, ...]  # per-mount options (ro, nosuid, ...)
-    optional: tuple[str, ...]  # propagation tags: shared:N, master:N, propagate_from:N, unbindable
-    fstype: str
-    source: str
-    super_options: tuple[str, ...]
+    """One line of mountinfo (proc(5)); paths unescaped, options split. A plain class, not a @record:
+    that would import typing, which the cgroup driver's callers (every kill, delete, pause) never pay."""
+
+    __slots__ = ("device", "fstype", "mount_id", "mount_point", "optional", "options", "parent_id", "root",
+                 "source", "super_options")
+
+    def __init__(self, mount_id: int, parent_id: int, device: str, root: str, mount_point: str,
+                 options: tuple[str, ...], optional: tuple[str, ...], fstype: str, source: str,
+                 super_options: tuple[str, ...]) -> None:
+        self.mount_id = mount_id
+        self.parent_id = parent_id
+        self.device = device  # major:minor
+        self.root = root  # the path inside the filesystem that is mounted (a bind mount's source)
+        self.mount_point = mount_point
+        self.options = options  # per-mount options (ro, nosuid, ...)
+        self.optional = optional  # propagation tags: shared:N, master:N, propagate_from:N, unbindable
+        self.fstype = fstype
+        self.source = source
+        self.super_options = super_options
+
+    def __repr__(self) -> str:
+        return f"MountInfo({self.mount_id} {self.mount_point!r} {self.fstype} {self.source!r})"
 
 
 def escape(path: str) -> str:

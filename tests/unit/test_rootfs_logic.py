@@ -21,7 +21,7 @@ from pyruntime.oci.spec import Device, Mount
 def fake():
     fake = FakeSyscalls()
     targets: list[str] = []
-    real_record = fake.__getattr__("mount")
+    real_record = fake.mount
 
     def mount(source, target, fstype, flags, data):
         # resolve the magic link now: the fd behind it is closed once mount_one returns
