@@ -12,16 +12,14 @@ from pathlib import Path
 
 import psutil
 
+from pyruntime.linux import mountinfo
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"))
 
 
 def _mounts() -> set[str]:
-    points = set()
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            points.add(line.split()[4])
-    return points
+    return {m.mount_point for m in mountinfo.read()}
 
 
 def _netns() -> set[str]:

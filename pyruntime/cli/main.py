@@ -108,18 +108,20 @@ def cmd_create(ctx: Context, argv: list[str]) -> int:
 def cmd_run(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container import control
     from pyruntime.container.create import become_subreaper, create, wait_exit
+    from pyruntime.linux.syscalls import LinuxSyscalls
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
     store = ctx.store()
     cid = _one_id(p.positional, "run")
+    kernel = LinuxSyscalls()
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = None
     if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
         own = OwnConsole(ctx.root)
     try:
         state = create(store, cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
-                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]))
+                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]), kernel=kernel)
         master = own.master() if own else None
     finally:
         if own:
@@ -208,18 +210,20 @@ def _exec_process(ctx: Context, cid: str, o: dict, args: list[str]):
 def cmd_exec(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import become_subreaper, wait_exit, write_pid_file
     from pyruntime.container.exec import exec_process
+    from pyruntime.linux.syscalls import LinuxSyscalls
     p = parse(argv, EXEC_FLAGS, stop_at_positional=True)
     o = p.options
     if not p.positional:
         raise UsageError("exec: usage: pyruntime exec [flags] <container-id> <command> [args...]")
     cid, args = p.positional[0], p.positional[1:]
     proc = _exec_process(ctx, cid, o, args)
+    kernel = LinuxSyscalls()
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
     try:
         pid = exec_process(ctx.store(), cid, proc, console_socket=own.path if own else o["console-socket"],
-                           preserve_fds=int(o["preserve-fds"]))
+                           preserve_fds=int(o["preserve-fds"]), kernel=kernel)
         master = own.master() if own else None
     finally:
         if own:
@@ -354,9 +358,10 @@ def cmd_spec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_features(ctx: Context, argv: list[str]) -> int:
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.features import features
     parse(argv, [])
-    print(json.dumps(features(), indent=4))
+    print(json.dumps(features(LinuxSyscalls()), indent=4))
     return 0
 
 

@@ -10,12 +10,13 @@ from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import cgroups
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.state import (CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state,
                                   process_alive)
 
 
 def _cgroup(state: ContainerState):
-    return cgroups.manager(state.cgroups_path, state.id)
+    return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls())
 
 
 def status_of(store: Store, state: ContainerState) -> str:

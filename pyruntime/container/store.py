@@ -13,8 +13,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyruntime.errors import (AlreadyExistsError, FailedPreconditionError, InternalError, InvalidArgumentError,
-                              NotFoundError)
+from pyruntime.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from pyruntime.fsutil import atomic_write
 from pyruntime.oci.state import ContainerState
 
 DEFAULT_ROOT = "/run/pyruntime"
@@ -62,14 +68,7 @@ class Store:
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        tmp = final + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps(state.to_json()).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
+        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp")
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pyruntime.errors import InvalidArgumentError, NotFoundError
+from pyruntime.fsutil import atomic_write, fsync_dir
 
 _HEX64 = set("0123456789abcdef")
 
@@ -37,29 +38,6 @@ def check_digest(digest: str) -> str:
     if algo != "sha256" or len(hexpart) != 64 or not set(hexpart) <= _HEX64:
         raise DigestError(f"unsupported or malformed digest {digest!r}")
     return hexpart
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, tmp: Path | None = None) -> None:
-    """Readers see the old file or the new one, never a torn write, even across a crash.
-
-    The caller holds a lock for `path`, so the temporary name can be fixed: a write killed half way leaves a
-    file that the next write of the same path overwrites, instead of garbage with a dead pid in its name.
-    """
-    tmp = tmp or path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class _Locks:
@@ -150,7 +128,7 @@ class ContentStore:
         target = self.path(actual)
         with self.lock(actual):
             if not target.exists():
-                atomic_write(target, data, self.ingest / f"{check_digest(actual)}.put")
+                atomic_write(target, data, tmp=self.ingest / f"{check_digest(actual)}.put")
         return actual
 
     @contextlib.contextmanager

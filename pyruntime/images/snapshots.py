@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pyruntime.errors import AlreadyExistsError, InvalidArgumentError
-from pyruntime.images.content import LOCKS, atomic_write, check_digest
+from pyruntime.fsutil import atomic_write
+from pyruntime.images.content import LOCKS, check_digest
 from pyruntime.images.unpack import copy_snapshot_into, usage
-from pyruntime.linux.syscalls import MNT_DETACH, SYS
+from pyruntime.linux import mountinfo
+from pyruntime.linux.syscalls import MNT_DETACH, Syscalls
 
 OVERLAY_OPTIONS_MAX = 4000  # the mount data page, less headroom
 
@@ -54,23 +56,21 @@ class ContainerMount:
     driver: str  # "overlay" or "copy"
 
 
-def _mount_overlay_fsconfig(lowers: list[Path], upper: Path, work: Path, target: Path) -> None:
+def _mount_overlay_fsconfig(kernel: Syscalls, lowers: list[Path], upper: Path, work: Path, target: Path) -> None:
     settings = [("lowerdir+", str(p)) for p in lowers] + [("upperdir", str(upper)), ("workdir", str(work))]
-    SYS.mount_with_fsconfig("overlay", settings, str(target))
+    kernel.mount_with_fsconfig("overlay", settings, str(target))
 
 
-def _umount(target: str) -> None:
+def _umount(kernel: Syscalls, target: str) -> None:
     try:
-        SYS.umount(target, MNT_DETACH)
+        kernel.umount(target, MNT_DETACH)
     except OSError as e:
         if e.errno not in (errno.EINVAL, errno.ENOENT):
             raise
 
 
 def _is_mountpoint(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+    return mountinfo.is_mount_point(os.path.realpath(path), mountinfo.read())
 
 
 def overlay_supported() -> bool:
@@ -81,8 +81,9 @@ def overlay_supported() -> bool:
 
 
 class SnapshotStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kernel: Syscalls) -> None:
         self.root = Path(root)
+        self.kernel = kernel
         self.snapshots = self.root / "snapshots"
         self.containers = self.root / "containers"
         self.locks = self.root / "locks"
@@ -196,7 +197,7 @@ class SnapshotStore:
                     driver = "copy"
             if driver == "copy":
                 for lower in reversed(lowers):
-                    copy_snapshot_into(lower, rootfs)
+                    copy_snapshot_into(self.kernel, lower, rootfs)
                 top = lowers[0] if lowers else None
                 if top is not None:
                     shutil.copystat(top, rootfs)
@@ -210,9 +211,9 @@ class SnapshotStore:
         upper, work, target = cdir / "upper", cdir / "work", cdir / "rootfs"
         options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}"
         if len(options) < OVERLAY_OPTIONS_MAX:
-            SYS.mount("overlay", str(target), "overlay", 0, options)
+            self.kernel.mount("overlay", str(target), "overlay", 0, options)
         else:
-            _mount_overlay_fsconfig(lowers, upper, work, target)
+            _mount_overlay_fsconfig(self.kernel, lowers, upper, work, target)
 
     def release(self, container_id: str) -> bool:
         cdir = self.containers / _safe_id(container_id)
@@ -222,7 +223,7 @@ class SnapshotStore:
             (cdir / "mount.json").unlink(missing_ok=True)
             rootfs = cdir / "rootfs"
             if rootfs.exists() and _is_mountpoint(rootfs):
-                _umount(str(rootfs))
+                _umount(self.kernel, str(rootfs))
             shutil.rmtree(cdir)
             return True
 

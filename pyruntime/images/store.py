@@ -28,14 +28,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from pyruntime.fsutil import atomic_file, atomic_write
 from pyruntime.images import reference as refs
-from pyruntime.images._resolve import open_in_root
-from pyruntime.images.content import ContentStore, DigestError, atomic_write, check_digest, sha256_digest
+from pyruntime.images.content import ContentStore, DigestError, check_digest, sha256_digest
 from pyruntime.images.registry import (INDEX_TYPES, MANIFEST_TYPES, MEDIA_DOCKER_MANIFEST, MEDIA_OCI_INDEX,
                                        MEDIA_OCI_MANIFEST, Credentials, Platform, RegistryClient,
                                        select_platform)
 from pyruntime.images.snapshots import ContainerMount, SnapshotStore, chain_ids
 from pyruntime.images.unpack import apply_layer
+from pyruntime.linux import resolve
+from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 
 DEFAULT_ROOT = Path(os.environ.get("PYRUNTIME_IMAGE_ROOT", "/var/lib/pyruntime/images"))
 MEDIA_DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -136,11 +138,13 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
 
 class ImageStore:
     def __init__(self, root: Path | str | None = None, *, hosts_dir: Path | None = None,
-                 platform: Platform | None = None) -> None:
+                 platform: Platform | None = None, kernel: Syscalls | None = None) -> None:
+        """`kernel`: the syscall layer snapshots are mounted and layers unpacked through (the real one by default)."""
         self.root = Path(root) if root is not None else DEFAULT_ROOT
         self.root.mkdir(parents=True, exist_ok=True)
+        self.kernel = kernel or LinuxSyscalls()
         self.content = ContentStore(self.root)
-        self.snapshots = SnapshotStore(self.root)
+        self.snapshots = SnapshotStore(self.root, self.kernel)
         self.hosts_dir = hosts_dir
         self.platform = platform or Platform()
         self._db = self.root / "images.json"
@@ -322,7 +326,7 @@ class ImageStore:
             note(ProgressEvent(what, desc["digest"], "unpacking"))
             with self.snapshots.create(chain_id) as dest:
                 with open(self.content.path(desc["digest"]), "rb") as blob:
-                    stats = apply_layer(blob, dest, lowers=self.snapshots.lowers(chain[:-1]))
+                    stats = apply_layer(blob, dest, kernel=self.kernel, lowers=self.snapshots.lowers(chain[:-1]))
                 if stats.diff_id != diff_id:
                     raise DigestError(f"layer {desc['digest']} of {what}: uncompressed content hashes to "
                                       f"{stats.diff_id}, but the config says diff_id {diff_id}")
@@ -453,7 +457,7 @@ class ImageStore:
         """
         note = progress or (lambda e: None)
         results: list[Image] = []
-        with _ArchiveReader(Path(path)) as archive, self._gc_shared():
+        with _ArchiveReader(Path(path), self.kernel) as archive, self._gc_shared():
             found = archive.images(self.platform)
             if not found:
                 raise ManifestError(f"{path}: no image manifests found (neither index.json nor manifest.json)")
@@ -506,8 +510,8 @@ class ImageStore:
                     if not self.content.has(d):
                         raise ImageNotFound(f"image {r}: blob {d} is not in the store (cannot export)")
                     blobs.append(d)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        with atomic_file(dest, tmp=dest.with_name(f".{dest.name}.{os.getpid()}.tmp")) as out, \
+                tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             def add_bytes(name: str, data: bytes) -> None:
                 info = tarfile.TarInfo(name)
                 info.size, info.mode, info.mtime = len(data), 0o644, 0
@@ -522,9 +526,6 @@ class ImageStore:
                 info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", 0o644
                 with open(path, "rb") as f:
                     tar.addfile(info, f)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
         return dest
 
 
@@ -558,8 +559,9 @@ class ArchiveImage:
 class _ArchiveReader:
     """Reads blobs and manifests from an OCI layout or docker-archive, a directory or a tar, never by host path."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kernel: Syscalls) -> None:
         self.path = path
+        self.kernel = kernel
         self.tar: tarfile.TarFile | None = None
         self.dirfd: int | None = None
 
@@ -587,7 +589,7 @@ class _ArchiveReader:
             if member is None:
                 raise FileNotFoundError(f"{self.path}: no {name!r} in the archive")
             return self.tar.extractfile(member)
-        fd = open_in_root(self.dirfd, name, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = resolve.open_in_root(self.kernel, self.dirfd, name, os.O_RDONLY | os.O_NOFOLLOW, same_mount=True)
         return os.fdopen(fd, "rb")
 
     def exists(self, name: str) -> bool:

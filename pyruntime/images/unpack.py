@@ -3,7 +3,7 @@
 Each layer becomes a directory that overlayfs can stack as a lower: an OCI whiteout `.wh.NAME` becomes the
 0/0 character device overlayfs uses for a deleted name, and `.wh..wh..opq` becomes the `trusted.overlay.opaque`
 xattr. tarfile only parses entries; every write goes through a directory fd resolved inside the snapshot
-(see _resolve), and names with `..`, absolute names, hard links out of the layer and relative symlinks that
+(see pyruntime.linux.resolve), and names with `..`, absolute names, hard links out of the layer and relative symlinks that
 climb above the root are refused outright, so a hostile layer cannot write outside however its entries are
 ordered (containerd's TestBreakouts cases, CVE-2018-15664 and the tar-slip class).
 """
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pyruntime.errors import InvalidArgumentError
-from pyruntime.images._resolve import open_in_root
+from pyruntime.linux import resolve
+from pyruntime.linux.syscalls import Syscalls
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
@@ -92,6 +93,7 @@ class LayerStats:
 
 @dataclass
 class _Applier:
+    kernel: Syscalls
     rootfd: int
     lowerfds: list[int]
     is_root: bool = os.geteuid() == 0
@@ -120,7 +122,7 @@ class _Applier:
     def _lower_stat(self, path: str) -> os.stat_result | None:
         for lfd in self.lowerfds:
             try:
-                fd = open_in_root(lfd, path, os.O_PATH | os.O_NOFOLLOW)
+                fd = self._open(lfd, path, os.O_PATH | os.O_NOFOLLOW)
             except OSError:
                 continue
             try:
@@ -129,6 +131,9 @@ class _Applier:
                 os.close(fd)
         return None
 
+    def _open(self, dirfd: int, path: str, flags: int) -> int:
+        return resolve.open_in_root(self.kernel, dirfd, path, flags, same_mount=True)
+
     def parent(self, parts: list[str]) -> int:
         """A dirfd for the entry's parent, creating missing directories with the metadata the lower layers have."""
         key = "/".join(parts)
@@ -136,7 +141,7 @@ class _Applier:
         if fd is not None:
             return fd
         try:
-            fd = open_in_root(self.rootfd, key, _DIR_FLAGS)
+            fd = self._open(self.rootfd, key, _DIR_FLAGS)
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                 raise
@@ -150,7 +155,7 @@ class _Applier:
             for i, part in enumerate(parts):
                 prefix = "/".join(parts[: i + 1])
                 try:
-                    nfd = open_in_root(self.rootfd, prefix, _DIR_FLAGS)
+                    nfd = self._open(self.rootfd, prefix, _DIR_FLAGS)
                 except OSError as e:
                     if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                         raise
@@ -160,8 +165,8 @@ class _Applier:
                     os.mkdir(part, 0o700, dir_fd=fd)
                     nfd = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                     if lower and stat.S_ISDIR(lower.st_mode) and self.is_root:
-                        os.fchown(nfd, lower.st_uid, lower.st_gid)
-                    os.fchmod(nfd, mode)
+                        self.kernel.chown(nfd, lower.st_uid, lower.st_gid)
+                    self.kernel.chmod(nfd, mode)
                 os.close(fd)
                 fd = nfd
             return fd
@@ -186,9 +191,9 @@ class _Applier:
         if not self.is_root:
             return
         if pfd is None:
-            os.fchown(fd_or_name, info.uid, info.gid)
+            self.kernel.chown(fd_or_name, info.uid, info.gid)
         else:
-            os.chown(fd_or_name, info.uid, info.gid, dir_fd=pfd, follow_symlinks=False)
+            self.kernel.chown(fd_or_name, info.uid, info.gid, dir_fd=pfd, follow_symlinks=False)
 
     def _xattrs(self, fd: int, info: tarfile.TarInfo) -> None:
         for key, value in info.pax_headers.items():
@@ -225,7 +230,7 @@ class _Applier:
                     raise UnsafeLayerError(f"layer entry name {info.name!r}: whiteout of nothing")
                 pfd = self.parent(dirs)
                 self._remove(pfd, name)
-                os.mknod(name, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=pfd)
+                self.kernel.mknod(name, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=pfd)
                 continue
             pfd = self.parent(dirs)
             if info.isdir():
@@ -242,7 +247,7 @@ class _Applier:
                 raise UnsafeLayerError(f"layer entry name {info.name!r}: unsupported type {info.type!r}")
         for path, mtime in self.dir_times.items():
             try:
-                fd = open_in_root(self.rootfd, path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
+                fd = self._open(self.rootfd, path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
             except OSError:
                 continue  # replaced by a later entry
             try:
@@ -261,7 +266,7 @@ class _Applier:
         fd = os.open(base, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             self._owner(fd, info)
-            os.fchmod(fd, info.mode & 0o7777)
+            self.kernel.chmod(fd, info.mode & 0o7777)
             self._xattrs(fd, info)
         finally:
             os.close(fd)
@@ -277,7 +282,7 @@ class _Applier:
                     _write_all(fd, chunk)
                     self.stats.bytes_written += len(chunk)
             self._owner(fd, info)
-            os.fchmod(fd, info.mode & 0o7777)
+            self.kernel.chmod(fd, info.mode & 0o7777)
             self._xattrs(fd, info)
             os.utime(fd, (info.mtime, info.mtime))
         finally:
@@ -294,7 +299,7 @@ class _Applier:
                 if depth < 0:
                     raise UnsafeLayerError(f"layer entry symlink {info.name!r} -> {target!r}: points above the root")
         self._remove(pfd, base)
-        os.symlink(target, base, dir_fd=pfd)
+        self.kernel.symlink(target, base, dir_fd=pfd)
         self._owner(base, info, pfd)
         os.utime(base, (info.mtime, info.mtime), dir_fd=pfd, follow_symlinks=False)
 
@@ -305,8 +310,10 @@ class _Applier:
         *tdirs, tbase = tparts
         tpath = "/".join(tparts)
         try:
-            tpfd = open_in_root(self.rootfd, "/".join(tdirs), _DIR_FLAGS)
-        except FileNotFoundError:
+            tpfd = self._open(self.rootfd, "/".join(tdirs), _DIR_FLAGS)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
             tpfd = None
         if tpfd is not None:
             try:
@@ -330,7 +337,7 @@ class _Applier:
         """A hard link to a file of a lower layer: overlayfs cannot link across layers, so the file is copied up."""
         for lfd in self.lowerfds:
             try:
-                src = open_in_root(lfd, tpath, os.O_RDONLY | os.O_NOFOLLOW)
+                src = self._open(lfd, tpath, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
                 continue
             try:
@@ -344,8 +351,8 @@ class _Applier:
                     while chunk := os.read(src, _CHUNK):
                         _write_all(dst, chunk)
                     if self.is_root:
-                        os.fchown(dst, st.st_uid, st.st_gid)
-                    os.fchmod(dst, stat.S_IMODE(st.st_mode))
+                        self.kernel.chown(dst, st.st_uid, st.st_gid)
+                    self.kernel.chmod(dst, stat.S_IMODE(st.st_mode))
                     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
                 finally:
                     os.close(dst)
@@ -357,12 +364,12 @@ class _Applier:
     def _node(self, pfd: int, base: str, info: tarfile.TarInfo) -> None:
         kind = stat.S_IFCHR if info.ischr() else stat.S_IFBLK if info.isblk() else stat.S_IFIFO
         self._remove(pfd, base)
-        os.mknod(base, kind | 0o600, os.makedev(info.devmajor, info.devminor), dir_fd=pfd)
+        self.kernel.mknod(base, kind | 0o600, os.makedev(info.devmajor, info.devminor), dir_fd=pfd)
         fd = os.open(base, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             if self.is_root:
-                os.chown(f"/proc/self/fd/{fd}", info.uid, info.gid)
-            os.chmod(f"/proc/self/fd/{fd}", info.mode & 0o7777)
+                self.kernel.chown(f"/proc/self/fd/{fd}", info.uid, info.gid)
+            self.kernel.chmod(f"/proc/self/fd/{fd}", info.mode & 0o7777)
             os.utime(f"/proc/self/fd/{fd}", (info.mtime, info.mtime))
         finally:
             os.close(fd)
@@ -382,14 +389,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def apply_layer(blob: BinaryIO, dest: Path, *, lowers: list[Path] = ()) -> LayerStats:
+def apply_layer(blob: BinaryIO, dest: Path, *, kernel: Syscalls, lowers: list[Path] = ()) -> LayerStats:
     """Unpack a (possibly compressed) layer tar into `dest`; `lowers` are the snapshots below it, topmost first.
+    Ownership, modes, device nodes and symlinks are made through `kernel`.
 
     Returns the diff_id (sha256 of the uncompressed tar) for the caller to check against the image config.
     """
     rootfd = os.open(dest, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC)
     lowerfds = [os.open(p, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC) for p in lowers]
-    applier = _Applier(rootfd, lowerfds)
+    applier = _Applier(kernel, rootfd, lowerfds)
     try:
         reader = _HashingReader(decompressed(blob))
         buffered = io.BufferedReader(reader, buffer_size=_CHUNK)
@@ -423,7 +431,7 @@ def usage(path: Path) -> int:
     return total
 
 
-def copy_snapshot_into(src: Path, dest: Path) -> None:
+def copy_snapshot_into(kernel: Syscalls, src: Path, dest: Path) -> None:
     """The plain-copy fallback: replay an overlay-format snapshot onto a directory, honouring whiteouts."""
     links: dict[int, Path] = {}
     for dirpath, dirnames, filenames in os.walk(src):
@@ -449,7 +457,7 @@ def copy_snapshot_into(src: Path, dest: Path) -> None:
                 if not t.exists():
                     t.mkdir()
                 shutil.copystat(s, t, follow_symlinks=False)
-                os.chown(t, st.st_uid, st.st_gid, follow_symlinks=False)
+                kernel.chown(str(t), st.st_uid, st.st_gid, follow_symlinks=False)
             else:
                 _rm(t)
                 if st.st_nlink > 1 and st.st_ino in links:
@@ -459,12 +467,12 @@ def copy_snapshot_into(src: Path, dest: Path) -> None:
                 if stat.S_ISREG(st.st_mode):
                     shutil.copy2(s, t, follow_symlinks=False)
                 elif stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(s), t)
+                    kernel.symlink(os.readlink(s), str(t))
                 else:
-                    os.mknod(t, st.st_mode, st.st_rdev)
-                os.chown(t, st.st_uid, st.st_gid, follow_symlinks=False)
+                    kernel.mknod(str(t), st.st_mode, st.st_rdev)
+                kernel.chown(str(t), st.st_uid, st.st_gid, follow_symlinks=False)
                 if not stat.S_ISLNK(st.st_mode):
-                    os.chmod(t, stat.S_IMODE(st.st_mode))
+                    kernel.chmod(str(t), stat.S_IMODE(st.st_mode))
     for dirpath, _dirnames, _files in os.walk(src):
         rel = posixpath.relpath(dirpath, src)
         t = dest if rel == "." else dest / rel
