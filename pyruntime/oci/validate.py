@@ -75,7 +75,7 @@ def _namespaces(linux: Linux) -> None:
         where = f"linux.namespaces[{i}].path"
         found = _ns_type_of(ns.path, where)
         if found != proc_name:
-            raise SpecError(f"{where}: {ns.path} is not a {ns.type} namespace (it is a {found} namespace)")
+            raise SpecError(f"{where}: {ns.path} is not a {ns.type} namespace (its type is {found})")
 
 
 def _is_private(ns: Namespace | None) -> bool:
