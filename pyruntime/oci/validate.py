@@ -75,7 +75,8 @@ def _namespaces(linux: Linux) -> None:
         where = f"linux.namespaces[{i}].path"
         found = _ns_type_of(ns.path, where)
         if found != proc_name:
-            raise SpecError(f"{where}: {ns.path} is not a {ns.type} namespace (its type is {found})")
+            article = "an" if ns.type[0] in "aeiou" else "a"
+            raise SpecError(f"{where}: {ns.path} is not {article} {ns.type} namespace (its type is {found})")
 
 
 def _is_private(ns: Namespace | None) -> bool:
@@ -130,7 +131,8 @@ def _id_mappings(linux: Linux) -> None:
         if maps and userns is None:
             raise SpecError(f"{where}: mappings need a user namespace in linux.namespaces")
         if userns is not None and userns.path is None and not maps:
-            raise SpecError(f"{where}: required for a new user namespace (linux.namespaces[{_ns_index(linux, 'user')}])")
+            index = _ns_index(linux, "user")
+            raise SpecError(f"{where}: required for a new user namespace (linux.namespaces[{index}])")
         _check_maps(maps, where)
 
 

@@ -5,8 +5,9 @@ types carry a full config at create time and a partial one for `update`. Validat
 that a bad config fails with the name of the offending field before any cgroup is touched; the drivers
 trust these objects. Fields are read through pyruntime.fieldreader, as the rest of config.json is, so
 the wording of errors is the same everywhere. `network` and `rdma` are not parsed: neither controller
-is managed by this runtime. memory.kernel, useHierarchy and checkBeforeUpdate are parsed but not applied, as in runc: kernel memory
-limits are deprecated and inert on current kernels, hierarchy is always on, and v1 checks by itself.
+is managed by this runtime. memory.kernel, useHierarchy and checkBeforeUpdate are parsed but not
+applied, as in runc: kernel memory limits are deprecated and inert on current kernels, hierarchy is
+always on, and v1 checks by itself.
 """
 from __future__ import annotations
 
