@@ -11,14 +11,19 @@ Stage 2 (container/init.py) then only applies.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from pyruntime.fieldreader import SpecError, shown
+from pyruntime.linux import syscalls as sc
 from pyruntime.oci.spec import IDMapping, Linux, Mount, Namespace, Spec
 
 # the files under /proc/self/ns, by spec namespace type
 PROC_NS_NAMES = {"pid": "pid", "network": "net", "mount": "mnt", "ipc": "ipc", "uts": "uts", "user": "user",
                  "cgroup": "cgroup", "time": "time"}
+NS_FLAGS = {"pid": sc.CLONE_NEWPID, "network": sc.CLONE_NEWNET, "mount": sc.CLONE_NEWNS, "ipc": sc.CLONE_NEWIPC,
+            "uts": sc.CLONE_NEWUTS, "user": sc.CLONE_NEWUSER, "cgroup": sc.CLONE_NEWCGROUP, "time": sc.CLONE_NEWTIME}
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 IPC_SYSCTLS = ("kernel.sem",)
 IPC_SYSCTL_PREFIXES = ("kernel.shm", "kernel.msg", "fs.mqueue.")
 UTS_SYSCTLS = ("kernel.hostname", "kernel.domainname")
@@ -45,21 +50,23 @@ def _ns_index(linux: Linux, kind: str) -> int:
     return next(i for i, ns in enumerate(linux.namespaces) if ns.type == kind)
 
 
-def _ns_type_of(path: str, where: str) -> str:
-    """The type of the namespace file at `path` ("net", "ipc", ...), read from the link the kernel gives
-    an fd of it ("net:[4026531992]"), which also works for bind mounts such as /run/netns/NAME."""
+def _ns_type_of(path: str, where: str) -> str | None:
+    """The spec type of the namespace file at `path` (a /proc/PID/ns link or a bind mount of one such as
+    /run/netns/NAME), asked of the kernel with NS_GET_NSTYPE; None when it is not a namespace file."""
+    import fcntl
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as e:
         raise SpecError(f"{where}: {path}: {e.strerror}") from e
     try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
+        flag = fcntl.ioctl(fd, NS_GET_NSTYPE)
+    except OSError as e:
+        if e.errno in (errno.ENOTTY, errno.EINVAL):
+            return None
+        raise SpecError(f"{where}: ioctl NS_GET_NSTYPE {path}: {e.strerror}") from e
     finally:
         os.close(fd)
-    kind, sep, rest = target.partition(":[")
-    if not sep or not rest.endswith("]"):
-        raise SpecError(f"{where}: {path} is not a namespace file")
-    return kind
+    return next((kind for kind, f in NS_FLAGS.items() if f == flag), f"unknown ({flag:#x})")
 
 
 def _namespaces(linux: Linux) -> None:
@@ -74,7 +81,9 @@ def _namespaces(linux: Linux) -> None:
             continue
         where = f"linux.namespaces[{i}].path"
         found = _ns_type_of(ns.path, where)
-        if found != proc_name:
+        if found is None:
+            raise SpecError(f"{where}: {ns.path} is not a namespace file")
+        if found != ns.type:
             article = "an" if ns.type[0] in "aeiou" else "a"
             raise SpecError(f"{where}: {ns.path} is not {article} {ns.type} namespace (its type is {found})")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import uuid
 
 import pytest
@@ -50,7 +51,7 @@ def write_config(bundle, edit) -> None:
      "namespace"),
     (lambda c: c["linux"].__setitem__("sysctl", {"kernel.panic": "1"}), 'linux.sysctl["kernel.panic"]: not a namespaced'),
     (lambda c: c["linux"]["namespaces"].__setitem__(2, {"type": "ipc", "path": "/proc/self/ns/net"}),
-     "linux.namespaces[2].path: /proc/self/ns/net is not an ipc namespace (its type is net)"),
+     "linux.namespaces[2].path: /proc/self/ns/net is not an ipc namespace (its type is network)"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1000, "size": 1}]),
      "linux.uidMappings: mappings need a user namespace"),
     (lambda c: c["mounts"].append({"destination": "/x", "type": "bind", "options": ["rbind"]}),
@@ -95,3 +96,23 @@ def test_cri_slice_prefix_name_cgroups_path_is_a_directory_name(runtime, make_bu
     finally:
         runtime("delete", "--force", "c1")
     assert not os.path.exists(directory)
+
+
+def test_a_sysctl_applies_in_a_network_namespace_joined_by_path(runtime, make_bundle):
+    """A bind-mounted namespace (as `ip netns` and CNI runtimes make them) is recognised by its type,
+    and a sysctl goes into it because it is not the runtime's own."""
+    name = f"pyv-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        bundle = make_bundle(["cat", "/proc/sys/net/ipv4/ip_forward"])
+        write_config(bundle, lambda c: (
+            c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": f"/run/netns/{name}"}),
+            c["linux"].__setitem__("sysctl", {"net.ipv4.ip_forward": "1"})))
+        done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "1"
+        inside = subprocess.run(["ip", "netns", "exec", name, "cat", "/proc/sys/net/ipv4/ip_forward"],
+                                capture_output=True, text=True, check=True)
+        assert inside.stdout.strip() == "1"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=True)
