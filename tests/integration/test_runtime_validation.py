@@ -49,7 +49,8 @@ def write_config(bundle, edit) -> None:
      c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": "/proc/self/ns/net"}),
      'linux.sysctl["net.ipv4.ip_forward"]: linux.namespaces[1].path /proc/self/ns/net is the runtime\'s own network '
      "namespace"),
-    (lambda c: c["linux"].__setitem__("sysctl", {"kernel.panic": "1"}), 'linux.sysctl["kernel.panic"]: not a namespaced'),
+    (lambda c: c["linux"].__setitem__("sysctl", {"kernel.panic": "1"}),
+     'linux.sysctl["kernel.panic"]: not a namespaced'),
     (lambda c: c["linux"]["namespaces"].__setitem__(2, {"type": "ipc", "path": "/proc/self/ns/net"}),
      "linux.namespaces[2].path: /proc/self/ns/net is not an ipc namespace (its type is network)"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1000, "size": 1}]),
