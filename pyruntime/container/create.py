@@ -1,6 +1,6 @@
 """The runtime's side of create and run (start, which only needs the stored state, is in control.py).
 
-`create` validates the bundle, claims the id, makes the cgroup, forks the container (init.py) and
+`create` validates the bundle, makes the cgroup, forks the container (init.py) and
 answers its requests: id maps for a new user namespace, the create-time hooks, and finally `ready`.
 Any failure undoes every step before the error is reported (the spec's "as if never attempted"): the
 container's processes are killed, the cgroup and the state directory removed.
@@ -22,6 +22,7 @@ from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRul
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
+from pyruntime.oci.validate import validate
 
 
 def _now() -> str:
@@ -85,6 +86,7 @@ def create(store: Store, cid: str, bundle: str, *, console_socket: str | None = 
     validate_id(cid)
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle)
+    validate(spec, cgroups.detect(kernel), kernel)
     if spec.process is None:
         raise InvalidArgumentError("process: required to create a container")
     if spec.process.terminal and not console_socket:

@@ -5,7 +5,8 @@ handed (prctl(2), capget(2) and capset(2) by ctypes, already loaded by the runti
 
 The spec asks that a capability which cannot be mapped or granted be logged as a warning and not fail
 the container (runc >= 1.1 does the same), so every such name goes to the caller's ``warn`` callback and
-is skipped; failures of the calls themselves still raise, naming the call.
+is skipped; failures of the calls themselves still raise, naming the call. The section is read through
+pyruntime.fieldreader, as the rest of config.json is.
 
 Order in the init (what ``apply`` does, mirroring runc's finalizeNamespace):
 ``drop_bounding`` -> ``PR_SET_KEEPCAPS(1)`` -> ``set_ids`` -> ``PR_SET_KEEPCAPS(0)`` -> ``set_capabilities``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from pyruntime.fieldreader import Obj
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.record import record
 
@@ -86,20 +88,13 @@ def last_cap() -> int:
         return int(f.read())
 
 
-def _names(obj: Mapping[str, object], key: str, where: str, supported: int, warn: Warn | None) -> frozenset[int]:
-    value = obj.get(key)
-    if value is None:
-        return frozenset()
-    if not isinstance(value, list):
-        raise ValueError(f"{where}.{key}: expected an array of strings, got {type(value).__name__}")
+def _names(o: Obj, key: str, supported: int, warn: Warn | None) -> frozenset[int]:
     caps = set()
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise ValueError(f"{where}.{key}[{i}]: expected a string, got {type(item).__name__}")
+    for item in o.strings(key):
         cap = CAPABILITIES.get(item)
         if cap is None or cap > supported:
             if warn is not None:
-                warn(f"{where}.{key}: ignoring unknown or unavailable capability {item!r}")
+                warn(f"{o.name(key)}: ignoring unknown or unavailable capability {item!r}")
             continue
         caps.add(cap)
     return frozenset(caps)
@@ -120,10 +115,9 @@ class Capabilities:
         cls, obj: object, *, where: str = "process.capabilities", warn: Warn | None = None
     ) -> Capabilities:
         """Validates types strictly; names the running kernel cannot map are passed to ``warn`` and dropped."""
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+        o = Obj(obj, where)
         supported = last_cap()
-        return cls(**{key: _names(obj, key, where, supported, warn) for key in SETS})
+        return cls(**{key: _names(o, key, supported, warn) for key in SETS})
 
 
 def _prctl(kernel: Syscalls, call: str, option: int, *args: int) -> int:

@@ -14,6 +14,7 @@ Only ctypes and os are imported: this module is on the container start path.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 
 from pyruntime.errors import InternalError
@@ -54,6 +55,7 @@ AT_FDCWD = -100
 
 # namespaces
 CLONE_NEWNS = 0x00020000
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -183,6 +185,9 @@ class Syscalls:
     def statvfs_flags(self, path: str) -> int:
         raise NotImplementedError
 
+    def ns_type(self, path: str) -> int | None:
+        raise NotImplementedError
+
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         raise NotImplementedError
 
@@ -276,6 +281,23 @@ class LinuxSyscalls(Syscalls):
         except OSError as e:
             raise _os_fail("statvfs", path, None, e) from e
 
+    def ns_type(self, path: str) -> int | None:
+        """The CLONE_NEW* flag of the namespace file at `path` (a /proc/PID/ns link, or a bind mount of one
+        such as /run/netns/NAME) by the NS_GET_NSTYPE ioctl; None when the file is not a namespace."""
+        import fcntl
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as e:
+            raise _os_fail("open", path, None, e) from e
+        try:
+            return fcntl.ioctl(fd, NS_GET_NSTYPE)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.EINVAL):
+                return None
+            raise _os_fail("ioctl(NS_GET_NSTYPE)", path, None, e) from e
+        finally:
+            os.close(fd)
+
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),
                          ctypes.c_ulong(arg5))
@@ -336,12 +358,12 @@ class LinuxSyscalls(Syscalls):
 class FakeSyscalls(Syscalls):
     """Records every call instead of making it, for unit tests of the set-up logic without root.
 
-    Lookups (openat2, statfs, statvfs) need no privilege and their result is what the logic under test
+    Lookups (openat2, statfs, statvfs, the namespace type) need no privilege and their result is what the logic under test
     acts on, so they are made for real and recorded; everything that changes the system is only recorded.
     Every method of `Syscalls` is overridden (below the class), so none can reach the kernel by mistake.
     """
 
-    PASS_THROUGH = frozenset({"openat2", "statfs_type", "statvfs_flags"})
+    PASS_THROUGH = frozenset({"openat2", "statfs_type", "statvfs_flags", "ns_type"})
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []

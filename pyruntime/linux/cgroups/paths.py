@@ -75,19 +75,19 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
 def split_path(cgroups_path: str, container_id: str) -> tuple[bool, tuple[str, ...]]:
     """Checks a cgroupsPath and splits it into (is_absolute, components).
 
-    An empty path means /pyruntime/<id>. The systemd driver's "slice:prefix:name" form is refused rather
-    than taken as a directory name, and ".." is refused because it would leave the hierarchy.
+    An empty path means /pyruntime/<id>. Any other string is a directory path, as runc's cgroupfs
+    driver takes it: containerd's CRI hands the systemd driver's "slice:prefix:name" form
+    (`test.slice:cri-containerd:ID`) to a cgroupfs runtime too, and runc makes a directory of that
+    name relative to its own cgroup. ".." is refused, because it would leave the hierarchy (runc
+    clamps it lexically; refusing is the stricter reading of the same rule).
     """
     if not cgroups_path:
         return True, (DEFAULT_PARENT, container_id)
-    if not cgroups_path.startswith("/") and cgroups_path.count(":") == 2:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: looks like a systemd slice:prefix:name path, "
-                         "but the systemd cgroup driver is not supported; use a cgroupfs path")
     parts = tuple(p for p in cgroups_path.split("/") if p not in ("", "."))
     if ".." in parts:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: must not contain '..'")
+        raise ValueError(f"linux.cgroupsPath: {cgroups_path!r} must not contain '..'")
     if not parts:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: names the hierarchy root, not a container cgroup")
+        raise ValueError(f"linux.cgroupsPath: {cgroups_path!r} names the hierarchy root, not a container cgroup")
     return cgroups_path.startswith("/"), parts
 
 
