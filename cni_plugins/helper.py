@@ -59,8 +59,9 @@ class NetnsWatch:
     Users are processes in it, nsfs mounts of it (`ip netns add` makes one in /run/netns) in any mount
     namespace, and open fds to it. The holder found last is checked first, so the usual answer costs one
     stat or one mountinfo read; /proc is scanned only when that holder has gone, and fds and threads are
-    looked at only when no process and no mount holds the netns. What the helper may not look at (another
-    user's process, for a helper that is not root) counts as a user while it lives: never free a netns in use.
+    looked at only when no process and no mount holds the netns. What the helper may not look into (a
+    non-dumpable process, another user's for a helper that is not root) is taken not to hold it: a wrong
+    "unused" only costs a helper restart on the next call, a wrong "used" keeps a dead netns and its veths.
     """
 
     def __init__(self) -> None:
@@ -82,13 +83,9 @@ class NetnsWatch:
             if kind == "mount":
                 with open(path) as f:
                     return any(line.split(" ", 4)[3] == self.link for line in f)
-            if kind == "fd":
-                return os.readlink(path) == self.link
-            return os.path.exists(path)  # "opaque": a process we may not look into, while it lives
-        except (FileNotFoundError, ProcessLookupError):  # the holder exited meanwhile
+            return os.readlink(path) == self.link
+        except (FileNotFoundError, ProcessLookupError, PermissionError):  # exited meanwhile, or not ours to see
             return False
-        except PermissionError:
-            return True
 
     def _find(self) -> tuple[str, str] | None:
         pids = [p for p in os.listdir("/proc") if p.isdigit() and p != self.me]
@@ -99,10 +96,8 @@ class NetnsWatch:
         for pid in pids:
             try:
                 mount_namespaces.setdefault(os.stat(f"/proc/{pid}/ns/mnt").st_ino, pid)
-            except (FileNotFoundError, ProcessLookupError):
-                pass  # exited since the listing: it holds nothing
-            except PermissionError:
-                return "opaque", f"/proc/{pid}"
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass  # exited since the listing, or not ours to see: see the class docstring
         for pid in mount_namespaces.values():
             if self._holds("mount", f"/proc/{pid}/mountinfo"):
                 return "mount", f"/proc/{pid}/mountinfo"
@@ -110,10 +105,8 @@ class NetnsWatch:
             for kind, directory in (("ns", f"/proc/{pid}/task"), ("fd", f"/proc/{pid}/fd")):
                 try:
                     names = os.listdir(directory)
-                except (FileNotFoundError, ProcessLookupError):
-                    break  # exited since the listing
-                except PermissionError:
-                    return "opaque", f"/proc/{pid}"
+                except (FileNotFoundError, ProcessLookupError, PermissionError):
+                    break  # exited since the listing, or not ours to see
                 for name in names:
                     path = f"{directory}/{name}/ns/net" if kind == "ns" else f"{directory}/{name}"
                     if self._holds(kind, path):

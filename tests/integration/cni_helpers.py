@@ -92,10 +92,12 @@ class CNIEnv:
 
     def run(self, plugin: str, command: str, conf: dict[str, Any] | bytes, netns: str = "",
             container_id: str = "c1", ifname: str = "eth0", extra: dict[str, str] | None = None,
-            timeout: float = 60) -> PluginResult:
+            timeout: float = 60, caller_netns: str | None = None) -> PluginResult:
+        """Execs the plugin as a runtime would; `caller_netns` runs it from that netns (a node in its own)."""
         stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
         exe = plugin if "/" in plugin else str(self.bin_dir / plugin)
-        proc = subprocess.run([exe], input=stdin, env=self.env(command, netns, container_id, ifname, extra),
+        argv = ["ip", "netns", "exec", os.path.basename(caller_netns), exe] if caller_netns else [exe]
+        proc = subprocess.run(argv, input=stdin, env=self.env(command, netns, container_id, ifname, extra),
                               stdout=subprocess.PIPE, timeout=timeout, check=False)
         out = json.loads(proc.stdout) if proc.stdout.strip() else None
         return PluginResult(proc.returncode, out, proc.stdout)
