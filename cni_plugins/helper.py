@@ -319,14 +319,14 @@ def stop(name: str, timeout: float = 10.0) -> bool:
     finally:
         sock.close()
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             raise TimeoutError(f"helper @{name} (pid {pid}) did not exit")
         time.sleep(0.01)
     return True
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie waiting for its reaper counts as exited)."""
     try:
         with open(f"/proc/{pid}/stat") as f:

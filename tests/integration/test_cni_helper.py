@@ -82,9 +82,9 @@ def test_deleted_node_netns_frees_its_helper_and_veths(cni: CNIEnv) -> None:
     try:
         subprocess.run(["ip", "netns", "del", os.path.basename(node)], check=True)
         cni.namespaces.remove(os.path.basename(node))
-        wait_for(lambda: not helper._alive(pid), 10, "the helper of a deleted netns to exit")
+        wait_for(lambda: not helper.alive(pid), 10, "the helper of a deleted netns to exit")
         # the netns is freed once its last user went, and its host veth ends take their pod ends with them
         wait_for(lambda: "eth0" not in links_in(pod), 10, "the pod's veth to go with the node's netns")
     finally:
-        if helper._alive(pid):
+        if helper.alive(pid):
             os.kill(pid, 9)

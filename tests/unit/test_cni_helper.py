@@ -115,7 +115,7 @@ def test_helper_refuses_other_plugin_code_and_makes_way(running, tmp_path: Path)
     env, stdin = status_request(tmp_path)
     payload = launch.encode_request("pyhost-local", env, stdin, "0000000000000000")
     assert raw_call(name, payload) == b"refused skew\n"
-    wait_for(lambda: not helper._alive(old))
+    wait_for(lambda: not helper.alive(old))
     assert not listening(name), "a refusing helper must give its name up for one of the new code"
     assert "plugin code changed" in log.read_text()
 
@@ -142,11 +142,11 @@ def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) 
         wait_for(lambda: listening(name))
         first = helper_pid(name)
         call()
-        assert helper._alive(first)
+        assert helper.alive(first)
         module = pkg / "cni_plugins" / "ipam" / "host_local" / "plugin.py"
         module.write_text(module.read_text() + "\n# upgraded\n")
         call()
-        wait_for(lambda: not helper._alive(first))
+        wait_for(lambda: not helper.alive(first))
         wait_for(lambda: listening(name))
         second = helper_pid(name)
         assert second != first
