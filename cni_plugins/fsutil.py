@@ -1,7 +1,7 @@
 """Replacing a file so that a reader or a crash sees the old content or the new, never a torn mix.
 
-The plugin launchers (install.py) and host-local's last-reserved record are written this way: a
-temporary file in the same directory, fsync, rename over the target, fsync of the directory.
+The plugin launchers (install.py) are written this way: a temporary file in the same directory, fsync,
+rename over the target, fsync of the directory, so a crash mid-install never leaves a torn launcher.
 pyruntime has the same helper (pyruntime/fsutil.py); cni_plugins keeps its own because it imports
 nothing of pyruntime (the plugins run on nodes with any runtime).
 """
@@ -12,8 +12,8 @@ from pathlib import Path
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
-    """The temporary name keeps the target's as a prefix (`last_reserved_ip.0.tmp`), so a file killed
-    half way is skipped by whatever skips the target (host-local's allocation scan)."""
+    """The temporary name keeps the target's as a prefix, so a file killed half way is skipped by
+    whatever skips the target."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:

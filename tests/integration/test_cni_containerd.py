@@ -130,8 +130,8 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
     ctrd = Containerd(tmp_path)
     config.write_text(CONFIG.format(root=tmp_path / "root", state=tmp_path / "state", sock=ctrd.sock, image=IMAGE,
                                     bin=bin_dir, netd=netd, oci_runtime=oci_runtime))
-    helper_sock = Path(f"/tmp/pyt-helper-{suffix}/h.sock")
-    env = {**os.environ, "PYCNI_HELPER_SOCKET": str(helper_sock)}
+    helper_name = f"pyt-helper-{suffix}"
+    env = {**os.environ, "PYCNI_HELPER_SOCKET": helper_name, "PYCNI_HELPER_LOG": str(tmp_path / "helper.log")}
     layout = tmp_path / "image"
     write_oci_layout(layout, [tar_directory(build_rootfs(tmp_path / "rootfs"))], config_extra={"Cmd": ["sleep", "1000000"]})
     archive = tmp_path / "image.tar"
@@ -181,8 +181,7 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
         ctrd.stop()
         if not run_dir_existed:
             shutil.rmtree(RUN_DIR, ignore_errors=True)  # the shims' fifo and runc dirs, empty by now
-        helper.stop(str(helper_sock))
-        shutil.rmtree(helper_sock.parent, ignore_errors=True)
+        helper.stop(helper_name)
         _unmount_under(tmp_path)
         subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
         for d in _cgroup_dirs(parent):
