@@ -58,6 +58,17 @@ def atomic_write(path: Path, data: bytes, tmp: Path | None = None) -> None:
     fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def flock(path: Path, mode: int) -> Iterator[None]:
+    """Hold flock(2) `mode` on a lock file, made if missing, until the block ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
 class _Locks:
     """flock serialises processes, but two threads of one process share a lock, so a mutex goes first."""
 
@@ -70,13 +81,8 @@ class _Locks:
         key = str(path)
         with self._guard:
             mutex = self._mutexes.setdefault(key, threading.Lock())
-        with mutex:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with mutex, flock(path, fcntl.LOCK_EX):
+            yield
 
 
 LOCKS = _Locks()

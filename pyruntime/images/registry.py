@@ -35,7 +35,6 @@ INDEX_TYPES = (MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST)
 MANIFEST_TYPES = (MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST)
 ACCEPT = ", ".join((MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST, MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
 MANIFEST_MAX = 4 << 20
-DEFAULT_HOSTS_DIR = Path(os.environ.get("PYRUNTIME_REGISTRY_CONFIG", "/etc/pyruntime/certs.d"))
 _CHUNK = 1 << 20
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(os.uname().machine, os.uname().machine)
 
@@ -129,14 +128,15 @@ class Endpoint:
 
 
 def endpoints_for(domain: str, hosts_dir: Path | None = None) -> list[Endpoint]:
-    """Mirrors from hosts.toml in order, then the registry itself."""
-    hosts_dir = DEFAULT_HOSTS_DIR if hosts_dir is None else hosts_dir
+    """Mirrors from hosts.toml in order (when a hosts dir is given), then the registry itself."""
     if domain == DEFAULT_DOMAIN:
         default = Endpoint("https://registry-1.docker.io")
     elif is_loopback_host(domain):
         default = Endpoint(f"http://{domain}")
     else:
         default = Endpoint(f"https://{domain}")
+    if hosts_dir is None:
+        return [default]
     for candidate in (hosts_dir / domain / "hosts.toml", hosts_dir / "_default" / "hosts.toml"):
         if candidate.is_file():
             break

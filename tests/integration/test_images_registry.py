@@ -12,7 +12,8 @@ import pytest
 from pyruntime.images.content import DigestError
 from pyruntime.images.registry import AuthError, Credentials, Platform, RegistryError
 from pyruntime.images.snapshots import overlay_supported
-from pyruntime.images.store import ImageInUse, ImageNotFound, ImageStore
+from pyruntime.images.metadata import ImageInUse, ImageNotFound
+from pyruntime.images.store import ImageStore
 from pyruntime.images.unpack import UnsafeLayerError
 from tests.integration.registry_server import Registry, free_port
 from tests.integration.registry_token import TokenServer
@@ -110,11 +111,10 @@ def test_pull_busybox_inspect_mount_remove(images: Images, store: ImageStore) ->
 
 
 @pytest.mark.parametrize("driver", ["overlay", "copy"])
-def test_layered_image_rootfs_file_by_file(images: Images, store: ImageStore, driver: str,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layered_image_rootfs_file_by_file(images: Images, store: ImageStore, driver: str) -> None:
     if driver == "overlay" and not overlay_supported():
         pytest.skip("overlayfs not available")
-    monkeypatch.setenv("PYRUNTIME_SNAPSHOTTER", driver)
+    store = ImageStore(store.root, snapshotter=driver)  # the fixture still releases what this one prepares
     ref = images.ref("test/layered:v1")
     image = store.pull(ref)
     assert len(image.chain_ids) == 4 and image.layers[3]["mediaType"].endswith("+zstd")
