@@ -97,7 +97,8 @@ class GarbageCollector:
         live |= {f"container-{m.container_id}" for m in self.snapshots.list_containers()}
         for lock in self.locks.iterdir():
             kind, _, key = lock.stem.partition("-")
-            if kind in ("blob", "snapshot") and key not in live and not (self.content.ingest / f"{key}.partial").exists():
+            partial = self.content.ingest / f"{key}.partial"
+            if kind in ("blob", "snapshot") and key not in live and not partial.exists():
                 lock.unlink(missing_ok=True)
             elif kind == "container" and lock.stem not in live:
                 lock.unlink(missing_ok=True)
