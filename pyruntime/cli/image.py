@@ -35,16 +35,21 @@ class _ProgressBar:
 
     def __call__(self, event) -> None:
         with self.lock:
-            short = event.digest.removeprefix("sha256:")[:12] if event.digest else event.ref
-            name = f"layer {event.layer + 1}/{event.layers} {short}" if event.layer is not None else short
-            if event.status == "downloading" and event.total:
-                frac = min(event.done / event.total, 1)
-                bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
-                self.rows[short] = f"{name}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
+            short = event.digest.removeprefix("sha256:")[:12]
+            if event.status in ("resolving", "resolved", "complete"):  # the reference's own row
+                key, row = event.ref, f"{event.ref}: {event.status} {short}".rstrip()
             else:
-                self.rows[short] = f"{name}: {'waiting' if event.status == 'started' else event.status}"
-                if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
-                    print(self.rows[short], file=self.stream, flush=True)
+                key = short
+                name = f"layer {event.layer + 1}/{event.layers} {short}" if event.layer is not None else short
+                if event.status == "downloading" and event.total:
+                    frac = min(event.done / event.total, 1)
+                    bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
+                    row = f"{name}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
+                else:
+                    row = f"{name}: {'waiting' if event.status == 'started' else event.status}"
+            self.rows[key] = row
+            if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
+                print(row, file=self.stream, flush=True)
             if self.tty and (time.monotonic() - self.last > 0.1 or event.status != "downloading"):
                 self.last = time.monotonic()
                 if self.drawn:

@@ -18,7 +18,7 @@ from pyruntime.linux.syscalls import MNT_DETACH, MS_BIND, MS_REC, Syscalls
 OVERLAY_OPTIONS_MAX = 4000  # mount(2)'s data is one page, less headroom
 
 
-@dataclass(frozen=True)
+@dataclass
 class Mount:
     """One mount to make, as `mount -t TYPE -o OPTIONS SOURCE TARGET` would, the target chosen by the caller."""
     type: str  # "overlay" or "bind"

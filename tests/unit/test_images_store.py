@@ -156,6 +156,7 @@ def test_progress_draws_a_row_per_layer_on_a_terminal() -> None:
     bar(ProgressEvent("r", b, "started", 0, 2000, 1, 2))
     bar(ProgressEvent("r", b, "done", 2000, 2000, 1, 2))
     bar(ProgressEvent("r", a, "unpacking", layer=0, layers=2))
+    bar(ProgressEvent("r", "sha256:" + "cc" * 32, "complete"))
     last = out.getvalue().rsplit("\x1b[3F", 1)[1]  # the final redraw of the three rows
-    assert last.split("\n")[:3] == ["\x1b[2Kr: resolving", f"\x1b[2Klayer 1/2 {'aa' * 6}: unpacking",
+    assert last.split("\n")[:3] == [f"\x1b[2Kr: complete {'cc' * 6}", f"\x1b[2Klayer 1/2 {'aa' * 6}: unpacking",
                                     f"\x1b[2Klayer 2/2 {'bb' * 6}: done"]
