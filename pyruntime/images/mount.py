@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import MNT_DETACH, MS_BIND, MS_REC, Syscalls
 
 OVERLAY_OPTIONS_MAX = 4000  # mount(2)'s data is one page, less headroom
@@ -60,7 +61,7 @@ def _mount(m: Mount, target: str, sys: Syscalls) -> None:
         flags = MS_BIND | (MS_REC if "rbind" in m.options else 0)
         sys.mount(m.source, target, None, flags, None)
     else:
-        raise ValueError(f"mount {m.source} on {target}: unsupported mount type {m.type!r}")
+        raise InvalidArgumentError(f"mount {m.source} on {target}: unsupported mount type {m.type!r}")
 
 
 def is_mountpoint(path: Path | str) -> bool:

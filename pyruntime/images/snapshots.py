@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.images.content import LOCKS, atomic_write, check_digest
 from pyruntime.images.mount import Mount, is_mountpoint
 from pyruntime.images.unpack import copy_snapshot_into, usage
@@ -76,7 +77,7 @@ def overlay_supported(snapshotter: str = "overlay") -> bool:
 class SnapshotStore:
     def __init__(self, root: Path, snapshotter: str = "overlay") -> None:
         if snapshotter not in SNAPSHOTTERS:
-            raise ValueError(f"snapshotter: {snapshotter!r} is not one of {', '.join(SNAPSHOTTERS)}")
+            raise InvalidArgumentError(f"snapshotter: {snapshotter!r} is not one of {', '.join(SNAPSHOTTERS)}")
         self.root = Path(root)
         self.snapshotter = snapshotter
         self.snapshots = self.root / "snapshots"
