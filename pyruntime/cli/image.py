@@ -71,17 +71,11 @@ def settings_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str 
 def main(argv: list[str]) -> int:
     import click
 
-    from pyruntime.errors import PyRuntimeError
-    from pyruntime.images.content import DigestError
+    from pyruntime.cli import errors as exits
     from pyruntime.images.metadata import ImageNotFound
-    from pyruntime.images.reference import ReferenceError
-    from pyruntime.images.registry import Credentials, Platform, RegistryError
-    from pyruntime.images.snapshots import SnapshotError
+    from pyruntime.images.registry import Credentials, Platform
     from pyruntime.images.store import ImageStore
-    from pyruntime.images.unpack import LayerFormatError, UnsafeLayerError
 
-    expected = (PyRuntimeError, ReferenceError, RegistryError, DigestError, UnsafeLayerError, LayerFormatError,
-                SnapshotError, OSError, ValueError)
     env = settings_from_env()
 
     def store(ctx: click.Context) -> ImageStore:
@@ -205,11 +199,14 @@ def main(argv: list[str]) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except expected as e:
-        print(f"pyruntime image: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if exits.is_bug(e):
+            raise
+        status, line = exits.report(e)
+        print(f"pyruntime image: {line}", file=sys.stderr)
+        return status
     return 0
 
 

@@ -108,18 +108,20 @@ def cmd_create(ctx: Context, argv: list[str]) -> int:
 def cmd_run(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container import control
     from pyruntime.container.create import become_subreaper, create, wait_exit
+    from pyruntime.linux.syscalls import LinuxSyscalls
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
     store = ctx.store()
     cid = _one_id(p.positional, "run")
+    kernel = LinuxSyscalls()
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = None
     if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
         own = OwnConsole(ctx.root)
     try:
         state = create(store, cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
-                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]))
+                       pid_file=o["pid-file"], preserve_fds=int(o["preserve-fds"]), kernel=kernel)
         master = own.master() if own else None
     finally:
         if own:
@@ -208,18 +210,20 @@ def _exec_process(ctx: Context, cid: str, o: dict, args: list[str]):
 def cmd_exec(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import become_subreaper, wait_exit, write_pid_file
     from pyruntime.container.exec import exec_process
+    from pyruntime.linux.syscalls import LinuxSyscalls
     p = parse(argv, EXEC_FLAGS, stop_at_positional=True)
     o = p.options
     if not p.positional:
         raise UsageError("exec: usage: pyruntime exec [flags] <container-id> <command> [args...]")
     cid, args = p.positional[0], p.positional[1:]
     proc = _exec_process(ctx, cid, o, args)
+    kernel = LinuxSyscalls()
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
     try:
         pid = exec_process(ctx.store(), cid, proc, console_socket=own.path if own else o["console-socket"],
-                           preserve_fds=int(o["preserve-fds"]))
+                           preserve_fds=int(o["preserve-fds"]), kernel=kernel)
         master = own.master() if own else None
     finally:
         if own:
@@ -236,6 +240,8 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
 
 def cmd_list(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.control import status_of
+    from pyruntime.container.store import NotFound
+    from pyruntime.errors import PyRuntimeError
     from pyruntime.oci.state import oci_state
     p = parse(argv, [Flag(("format", "f"), True, default="table"), Flag(("quiet", "q"))])
     store = ctx.store()
@@ -243,7 +249,10 @@ def cmd_list(ctx: Context, argv: list[str]) -> int:
     for cid in store.ids():
         try:
             st = store.load(cid)
-        except Exception:
+        except NotFound:
+            continue  # deleted since the directory was listed
+        except PyRuntimeError as e:
+            ctx.error(f"list: {e}")  # runc too reports a container it can't load and lists the others
             continue
         states.append(oci_state(st, status_of(store, st)))
     if p.options["quiet"]:
@@ -315,6 +324,7 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
 
 def cmd_events(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container import control
+    from pyruntime.container.store import ContainerError, NotFound
     p = parse(argv, [Flag(("stats",)), Flag(("interval",), True, default="5s")])
     cid = _one_id(p.positional, "events")
     store = ctx.store()
@@ -326,10 +336,10 @@ def cmd_events(ctx: Context, argv: list[str]) -> int:
     while True:
         try:
             stats = control.stats(store, cid)
-        except Exception:
-            return 0
+            now = control.oom_count(store, cid)
+        except (ContainerError, NotFound):
+            return 0  # the container stopped or was deleted: the stream ends
         print(json.dumps(stats), flush=True)
-        now = control.oom_count(store, cid)
         if now > ooms:
             print(json.dumps({"type": "oom", "id": cid}), flush=True)
             ooms = now
@@ -348,9 +358,10 @@ def cmd_spec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_features(ctx: Context, argv: list[str]) -> int:
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.features import features
     parse(argv, [])
-    print(json.dumps(features(), indent=4))
+    print(json.dumps(features(LinuxSyscalls()), indent=4))
     return 0
 
 
@@ -370,32 +381,33 @@ USAGE = "usage: pyruntime [global options] COMMAND [options] ...\ncommands: " + 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    g = parse(argv, GLOBAL_FLAGS, stop_at_positional=True)
-    if g.options["version"]:
-        print(VERSION)
-        return 0
-    if not g.positional or g.options["help"]:
-        print(USAGE, file=sys.stderr if not g.options["help"] else sys.stdout)
-        return 0 if g.options["help"] else 1
-    name, rest = g.positional[0], g.positional[1:]
+    ctx: Context | None = None
+    name = None  # set once the command is known; until then an error is about the global flags
     try:
+        g = parse(argv, GLOBAL_FLAGS, stop_at_positional=True)
+        if g.options["version"]:
+            print(VERSION)
+            return 0
+        if not g.positional or g.options["help"]:
+            print(USAGE, file=sys.stderr if not g.options["help"] else sys.stdout)
+            return 0 if g.options["help"] else 1
         ctx = Context(g.options)
-    except UsageError as e:
-        sys.stderr.write(f"pyruntime: {e}\n")
-        return 1
-    command = COMMANDS.get(name)
-    if command is None:
-        ctx.error(f"unknown command {name!r} ({'checkpoint/restore are not supported' if name in ('checkpoint', 'restore') else USAGE})")
-        return 1
-    try:
-        return command(ctx, rest)
+        command = COMMANDS.get(g.positional[0])
+        if command is None:
+            why = "checkpoint/restore are not supported" if g.positional[0] in ("checkpoint", "restore") else USAGE
+            raise UsageError(f"unknown command {g.positional[0]!r} ({why})")
+        name = g.positional[0]
+        return command(ctx, g.positional[1:])
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        from pyruntime.container.store import ContainerError
-        from pyruntime.oci.spec import SpecError
-        if not isinstance(e, (UsageError, ContainerError, SpecError, OSError, ValueError)) or os.environ.get("PYRUNTIME_DEBUG"):
+        from pyruntime.cli.errors import is_bug, report
+        if is_bug(e) or os.environ.get("PYRUNTIME_DEBUG"):
             import traceback
             traceback.print_exc()
-        ctx.error(f"{name}: {e}")
-        return 1
+        status, line = report(e, name)
+        if ctx is None:
+            sys.stderr.write(f"pyruntime: {line}\n")  # before --log is known
+        else:
+            ctx.error(line)
+        return status

@@ -13,6 +13,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pyruntime.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from pyruntime.fsutil import atomic_write
 from pyruntime.oci.state import ContainerState
 
 DEFAULT_ROOT = "/run/pyruntime"
@@ -23,18 +31,23 @@ FIFO = "start.fifo"
 EXEC_FIFO = "exec.fifo"
 
 
-class ContainerError(Exception):
-    """A failure that the CLI reports as one line and exit status 1."""
+class ContainerError(FailedPreconditionError):
+    """The container is in the wrong state for the request: start of a running one, kill of a stopped one,
+    delete of a running one without force. Other failures raise their own kind."""
 
 
-class NotFound(ContainerError):
-    pass
+class NotFound(NotFoundError):
+    """No container has that id (or it was deleted meanwhile)."""
+
+
+class AlreadyExists(AlreadyExistsError):
+    """A container with that id exists: create claims an id once."""
 
 
 def validate_id(cid: str) -> None:
     if (not cid or not all(c.isalnum() or c in _ID_PUNCTUATION for c in cid) or cid in (".", "..")
             or len(cid) > 1024):
-        raise ContainerError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
+        raise InvalidArgumentError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
 
 
 class Store:
@@ -50,29 +63,22 @@ class Store:
         os.makedirs(self.root, mode=0o711, exist_ok=True)
         try:
             os.mkdir(self.path(cid), 0o711)
-        except FileExistsError:
-            raise ContainerError(f"container with id {cid!r} already exists") from None
+        except FileExistsError as e:
+            raise AlreadyExists(f"container with id {cid!r} already exists") from e
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        tmp = final + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps(state.to_json()).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
+        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp")
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)
         try:
             with open(self.path(cid, STATE_FILE), "rb") as f:
                 return ContainerState.from_json(json.load(f))
-        except FileNotFoundError:
-            raise NotFound(f"container {cid!r} does not exist") from None
+        except FileNotFoundError as e:
+            raise NotFound(f"container {cid!r} does not exist") from e
         except (json.JSONDecodeError, TypeError) as e:
-            raise ContainerError(f"container {cid!r}: corrupt state {self.path(cid, STATE_FILE)}: {e}") from None
+            raise InternalError(f"container {cid!r}: corrupt state {self.path(cid, STATE_FILE)}: {e}") from e
 
     def ids(self) -> list[str]:
         try:
@@ -90,8 +96,8 @@ class Store:
         validate_id(cid)
         try:
             fd = os.open(self.path(cid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise NotFound(f"container {cid!r} does not exist") from None
+        except FileNotFoundError as e:
+            raise NotFound(f"container {cid!r} does not exist") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

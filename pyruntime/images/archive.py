@@ -1,8 +1,9 @@
 """Image archives: OCI image layouts and docker-archives (`docker save`), as directories or tar files.
 
 An archive is untrusted input: its files are opened inside it only (a tar's members by name, a directory
-through `open_in_root`), every blob is verified against its digest, and what it holds goes through the same
-install path as a pull (pull.Puller.install), so an import can do nothing a pull could not. An export is one
+through `pyruntime.linux.resolve.open_in_root`), every blob is verified against its digest, and what it holds
+goes through the same install path as a pull (pull.Puller.install), so an import can do nothing a pull could
+not. An export is one
 tar that is both an OCI layout and a docker-archive, as docker 25+ `save` writes, so skopeo, docker and
 containerd all read it.
 """
@@ -16,13 +17,23 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from pyruntime.fsutil import atomic_file
 from pyruntime.images import reference as refs
-from pyruntime.images._resolve import open_in_root
 from pyruntime.images.content import ContentStore, DigestError, check_digest, sha256_digest
 from pyruntime.images.metadata import Image, ImageDB, ImageNotFound
 from pyruntime.images.pull import ManifestError, ProgressCallback, Puller
-from pyruntime.images.registry import INDEX_TYPES, MEDIA_DOCKER_MANIFEST, MEDIA_OCI_INDEX, MEDIA_OCI_MANIFEST, Platform
+from pyruntime.images.registry import (
+    INDEX_TYPES,
+    MEDIA_DOCKER_MANIFEST,
+    MEDIA_OCI_INDEX,
+    MEDIA_OCI_MANIFEST,
+    Platform,
+    select_platform,
+)
+from pyruntime.linux import resolve
+from pyruntime.linux.syscalls import Syscalls
 
 MEDIA_DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
 MEDIA_DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar"
@@ -39,7 +50,7 @@ def import_archive(puller: Puller, path: Path | str, *, name: str | None = None,
     note = progress or (lambda e: None)
     content = puller.content
     results: list[Image] = []
-    with _ArchiveReader(Path(path)) as archive, puller.gc.shared():
+    with _ArchiveReader(Path(path), puller.kernel) as archive, puller.gc.shared():
         found = archive.images(puller.platform)
         if not found:
             raise ManifestError(f"{path}: no image manifests found (neither index.json nor manifest.json)")
@@ -66,7 +77,7 @@ def export(db: ImageDB, content: ContentStore, refs_or_ids: list[str], dest: Pat
     with db.transaction(write=False) as tx:
         chosen = [(r, db.resolve_id(tx, r)) for r in refs_or_ids]
         records = {i: tx["images"][i] for _, i in chosen}
-    index = {"schemaVersion": 2, "mediaType": MEDIA_OCI_INDEX, "manifests": []}
+    index: dict[str, Any] = {"schemaVersion": 2, "mediaType": MEDIA_OCI_INDEX, "manifests": []}
     docker_manifest = []
     blobs: list[str] = []
     for r, image_id in chosen:
@@ -93,8 +104,8 @@ def export(db: ImageDB, content: ContentStore, refs_or_ids: list[str], dest: Pat
                 if not content.has(d):
                     raise ImageNotFound(f"image {r}: blob {d} is not in the store (cannot export)")
                 blobs.append(d)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+    with atomic_file(dest, tmp=dest.with_name(f".{dest.name}.{os.getpid()}.tmp")) as out, \
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         def add_bytes(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
@@ -109,13 +120,10 @@ def export(db: ImageDB, content: ContentStore, refs_or_ids: list[str], dest: Pat
             info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "", "", 0o644
             with open(path, "rb") as f:
                 tar.addfile(info, f)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dest)
     return dest
 
 
-def import_names(found: "ArchiveImage", name: str | None) -> list[str]:
+def import_names(found: ArchiveImage, name: str | None) -> list[str]:
     """Full references from the archive, or `name` joined with a bare tag from org.opencontainers.image.ref.name."""
     out = []
     for n in found.names:
@@ -139,12 +147,13 @@ class ArchiveImage:
 class _ArchiveReader:
     """Reads blobs and manifests from an OCI layout or docker-archive, a directory or a tar, never by host path."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kernel: Syscalls) -> None:
         self.path = path
+        self.kernel = kernel
         self.tar: tarfile.TarFile | None = None
         self.dirfd: int | None = None
 
-    def __enter__(self) -> "_ArchiveReader":
+    def __enter__(self) -> _ArchiveReader:
         if self.path.is_dir():
             self.dirfd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         else:
@@ -168,7 +177,8 @@ class _ArchiveReader:
             if member is None:
                 raise FileNotFoundError(f"{self.path}: no {name!r} in the archive")
             return self.tar.extractfile(member)
-        fd = open_in_root(self.dirfd, name, os.O_RDONLY | os.O_NOFOLLOW)
+        assert self.dirfd is not None  # neither a tar nor a directory: __enter__ raised
+        fd = resolve.open_in_root(self.kernel, self.dirfd, name, os.O_RDONLY | os.O_NOFOLLOW, same_mount=True)
         return os.fdopen(fd, "rb")
 
     def exists(self, name: str) -> bool:
@@ -224,7 +234,8 @@ class _ArchiveReader:
         out = []
         for entry in json.loads(self.read("manifest.json")):
             config_bytes = self.read(entry["Config"])
-            layers, paths = [], {sha256_digest(config_bytes): entry["Config"]}
+            layers: list[dict[str, Any]] = []
+            paths = {sha256_digest(config_bytes): entry["Config"]}
             for layer_path in entry["Layers"]:
                 with self._open(layer_path) as f:
                     h = hashlib.sha256()

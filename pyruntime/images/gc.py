@@ -98,7 +98,6 @@ class GarbageCollector:
         for lock in self.locks.iterdir():
             kind, _, key = lock.stem.partition("-")
             partial = self.content.ingest / f"{key}.partial"
-            if kind in ("blob", "snapshot") and key not in live and not partial.exists():
-                lock.unlink(missing_ok=True)
-            elif kind == "container" and lock.stem not in live:
+            unused_blob_or_snapshot = kind in ("blob", "snapshot") and key not in live and not partial.exists()
+            if unused_blob_or_snapshot or (kind == "container" and lock.stem not in live):
                 lock.unlink(missing_ok=True)

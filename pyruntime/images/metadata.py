@@ -11,6 +11,7 @@ fields existed are completed from the blobs and snapshots on read.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import json
@@ -20,17 +21,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pyruntime.errors import FailedPreconditionError, NotFoundError
+from pyruntime.fsutil import atomic_write
 from pyruntime.images import reference as refs
-from pyruntime.images.content import ContentStore, atomic_write, flock
+from pyruntime.images.content import ContentStore, flock
 from pyruntime.images.snapshots import SnapshotStore
 
 
 class ImageNotFound(NotFoundError):
-    pass
+    """No image has that name or id, or a blob an image needs is missing from the store."""
 
 
 class ImageInUse(FailedPreconditionError):
-    pass
+    """The image backs a container's rootfs; removal needs `force` or the container gone first."""
 
 
 @dataclass
@@ -47,7 +49,7 @@ class ImageConfig:
     stop_signal: str = ""
 
     @classmethod
-    def from_blob(cls, config: dict) -> "ImageConfig":
+    def from_blob(cls, config: dict) -> ImageConfig:
         c = config.get("config") or {}
         return cls(env=list(c.get("Env") or []), entrypoint=list(c.get("Entrypoint") or []),
                    cmd=list(c.get("Cmd") or []), working_dir=c.get("WorkingDir") or "", user=c.get("User") or "",
@@ -126,7 +128,7 @@ class ImageDB:
                     return hits[0]
         try:
             ref = refs.parse(ref_or_id)
-        except refs.ReferenceError as e:
+        except refs.ReferenceFormatError as e:
             raise ImageNotFound(f"image {ref_or_id!r} not found (not an image ID or a valid reference)") from e
         if ref.digest:
             for image_id, rec in db["images"].items():
@@ -144,7 +146,7 @@ class ImageDB:
 
     # ---- queries --------------------------------------------------------------------------------------------
 
-    def list(self) -> list[Image]:
+    def list(self) -> builtins.list[Image]:
         with self.transaction(write=False) as db:
             sharers = _sharers(db)
             return [self._image(db, i, sharers) for i in sorted(db["images"])]
@@ -163,7 +165,8 @@ class ImageDB:
                      chain_ids=rec["chain_ids"], os=summary["os"], architecture=summary["architecture"],
                      variant=summary["variant"], created=summary["created"], size=rec["size"],
                      disk_usage=sum(sizes),
-                     unique_size=sum(s for c, s in zip(rec["chain_ids"], sizes) if sharers.get(c, 0) <= 1),
+                     unique_size=sum(s for c, s in zip(rec["chain_ids"], sizes, strict=True)
+                                     if sharers.get(c, 0) <= 1),
                      config=ImageConfig(**summary["config"]), index_digest=rec.get("index_digest", ""))
 
     def _snapshot_size(self, chain_id: str) -> int:
@@ -192,11 +195,11 @@ class ImageDB:
     def tag(self, ref_or_id: str, new_ref: str) -> None:
         target = refs.parse(new_ref)
         if target.digest:
-            raise refs.ReferenceError(f"cannot tag with a digest reference {new_ref!r}")
+            raise refs.ReferenceFormatError(f"cannot tag with a digest reference {new_ref!r}")
         with self.transaction(write=True) as db:
             db["tags"][str(target)] = self.resolve_id(db, ref_or_id)
 
-    def remove(self, ref: str, *, force: bool, users: Callable[[str], list[str]]) -> list[str]:
+    def remove(self, ref: str, *, force: bool, users: Callable[[str], builtins.list[str]]) -> builtins.list[str]:
         """Untag; an image left with no name is deleted (unless `users(image_id)` names containers and not
         `force`). Returns the deleted IDs; what only they used is the collector's to delete."""
         with self.transaction(write=True) as db:

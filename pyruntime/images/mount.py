@@ -3,8 +3,8 @@
 A snapshot record says what to mount (containerd's mount.Mount: type, source, options) and not where, so the
 store can prepare a container's layers without privileges and be unit-tested as any user, and a caller (the
 `pyruntime image mount` command, a CRI server building a sandbox) mounts them wherever its bundle wants. The
-syscall object is a parameter so that tests pass `FakeSyscalls` and nothing here ever touches the host
-unasked.
+syscall layer is a parameter (`kernel`) so that tests pass `FakeSyscalls` and nothing here ever touches
+the host unasked.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyruntime.errors import InvalidArgumentError
+from pyruntime.linux import mountinfo
 from pyruntime.linux.syscalls import MNT_DETACH, MS_BIND, MS_REC, Syscalls
 
 OVERLAY_OPTIONS_MAX = 4000  # mount(2)'s data is one page, less headroom
@@ -30,21 +31,21 @@ class Mount:
         return {"type": self.type, "source": self.source, "options": list(self.options)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Mount":
+    def from_dict(cls, d: dict) -> Mount:
         return cls(d["type"], d["source"], list(d.get("options") or []))
 
 
-def mount_all(mounts: list[Mount], target: Path | str, sys: Syscalls) -> None:
+def mount_all(mounts: list[Mount], target: Path | str, kernel: Syscalls) -> None:
     """Make `mounts` at `target`, in order (each on top of the one before, as containerd's mount.All does)."""
     for m in mounts:
-        _mount(m, str(target), sys)
+        _mount(m, str(target), kernel)
 
 
-def _mount(m: Mount, target: str, sys: Syscalls) -> None:
+def _mount(m: Mount, target: str, kernel: Syscalls) -> None:
     if m.type == "overlay":
         data = ",".join(m.options)
         if len(data) < OVERLAY_OPTIONS_MAX:
-            sys.mount(m.source, target, "overlay", 0, data)
+            kernel.mount(m.source, target, "overlay", 0, data)
             return
         # Beyond one page, layers are added one by one through the new mount API (`lowerdir+`, Linux 6.8).
         settings: list[tuple[str, str]] = []
@@ -54,30 +55,28 @@ def _mount(m: Mount, target: str, sys: Syscalls) -> None:
                 settings += [("lowerdir+", p) for p in value.split(":")]
             else:
                 settings.append((key, value))
-        sys.mount_with_fsconfig("overlay", settings, target)
+        kernel.mount_with_fsconfig("overlay", settings, target)
     elif m.type == "bind":
         if os.path.realpath(m.source) == os.path.realpath(target):
             return  # the copy snapshotter's own directory: its files are already there
         flags = MS_BIND | (MS_REC if "rbind" in m.options else 0)
-        sys.mount(m.source, target, None, flags, None)
+        kernel.mount(m.source, target, None, flags, None)
     else:
         raise InvalidArgumentError(f"mount {m.source} on {target}: unsupported mount type {m.type!r}")
 
 
 def is_mountpoint(path: Path | str) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+    return mountinfo.is_mount_point(os.path.realpath(path), mountinfo.read())
 
 
-def unmount(target: Path | str, sys: Syscalls) -> bool:
+def unmount(target: Path | str, kernel: Syscalls) -> bool:
     """Undo mount_all at `target` (lazily, so a process still inside does not block a release);
     False when nothing was mounted there."""
     if not os.path.exists(target) or not is_mountpoint(target):
         return False
     while True:  # a bind over an overlay is two mounts
         try:
-            sys.umount(str(target), MNT_DETACH)
+            kernel.umount(str(target), MNT_DETACH)
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.ENOENT):
                 raise

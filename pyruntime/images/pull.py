@@ -15,17 +15,24 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.images import reference as refs
 from pyruntime.images.content import ContentStore, DigestError, check_digest
 from pyruntime.images.gc import GarbageCollector
 from pyruntime.images.metadata import Image, ImageDB, config_summary
-from pyruntime.images.registry import (INDEX_TYPES, MANIFEST_TYPES, Credentials, Platform, RegistryClient,
-                                       select_platform)
+from pyruntime.images.registry import (
+    INDEX_TYPES,
+    MANIFEST_TYPES,
+    Credentials,
+    Platform,
+    RegistryClient,
+    select_platform,
+)
 from pyruntime.images.snapshots import SnapshotStore, chain_ids
 from pyruntime.images.unpack import apply_layer
+from pyruntime.linux.syscalls import Syscalls
 
 DOWNLOAD_WORKERS = 4
 
@@ -37,7 +44,7 @@ Status = Literal["resolving", "resolved", "started", "downloading", "exists", "d
 
 
 class ManifestError(InvalidArgumentError):
-    pass
+    """A manifest, config or archive that is not a usable image (unsupported type, wrong diff_ids)."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +68,15 @@ def _ignore(event: ProgressEvent) -> None:
 
 class Puller:
     def __init__(self, content: ContentStore, snapshots: SnapshotStore, db: ImageDB, gc: GarbageCollector, *,
-                 hosts_dir: Path | None, platform: Platform) -> None:
+                 hosts_dir: Path | None, platform: Platform, kernel: Syscalls) -> None:
+        """`kernel`: what layers are unpacked through (ownership, modes, device nodes, symlinks)."""
         self.content = content
         self.snapshots = snapshots
         self.db = db
         self.gc = gc
         self.hosts_dir = hosts_dir
         self.platform = platform
+        self.kernel = kernel
 
     def pull(self, ref: str, *, auth: Credentials | None = None, progress: ProgressCallback | None = None,
              platform: Platform | None = None) -> Image:
@@ -93,8 +102,9 @@ class Puller:
                 self.content.put(body, digest)
 
                 def fetch(desc: dict, note: ProgressCallback) -> None:
-                    client.fetch_blob(self.content, desc["digest"], desc.get("size"),
-                                      lambda d, s, done, total: note(ProgressEvent(what, d, s, done, total)))
+                    def blob_note(d: str, s: str, done: int, total: int | None) -> None:
+                        note(ProgressEvent(what, d, cast(Status, s), done, total))  # registry: a subset of Status
+                    client.fetch_blob(self.content, desc["digest"], desc.get("size"), blob_note)
 
                 tags = [f"{reference.name}:{reference.tag}"] if reference.tag else []
                 image = self.install(json.loads(body), digest, fetch, what, note, index_digest=index_digest,
@@ -133,7 +143,7 @@ class Puller:
         with ThreadPoolExecutor(max_workers=DOWNLOAD_WORKERS) as pool:
             futures = [pool.submit(fetch_layer, i, desc) for i, desc in enumerate(layers)]
             try:
-                for i, (desc, future) in enumerate(zip(layers, futures)):
+                for i, (desc, future) in enumerate(zip(layers, futures, strict=True)):
                     future.result()
                     sizes.append(self._unpack(desc, diff_ids[i], chain[:i + 1], what, note, i, n))
             except BaseException:
@@ -159,7 +169,7 @@ class Puller:
             note(ProgressEvent(what, desc["digest"], "unpacking", layer=layer, layers=layers))
             with self.snapshots.create(chain_id) as dest:
                 with open(self.content.path(desc["digest"]), "rb") as blob:
-                    stats = apply_layer(blob, dest, lowers=self.snapshots.lowers(chain[:-1]))
+                    stats = apply_layer(blob, dest, kernel=self.kernel, lowers=self.snapshots.lowers(chain[:-1]))
                 if stats.diff_id != diff_id:
                     raise DigestError(f"layer {desc['digest']} of {what}: uncompressed content hashes to "
                                       f"{stats.diff_id}, but the config says diff_id {diff_id}")

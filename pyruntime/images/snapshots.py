@@ -13,6 +13,7 @@ module needs no root and a CRI server chooses the target.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -22,10 +23,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pyruntime.errors import InvalidArgumentError
-from pyruntime.images.content import LOCKS, atomic_write, check_digest
+from pyruntime.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError
+from pyruntime.fsutil import atomic_write
+from pyruntime.images.content import LOCKS, check_digest
 from pyruntime.images.mount import Mount, is_mountpoint
 from pyruntime.images.unpack import copy_snapshot_into, usage
+from pyruntime.linux.syscalls import Syscalls
 
 SNAPSHOTTERS = ("overlay", "copy")
 
@@ -37,8 +40,8 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     return out
 
 
-class SnapshotError(RuntimeError):
-    pass
+class SnapshotError(AlreadyExistsError):
+    """A container that already has a rootfs: `prepare` claims a container id once."""
 
 
 @dataclass
@@ -63,7 +66,7 @@ class ContainerMount:
         return dict(asdict(self), mounts=[m.to_dict() for m in self.mounts])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ContainerMount":
+    def from_dict(cls, d: dict) -> ContainerMount:
         return cls(**dict(d, mounts=[Mount.from_dict(m) for m in d.get("mounts") or []]))
 
 
@@ -75,10 +78,12 @@ def overlay_supported(snapshotter: str = "overlay") -> bool:
 
 
 class SnapshotStore:
-    def __init__(self, root: Path, snapshotter: str = "overlay") -> None:
+    def __init__(self, root: Path, kernel: Syscalls, snapshotter: str = "overlay") -> None:
+        """`kernel` makes the copy snapshotter's device nodes and ownership; nothing here mounts."""
         if snapshotter not in SNAPSHOTTERS:
             raise InvalidArgumentError(f"snapshotter: {snapshotter!r} is not one of {', '.join(SNAPSHOTTERS)}")
         self.root = Path(root)
+        self.kernel = kernel
         self.snapshotter = snapshotter
         self.snapshots = self.root / "snapshots"
         self.containers = self.root / "containers"
@@ -98,7 +103,7 @@ class SnapshotStore:
     def info(self, chain_id: str) -> SnapshotInfo:
         return SnapshotInfo(**json.loads((self.dir(chain_id) / "snapshot.json").read_text()))
 
-    def list(self) -> list[SnapshotInfo]:
+    def list(self) -> builtins.list[SnapshotInfo]:
         out = []
         for d in self.snapshots.iterdir():
             if len(d.name) == 64 and (d / "snapshot.json").is_file():
@@ -141,7 +146,7 @@ class SnapshotStore:
             os.replace(d, doomed)  # no reader can see a half-deleted snapshot under the committed name
             shutil.rmtree(doomed)
 
-    def clean_temporary(self) -> list[Path]:
+    def clean_temporary(self) -> builtins.list[Path]:
         """Unpacks and removals that were killed half way; only those whose lock is free are touched."""
         removed = []
         for d in self.snapshots.iterdir():
@@ -154,7 +159,7 @@ class SnapshotStore:
                     removed.append(d)
         return removed
 
-    def lowers(self, chain: list[str]) -> list[Path]:
+    def lowers(self, chain: builtins.list[str]) -> builtins.list[Path]:
         """overlayfs wants the topmost lower first."""
         return [self.fs(c) for c in reversed(chain)]
 
@@ -164,7 +169,7 @@ class SnapshotStore:
             return None
         return ContainerMount.from_dict(json.loads(meta.read_text()))
 
-    def list_containers(self) -> list[ContainerMount]:
+    def list_containers(self) -> builtins.list[ContainerMount]:
         out = []
         for d in self.containers.iterdir():
             meta = d / "mount.json"
@@ -172,7 +177,7 @@ class SnapshotStore:
                 out.append(ContainerMount.from_dict(json.loads(meta.read_text())))
         return out
 
-    def prepare(self, container_id: str, image_id: str, chain: list[str], *,
+    def prepare(self, container_id: str, image_id: str, chain: builtins.list[str], *,
                 driver: str | None = None) -> ContainerMount:
         """A writable rootfs for one container over the image's snapshots, as the mounts that make it; the
         same id twice is an error. `driver` overrides the store's snapshotter (a refused overlay falls back)."""
@@ -193,7 +198,7 @@ class SnapshotStore:
                                                        f"upperdir={upper}", f"workdir={work}"])]
             else:
                 for lower in reversed(lowers):
-                    copy_snapshot_into(lower, rootfs)
+                    copy_snapshot_into(self.kernel, lower, rootfs)
                 if lowers:
                     shutil.copystat(lowers[0], rootfs)
                 mounts = [Mount("bind", str(rootfs), ["rbind", "rw"])]
@@ -210,7 +215,8 @@ class SnapshotStore:
                 return False
             rootfs = cdir / "rootfs"
             if rootfs.exists() and is_mountpoint(rootfs):
-                raise SnapshotError(f"container {container_id!r}: {rootfs} is still mounted; unmount it first")
+                raise FailedPreconditionError(f"container {container_id!r}: {rootfs} is still mounted; "
+                                              "unmount it first")
             (cdir / "mount.json").unlink(missing_ok=True)
             shutil.rmtree(cdir)
             return True
@@ -218,5 +224,5 @@ class SnapshotStore:
 
 def _safe_id(container_id: str) -> str:
     if not container_id or "/" in container_id or container_id in (".", "..") or "\x00" in container_id:
-        raise SnapshotError(f"invalid container id {container_id!r}")
+        raise InvalidArgumentError(f"invalid container id {container_id!r}")
     return container_id

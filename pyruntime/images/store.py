@@ -10,10 +10,13 @@ Layout under the root (the caller chooses it; `pyruntime image` defaults to /var
 
 Pulls (pull.py) and imports (archive.py) install through one path; gc.py deletes what no record names.
 Settings (root, registry hosts dir, snapshotter, platform, the syscall layer) are parameters: nothing here
-reads the environment, so a CLI, a CRI server and a test can each run a store of their own.
+reads the environment, so a CLI, a CRI server and a test can each run a store of their own. The constructor is
+the one place of the package that picks the real kernel (when no `kernel` is given); every part below it is
+handed the same object.
 """
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -25,26 +28,27 @@ from pyruntime.images.mount import mount_all, unmount
 from pyruntime.images.pull import ProgressCallback, Puller
 from pyruntime.images.registry import Credentials, Platform
 from pyruntime.images.snapshots import ContainerMount, SnapshotStore
-from pyruntime.linux.syscalls import SYS, Syscalls
+from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 
 
 class ImageStore:
     def __init__(self, root: Path | str, *, hosts_dir: Path | None = None, platform: Platform | None = None,
-                 snapshotter: str = "overlay", syscalls: Syscalls = SYS) -> None:
+                 snapshotter: str = "overlay", kernel: Syscalls | None = None) -> None:
+        """`kernel`: the syscall layer snapshots are mounted and layers unpacked through (the real one by default)."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.kernel = kernel or LinuxSyscalls()
         self.content = ContentStore(self.root)
-        self.snapshots = SnapshotStore(self.root, snapshotter)
+        self.snapshots = SnapshotStore(self.root, self.kernel, snapshotter)
         self.db = ImageDB(self.root, self.content, self.snapshots)
         self.gc = GarbageCollector(self.root, self.db, self.content, self.snapshots)
         self.platform = platform or Platform()
         self.puller = Puller(self.content, self.snapshots, self.db, self.gc, hosts_dir=hosts_dir,
-                             platform=self.platform)
-        self.sys = syscalls
+                             platform=self.platform, kernel=self.kernel)
 
     # ---- images ---------------------------------------------------------------------------------------------
 
-    def list(self) -> list[Image]:
+    def list(self) -> builtins.list[Image]:
         return self.db.list()
 
     def get(self, ref_or_id: str) -> Image:
@@ -57,9 +61,9 @@ class ImageStore:
     def tag(self, ref_or_id: str, new_ref: str) -> None:
         self.db.tag(ref_or_id, new_ref)
 
-    def remove(self, ref: str, *, force: bool = False) -> list[str]:
+    def remove(self, ref: str, *, force: bool = False) -> builtins.list[str]:
         """Untag; an image left with no name is deleted, and then whatever only it used. Returns deleted IDs."""
-        def users(image_id: str) -> list[str]:
+        def users(image_id: str) -> builtins.list[str]:
             return [m.container_id for m in self.snapshots.list_containers() if m.image_id == image_id]
 
         deleted = self.db.remove(ref, force=force, users=users)
@@ -87,10 +91,10 @@ class ImageStore:
         return self.gc.collect()
 
     def import_archive(self, path: Path | str, *, name: str | None = None,
-                       progress: ProgressCallback | None = None) -> list[Image]:
+                       progress: ProgressCallback | None = None) -> builtins.list[Image]:
         return archive.import_archive(self.puller, path, name=name, progress=progress)
 
-    def export(self, refs_or_ids: list[str], dest: Path | str) -> Path:
+    def export(self, refs_or_ids: builtins.list[str], dest: Path | str) -> Path:
         return archive.export(self.db, self.content, refs_or_ids, dest)
 
     # ---- container root filesystems -------------------------------------------------------------------------
@@ -106,13 +110,13 @@ class ImageStore:
         with its own upper directory, or a copy of them where overlayfs is refused."""
         record = self.prepare_mounts(ref_or_id, container_id)
         try:
-            mount_all(record.mounts, record.rootfs, self.sys)
+            mount_all(record.mounts, record.rootfs, self.kernel)
         except OSError:
             self.snapshots.release(container_id)
             if record.driver != "overlay":
                 raise
             record = self.prepare_mounts(ref_or_id, container_id, driver="copy")
-            mount_all(record.mounts, record.rootfs, self.sys)
+            mount_all(record.mounts, record.rootfs, self.kernel)
         return Path(record.rootfs)
 
     def release_rootfs(self, container_id: str) -> bool:
@@ -120,8 +124,8 @@ class ImageStore:
         with self.gc.shared():
             record = self.snapshots.container(container_id)
             if record is not None:
-                unmount(record.rootfs, self.sys)
+                unmount(record.rootfs, self.kernel)
             return self.snapshots.release(container_id)
 
-    def rootfs_mounts(self) -> list[ContainerMount]:
+    def rootfs_mounts(self) -> builtins.list[ContainerMount]:
         return self.snapshots.list_containers()

@@ -370,7 +370,7 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             sock.connect(seccomp.listener_path)
             sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         except OSError as e:
-            raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from None
+            raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
 
 
 def features() -> dict[str, object]:

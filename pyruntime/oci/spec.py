@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.record import Factory, record
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
@@ -23,7 +24,7 @@ PROPAGATIONS = ("", "private", "rprivate", "slave", "rslave", "shared", "rshared
 UINT32_MAX = 2**32 - 1
 
 
-class SpecError(ValueError):
+class SpecError(InvalidArgumentError):
     """A configuration that cannot be applied; the message starts with the field's path."""
 
 
@@ -254,7 +255,7 @@ def parse_process(p: _Obj) -> Process:
         try:
             caps = Capabilities.from_spec(c.raw, where=c.path, warn=warn)
         except ValueError as e:
-            raise SpecError(str(e)) from None
+            raise SpecError(str(e)) from e
     size = p.obj("consoleSize")
     return Process(
         args=tuple(args), cwd=cwd, env=tuple(p.strings("env")), terminal=p.bool("terminal"),
@@ -325,7 +326,7 @@ def _linux(o: _Obj | None) -> Linux:
         try:
             resources = Resources.from_spec(r.raw, where=r.path)
         except ValueError as e:
-            raise SpecError(str(e)) from None
+            raise SpecError(str(e)) from e
     seccomp = None
     s = o.obj("seccomp")
     if s is not None:
@@ -333,7 +334,7 @@ def _linux(o: _Obj | None) -> Linux:
         try:
             seccomp = Seccomp.from_spec(s.raw, where=s.path)
         except ValueError as e:
-            raise SpecError(str(e)) from None
+            raise SpecError(str(e)) from e
     propagation = o.str("rootfsPropagation", "")
     if propagation not in PROPAGATIONS:
         raise SpecError(f"linux.rootfsPropagation: unknown propagation {propagation!r}")
@@ -376,12 +377,12 @@ def load_bundle(bundle: str) -> Spec:
     try:
         with open(path, "rb") as f:
             raw = json.load(f)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from None
+    except FileNotFoundError as e:
+        raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from e
     except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: invalid JSON: {e}") from None
+        raise SpecError(f"{path}: invalid JSON: {e}") from e
     except OSError as e:
-        raise SpecError(f"{path}: {e.strerror}") from None
+        raise SpecError(f"{path}: {e.strerror}") from e
     spec = parse(raw, bundle)
     if not os.path.isdir(spec.root.path):
         raise SpecError(f"root.path: rootfs {spec.root.path} does not exist or is not a directory")

@@ -22,6 +22,7 @@ import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
+from tests.kit.busybox import static_busybox
 
 PEERS_CNI = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "cni"
 REFERENCE_PLUGINS = ("bridge", "host-local", "loopback")
@@ -199,7 +200,7 @@ def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.Completed
 
 def ping(netns: str | None, address: str, attempts: int = 1) -> bool:
     """One ping; `attempts` > 1 waits out IPv6 duplicate address detection on the bridge's gateway address."""
-    argv = ["busybox", "ping", "-c", "1", "-W", "2", address]
+    argv = [str(static_busybox()), "ping", "-c", "1", "-W", "2", address]
     for _ in range(attempts):
         proc = ns_exec(netns, *argv) if netns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
         if proc.returncode == 0:

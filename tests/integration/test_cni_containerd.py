@@ -22,6 +22,7 @@ import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
+from pyruntime.linux import mountinfo
 from tests.integration.cni_helpers import ping, restore_forwarding  # noqa: F401
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
@@ -102,8 +103,7 @@ class Containerd:
 
 
 def _unmount_under(root: Path) -> None:
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
+    points = [m.mount_point for m in mountinfo.read()]
     for point in sorted((p for p in points if p.startswith(str(root))), key=len, reverse=True):
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 

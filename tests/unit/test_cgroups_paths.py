@@ -84,5 +84,8 @@ def test_removable_parents_only_inside_pyruntime():
 
 def test_manager_refuses_systemd_path_before_reading_anything():
     from pyruntime.linux.cgroups import manager
+    from pyruntime.linux.syscalls import FakeSyscalls
+    kernel = FakeSyscalls()
     with pytest.raises(ValueError, match="systemd cgroup driver is not supported"):
-        manager("kubepods.slice:cri-containerd:abc", "abc")
+        manager("kubepods.slice:cri-containerd:abc", "abc", kernel)
+    assert kernel.calls == []

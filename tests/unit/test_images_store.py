@@ -14,6 +14,7 @@ import pytest
 from pyruntime.cli.image import _ProgressBar, settings_from_env
 from pyruntime.images.mount import MS_BIND, MS_REC, OVERLAY_OPTIONS_MAX, Mount, mount_all
 from pyruntime.images.pull import ProgressEvent
+from pyruntime.images.registry import Platform
 from pyruntime.images.snapshots import SnapshotError
 from pyruntime.images.store import ImageStore
 from pyruntime.linux.syscalls import FakeSyscalls
@@ -35,7 +36,7 @@ def fake() -> FakeSyscalls:
 
 
 def _store(tmp_path: Path, fake: FakeSyscalls, snapshotter: str = "overlay") -> ImageStore:
-    return ImageStore(tmp_path / "store", snapshotter=snapshotter, syscalls=fake)
+    return ImageStore(tmp_path / "store", snapshotter=snapshotter, kernel=fake)
 
 
 def test_overlay_rootfs_is_a_record_of_mounts_made_by_the_helper(tmp_path: Path, fake: FakeSyscalls,
@@ -46,6 +47,7 @@ def test_overlay_rootfs_is_a_record_of_mounts_made_by_the_helper(tmp_path: Path,
     events: list[ProgressEvent] = []
     [image] = store.import_archive(tmp_path / "app", name="example.com/app", progress=events.append)
     assert [(e.layer, e.layers) for e in events if e.status == "unpacked"] == [(0, 3), (1, 3), (2, 3)]
+    fake.calls.clear()  # the unpacker's lookups and ownership changes, made through the same kernel
 
     record = store.prepare_mounts(image.id, "c1")
     lowers = [str(store.snapshots.fs(c)) for c in reversed(image.chain_ids)]
@@ -73,12 +75,28 @@ def test_copy_rootfs_is_a_bind_of_its_own_directory(tmp_path: Path, fake: FakeSy
     [image] = store.import_archive(tmp_path / "app", name="example.com/app")
     rootfs = store.prepare_rootfs(image.id, "c1")
     assert sorted(os.listdir(rootfs)) == ["app-0", "app-1"]
-    assert fake.calls == []  # already where it belongs: nothing to mount
+    # already where it belongs: nothing to mount (the copy's ownership and modes went through the kernel)
+    assert [c for c in fake.calls if c[0] in ("mount", "mount_with_fsconfig", "umount")] == []
+    fake.calls.clear()
     [record] = store.rootfs_mounts()
     assert record.driver == "copy" and record.mounts == [Mount("bind", str(rootfs), ["rbind", "rw"])]
     mount_all(record.mounts, tmp_path / "bundle-rootfs", fake)
     assert fake.calls == [("mount", str(rootfs), str(tmp_path / "bundle-rootfs"), None, MS_BIND | MS_REC, None)]
     assert store.release_rootfs("c1") and store.rootfs_mounts() == []
+
+
+def test_archive_with_a_multiarch_index_imports_the_chosen_platform(tmp_path: Path, fake: FakeSyscalls) -> None:
+    """An OCI layout whose index.json points at an image index: the store's platform picks the manifest."""
+    descs, images = [], {}
+    for arch in ("amd64", "arm64"):
+        desc, images[arch] = add_image(tmp_path / "multi", [(tar_entries([f("arch", arch)]), "gzip")], arch=arch)
+        descs.append(dict(desc, platform={"architecture": arch, "os": "linux"}))
+    write_index(tmp_path / "multi", descs, nested=True)
+    store = ImageStore(tmp_path / "store", snapshotter="copy", platform=Platform.parse("linux/arm64"), kernel=fake)
+    [image] = store.import_archive(tmp_path / "multi", name="example.com/multi")
+    assert image.id == images["arm64"].config_digest and image.architecture == "arm64"
+    assert (store.prepare_rootfs(image.id, "c1") / "arch").read_text() == "arm64"
+    assert store.release_rootfs("c1")
 
 
 def test_long_overlay_options_go_through_fsconfig(fake: FakeSyscalls) -> None:
@@ -98,8 +116,10 @@ def test_list_and_prepare_read_one_file_however_many_images(tmp_path: Path, fake
     reads: list[str] = []
     for method in ("read_text", "read_bytes"):
         real = getattr(pathlib.Path, method)
-        monkeypatch.setattr(pathlib.Path, method,
-                            lambda self, *a, _real=real, **k: reads.append(self.name) or _real(self, *a, **k))
+        def counted(self, *a, _real=real, **k):
+            reads.append(self.name)
+            return _real(self, *a, **k)
+        monkeypatch.setattr(pathlib.Path, method, counted)
 
     def cost(call) -> int:
         reads.clear()

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from cni_plugins.fsutil import atomic_write
 from cni_plugins.result import IPAddress
 from cni_plugins.skel import ERR_IO_FAILURE, CNIError
 
@@ -59,10 +60,7 @@ class Store:
         return self.dir / f"{TMP_PREFIX}{container_id}.{ifname}"
 
     def _write_last_reserved(self, range_id: int, ip: IPAddress) -> None:
-        path = self.dir / f"{LAST_RESERVED_PREFIX}{range_id}"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(str(ip))
-        os.replace(tmp, path)
+        atomic_write(self.dir / f"{LAST_RESERVED_PREFIX}{range_id}", str(ip))
 
     def last_reserved(self, range_id: int) -> IPAddress | None:
         try:
