@@ -5,9 +5,11 @@ click is imported here only, so the runc-compatible commands of the lean launche
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -20,7 +22,8 @@ def _human(n: float) -> str:
 
 
 class _ProgressBar:
-    """One line per blob on a terminal, redrawn at most ten times a second; plain lines otherwise."""
+    """One row per layer on a terminal (as `ctr image pull` draws), redrawn at most ten times a second; plain
+    lines for finished steps otherwise, so a log stays readable."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -32,15 +35,21 @@ class _ProgressBar:
 
     def __call__(self, event) -> None:
         with self.lock:
-            short = event.digest.removeprefix("sha256:")[:12] if event.digest else event.ref
-            if event.status == "downloading" and event.total:
-                frac = min(event.done / event.total, 1)
-                bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
-                self.rows[short] = f"{short}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
-            elif event.status in ("done", "exists", "unpacking", "unpacked", "resolved", "resolving", "complete"):
-                self.rows[short] = f"{short}: {event.status}"
-                if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
-                    print(self.rows[short], file=self.stream, flush=True)
+            short = event.digest.removeprefix("sha256:")[:12]
+            if event.status in ("resolving", "resolved", "complete"):  # the reference's own row
+                key, row = event.ref, f"{event.ref}: {event.status} {short}".rstrip()
+            else:
+                key = short
+                name = f"layer {event.layer + 1}/{event.layers} {short}" if event.layer is not None else short
+                if event.status == "downloading" and event.total:
+                    frac = min(event.done / event.total, 1)
+                    bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
+                    row = f"{name}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
+                else:
+                    row = f"{name}: {'waiting' if event.status == 'started' else event.status}"
+            self.rows[key] = row
+            if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
+                print(row, file=self.stream, flush=True)
             if self.tty and (time.monotonic() - self.last > 0.1 or event.status != "downloading"):
                 self.last = time.monotonic()
                 if self.drawn:
@@ -51,32 +60,45 @@ class _ProgressBar:
                 self.stream.flush()
 
 
+def settings_from_env(environ: Mapping[str, str] = os.environ) -> dict[str, str | None]:
+    """The image store's settings from their documented environment overrides: the one place they are read."""
+    return {"root": environ.get("PYRUNTIME_IMAGE_ROOT", "/var/lib/pyruntime/images"),
+            "hosts_dir": environ.get("PYRUNTIME_REGISTRY_CONFIG", "/etc/pyruntime/certs.d"),
+            "snapshotter": environ.get("PYRUNTIME_SNAPSHOTTER", "overlay"),
+            "creds": environ.get("PYRUNTIME_REGISTRY_CREDS")}
+
+
 def main(argv: list[str]) -> int:
     import click
 
     from pyruntime.cli import errors as exits
+    from pyruntime.images.metadata import ImageNotFound
     from pyruntime.images.registry import Credentials, Platform
-    from pyruntime.images.store import ImageNotFound, ImageStore
+    from pyruntime.images.store import ImageStore
+
+    env = settings_from_env()
 
     def store(ctx: click.Context) -> ImageStore:
         o = ctx.obj
-        hosts = Path(o["hosts_dir"]) if o["hosts_dir"] else None
-        return ImageStore(o["root"], hosts_dir=hosts,
-                          platform=Platform.parse(o["platform"]) if o["platform"] else None)
+        return ImageStore(o["root"], hosts_dir=Path(o["hosts_dir"]) if o["hosts_dir"] else None,
+                          platform=Platform.parse(o["platform"]) if o["platform"] else None,
+                          snapshotter=o["snapshotter"])
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-    @click.option("--root", envvar="PYRUNTIME_IMAGE_ROOT", default="/var/lib/pyruntime/images", show_default=True,
-                  help="image store directory")
-    @click.option("--hosts-dir", envvar="PYRUNTIME_REGISTRY_CONFIG", default=None,
-                  help="directory of <registry>/hosts.toml files (mirrors, CA bundles)")
+    @click.option("--root", default=env["root"], show_default=True,
+                  help="image store directory [env PYRUNTIME_IMAGE_ROOT]")
+    @click.option("--hosts-dir", default=env["hosts_dir"], show_default=True,
+                  help="directory of <registry>/hosts.toml files (mirrors, CA bundles) [env PYRUNTIME_REGISTRY_CONFIG]")
+    @click.option("--snapshotter", type=click.Choice(["overlay", "copy"]), default=env["snapshotter"],
+                  show_default=True, help="how container rootfs are made [env PYRUNTIME_SNAPSHOTTER]")
     @click.option("--platform", default=None, help="os/arch[/variant] to pull from a multi-arch index")
     @click.pass_context
-    def cli(ctx: click.Context, root: str, hosts_dir: str | None, platform: str | None) -> None:
-        ctx.obj = {"root": root, "hosts_dir": hosts_dir, "platform": platform}
+    def cli(ctx: click.Context, root: str, hosts_dir: str | None, snapshotter: str, platform: str | None) -> None:
+        ctx.obj = {"root": root, "hosts_dir": hosts_dir, "snapshotter": snapshotter, "platform": platform}
 
     @cli.command()
     @click.argument("ref")
-    @click.option("--creds", envvar="PYRUNTIME_REGISTRY_CREDS", default=None, help="USER:PASSWORD")
+    @click.option("--creds", default=env["creds"], help="USER:PASSWORD [env PYRUNTIME_REGISTRY_CREDS]")
     @click.option("-q", "--quiet", is_flag=True, help="print only the image ID")
     @click.pass_context
     def pull(ctx: click.Context, ref: str, creds: str | None, quiet: bool) -> None:

@@ -6,6 +6,7 @@ resume with a Range request; a file lock per digest keeps two processes from wri
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import hashlib
@@ -40,6 +41,17 @@ def check_digest(digest: str) -> str:
     return hexpart
 
 
+@contextlib.contextmanager
+def flock(path: Path, mode: int) -> Iterator[None]:
+    """Hold flock(2) `mode` on a lock file, made if missing, until the block ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)
+
+
 class _Locks:
     """flock serialises processes, but two threads of one process share a lock, so a mutex goes first."""
 
@@ -52,13 +64,8 @@ class _Locks:
         key = str(path)
         with self._guard:
             mutex = self._mutexes.setdefault(key, threading.Lock())
-        with mutex:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with mutex, flock(path, fcntl.LOCK_EX):
+            yield
 
 
 LOCKS = _Locks()
@@ -71,7 +78,7 @@ class Writer:
     size: int | None
     path: Path
     file: BinaryIO
-    hasher: "hashlib._Hash"
+    hasher: hashlib._Hash
     offset: int
 
     def write(self, chunk: bytes) -> None:
@@ -113,7 +120,7 @@ class ContentStore:
         except FileNotFoundError as e:
             raise NotFoundError(f"blob {digest} not in the content store") from e
 
-    def list(self) -> list[str]:
+    def list(self) -> builtins.list[str]:
         return sorted("sha256:" + p.name for p in self.blobs.iterdir() if len(p.name) == 64)
 
     def delete(self, digest: str) -> None:
@@ -145,8 +152,7 @@ class ContentStore:
         """
         hexpart = check_digest(digest)
         partial = self.ingest / f"{hexpart}.partial"
-        f = open(partial, "a+b")
-        try:
+        with open(partial, "a+b") as f:
             hasher = hashlib.sha256()
             f.seek(0)
             offset = 0
@@ -170,8 +176,6 @@ class ContentStore:
                                   + (f", expected {size} bytes" if size is not None else ""))
             f.flush()
             os.fsync(f.fileno())
-        finally:
-            f.close()
         os.replace(partial, self.blobs / hexpart)
         fsync_dir(self.blobs)
 
@@ -179,7 +183,7 @@ class ContentStore:
         p = self.ingest / f"{check_digest(digest)}.partial"
         return p.stat().st_size if p.exists() else 0
 
-    def clean_ingest(self) -> list[Path]:
+    def clean_ingest(self) -> builtins.list[Path]:
         """Drop partial downloads nobody is writing (their lock is free); prune calls this."""
         removed = []
         for p in self.ingest.iterdir():

@@ -30,10 +30,6 @@ class ReferenceFormatError(InvalidArgumentError):
     """A string that is not an image reference; the message quotes it and says which part is wrong."""
 
 
-# The old name, which shadowed the builtin: images/store.py still uses it until its split lands; then it goes.
-ReferenceError = ReferenceFormatError
-
-
 @dataclass(frozen=True)
 class Reference:
     domain: str
@@ -50,7 +46,7 @@ class Reference:
         """What the registry's manifest endpoint is asked for: the digest wins over the tag."""
         return self.digest or self.tag or DEFAULT_TAG
 
-    def with_digest(self, digest: str) -> "Reference":
+    def with_digest(self, digest: str) -> Reference:
         return Reference(self.domain, self.path, None, digest)
 
     def __str__(self) -> str:

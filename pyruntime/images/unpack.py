@@ -3,8 +3,8 @@
 Each layer becomes a directory that overlayfs can stack as a lower: an OCI whiteout `.wh.NAME` becomes the
 0/0 character device overlayfs uses for a deleted name, and `.wh..wh..opq` becomes the `trusted.overlay.opaque`
 xattr. tarfile only parses entries; every write goes through a directory fd resolved inside the snapshot
-(see pyruntime.linux.resolve), and names with `..`, absolute names, hard links out of the layer and relative symlinks that
-climb above the root are refused outright, so a hostile layer cannot write outside however its entries are
+(see pyruntime.linux.resolve), and names with `..`, absolute names, hard links out of the layer and relative
+symlinks that climb above the root are refused outright, so a hostile layer cannot write outside however its entries are
 ordered (containerd's TestBreakouts cases, CVE-2018-15664 and the tar-slip class).
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ import shutil
 import stat
 import tarfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -46,7 +47,7 @@ class LayerFormatError(InvalidArgumentError):
 class _HashingReader(io.RawIOBase):
     """Hashes the uncompressed tar as tarfile reads it, giving the diff_id without a second pass."""
 
-    def __init__(self, inner: BinaryIO) -> None:
+    def __init__(self, inner: BinaryIO | io.BufferedIOBase) -> None:
         self.inner = inner
         self.hasher = hashlib.sha256()
 
@@ -61,7 +62,7 @@ class _HashingReader(io.RawIOBase):
         return n
 
 
-def decompressed(f: BinaryIO) -> BinaryIO:
+def decompressed(f: BinaryIO) -> BinaryIO | io.BufferedIOBase:
     """Pick the decompressor by magic number: registries and docker archives mislabel media types often enough."""
     head = f.read(4)
     f.seek(0)
@@ -323,7 +324,8 @@ class _Applier:
             try:
                 if st is not None:
                     if stat.S_ISDIR(st.st_mode):
-                        raise UnsafeLayerError(f"layer entry hard link {info.name!r} -> {tpath!r}: target is a directory")
+                        raise UnsafeLayerError(f"layer entry hard link {info.name!r} -> {tpath!r}: "
+                                               "target is a directory")
                     if _inode(pfd, base) == st.st_ino:
                         return  # already this very file: linking again would fail with EEXIST
                     self._remove(pfd, base)
@@ -389,7 +391,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def apply_layer(blob: BinaryIO, dest: Path, *, kernel: Syscalls, lowers: list[Path] = ()) -> LayerStats:
+def apply_layer(blob: BinaryIO, dest: Path, *, kernel: Syscalls, lowers: Sequence[Path] = ()) -> LayerStats:
     """Unpack a (possibly compressed) layer tar into `dest`; `lowers` are the snapshots below it, topmost first.
     Ownership, modes, device nodes and symlinks are made through `kernel`.
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pyruntime.images.snapshots import _is_mountpoint
+from pyruntime.images.mount import is_mountpoint
 from pyruntime.linux import mountinfo
 from pyruntime.linux.syscalls import MNT_DETACH, LinuxSyscalls
 
@@ -24,7 +24,7 @@ def test_a_mount_on_an_awkward_path_is_found(tmp_path, name):
         found = [m for m in mountinfo.read() if m.mount_point == str(target)]
         assert len(found) == 1 and found[0].fstype == "tmpfs" and found[0].source == "tmpfs"
         assert mountinfo.mount_of(str(target / "inside"), mountinfo.read()).mount_point == str(target)
-        assert _is_mountpoint(target)
+        assert is_mountpoint(target)
     finally:
         kernel.umount(str(target), MNT_DETACH)
     assert not any(m.mount_point == str(target) for m in mountinfo.read())

@@ -54,7 +54,8 @@ def test_error_quotes_the_reference() -> None:
 def test_image_id_and_loopback() -> None:
     assert is_image_id("a" * 64) and is_image_id(D) and not is_image_id("busybox")
     assert is_loopback_host("127.0.0.1:5000") and is_loopback_host("localhost") and is_loopback_host("[::1]:5000")
-    assert is_loopback_host("127.1.2.3") and not is_loopback_host("registry.k8s.io") and not is_loopback_host("10.0.0.1:5000")
+    assert is_loopback_host("127.1.2.3")
+    assert not is_loopback_host("registry.k8s.io") and not is_loopback_host("10.0.0.1:5000")
 
 
 INDEX = {"manifests": [
@@ -75,5 +76,5 @@ def test_platform_selection(platform: str, expected: str) -> None:
 
 
 def test_platform_missing_lists_what_is_offered() -> None:
-    with pytest.raises(Exception, match="linux/s390x.*linux/amd64"):
+    with pytest.raises(Exception, match=r"linux/s390x.*linux/amd64"):
         select_platform(INDEX, Platform.parse("linux/s390x"), "busybox")

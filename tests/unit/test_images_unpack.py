@@ -10,23 +10,34 @@ from __future__ import annotations
 import io
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from pyruntime.images import unpack
-from pyruntime.images.unpack import LayerFormatError, OVERLAY_OPAQUE_XATTR, UnsafeLayerError, LayerStats
+from pyruntime.images.unpack import OVERLAY_OPAQUE_XATTR, LayerFormatError, LayerStats, UnsafeLayerError
 from pyruntime.linux.resolve import open_in_root
 from pyruntime.linux.syscalls import LinuxSyscalls
-from tests.kit.images import (LAYERED_BASE, LAYERED_THIRD, LAYERED_TOP, Entry, compress, d, f, hardlink, symlink,
-                              tar_entries)
+from tests.kit.images import (
+    LAYERED_BASE,
+    LAYERED_THIRD,
+    LAYERED_TOP,
+    Entry,
+    compress,
+    d,
+    f,
+    hardlink,
+    symlink,
+    tar_entries,
+)
 
 REFUSE = "refuse"
 KERNEL = LinuxSyscalls()  # the unpacker writes real files, all under tmp_path
 HOST_WATCH = ["/etc/unbroken", "/etc/emptied", "/etc/whitedout", "/localetc", "/breakout", "/dne"]
 
 
-def apply_layer(blob, dest: Path, lowers: list[Path] = ()) -> LayerStats:
+def apply_layer(blob, dest: Path, lowers: Sequence[Path] = ()) -> LayerStats:
     return unpack.apply_layer(blob, dest, kernel=KERNEL, lowers=lowers)
 
 
