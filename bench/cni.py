@@ -60,7 +60,7 @@ def main(cycles: int = CYCLES) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="pyt-bench-"))
     netns = f"pyt-bench-{secrets.token_hex(3)}"
     bridge = f"pyt-br-{secrets.token_hex(3)}"
-    sock = tmp / "h.sock"
+    helper_name = f"pyt-bench-helper-{secrets.token_hex(3)}"
     forwarding = Path("/proc/sys/net/ipv4/ip_forward").read_text()
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
@@ -70,11 +70,11 @@ def main(cycles: int = CYCLES) -> int:
             os.symlink(PEERS_CNI / name, bin_dir / name)
         env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CNI_CONTAINERID": "bench",
                "CNI_NETNS": f"/run/netns/{netns}", "CNI_IFNAME": "eth0", "CNI_PATH": str(bin_dir),
-               "PYCNI_HELPER_SOCKET": str(sock)}
+               "PYCNI_HELPER_SOCKET": helper_name, "PYCNI_HELPER_LOG": str(tmp / "helper.log")}
         ref = measure(bin_dir / "bridge", _conf("bridge", "host-local", bridge, tmp / "data"), env, cycles)
         ours = measure(bin_dir / "pybridge", _conf("pybridge", "pyhost-local", bridge, tmp / "data"), env, cycles)
     finally:
-        helper.stop(str(sock))
+        helper.stop(helper_name)
         subprocess.run(["ip", "netns", "del", netns], check=False)
         subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
         Path("/proc/sys/net/ipv4/ip_forward").write_text(forwarding)

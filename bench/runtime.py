@@ -22,8 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parent.parent
 PYRUNTIME = REPO / ".venv" / "bin" / "pyruntime"
@@ -47,6 +49,9 @@ class Result:
     stderr: str
 
 
+Runner = Callable[[list[str]], Result]
+
+
 def timed(argv: list[str]) -> Result:
     """Wall time from fork to reap; output goes to files so a container holding stdio cannot stall us."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -67,17 +72,20 @@ class Worker:
         self.proc = subprocess.Popen(
             ["unshare", "-m", "--propagation", "private", "sh", "-c", HIDE_UNIFIED, sys.executable],
             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # Popen(stdin=PIPE, stdout=PIPE)
+        self.stdin: IO[str] = self.proc.stdin
+        self.stdout: IO[str] = self.proc.stdout
 
     def __call__(self, argv: list[str]) -> Result:
-        self.proc.stdin.write(json.dumps(argv) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        self.stdin.write(json.dumps(argv) + "\n")
+        self.stdin.flush()
+        line = self.stdout.readline()
         if not line:
             raise RuntimeError("namespaced timing worker died")
         return Result(**json.loads(line))
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait(timeout=10)
 
 
@@ -90,7 +98,7 @@ def serve() -> None:
 class Runtime:
     name: str
     prefix: list[str]
-    runner: object = timed
+    runner: Runner = timed
     note: str = ""
     samples: dict[str, list[float]] = field(default_factory=dict)
     rss_kb: dict[str, list[int]] = field(default_factory=dict)
@@ -119,7 +127,8 @@ class Runtime:
 
     def commit(self, mode: str, out: dict) -> None:
         """Keeps a round only when all its steps worked, so the per-op series stay aligned."""
-        series = {"timed": self.samples, "rss": self.rss_kb}.get(mode)
+        by_mode: dict[str, dict[str, list[Any]]] = {"timed": self.samples, "rss": self.rss_kb}
+        series = by_mode.get(mode)
         for op, value in out.items():
             if series is not None and op != "state":
                 series.setdefault(op, []).append(value)
@@ -140,7 +149,7 @@ def make_bundle(tmp: Path) -> Path:
     return bundle
 
 
-def probe(name: str, variants: list[tuple[list[str], object, str]], bundle: Path) -> Runtime | str:
+def probe(name: str, variants: Sequence[tuple[list[str], Runner, str]], bundle: Path) -> Runtime | str:
     """The first way of invoking a runtime that runs the bundle, or why none did."""
     errors = []
     for prefix, runner, note in variants:
@@ -202,7 +211,7 @@ def _series(rt: Runtime, op: str) -> tuple[list[float], list[int]]:
     if op != "cycle":
         return rt.samples[op], rt.rss_kb[op]
     ops = ("create", "start", "delete")
-    return [sum(s) for s in zip(*(rt.samples[o] for o in ops))], [max(rt.rss_kb[o]) for o in ops]
+    return [sum(s) for s in zip(*(rt.samples[o] for o in ops), strict=True)], [max(rt.rss_kb[o]) for o in ops]
 
 
 def cleanup(runtimes: list[Runtime], roots: list[Path]) -> None:

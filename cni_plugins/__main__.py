@@ -24,11 +24,11 @@ def install_cmd(directory: Path) -> None:
 
 
 @cli.command("helper-stop")
-@click.option("--socket", "path", default=None, help="helper socket (default $PYCNI_HELPER_SOCKET or /run/pycni/helper.sock)")
-def helper_stop(path: str | None) -> None:
-    """Stop the resident helper."""
-    path = path or launch.socket_path()
-    click.echo("stopped" if helper.stop(path) else "no helper running")
+@click.option("--socket", "name", default=None,
+              help=f"the helper's abstract socket name (default $PYCNI_HELPER_SOCKET or {launch.DEFAULT_NAME})")
+def helper_stop(name: str | None) -> None:
+    """Stop the resident helper of this network namespace."""
+    click.echo("stopped" if helper.stop(name or launch.socket_name()) else "no helper running")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import socket
 import time
 from typing import Any
 
@@ -11,15 +12,15 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from cni_plugins.result import IPConfig, Result, Route
-from cni_plugins.skel import CNIError
+from cni_plugins.skel import ERR_INTERNAL, CNIError
 
 IFA_F_TENTATIVE = 0x40
 RTPROT_BOOT = 3
-AF = {4: 2, 6: 10}
+AF = {4: socket.AF_INET, 6: socket.AF_INET6}
 
 
 def _err(msg: str, exc: NetlinkError) -> CNIError:
-    return CNIError(999, f"{msg}: {os.strerror(exc.code)}")
+    return CNIError(ERR_INTERNAL, f"{msg}: {os.strerror(exc.code)}")
 
 
 def default_gateways(result: Result, index_of_iface: int | None) -> dict[int, Any]:
@@ -73,9 +74,9 @@ def add_route(ipr: IPRoute, index: int, ifname: str, route: Route, gw: Any) -> N
 def wait_dad(ipr: IPRoute, index: int, timeout: float = 10.0) -> None:
     """Waits until no IPv6 address on the link is tentative, so the container can use them at once."""
     deadline = time.monotonic() + timeout
-    while any(a.get("IFA_FLAGS", a["flags"]) & IFA_F_TENTATIVE for a in ipr.get_addr(index=index, family=10)):
+    while any(a.get("IFA_FLAGS", a["flags"]) & IFA_F_TENTATIVE for a in ipr.get_addr(index=index, family=socket.AF_INET6)):
         if time.monotonic() > deadline:
-            raise CNIError(999, "timed out waiting for IPv6 duplicate address detection")
+            raise CNIError(ERR_INTERNAL, "timed out waiting for IPv6 duplicate address detection")
         time.sleep(0.05)
 
 
@@ -96,7 +97,7 @@ def ensure_gateway(ipr: IPRoute, index: int, brname: str, ip: IPConfig, force: b
         other = ipaddress.ip_interface(f"{have[0]}/{have[1]}")
         if ip.family == 4 or other.ip in net or ip.gateway in other.network:
             if not force:
-                raise CNIError(999, f"{brname!r} already has an IP address different from {want[0]}/{want[1]}")
+                raise CNIError(ERR_INTERNAL, f"{brname!r} already has an IP address different from {want[0]}/{want[1]}")
             ipr.addr("del", index=index, address=have[0], prefixlen=have[1])
     try:
         ipr.addr("add", index=index, address=want[0], prefixlen=want[1])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -16,7 +17,7 @@ from cni_plugins import addr, ipmasq, link, ns, spoofcheck
 from cni_plugins.bridge_config import BridgeConf, load
 from cni_plugins.ipam import delegate
 from cni_plugins.result import Interface, IPConfig, Result, Route
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError, CmdArgs
 
 CONTAINER_IFACE_INDEX = 2
 FORWARDING = {4: "net/ipv4/ip_forward", 6: "net/ipv6/conf/all/forwarding"}
@@ -49,7 +50,7 @@ def _container_setup(ifname: str, conf: BridgeConf, result: Result | None) -> st
     with IPRoute() as ipr:
         found = link.find(ipr, ifname)
         if found is None:
-            raise CNIError(999, f"container interface {ifname!r} disappeared during ADD")
+            raise CNIError(ERR_INTERNAL, f"container interface {ifname!r} disappeared during ADD")
         index = found["index"]
         if result is not None:
             if conf.enable_dad:
@@ -98,7 +99,7 @@ def _add(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, nsfd: int) -> Result:
             ipam_called = True
             result = delegate.add(conf.ipam_type, args)
             if not result.ips:
-                raise CNIError(999, "IPAM plugin returned missing IP config")
+                raise CNIError(ERR_INTERNAL, "IPAM plugin returned missing IP config")
             gateways = _calc_gateways(result, conf)
             mac = ns.run_in(nsfd, _container_setup, args.ifname, conf, result)
             _setup_gateways(ipr, br["index"], conf, gateways)
@@ -120,8 +121,9 @@ def _add(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, nsfd: int) -> Result:
         if not conf.dns.is_empty():
             result.dns = conf.dns
         return result
-    except BaseException:
-        _undo(ipr, conf, args, host_index, ipam_called)
+    except BaseException as exc:
+        for failure in _undo(ipr, conf, args, host_index, ipam_called):
+            exc.add_note(failure)
         raise
 
 
@@ -134,25 +136,28 @@ def _setup_gateways(ipr: IPRoute, br_index: int, conf: BridgeConf, gateways: dic
                 ipr.link("set", index=br_index, address=mac)
         if ips:
             if not ns.sysctl_set(FORWARDING[family], "1"):
-                raise CNIError(999, f"failed to enable forwarding: /proc/sys/{FORWARDING[family]} missing")
+                raise CNIError(ERR_INTERNAL, f"failed to enable forwarding: /proc/sys/{FORWARDING[family]} missing")
 
 
-def _undo(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, host_index: int | None, ipam_called: bool) -> None:
-    """Best-effort rollback of a failed ADD; its own failures must not hide the original error."""
-    steps: list[Any] = []
+def _undo(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, host_index: int | None, ipam_called: bool) -> list[str]:
+    """Rolls back a failed ADD as far as it can; its own failures are returned, not raised, so they are
+    reported next to the original error instead of hiding it."""
+    steps: list[tuple[str, Any]] = []
     if host_index is not None:
-        steps.append(lambda: link.delete(ipr, host_index))
+        steps.append(("the host veth", lambda: link.delete(ipr, host_index)))
     if conf.layer3 and conf.ip_masq:
-        steps.append(lambda: ipmasq.teardown(conf.name, args.container_id))
+        steps.append(("the masquerade rules", lambda: ipmasq.teardown(conf.name, args.container_id)))
     if conf.macspoofchk:
-        steps.append(lambda: spoofcheck.teardown(args.container_id, args.ifname))
+        steps.append(("the MAC spoof check", lambda: spoofcheck.teardown(args.container_id, args.ifname)))
     if ipam_called:
-        steps.append(lambda: delegate.delete(conf.ipam_type, args))
-    for step in steps:
+        steps.append(("the IPAM allocation", lambda: delegate.delete(conf.ipam_type, args)))
+    failures = []
+    for what, step in steps:
         try:
             step()
-        except Exception:
-            pass
+        except Exception as exc:  # noqa: BLE001 - every step runs; each failure is reported
+            failures.append(f"undoing {what} failed: {type(exc).__name__}: {exc}")
+    return failures
 
 
 def _container_delete(ifname: str) -> None:
@@ -189,8 +194,8 @@ def _container_state(ifname: str) -> dict[str, Any] | None:
             return None
         index = found["index"]
         routes = []
-        for r in ipr.get_routes(oif=index, family=2) + ipr.get_routes(oif=index, family=10):
-            routes.append((r.get("RTA_DST") or ("0.0.0.0" if r["family"] == 2 else "::"), r["dst_len"], r.get("RTA_GATEWAY")))
+        for r in ipr.get_routes(oif=index, family=socket.AF_INET) + ipr.get_routes(oif=index, family=socket.AF_INET6):
+            routes.append((r.get("RTA_DST") or ("0.0.0.0" if r["family"] == socket.AF_INET else "::"), r["dst_len"], r.get("RTA_GATEWAY")))
         return {"mac": found.get("IFLA_ADDRESS"), "peer": found.get("IFLA_LINK"), "kind": link.kind(found),
                 "addrs": addr.addresses(ipr, index), "routes": routes}
 
@@ -208,28 +213,28 @@ def check(args: CmdArgs) -> None:
     finally:
         os.close(nsfd)
     if state is None:
-        raise CNIError(999, f"container interface {args.ifname!r} not found in {args.netns}")
+        raise CNIError(ERR_INTERNAL, f"container interface {args.ifname!r} not found in {args.netns}")
     if state["kind"] != "veth":
-        raise CNIError(999, f"container interface {args.ifname!r} is not a veth")
+        raise CNIError(ERR_INTERNAL, f"container interface {args.ifname!r} is not a veth")
     expected = next((i for i in prev.interfaces if i.name == args.ifname and i.sandbox), None)
     if expected is None:
-        raise CNIError(999, f"prevResult lists no interface {args.ifname!r} in a sandbox")
+        raise CNIError(ERR_INTERNAL, f"prevResult lists no interface {args.ifname!r} in a sandbox")
     if expected.mac and expected.mac.lower() != (state["mac"] or "").lower():
-        raise CNIError(999, f"interface {args.ifname!r} has MAC {state['mac']}, expected {expected.mac}")
+        raise CNIError(ERR_INTERNAL, f"interface {args.ifname!r} has MAC {state['mac']}, expected {expected.mac}")
     for ip in prev.ips:
         if (str(ip.address.ip), ip.address.network.prefixlen) not in state["addrs"]:
-            raise CNIError(999, f"address {ip.address} missing on {args.ifname!r}")
+            raise CNIError(ERR_INTERNAL, f"address {ip.address} missing on {args.ifname!r}")
     present = {(str(ipaddress.ip_network(f"{d}/{n}", strict=False)), str(gw) if gw else None) for d, n, gw in state["routes"]}
     for route in prev.routes:
         if not any(dst == str(route.network) for dst, _ in present):
-            raise CNIError(999, f"route to {route.dst} missing on {args.ifname!r}")
+            raise CNIError(ERR_INTERNAL, f"route to {route.dst} missing on {args.ifname!r}")
     with IPRoute() as ipr:
         br = link.find(ipr, conf.bridge)
         if br is None or link.kind(br) != "bridge":
-            raise CNIError(999, f"bridge {conf.bridge!r} not found")
+            raise CNIError(ERR_INTERNAL, f"bridge {conf.bridge!r} not found")
         peer = ipr.get_links(state["peer"]) if state["peer"] else []
         if not peer or peer[0].get("IFLA_MASTER") != br["index"]:
-            raise CNIError(999, f"host end of {args.ifname!r} is not a port of {conf.bridge!r}")
+            raise CNIError(ERR_INTERNAL, f"host end of {args.ifname!r} is not a port of {conf.bridge!r}")
 
 
 def status(args: CmdArgs) -> None:

@@ -1,123 +1,335 @@
 """The resident helper: keeps pyroute2 and the plugins imported and serves plugin calls over a unix socket.
 
-Started on demand by a plugin call (cni_plugins.launch), it holds a flock next to its socket so only one
-runs per socket path, serves each connection in a thread, serialises calls for the same attachment (so a
-DEL that follows a killed ADD waits for that ADD to finish here) and exits after PYCNI_HELPER_IDLE seconds
-without calls or on a `stop` request.
+Started on demand by a plugin call (cni_plugins.launch), it serves each connection in a thread and
+serialises calls for the same attachment (so a DEL that follows a killed ADD waits for that ADD here).
+
+Threat model. The helper makes bridges, host routes and masquerade rules in its own network namespace,
+so serving a caller from another netns would build that caller's node in the wrong one (a node in its
+own netns, a nested node). Hence one helper per netns, reachable only from it: it listens on an
+*abstract* unix socket, which the kernel scopes to the netns the socket was made in. Over a socket file
+(even one named after the netns inode) that gives more: nothing to go stale after a kill, no netns inode
+in a path that a later netns can reuse, bind's EADDRINUSE elects the one helper of a netns without a
+lock file, and callers in namespaces that share /run still never meet. An abstract name has no file
+permissions, so both ends check SO_PEERCRED: the helper serves only peers with its own euid whose
+/proc/PID/ns/net is its own (a socket made here and passed elsewhere is refused), the client only
+talks to a listener with its euid (launch.connect).
+A helper also outlives upgrades: each request carries the version of the plugin code installed now
+(launch.code_version); a helper that loaded other code refuses it, gives up its name and exits, and the
+client serves the call in-process and starts a helper of its own code.
+A helper holds its netns alive, with any veth in it: it exits when nothing else uses the netns (no other
+process, no nsfs mount in any mount namespace, no open fd), checked every second, so deleting a node's
+netns frees it in bounded time. It also exits after PYCNI_HELPER_IDLE seconds without calls or on
+`stop`. A malformed request gets the spec's error result and a line in the log (PYCNI_HELPER_LOG,
+default /run/pycni/helper.log), which also records start, refusals and exit.
 """
 from __future__ import annotations
 
-import fcntl
+import errno
+import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections import defaultdict
 
 from cni_plugins import launch, plugins
+from cni_plugins.skel import ERR_DECODING_FAILURE, error_reply
 
 STOP = "__stop__"
 IDLE_ENV = "PYCNI_HELPER_IDLE"
 DEFAULT_IDLE = 600.0
+LOG_ENV = "PYCNI_HELPER_LOG"
+DEFAULT_LOG = "/run/pycni/helper.log"
+TICK = 1.0
+REQUEST_TIMEOUT = 10.0
+BODY_MAX = 16 << 20
+NS_NET = "/proc/self/ns/net"
+
+log = logging.getLogger("cni_plugins.helper")
+
+
+class MalformedRequest(Exception):
+    """A request that does not follow launch.encode_request."""
+
+
+class NetnsWatch:
+    """Whether anything besides this process holds our netns.
+
+    Users are processes in it, nsfs mounts of it (`ip netns add` makes one in /run/netns) in any mount
+    namespace, and open fds to it. The holder found last is checked first, so the usual answer costs one
+    stat or one mountinfo read; /proc is scanned only when that holder has gone, and fds and threads are
+    looked at only when no process and no mount holds the netns. What the helper may not look into (a
+    non-dumpable process, another user's for a helper that is not root) is taken not to hold it: a wrong
+    "unused" only costs a helper restart on the next call, a wrong "used" keeps a dead netns and its veths.
+    """
+
+    def __init__(self) -> None:
+        self.ino = os.stat(NS_NET).st_ino
+        self.link = f"net:[{self.ino}]"
+        self.me = str(os.getpid())
+        self.holder: tuple[str, str] | None = None
+
+    def in_use(self) -> bool:
+        if self.holder is not None and self._holds(*self.holder):
+            return True
+        self.holder = self._find()
+        return self.holder is not None
+
+    def _holds(self, kind: str, path: str) -> bool:
+        try:
+            if kind == "ns":
+                return os.stat(path).st_ino == self.ino
+            if kind == "mount":
+                with open(path) as f:
+                    return any(line.split(" ", 4)[3] == self.link for line in f)
+            return os.readlink(path) == self.link
+        except (FileNotFoundError, ProcessLookupError, PermissionError):  # exited meanwhile, or not ours to see
+            return False
+
+    def _find(self) -> tuple[str, str] | None:
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and p != self.me]
+        for pid in pids:
+            if self._holds("ns", f"/proc/{pid}/ns/net"):
+                return "ns", f"/proc/{pid}/ns/net"
+        mount_namespaces = {os.stat("/proc/self/ns/mnt").st_ino: "self"}
+        for pid in pids:
+            try:
+                mount_namespaces.setdefault(os.stat(f"/proc/{pid}/ns/mnt").st_ino, pid)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass  # exited since the listing, or not ours to see: see the class docstring
+        for pid in mount_namespaces.values():
+            if self._holds("mount", f"/proc/{pid}/mountinfo"):
+                return "mount", f"/proc/{pid}/mountinfo"
+        for pid in pids:
+            for kind, directory in (("ns", f"/proc/{pid}/task"), ("fd", f"/proc/{pid}/fd")):
+                try:
+                    names = os.listdir(directory)
+                except (FileNotFoundError, ProcessLookupError, PermissionError):
+                    break  # exited since the listing, or not ours to see
+                for name in names:
+                    path = f"{directory}/{name}/ns/net" if kind == "ns" else f"{directory}/{name}"
+                    if self._holds(kind, path):
+                        return kind, path
+        return None
 
 
 class Helper:
-    def __init__(self, path: str, idle: float) -> None:
-        self.path = path
-        self.listener: socket.socket | None = None
+    def __init__(self, listener: socket.socket, idle: float, version: str) -> None:
+        self.listener = listener
         self.idle = idle
+        self.version = version
+        self.netns = os.stat(NS_NET)
+        self.watch = NetnsWatch()
+        self.uid = os.geteuid()
         self.active = 0
         self.cond = threading.Condition()
         self.keys: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self.stopping = False
+        self.stop_reason = ""
 
-    def serve(self, listener: socket.socket) -> None:
-        self.listener = listener
-        listener.settimeout(1.0)
+    def serve(self) -> str:
+        """Serves until a reason to exit comes, lets the calls in flight finish, and returns the reason."""
+        self.listener.settimeout(TICK)
         idle_for = 0.0
         while not self.stopping:
             try:
-                conn, _ = listener.accept()
+                conn, _ = self.listener.accept()
             except socket.timeout:
                 with self.cond:
-                    idle_for = idle_for + 1.0 if self.active == 0 else 0.0
+                    busy = self.active > 0
+                idle_for = 0.0 if busy else idle_for + TICK
                 if idle_for >= self.idle:
-                    return
+                    self.release(f"idle for {self.idle:g} s")
+                elif not busy and not self.watch.in_use():
+                    self.release(f"nothing else uses netns {self.watch.link}")
                 continue
             except OSError:
-                break
+                if self.stopping:  # release() closed the listener under us
+                    break
+                raise
             idle_for = 0.0
             with self.cond:
                 self.active += 1
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
         with self.cond:
             self.cond.wait_for(lambda: self.active == 0, timeout=30)
+        return self.stop_reason
+
+    def release(self, reason: str) -> None:
+        """Gives up the socket name at once (a successor can bind it) and makes serve() return."""
+        with self.cond:
+            if self.stopping:
+                return
+            self.stopping, self.stop_reason = True, reason
+            try:
+                self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in serve()
+            except OSError as exc:
+                if exc.errno != errno.ENOTCONN:
+                    raise
+            self.listener.close()
 
     def handle(self, conn: socket.socket) -> None:
         try:
             with conn:
-                header = launch._recv_line(conn).split()
-                name_len, env_len, stdin_len = (int(x) for x in header)
-                name = launch._recv_exact(conn, name_len).decode()
-                blob = launch._recv_exact(conn, env_len).decode()
-                stdin = launch._recv_exact(conn, stdin_len)
-                env = dict(item.split("=", 1) for item in blob.split("\0") if "=" in item)
-                if name == STOP:
-                    self.stopping = True
-                    self.listener.shutdown(socket.SHUT_RDWR)
-                    rc, out = 0, b""
-                else:
-                    with self.keys[(env.get("CNI_CONTAINERID", ""), env.get("CNI_IFNAME", ""))]:
-                        rc, out = plugins.run(name, env, stdin)
-                conn.sendall(b"%d %d\n" % (rc, len(out)) + out)
-        except (OSError, ValueError, KeyError):
-            pass
+                conn.settimeout(REQUEST_TIMEOUT)
+                reply, unread = self.answer(conn)
+                conn.sendall(reply)
+                if unread:
+                    drain(conn)
+        except OSError as exc:
+            log.warning("could not answer a caller: %s", exc)
         finally:
             with self.cond:
                 self.active -= 1
                 self.cond.notify_all()
 
+    def answer(self, conn: socket.socket) -> tuple[bytes, bool]:
+        """The reply to the request on `conn`, and whether the caller may have sent more than was read."""
+        refusal = self.refusal(conn)
+        if refusal:
+            log.warning("refused a caller: %s", refusal)
+            return launch.REFUSED + b" " + launch.FOREIGN.encode() + b"\n", True
+        try:
+            name, env, stdin, version = read_request(conn)
+        except (MalformedRequest, ValueError, ConnectionError, socket.timeout) as exc:
+            log.warning("malformed request: %s", exc)
+            out = error_reply(ERR_DECODING_FAILURE, "malformed request to the CNI helper", str(exc))
+            return b"1 %d\n" % len(out) + out, True
+        if version != self.version:
+            log.warning("a caller runs plugin code %s, this helper %s: exiting for a helper of the new code",
+                        version, self.version)
+            self.release(f"plugin code changed from {self.version} to {version}")
+            return launch.REFUSED + b" " + launch.SKEW.encode() + b"\n", False
+        if name == STOP:
+            self.release("asked to stop")
+            return b"0 0\n", False
+        with self.keys[(env.get("CNI_CONTAINERID", ""), env.get("CNI_IFNAME", ""))]:
+            rc, out = plugins.run(name, env, stdin)
+        return b"%d %d\n" % (rc, len(out)) + out, False
 
-def main(path: str) -> None:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    lock = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    def refusal(self, conn: socket.socket) -> str:
+        """Why the peer must not be served ("" when it may): another user, or a process outside our netns."""
+        pid, uid, _ = peer_credentials(conn)
+        if uid != self.uid:
+            return f"pid {pid} runs as uid {uid}, the helper as {self.uid}"
+        if pid <= 0:
+            return "the caller's pid is not visible in the helper's pid namespace"
+        try:
+            theirs = os.stat(f"/proc/{pid}/ns/net")
+        except OSError as exc:
+            return f"cannot read /proc/{pid}/ns/net: {exc.strerror}"
+        if (theirs.st_dev, theirs.st_ino) != (self.netns.st_dev, self.netns.st_ino):
+            return f"pid {pid} is in netns net:[{theirs.st_ino}], the helper in net:[{self.netns.st_ino}]"
+        return ""
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the peer as it connected (struct ucred); pid 0 when not visible in our pid namespace."""
+    pid, uid, gid = struct.unpack("iII", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
+    return pid, uid, gid
+
+
+def drain(conn: socket.socket, limit: int = 1 << 20) -> None:
+    """Reads what the caller sent beyond the request before closing: closing a unix socket with unread
+    data resets the connection, and the caller would lose the reply it was sent."""
+    conn.shutdown(socket.SHUT_WR)
+    while limit > 0:
+        chunk = conn.recv(min(limit, 65536))
+        if not chunk:
+            return
+        limit -= len(chunk)
+
+
+def read_request(conn: socket.socket) -> tuple[str, dict[str, str], bytes, str]:
+    """(plugin, env, stdin, code version) of one request as launch.encode_request writes it."""
+    header = launch.recv_line(conn).split()
+    if len(header) != 4:
+        raise MalformedRequest(f"header has {len(header)} fields, expected 4 (name, env and stdin lengths, version)")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return
-    plugins.preload()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sizes = [int(x) for x in header[:3]]
+    except ValueError:
+        raise MalformedRequest(f"header lengths are not integers: {b' '.join(header[:3])!r}") from None
+    if not all(0 <= n <= BODY_MAX for n in sizes):
+        raise MalformedRequest(f"header lengths {sizes} out of range 0..{BODY_MAX}")
+    name = launch.recv_exact(conn, sizes[0]).decode()
+    blob = launch.recv_exact(conn, sizes[1]).decode()
+    stdin = launch.recv_exact(conn, sizes[2])
+    if name != STOP and name not in plugins.MODULES:
+        raise MalformedRequest(f"unknown plugin {name!r}")
+    items = blob.split("\0") if blob else []
+    if not all("=" in item for item in items):
+        raise MalformedRequest("environment entry without '='")
+    return name, dict(item.split("=", 1) for item in items), stdin, header[3].decode()
+
+
+def _setup_log() -> None:
+    """Appends to PYCNI_HELPER_LOG; a helper that cannot open it logs to its stderr (/dev/null) and serves on."""
+    path = os.environ.get(LOG_ENV) or DEFAULT_LOG
+    error = None
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    old = os.umask(0o077)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path)
+    except OSError as exc:
+        handler, error = logging.StreamHandler(), exc
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s pycni-helper[%(process)d] net:[{os.stat(NS_NET).st_ino}] %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    if error is not None:
+        log.warning("cannot log to %s: %s", path, error.strerror)
+
+
+def main(name: str) -> None:
+    version = launch.code_version()  # before the plugins load: code changed after this is refused, not served
+    _setup_log()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        listener.bind(path)
-    finally:
-        os.umask(old)
-    listener.listen(256)
-    try:
-        Helper(path, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE))).serve(listener)
-    finally:
-        os.unlink(path)
+        listener.bind(launch.address(name))
+    except OSError as exc:
         listener.close()
-
-
-def stop(path: str, timeout: float = 10.0) -> bool:
-    """Asks the helper on `path` to exit and waits until it has (its lock is free); False when none was listening."""
-    if launch.call_helper(path, STOP, {}, b"") is None:
-        return False
-    deadline = time.monotonic() + timeout
-    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        if exc.errno == errno.EADDRINUSE:  # this netns has its helper already
+            return
+        raise
+    listener.listen(256)  # callers queue while the plugins load instead of being refused and starting helpers
+    log.info("serving @%s, plugin code %s", name, version)
+    plugins.preload()
+    helper = Helper(listener, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE)), version)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"helper on {path} did not exit") from None
-                time.sleep(0.01)
+        reason = helper.serve()
+    except BaseException:
+        log.exception("the helper failed")
+        raise
     finally:
-        os.close(fd)
+        helper.release("the helper failed")
+    log.info("exiting: %s", reason)
+
+
+def stop(name: str, timeout: float = 10.0) -> bool:
+    """Asks the helper of this netns called `name` to exit and waits until it has; False when none listened."""
+    conn = launch.connect(name)
+    if isinstance(conn, str):
+        return False
+    sock, pid = conn
+    try:
+        sock.sendall(launch.encode_request(STOP, {}, b"", launch.code_version()))
+        launch.recv_line(sock)
+    except OSError:
+        pass  # it went away by itself: wait for it all the same
+    finally:
+        sock.close()
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"helper @{name} (pid {pid}) did not exit")
+        time.sleep(0.01)
+    return True
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting for its reaper counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,10 +1,11 @@
 """Writes the lean plugin launchers into a CNI bin dir (the same `python -IS` shape as scripts/install-launchers.py)."""
 from __future__ import annotations
 
-import os
 import sys
 import sysconfig
 from pathlib import Path
+
+from cni_plugins.fsutil import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 EXECUTABLES = {"pybridge": "bridge", "pyhost-local": "host_local", "pyloopback": "loopback"}
@@ -24,9 +25,6 @@ def install(directory: Path, python: Path | None = None) -> list[Path]:
     written = []
     for name, func in EXECUTABLES.items():
         path = directory / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(TEMPLATE.format(python=python, repo=str(REPO), site=site, func=func))
-        tmp.chmod(0o755)
-        os.replace(tmp, path)
+        atomic_write(path, TEMPLATE.format(python=python, repo=str(REPO), site=site, func=func), 0o755)
         written.append(path)
     return written

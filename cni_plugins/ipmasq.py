@@ -13,7 +13,7 @@ import shlex
 import subprocess
 
 from cni_plugins.result import IPInterface
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
+from cni_plugins.skel import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError
 
 MAX_CHAIN_LENGTH = 28
 BACKENDS = ("iptables",)
@@ -35,7 +35,7 @@ def _tool(version: int) -> str:
 def _run(version: int, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([_tool(version), "-w", "-t", "nat", *args], capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
-        raise CNIError(999, f"{_tool(version)} {' '.join(args)} failed: {proc.stderr.strip()}")
+        raise CNIError(ERR_INTERNAL, f"{_tool(version)} {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc
 
 

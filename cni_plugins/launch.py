@@ -1,69 +1,132 @@
 """The plugin executables' entry points, importing only os, sys and _socket so a CNI call starts in milliseconds.
 
-A call is forwarded to the resident helper (cni_plugins.helper) when one listens on the socket; when none
-does, the call starts one for the calls that follow and serves itself in-process, so the result never
-depends on the helper being there. PYCNI_HELPER=off turns the helper off; PYCNI_HELPER_SOCKET moves it.
+A call is forwarded to the resident helper (cni_plugins.helper) of the caller's network namespace when one
+listens; when none does, the call starts one for the calls that follow and serves itself in-process, so
+the result never depends on the helper being there. The helper listens on an abstract unix socket, which
+the kernel scopes to a netns, so a caller only ever reaches the helper of its own netns (see helper.py for
+why that matters and for the checks both ends make). PYCNI_HELPER=off turns the helper off;
+PYCNI_HELPER_SOCKET renames its socket (a test's own helper).
 """
 import os
 import sys
 
 import _socket  # the C module: `socket` would pull in enum and selectors, 6 ms of a call's start-up
 
-DEFAULT_SOCKET = "/run/pycni/helper.sock"
+DEFAULT_NAME = "pycni-helper"
 HELPER_ENV = "PYCNI_HELPER"
 SOCKET_ENV = "PYCNI_HELPER_SOCKET"
+LINE_MAX = 4096
+REFUSED = b"refused"
+# why a call was not served; the helper sends the last two after REFUSED
+ABSENT = "absent"  # nobody listens (or the helper went away mid-call): start one
+UNTRUSTED = "untrusted"  # the listener runs as another user: never send it a request, never start one
+SKEW = "skew"  # the helper runs other plugin code than ours: it has exited, start one of ours
+FOREIGN = "foreign"  # the helper found the caller outside its netns or of another user
+RESTART = (ABSENT, SKEW)
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
-def socket_path() -> str:
-    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+def socket_name() -> str:
+    return os.environ.get(SOCKET_ENV) or DEFAULT_NAME
 
 
-def encode_request(plugin: str, env: dict, stdin: bytes) -> bytes:
+def address(name: str) -> bytes:
+    """The abstract socket address of the helper called `name` (in the netns of whoever uses it)."""
+    return b"\0" + name.encode()
+
+
+def code_version() -> str:
+    """Identifies the plugin code installed now: path, inode, size and mtime of every module, folded.
+
+    A stat per module (about 0.1 ms for the package), no hashing module to import. An upgrade or an edit
+    changes it; the helper takes it before loading the plugins, so it never claims newer code than it has.
+    """
+    entries = []
+    dirs = [PACKAGE]
+    while dirs:
+        with os.scandir(dirs.pop()) as it:
+            for entry in it:
+                if entry.name.endswith(".py"):
+                    st = entry.stat()
+                    entries.append(f"{entry.path} {st.st_ino} {st.st_size} {st.st_mtime_ns}")
+                elif entry.name != "__pycache__" and entry.is_dir():
+                    dirs.append(entry.path)
+    folded = int.from_bytes("\n".join(sorted(entries)).encode(), "big") % ((1 << 61) - 1)
+    return "%016x" % folded
+
+
+def encode_request(plugin: str, env: dict, stdin: bytes, version: str) -> bytes:
     blob = "\0".join(f"{k}={v}" for k, v in env.items()).encode()
     name = plugin.encode()
-    return b"%d %d %d\n" % (len(name), len(blob), len(stdin)) + name + blob + stdin
+    return b"%d %d %d %s\n" % (len(name), len(blob), len(stdin), version.encode()) + name + blob + stdin
 
 
-def _recv_exact(sock: _socket.socket, n: int) -> bytes:
+def recv_exact(sock: _socket.socket, n: int) -> bytes:
     chunks = []
     while n:
         chunk = sock.recv(min(n, 1 << 20))
         if not chunk:
-            raise ConnectionError("helper closed the connection")
+            raise ConnectionError("the peer closed the connection")
         chunks.append(chunk)
         n -= len(chunk)
     return b"".join(chunks)
 
 
-def _recv_line(sock: _socket.socket) -> bytes:
+def recv_line(sock: _socket.socket, limit: int = LINE_MAX) -> bytes:
     line = b""
     while not line.endswith(b"\n"):
+        if len(line) >= limit:
+            raise ValueError(f"no end of line in the first {limit} bytes")
         chunk = sock.recv(1)
         if not chunk:
-            raise ConnectionError("helper closed the connection")
+            raise ConnectionError("the peer closed the connection")
         line += chunk
     return line
 
 
-def call_helper(path: str, plugin: str, env: dict, stdin: bytes) -> "tuple[int, bytes] | None":
-    """(status, stdout) from the helper, or None when no helper took the request."""
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+def connect(name: str) -> "tuple[_socket.socket, int] | str":
+    """A connection to this netns's helper and the helper's pid, or why there is none (ABSENT, UNTRUSTED).
+
+    An abstract name has no file permissions, so anyone could listen on it: only a listener with our euid
+    (SO_PEERCRED) is sent a request.
+    """
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(address(name))
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except OSError:
+        sock.close()
+        return ABSENT
+    if int.from_bytes(cred[4:8], sys.byteorder) != os.geteuid():
+        sock.close()
+        return UNTRUSTED
+    return sock, int.from_bytes(cred[0:4], sys.byteorder)
+
+
+def call_helper(name: str, plugin: str, env: dict, stdin: bytes) -> "tuple[int, bytes] | str":
+    """(status, stdout) from the helper, or why it did not serve the call (ABSENT, UNTRUSTED, SKEW, FOREIGN)."""
+    conn = connect(name)
+    if isinstance(conn, str):
+        return conn
+    sock = conn[0]
     try:
         try:
-            sock.connect(path)
-            sock.sendall(encode_request(plugin, env, stdin))
-            rc, size = _recv_line(sock).split()
+            sock.sendall(encode_request(plugin, env, stdin, code_version()))
+            reply = recv_line(sock).split()
         except OSError:
-            return None
-        return int(rc), _recv_exact(sock, int(size))
+            return ABSENT
+        if reply[0] == REFUSED:
+            return reply[1].decode()
+        rc, size = reply
+        return int(rc), recv_exact(sock, int(size))
     finally:
         sock.close()
 
 
-def spawn_helper(path: str) -> None:
-    """Starts a detached helper for `path`; it serves later calls and exits when idle."""
+def spawn_helper(name: str) -> None:
+    """Starts a detached helper in this netns; it serves later calls and exits when idle or its netns is gone."""
     code = (f"import sys; sys.path[:0] = {[p for p in sys.path if p]!r}; "
-            f"from cni_plugins.helper import main; main({path!r})")
+            f"from cni_plugins.helper import main; main({name!r})")
     try:
         pid = os.fork()
     except OSError:
@@ -89,13 +152,13 @@ def main(plugin: str) -> int:
         env["CNI_NETNS"] = os.path.abspath(netns)
     mode = env.get(HELPER_ENV, "auto")
     if mode != "off":
-        path = socket_path()
-        reply = call_helper(path, plugin, env, stdin)
-        if reply is None and env.get("CNI_COMMAND") not in (None, "VERSION"):
-            spawn_helper(path)
-        if reply is not None:
+        name = socket_name()
+        reply = call_helper(name, plugin, env, stdin)
+        if not isinstance(reply, str):
             sys.stdout.buffer.write(reply[1])
             return reply[0]
+        if reply in RESTART and env.get("CNI_COMMAND") not in (None, "VERSION"):
+            spawn_helper(name)
     from cni_plugins.plugins import run
     rc, out = run(plugin, env, stdin)
     sys.stdout.buffer.write(out)

@@ -9,7 +9,7 @@ from typing import Any
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CNIError
+from cni_plugins.skel import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError
 
 IFF_UP = 0x1
 IFF_PROMISC = 0x100
@@ -20,7 +20,7 @@ BRIDGE_VLAN_INFO_UNTAGGED = 0x4
 
 class LinkError(CNIError):
     def __init__(self, msg: str, details: str = "") -> None:
-        super().__init__(999, msg, details)
+        super().__init__(ERR_INTERNAL, msg, details)
 
 
 def find(ipr: IPRoute, name: str) -> Any | None:

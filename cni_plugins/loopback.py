@@ -8,14 +8,14 @@ from pyroute2 import IPRoute
 
 from cni_plugins import addr, link, ns
 from cni_plugins.result import Interface, IPConfig, Result
-from cni_plugins.skel import CNIError, CmdArgs
+from cni_plugins.skel import ERR_INTERNAL, CNIError, CmdArgs
 
 
 def _up() -> list[tuple[str, int]]:
     with IPRoute() as ipr:
         lo = link.find(ipr, "lo")
         if lo is None:
-            raise CNIError(999, "no lo interface in the container netns")
+            raise CNIError(ERR_INTERNAL, "no lo interface in the container netns")
         ipr.link("set", index=lo["index"], state="up")
         return addr.addresses(ipr, lo["index"])
 
@@ -62,7 +62,7 @@ def check(args: CmdArgs) -> None:
     finally:
         os.close(nsfd)
     if not up:
-        raise CNIError(999, "lo is down")
+        raise CNIError(ERR_INTERNAL, "lo is down")
 
 
 def _is_up() -> bool:

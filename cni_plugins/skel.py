@@ -186,10 +186,20 @@ def execute(plugin: Plugin, env: Mapping[str, str], stdin: bytes) -> tuple[int, 
         version = args.version if args.version in SUPPORTED_VERSIONS else LATEST
         output = _dispatch(plugin, args)
     except CNIError as exc:
-        return 1, _dump(exc.to_json(version))
+        return 1, error_reply(exc.code, exc.msg, _with_notes(exc.details, exc), version)
     except Exception as exc:  # an unexpected failure still owes the caller the spec's error JSON
-        return 1, _dump(CNIError(ERR_INTERNAL, f"{type(exc).__name__}: {exc}").to_json(version))
+        return 1, error_reply(ERR_INTERNAL, f"{type(exc).__name__}: {exc}", _with_notes("", exc), version)
     return 0, _dump(output) if output is not None else b""
+
+
+def error_reply(code: int, msg: str, details: str = "", version: str = LATEST) -> bytes:
+    """The spec's error result as a plugin prints it on stdout."""
+    return _dump(CNIError(code, msg, details).to_json(version))
+
+
+def _with_notes(details: str, exc: BaseException) -> str:
+    """Details plus the notes a failed step added (an ADD's rollback failures), so none is lost."""
+    return "; ".join(filter(None, [details, *getattr(exc, "__notes__", ())]))
 
 
 def _dispatch(plugin: Plugin, args: CmdArgs) -> dict[str, Any] | None:

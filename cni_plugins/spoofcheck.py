@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from cni_plugins.skel import CNIError
+from cni_plugins.skel import ERR_INTERNAL, CNIError
 
 TABLE = "bridge nat"
 BASE_CHAIN = "PREROUTING"
@@ -22,7 +22,7 @@ def _nft(script: str | None = None, *args: str, check: bool = True) -> subproces
     argv = ["nft", *(args or ("-f", "-"))]
     proc = subprocess.run(argv, input=script, capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
-        raise CNIError(999, f"nft failed: {proc.stderr.strip()}")
+        raise CNIError(ERR_INTERNAL, f"nft failed: {proc.stderr.strip()}")
     return proc
 
 

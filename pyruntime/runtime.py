@@ -17,18 +17,19 @@ from any thread.
 """
 from __future__ import annotations
 
-import os
+import builtins
 import signal as _signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pyruntime.container.store import ContainerError, NotFound, Store
-from pyruntime.errors import InvalidArgumentError
+from pyruntime.errors import InvalidArgumentError, PyRuntimeError
 from pyruntime.oci.state import ContainerState, oci_state
 from pyruntime.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
     from pyruntime.oci.spec import Process, Spec
 
 
@@ -66,10 +67,13 @@ def parse_signal(sig: int | str) -> int:
 
 
 class Runtime:
-    """The container operations over the state under `settings.root` (see the module doc)."""
+    """The container operations over the state under `settings.root` (see the module doc). `kernel`: the
+    syscall layer `create` and `exec` set containers up through; None lets them make the real one when
+    they need it, so the commands that don't fork never load ctypes."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, kernel: Syscalls | None = None) -> None:
         self.settings = settings if settings is not None else Settings()
+        self.kernel = kernel
         self.store = Store(self.settings.root)
 
     def create(self, id: str, bundle: str, spec: Spec | None = None, *, console_socket: str | None = None,
@@ -80,7 +84,7 @@ class Runtime:
         if preserve_fds < 0:
             raise InvalidArgumentError(f"preserve_fds: must be >= 0, got {preserve_fds}")
         record = create(self.store, id, bundle, spec=spec, console_socket=console_socket, pid_file=pid_file,
-                        preserve_fds=preserve_fds, debug=self.settings.debug)
+                        preserve_fds=preserve_fds, debug=self.settings.debug, kernel=self.kernel)
         return State(record, "created")
 
     def start(self, id: str) -> None:
@@ -92,14 +96,19 @@ class Runtime:
         record = self.store.load(id)
         return State(record, status_of(self.store, record))
 
-    def list(self) -> list[State]:
-        """Every container under the root; one deleted while listing is left out."""
+    def list(self, on_error: Callable[[str, PyRuntimeError], None] | None = None) -> list[State]:
+        """Every container under the root; one deleted while listing is left out, and so is one whose
+        record can't be read, which goes to `on_error(id, error)` so that one bad record does not hide the rest."""
         from pyruntime.container.control import status_of
         out = []
         for cid in self.store.ids():
             try:
                 record = self.store.load(cid)
             except NotFound:
+                continue
+            except PyRuntimeError as e:
+                if on_error is not None:
+                    on_error(cid, e)
                 continue
             out.append(State(record, status_of(self.store, record)))
         return out
@@ -135,7 +144,7 @@ class Runtime:
         if preserve_fds < 0:
             raise InvalidArgumentError(f"preserve_fds: must be >= 0, got {preserve_fds}")
         pid = exec_process(self.store, id, process, console_socket=console_socket, preserve_fds=preserve_fds,
-                           debug=self.settings.debug)
+                           debug=self.settings.debug, kernel=self.kernel)
         if pid_file:
             write_pid_file(pid_file, pid)
         return pid
@@ -155,7 +164,7 @@ class Runtime:
             raise InvalidArgumentError(f"linux.resources: must be an object, got {type(resources).__name__}")
         update(self.store, id, resources)
 
-    def pids(self, id: str) -> list[int]:
+    def pids(self, id: str) -> builtins.list[int]:
         from pyruntime.container.control import pids
         return pids(self.store, id)
 
@@ -175,7 +184,7 @@ class Runtime:
             try:
                 record = stats(self.store, id)
                 now = oom_count(self.store, id)
-            except ContainerError:  # stopped (or deleted, NotFound being one) since the last round: the stream ends
+            except (ContainerError, NotFound):  # stopped or deleted since the last round: the stream ends
                 return
             yield record
             if now > ooms:

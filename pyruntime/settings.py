@@ -11,6 +11,7 @@ flags, a config file) override both:
   PYRUNTIME_IMAGE_ROOT       image store root (default /var/lib/pyruntime/images)
   PYRUNTIME_REGISTRY_CONFIG  registry hosts directory, containerd's certs.d layout (default /etc/pyruntime/certs.d)
   PYRUNTIME_SNAPSHOTTER      "overlay" or "copy" (default overlay; without root the image code falls back to copy)
+  PYRUNTIME_REGISTRY_CREDS   USER:PASSWORD for image pulls (no default; never shown by repr)
   PYRUNTIME_DEBUG            any non-empty value: tracebacks with errors, also from the container's set-up
 
 A plain immutable class, not a frozen dataclass: the CLI builds one on every command, and importing
@@ -26,44 +27,48 @@ DEFAULT_HOSTS_DIR = "/etc/pyruntime/certs.d"
 SNAPSHOTTERS = ("overlay", "copy")
 LOG_FORMATS = ("text", "json")
 ENVIRONMENT = {"image_root": "PYRUNTIME_IMAGE_ROOT", "hosts_dir": "PYRUNTIME_REGISTRY_CONFIG",
-               "snapshotter": "PYRUNTIME_SNAPSHOTTER", "debug": "PYRUNTIME_DEBUG"}
+               "snapshotter": "PYRUNTIME_SNAPSHOTTER", "registry_creds": "PYRUNTIME_REGISTRY_CREDS",
+               "debug": "PYRUNTIME_DEBUG"}
 
 
 class Settings:
     """root: container state (runc's --root); image_root, hosts_dir, snapshotter: the image store;
-    debug: tracebacks; log, log_format: where the CLI also writes its errors (runc's --log)."""
+    registry_creds: USER:PASSWORD for pulls; debug: tracebacks; log, log_format: where the CLI also
+    writes its errors (runc's --log)."""
 
-    FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "debug", "log", "log_format")
+    FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "registry_creds", "debug", "log", "log_format")
     __slots__ = FIELDS
 
     root: str
     image_root: str
     hosts_dir: str
     snapshotter: str
+    registry_creds: str | None
     debug: bool
     log: str | None
     log_format: str
 
     def __init__(self, root: str = DEFAULT_ROOT, image_root: str = DEFAULT_IMAGE_ROOT,
-                 hosts_dir: str = DEFAULT_HOSTS_DIR, snapshotter: str = "overlay", debug: bool = False,
-                 log: str | None = None, log_format: str = "text") -> None:
+                 hosts_dir: str = DEFAULT_HOSTS_DIR, snapshotter: str = "overlay", registry_creds: str | None = None,
+                 debug: bool = False, log: str | None = None, log_format: str = "text") -> None:
         from pyruntime.errors import InvalidArgumentError
         if snapshotter not in SNAPSHOTTERS:
             raise InvalidArgumentError(f"snapshotter: must be one of {', '.join(SNAPSHOTTERS)}, got {snapshotter!r}")
         if log_format not in LOG_FORMATS:
             raise InvalidArgumentError(f"log_format: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
-        for name, value in (("root", root), ("image_root", image_root), ("hosts_dir", hosts_dir)):
-            if not value:
-                raise InvalidArgumentError(f"{name}: must not be empty")
-        values = (root, image_root, hosts_dir, snapshotter, bool(debug), log or None, log_format)
-        for name, value in zip(self.FIELDS, values):
+        for field, path in (("root", root), ("image_root", image_root), ("hosts_dir", hosts_dir)):
+            if not path:
+                raise InvalidArgumentError(f"{field}: must not be empty")
+        values = (root, image_root, hosts_dir, snapshotter, registry_creds or None, bool(debug), log or None,
+                  log_format)
+        for name, value in zip(self.FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Settings are immutable: use replace({name}=...)")
 
     def replace(self, **changes: object) -> Settings:
-        return Settings(**{**{k: getattr(self, k) for k in self.FIELDS}, **changes})  # type: ignore[arg-type]  # values keep their field's type
+        return Settings(**{**{k: getattr(self, k) for k in self.FIELDS}, **changes})
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Settings):
@@ -74,7 +79,10 @@ class Settings:
         return hash(tuple(getattr(self, k) for k in self.FIELDS))
 
     def __repr__(self) -> str:
-        return f"Settings({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"
+        shown = {k: getattr(self, k) for k in self.FIELDS}
+        if shown["registry_creds"]:
+            shown["registry_creds"] = "<hidden>"  # a repr lands in logs and tracebacks
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

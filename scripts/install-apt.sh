@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Installs the Debian packages listed in apt-packages.txt, and only runs apt when one is missing,
-# so that a second `make` on a prepared machine costs nothing.
+# Installs the Debian packages listed in apt-packages.txt that are missing. `make setup` runs it every
+# time, so a package removed since the last set-up comes back; with everything installed it is one
+# dpkg-query call and apt does not run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 mapfile -t pkgs < <(grep -v '^\s*#' "$here/apt-packages.txt" | grep -v '^\s*$')
+mapfile -t installed < <(dpkg-query -W -f='${db:Status-Status} ${Package}\n' "${pkgs[@]}" 2>/dev/null \
+  | awk '$1 == "installed" {print $2}')
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  [[ " ${installed[*]} " == *" $p "* ]] || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
+echo "installing missing Debian packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"

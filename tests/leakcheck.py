@@ -12,16 +12,14 @@ from pathlib import Path
 
 import psutil
 
+from pyruntime.linux import mountinfo
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"))
 
 
 def _mounts() -> set[str]:
-    points = set()
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            points.add(line.split()[4])
-    return points
+    return {m.mount_point for m in mountinfo.read()}
 
 
 def _netns() -> set[str]:
@@ -39,7 +37,7 @@ FOREIGN_CGROUPS = ("/process_api/",)
 
 
 def _cgroups() -> set[str]:
-    found = set()
+    found: set[str] = set()
     if not CGROUP_ROOT.is_dir():
         return found
     for hierarchy in CGROUP_ROOT.iterdir():
@@ -52,7 +50,7 @@ def _cgroups() -> set[str]:
 
 
 def _state() -> set[str]:
-    found = set()
+    found: set[str] = set()
     for root in STATE_ROOTS:
         if root.is_dir():
             found |= {str(p) for p in root.iterdir()}
@@ -74,7 +72,7 @@ class Snapshot:
     kinds: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
-    def take(cls) -> "Snapshot":
+    def take(cls) -> Snapshot:
         return cls({
             "mounts": _mounts(),
             "network namespaces": _netns(),
@@ -84,7 +82,7 @@ class Snapshot:
             "processes": _descendants(),
         })
 
-    def leaked_since(self, before: "Snapshot") -> dict[str, list[str]]:
+    def leaked_since(self, before: Snapshot) -> dict[str, list[str]]:
         leaks = {}
         for kind, now in self.kinds.items():
             new = sorted(now - before.kinds.get(kind, set()))

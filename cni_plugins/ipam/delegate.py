@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import replace
 
 from cni_plugins.result import Result, ResultError
-from cni_plugins.skel import ERR_DECODING_FAILURE, ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
+from cni_plugins.skel import ERR_DECODING_FAILURE, ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
 
 IN_PROCESS = ("pyhost-local",)
 
@@ -40,9 +40,9 @@ def _exec(ipam_type: str, args: CmdArgs, command: str) -> bytes:
     if proc.returncode != 0:
         try:
             err = json.loads(proc.stdout)
-            raise CNIError(int(err.get("code", 999)), err.get("msg", ""), err.get("details", ""))
+            raise CNIError(int(err.get("code", ERR_INTERNAL)), err.get("msg", ""), err.get("details", ""))
         except (ValueError, TypeError, AttributeError):
-            raise CNIError(999, f"{ipam_type} {command} failed with status {proc.returncode}",
+            raise CNIError(ERR_INTERNAL, f"{ipam_type} {command} failed with status {proc.returncode}",
                            proc.stdout.decode(errors="replace")) from None
     return proc.stdout
 

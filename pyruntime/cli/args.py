@@ -6,9 +6,11 @@ start budget in imports, so this is hand-written; an unknown flag is an error, n
 """
 from __future__ import annotations
 
+from pyruntime.errors import InvalidArgumentError
 
-class UsageError(Exception):
-    pass
+
+class UsageError(InvalidArgumentError):
+    """A command line that can't be parsed: an unknown flag, a missing value or argument."""
 
 
 class Flag:

@@ -10,6 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.settings import Settings
+
 
 def _human(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
@@ -20,7 +24,8 @@ def _human(n: float) -> str:
 
 
 class _ProgressBar:
-    """One line per blob on a terminal, redrawn at most ten times a second; plain lines otherwise."""
+    """One row per layer on a terminal (as `ctr image pull` draws), redrawn at most ten times a second; plain
+    lines for finished steps otherwise, so a log stays readable."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -32,15 +37,21 @@ class _ProgressBar:
 
     def __call__(self, event) -> None:
         with self.lock:
-            short = event.digest.removeprefix("sha256:")[:12] if event.digest else event.ref
-            if event.status == "downloading" and event.total:
-                frac = min(event.done / event.total, 1)
-                bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
-                self.rows[short] = f"{short}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
-            elif event.status in ("done", "exists", "unpacking", "unpacked", "resolved", "resolving", "complete"):
-                self.rows[short] = f"{short}: {event.status}"
-                if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
-                    print(self.rows[short], file=self.stream, flush=True)
+            short = event.digest.removeprefix("sha256:")[:12]
+            if event.status in ("resolving", "resolved", "complete"):  # the reference's own row
+                key, row = event.ref, f"{event.ref}: {event.status} {short}".rstrip()
+            else:
+                key = short
+                name = f"layer {event.layer + 1}/{event.layers} {short}" if event.layer is not None else short
+                if event.status == "downloading" and event.total:
+                    frac = min(event.done / event.total, 1)
+                    bar = "=" * int(frac * 30) + (">" if frac < 1 else "") + " " * (30 - int(frac * 30))
+                    row = f"{name}: [{bar[:30]}] {_human(event.done)}/{_human(event.total)}"
+                else:
+                    row = f"{name}: {'waiting' if event.status == 'started' else event.status}"
+            self.rows[key] = row
+            if not self.tty and event.status in ("done", "exists", "unpacked", "complete"):
+                print(row, file=self.stream, flush=True)
             if self.tty and (time.monotonic() - self.last > 0.1 or event.status != "downloading"):
                 self.last = time.monotonic()
                 if self.drawn:
@@ -51,42 +62,48 @@ class _ProgressBar:
                 self.stream.flush()
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], settings: Settings | None = None) -> int:
+    """`settings`: the ones `pyruntime`'s main built from its global flags and the environment; read
+    from the environment (pyruntime.settings, the one place that does) when run on its own. The image
+    flags override them."""
     import click
 
-    from pyruntime.images.content import DigestError
-    from pyruntime.images.reference import ReferenceError
-    from pyruntime.images.registry import Credentials, Platform, RegistryError
-    from pyruntime.images.snapshots import SnapshotError
-    from pyruntime.images.store import ImageInUse, ImageNotFound, ImageStore, ManifestError
-    from pyruntime.images.unpack import LayerFormatError, UnsafeLayerError
+    from pyruntime.cli import errors as exits
+    from pyruntime.images.metadata import ImageNotFound
+    from pyruntime.images.registry import Credentials, Platform
+    from pyruntime.images.store import ImageStore
+    from pyruntime.settings import SNAPSHOTTERS
+    from pyruntime.settings import Settings as _Settings
 
-    expected = (ReferenceError, RegistryError, DigestError, ImageNotFound, ImageInUse, ManifestError,
-                UnsafeLayerError, LayerFormatError, SnapshotError, OSError, ValueError)
+    base = settings if settings is not None else _Settings.from_env()
 
     def store(ctx: click.Context) -> ImageStore:
-        o = ctx.obj
-        hosts = Path(o["hosts_dir"]) if o["hosts_dir"] else None
-        return ImageStore(o["root"], hosts_dir=hosts,
-                          platform=Platform.parse(o["platform"]) if o["platform"] else None)
+        s: Settings = ctx.obj["settings"]
+        platform = ctx.obj["platform"]
+        return ImageStore(s.image_root, hosts_dir=Path(s.hosts_dir),
+                          platform=Platform.parse(platform) if platform else None, snapshotter=s.snapshotter)
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-    @click.option("--root", envvar="PYRUNTIME_IMAGE_ROOT", default="/var/lib/pyruntime/images", show_default=True,
-                  help="image store directory")
-    @click.option("--hosts-dir", envvar="PYRUNTIME_REGISTRY_CONFIG", default=None,
-                  help="directory of <registry>/hosts.toml files (mirrors, CA bundles)")
+    @click.option("--root", default=base.image_root, show_default=True,
+                  help="image store directory [env PYRUNTIME_IMAGE_ROOT]")
+    @click.option("--hosts-dir", default=base.hosts_dir, show_default=True,
+                  help="directory of <registry>/hosts.toml files (mirrors, CA bundles) [env PYRUNTIME_REGISTRY_CONFIG]")
+    @click.option("--snapshotter", type=click.Choice(SNAPSHOTTERS), default=base.snapshotter,
+                  show_default=True, help="how container rootfs are made [env PYRUNTIME_SNAPSHOTTER]")
     @click.option("--platform", default=None, help="os/arch[/variant] to pull from a multi-arch index")
     @click.pass_context
-    def cli(ctx: click.Context, root: str, hosts_dir: str | None, platform: str | None) -> None:
-        ctx.obj = {"root": root, "hosts_dir": hosts_dir, "platform": platform}
+    def cli(ctx: click.Context, root: str, hosts_dir: str, snapshotter: str, platform: str | None) -> None:
+        ctx.obj = {"settings": base.replace(image_root=root, hosts_dir=hosts_dir, snapshotter=snapshotter),
+                   "platform": platform}
 
     @cli.command()
     @click.argument("ref")
-    @click.option("--creds", envvar="PYRUNTIME_REGISTRY_CREDS", default=None, help="USER:PASSWORD")
+    @click.option("--creds", default=None, help="USER:PASSWORD [env PYRUNTIME_REGISTRY_CREDS]")
     @click.option("-q", "--quiet", is_flag=True, help="print only the image ID")
     @click.pass_context
     def pull(ctx: click.Context, ref: str, creds: str | None, quiet: bool) -> None:
         """Pull an image from a registry and unpack it."""
+        creds = creds or ctx.obj["settings"].registry_creds
         progress = None if quiet else _ProgressBar(sys.stderr)
         image = store(ctx).pull(ref, auth=Credentials.parse(creds) if creds else None, progress=progress)
         click.echo(image.id)
@@ -183,11 +200,14 @@ def main(argv: list[str]) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
-    except expected as e:
-        print(f"pyruntime image: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:
+        if exits.is_bug(e):
+            raise
+        status, line = exits.report(e)
+        print(f"pyruntime image: {line}", file=sys.stderr)
+        return status
     return 0
 
 

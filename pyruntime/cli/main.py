@@ -15,6 +15,7 @@ from pyruntime.cli.args import Flag, UsageError, parse
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
     from pyruntime.runtime import Runtime
 
 GLOBAL_FLAGS = [Flag(("root",), True, default="/run/pyruntime"), Flag(("log",), True), Flag(("log-format",), True,
@@ -60,15 +61,17 @@ class Context:
             raise UsageError(str(e)) from e
         self.root = self.settings.root
 
-    def runtime(self) -> Runtime:
+    def runtime(self, kernel: Syscalls | None = None) -> Runtime:
+        """`kernel`: the syscall layer a command that forks already made; the runtime makes its own if None."""
         from pyruntime.runtime import Runtime
-        return Runtime(self.settings)
+        return Runtime(self.settings, kernel)
 
     def error(self, msg: str) -> None:
         sys.stderr.write(f"pyruntime: {msg}\n")
         log = self.settings.log
         if log:
-            line = json.dumps({"level": "error", "msg": msg, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) \
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            line = json.dumps({"level": "error", "msg": msg, "time": now}) \
                 if self.settings.log_format == "json" else f"level=error msg={msg!r}"
             try:
                 with open(log, "a") as f:
@@ -110,6 +113,12 @@ class OwnConsole:
         os.unlink(self.path)
 
 
+def _text(o: dict, flag: str) -> str | None:
+    """A flag's value, None when it was not given."""
+    value = o[flag]
+    return None if value is None else str(value)
+
+
 def _preserve_fds(o: dict) -> int:
     text = str(o["preserve-fds"])
     if not text.isdigit():
@@ -120,25 +129,27 @@ def _preserve_fds(o: dict) -> int:
 def cmd_create(ctx: Context, argv: list[str]) -> int:
     p = parse(argv, CREATE_FLAGS)
     o = p.options
-    ctx.runtime().create(_one_id(p.positional, "create"), str(o["bundle"]), console_socket=o["console-socket"],
-                         pid_file=o["pid-file"], preserve_fds=_preserve_fds(o))
+    ctx.runtime().create(_one_id(p.positional, "create"), str(o["bundle"]), console_socket=_text(o, "console-socket"),
+                         pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
     return 0
 
 
 def cmd_run(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import become_subreaper, wait_exit
+    from pyruntime.linux.syscalls import LinuxSyscalls
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
-    rt = ctx.runtime()
     cid = _one_id(p.positional, "run")
+    kernel = LinuxSyscalls()
+    rt = ctx.runtime(kernel)
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = None
     if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
         own = OwnConsole(ctx.root)
     try:
-        state = rt.create(cid, str(o["bundle"]), console_socket=own.path if own else o["console-socket"],
-                          pid_file=o["pid-file"], preserve_fds=_preserve_fds(o))
+        state = rt.create(cid, str(o["bundle"]), console_socket=own.path if own else _text(o, "console-socket"),
+                          pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
         master = own.master() if own else None
     finally:
         if own:
@@ -216,20 +227,22 @@ def _exec_process(rt: Runtime, cid: str, o: dict, args: list[str]) -> dict:
 
 def cmd_exec(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import become_subreaper, wait_exit
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.spec import process_from_json
     p = parse(argv, EXEC_FLAGS, stop_at_positional=True)
     o = p.options
     if not p.positional:
         raise UsageError("exec: usage: pyruntime exec [flags] <container-id> <command> [args...]")
     cid, args = p.positional[0], p.positional[1:]
-    rt = ctx.runtime()
+    kernel = LinuxSyscalls()
+    rt = ctx.runtime(kernel)
     proc = process_from_json(_exec_process(rt, cid, o, args))
     if not o["detach"]:
-        become_subreaper()
+        become_subreaper(kernel)
     own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
     try:
-        pid = rt.exec(cid, proc, console_socket=own.path if own else o["console-socket"], pid_file=o["pid-file"],
-                      preserve_fds=_preserve_fds(o))
+        pid = rt.exec(cid, proc, console_socket=own.path if own else _text(o, "console-socket"),
+                      pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
         master = own.master() if own else None
     finally:
         if own:
@@ -244,7 +257,8 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
 
 def cmd_list(ctx: Context, argv: list[str]) -> int:
     p = parse(argv, [Flag(("format", "f"), True, default="table"), Flag(("quiet", "q"))])
-    states = [s.to_json() for s in ctx.runtime().list()]
+    # runc too reports a container it can't load and lists the others
+    states = [s.to_json() for s in ctx.runtime().list(on_error=lambda _cid, e: ctx.error(f"list: {e}"))]
     if p.options["quiet"]:
         print("\n".join(s["id"] for s in states))
     elif p.options["format"] == "json":
@@ -337,15 +351,16 @@ def cmd_spec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_features(ctx: Context, argv: list[str]) -> int:
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.features import features
     parse(argv, [])
-    print(json.dumps(features(), indent=4))
+    print(json.dumps(features(LinuxSyscalls()), indent=4))
     return 0
 
 
 def cmd_image(ctx: Context, argv: list[str]) -> int:
     from pyruntime.cli.image import main as image_main
-    return image_main(argv)
+    return image_main(argv, ctx.settings)
 
 
 COMMANDS = {
@@ -359,32 +374,33 @@ USAGE = "usage: pyruntime [global options] COMMAND [options] ...\ncommands: " + 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    g = parse(argv, GLOBAL_FLAGS, stop_at_positional=True)
-    if g.options["version"]:
-        print(VERSION)
-        return 0
-    if not g.positional or g.options["help"]:
-        print(USAGE, file=sys.stderr if not g.options["help"] else sys.stdout)
-        return 0 if g.options["help"] else 1
-    name, rest = g.positional[0], g.positional[1:]
+    ctx: Context | None = None
+    name = None  # set once the command is known; until then an error is about the global flags
     try:
+        g = parse(argv, GLOBAL_FLAGS, stop_at_positional=True)
+        if g.options["version"]:
+            print(VERSION)
+            return 0
+        if not g.positional or g.options["help"]:
+            print(USAGE, file=sys.stderr if not g.options["help"] else sys.stdout)
+            return 0 if g.options["help"] else 1
         ctx = Context(g.options)
-    except UsageError as e:
-        sys.stderr.write(f"pyruntime: {e}\n")
-        return 1
-    command = COMMANDS.get(name)
-    if command is None:
-        ctx.error(f"unknown command {name!r} ({'checkpoint/restore are not supported' if name in ('checkpoint', 'restore') else USAGE})")
-        return 1
-    try:
-        return command(ctx, rest)
+        command = COMMANDS.get(g.positional[0])
+        if command is None:
+            why = "checkpoint/restore are not supported" if g.positional[0] in ("checkpoint", "restore") else USAGE
+            raise UsageError(f"unknown command {g.positional[0]!r} ({why})")
+        name = g.positional[0]
+        return command(ctx, g.positional[1:])
     except KeyboardInterrupt:
         return 130
     except Exception as e:
-        from pyruntime.container.store import ContainerError
-        from pyruntime.oci.spec import SpecError
-        if not isinstance(e, (UsageError, ContainerError, SpecError, OSError, ValueError)) or os.environ.get("PYRUNTIME_DEBUG"):
+        from pyruntime.cli.errors import is_bug, report
+        if is_bug(e) or (ctx is not None and ctx.settings.debug):
             import traceback
             traceback.print_exc()
-        ctx.error(f"{name}: {e}")
-        return 1
+        status, line = report(e, name)
+        if ctx is None:
+            sys.stderr.write(f"pyruntime: {line}\n")  # before --log is known
+        else:
+            ctx.error(line)
+        return status

@@ -11,9 +11,12 @@ import socket
 import struct
 import termios
 
+from pyruntime.errors import FailedPreconditionError
 
-class ConsoleError(Exception):
-    pass
+
+class ConsoleError(FailedPreconditionError):
+    """The terminal could not be handed over: nothing listens on the console socket, none was given, or
+    the container sent no pty. The request is well formed; the socket it names is not in a usable state."""
 
 
 def connect(path: str) -> socket.socket:
@@ -22,7 +25,7 @@ def connect(path: str) -> socket.socket:
         sock.connect(path)
     except OSError as e:
         sock.close()
-        raise ConsoleError(f"--console-socket {path}: connect: {e.strerror}") from None
+        raise ConsoleError(f"--console-socket {path}: connect: {e.strerror}") from e
     return sock
 
 

@@ -13,15 +13,15 @@ import signal
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, NotFound, Store
-from pyruntime.errors import InvalidArgumentError
+from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
+from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import cgroups
-from pyruntime.oci.state import (CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state,
-                                  process_alive)
+from pyruntime.linux.syscalls import LinuxSyscalls
+from pyruntime.oci.state import CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
 
 
 def _cgroup(state: ContainerState):
-    return cgroups.manager(state.cgroups_path, state.id)
+    return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls())
 
 
 def status_of(store: Store, state: ContainerState) -> str:
@@ -55,8 +55,8 @@ def parse_signal(text: str) -> int:
     name = name if name.startswith("SIG") else "SIG" + name
     try:
         return int(signal.Signals[name])
-    except KeyError:
-        raise InvalidArgumentError(f"invalid signal {text!r}") from None
+    except KeyError as e:
+        raise InvalidArgumentError(f"invalid signal {text!r}") from e
 
 
 def start(store: Store, cid: str) -> None:
@@ -72,7 +72,7 @@ def start(store: Store, cid: str) -> None:
             try:
                 fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError as e:
-                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from None
+                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from e
             try:
                 os.write(fd, b"0")
             finally:
@@ -87,10 +87,10 @@ def start(store: Store, cid: str) -> None:
         if spec_hooks:
             try:
                 run_hooks("poststart", spec_hooks, oci_state(state, "running"))
-            except HookError as e:
+            except HookError:
                 os.kill(state.pid, signal.SIGKILL)
                 destroy(store, state)
-                raise ContainerError(str(e)) from None
+                raise
 
 
 def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
@@ -104,8 +104,8 @@ def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
             return
         try:
             os.kill(state.pid, sig)
-        except ProcessLookupError:
-            raise ContainerError(f"cannot kill container {cid!r}: container not running") from None
+        except ProcessLookupError as e:
+            raise ContainerError(f"cannot kill container {cid!r}: container not running") from e
 
 
 def wait_gone(pid: int, start: int, timeout: float) -> bool:
@@ -142,9 +142,7 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
     with store.locked(cid):
         try:
             state = store.load(cid)
-        except NotFound:
-            raise
-        except ContainerError:
+        except InternalError:
             if not force:
                 raise
             # a record this runtime cannot read names no process or cgroup it could clean up safely
@@ -163,7 +161,7 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
                 os.kill(state.pid, signal.SIGKILL)
             cg.kill_all(signal.SIGKILL)
             if not wait_gone(state.pid, state.pid_start, 10):
-                raise ContainerError(f"container {cid!r}: init {state.pid} did not die after SIGKILL")
+                raise InternalError(f"container {cid!r}: init {state.pid} did not die after SIGKILL")
         destroy(store, state)
 
 
@@ -191,7 +189,7 @@ def update(store: Store, cid: str, raw_resources: dict) -> None:
     try:
         new = Resources.from_spec(raw_resources)
     except ValueError as e:
-        raise ContainerError(str(e)) from None
+        raise InvalidArgumentError(str(e)) from e
     with store.locked(cid):
         state = store.load(cid)
         if status_of(store, state) == STOPPED:

@@ -1,6 +1,6 @@
 """The runtime's side of create and run (start, which only needs the stored state, is in control.py).
 
-`create` validates the bundle, claims the id, makes the cgroup, forks the container (init.py) and
+`create` validates the bundle, makes the cgroup, forks the container (init.py) and
 answers its requests: id maps for a new user namespace, the create-time hooks, and finally `ready`.
 Any failure undoes every step before the error is reported (the spec's "as if never attempted"): the
 container's processes are killed, the cgroup and the state directory removed.
@@ -11,16 +11,18 @@ import os
 import signal
 import time
 
-from pyruntime.container import init
-from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store, validate_id
-from pyruntime.container.sync import Channel, ChildError
-from pyruntime.errors import FailedPreconditionError
+from pyruntime.container import init, sync
+from pyruntime.container.hooks import run_hooks
+from pyruntime.container.store import EXEC_FIFO, FIFO, Store, validate_id
+from pyruntime.container.sync import Channel
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.fsutil import atomic_write
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
-from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, SYS
+from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
+from pyruntime.oci.validate import validate
 
 
 def _now() -> str:
@@ -44,15 +46,12 @@ def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:
         with open(path, "w") as f:
             f.write(text)
     except OSError as e:
-        raise ContainerError(f"linux.{'uidMappings' if name == 'uid_map' else 'gidMappings'}: write {path}: "
-                             f"{e.strerror}") from None
+        field = "uidMappings" if name == "uid_map" else "gidMappings"
+        raise InvalidArgumentError(f"linux.{field}: write {path}: {e.strerror}") from e
 
 
 def write_pid_file(path: str, pid: int) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(str(pid))
-    os.replace(tmp, path)
+    atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp")
 
 
 def _kill_and_reap(pid: int) -> None:
@@ -70,7 +69,7 @@ def _hand_over_notify_fd(spec: Spec, chan: Channel, init_pid: int, state: dict) 
     """The container's seccomp notify fd goes to the agent at listenerPath, with the state, as runc
     sends it (the agent lives in the runtime's mount namespace, where the container can't reach)."""
     from pyruntime.linux import seccomp
-    fd = chan.recv_fd("seccomp")
+    fd = chan.recv_fd(sync.SECCOMP)
     if fd is None:
         return  # every notify rule named syscalls this kernel lacks: no filter fd was made
     try:
@@ -92,16 +91,21 @@ def require_single_thread(call: str) -> None:
 
 
 def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
-           pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False) -> ContainerState:
-    """`spec`: the bundle's config already parsed and validated by the caller; read from the bundle if None."""
+           pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False,
+           kernel: Syscalls | None = None) -> ContainerState:
+    """`spec`: the bundle's config already parsed by the caller; read from the bundle if None. Validated
+    here either way, before the id is claimed. `kernel` is the syscall layer the container is set up
+    through, the real one unless a caller brings its own."""
     require_single_thread(f"create {cid}")
+    kernel = kernel or LinuxSyscalls()
     validate_id(cid)
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle) if spec is None else spec
+    validate(spec, cgroups.detect(kernel), kernel)
     if spec.process is None:
-        raise ContainerError("process: required to create a container")
+        raise InvalidArgumentError("process: required to create a container")
     if spec.process.terminal and not console_socket:
-        raise ContainerError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
+        raise InvalidArgumentError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
     store.reserve(cid)
     state = ContainerState.of_spec(cid, spec, bundle=bundle, created=_now(), owner="root", creator_pid=os.getpid(),
                                    creator_start=process_start_time(os.getpid()) or 0)
@@ -110,7 +114,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
     parent, child = Channel.pair()
     try:
         store.save(state)
-        cg = cgroups.manager(spec.linux.cgroups_path, cid)
+        cg = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
         cg.create()
         cg.set(cgroup_resources(spec))
         for name in (FIFO, EXEC_FIFO):
@@ -118,35 +122,35 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            init.stage1(spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)), console_socket,
-                        preserve_fds, debug)
+            init.stage1(kernel, spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)),
+                        console_socket, preserve_fds, debug)
         child.close()
         userns = spec.linux.namespace("user")
         if userns is not None and userns.path is None:
-            parent.recv("userns")
+            parent.recv(sync.USERNS)
             _write_id_map(stage1_pid, "uid_map", spec.linux.uid_mappings)
             _write_id_map(stage1_pid, "gid_map", spec.linux.gid_mappings)
-            parent.send("mapped")
+            parent.send(sync.MAPPED)
         cg.add(stage1_pid)
-        parent.send("go")
-        init_pid = parent.recv("pid")["pid"]
+        parent.send(sync.GO)
+        init_pid = parent.recv(sync.PID)["pid"]
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
-        parent.send("pid-received")
+        parent.send(sync.PID_RECEIVED)
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
-        parent.recv("hooks")
+        parent.recv(sync.HOOKS)
         runtime_view = oci_state(state, "creating")
         run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view)
         run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view)
-        parent.send("state", state=runtime_view)
+        parent.send(sync.STATE, state=runtime_view)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             _hand_over_notify_fd(spec, parent, init_pid, runtime_view)
-        parent.recv("ready")
+        parent.recv(sync.READY)
         store.save(state)
         if pid_file:
             write_pid_file(pid_file, init_pid)
         return state
-    except BaseException as e:
+    except BaseException:
         for pid in (stage1_pid, init_pid):
             if pid:
                 _kill_and_reap(pid)
@@ -154,16 +158,14 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
             cg.kill_all()
             cg.destroy()
         store.remove(cid)
-        if isinstance(e, (ChildError, HookError, OSError)):
-            raise ContainerError(str(e)) from None
         raise
     finally:
         parent.close()
 
 
-def become_subreaper() -> None:
+def become_subreaper(kernel: Syscalls) -> None:
     """The init's parent (stage 1) exits at once; as subreaper we inherit it and can wait for its exit."""
-    SYS.prctl(PR_SET_CHILD_SUBREAPER, 1)
+    kernel.prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def wait_exit(pid: int) -> int:

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 
-from pyruntime.container import process
+from pyruntime.container import process, sync
 from pyruntime.container.create import require_single_thread
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
-from pyruntime.linux.syscalls import SYS
+from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import Process
 from pyruntime.oci.state import CREATED, RUNNING, ContainerState
 
@@ -28,11 +29,11 @@ PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "p
                 "time": "time", "mount": "mnt"}
 
 
-def _stage1(namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid: int, proc: Process,
-            chan: Channel, console_socket: str | None, preserve_fds: int, debug: bool) -> None:
+def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid: int,
+            proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int, debug: bool) -> None:
     try:
-        SYS.prctl(sc.PR_SET_DUMPABLE, 0)
-        chan.recv("go")
+        kernel.prctl(sc.PR_SET_DUMPABLE, 0)
+        chan.recv(sync.GO)
         fds = []
         for kind in JOIN_ORDER:
             if kind not in namespaces:
@@ -42,7 +43,7 @@ def _stage1(namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid
         for kind, fd, path in fds:
             if kind == "user" and os.readlink(path) == os.readlink("/proc/self/ns/user"):
                 continue
-            SYS.setns(fd, NS_FLAGS[kind], path)
+            kernel.setns(fd, NS_FLAGS[kind], path)
             os.close(fd)
             if kind == "user":
                 os.setresgid(0, 0, 0)
@@ -51,22 +52,22 @@ def _stage1(namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid
             process.set_oom_score_adj(proc.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            _stage2(seccomp, proc, chan, console_socket, preserve_fds, debug)
-        chan.send("pid", pid=pid)
+            _stage2(kernel, seccomp, proc, chan, console_socket, preserve_fds, debug)
+        chan.send(sync.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
 
 
-def _stage2(seccomp: Seccomp | None, proc: Process, chan: Channel, console_socket: str | None,
+def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Channel, console_socket: str | None,
             preserve_fds: int, debug: bool) -> None:
     try:
-        chan.recv("pid-received")
+        chan.recv(sync.PID_RECEIVED)
         if proc.terminal:
             from pyruntime.container import console
             console.become_terminal(console.connect(console_socket) if console_socket else None, proc.console_size)
-        program = process.finalize(seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
-        chan.send("ready")
+        program = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+        chan.send(sync.READY)
         chan.close()
         process.execute(seccomp, proc, program)
     except BaseException as e:
@@ -74,24 +75,27 @@ def _stage2(seccomp: Seccomp | None, proc: Process, chan: Channel, console_socke
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
-                 preserve_fds: int = 0, debug: bool = False) -> int:
+                 preserve_fds: int = 0, debug: bool = False, kernel: Syscalls | None = None) -> int:
     """Starts the process in the container and returns its pid (the caller may wait for it).
+    `kernel` is the syscall layer, the real one unless a caller brings its own.
 
     The container's lock is held until the process is in the cgroup and every namespace, so a
     concurrent delete can't free the init whose namespaces it joins."""
     require_single_thread(f"exec in {cid}")
     if proc.terminal and not console_socket:
-        raise ContainerError("a terminal needs --console-socket")
+        raise InvalidArgumentError("a terminal needs --console-socket")
+    kernel = kernel or LinuxSyscalls()
     with store.locked(cid):
         state = store.load(cid)
         from pyruntime.container.control import status_of
         status = status_of(store, state)
         if status not in (RUNNING, CREATED):
             raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
-        return _exec(state, proc, console_socket, preserve_fds, debug)
+        return _exec(kernel, state, proc, console_socket, preserve_fds, debug)
 
 
-def _exec(state: ContainerState, proc: Process, console_socket: str | None, preserve_fds: int, debug: bool) -> int:
+def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket: str | None, preserve_fds: int,
+          debug: bool) -> int:
     seccomp = state.seccomp_spec()
     # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
     from pyruntime.linux import capabilities  # noqa: F401
@@ -104,22 +108,20 @@ def _exec(state: ContainerState, proc: Process, console_socket: str | None, pres
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            _stage1(state.namespaces, seccomp, state.pid, proc, child, console_socket, preserve_fds, debug)
+            _stage1(kernel, state.namespaces, seccomp, state.pid, proc, child, console_socket, preserve_fds, debug)
         child.close()
-        cgroups.manager(state.cgroups_path, state.id).add(stage1_pid)
-        parent.send("go")
-        pid = parent.recv("pid")["pid"]
+        cgroups.manager(state.cgroups_path, state.id, kernel).add(stage1_pid)
+        parent.send(sync.GO)
+        pid = parent.recv(sync.PID)["pid"]
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
-        parent.send("pid-received")
+        parent.send(sync.PID_RECEIVED)
         try:
-            parent.recv("ready")
+            parent.recv(sync.READY)
         except ChildError:
             os.waitpid(pid, 0)
             raise
         return pid
-    except (ChildError, OSError) as e:
-        raise ContainerError(str(e)) from None
     finally:
         if stage1_pid:
             try:

@@ -10,13 +10,14 @@ running inside the container.
 """
 from __future__ import annotations
 
+import errno
 import os
 
-from pyruntime.container import process, rootfs
+from pyruntime.container import process, rootfs, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.sync import Channel
 from pyruntime.linux import syscalls as sc
-from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Spec
 
 NS_FLAGS = {
@@ -25,10 +26,6 @@ NS_FLAGS = {
 }
 # joining order: user first (it grants the rights for the rest), mount last (paths are resolved before it)
 JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "time", "mount")
-# sysctls that a namespace makes private to the container, and the namespace that must be new for them
-NAMESPACED_SYSCTLS = {"kernel.msgmax": "ipc", "kernel.msgmnb": "ipc", "kernel.msgmni": "ipc", "kernel.sem": "ipc",
-                      "kernel.shmall": "ipc", "kernel.shmmax": "ipc", "kernel.shmmni": "ipc",
-                      "kernel.shm_rmid_forced": "ipc", "kernel.hostname": "uts", "kernel.domainname": "uts"}
 
 
 def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
@@ -40,14 +37,14 @@ def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
             import traceback  # debug only; importing it costs every create 2 ms
             msg += "\n" + traceback.format_exc()
         if chan is not None:
-            chan.send("error", message=msg)
+            chan.send(sync.ERROR, message=msg)
         else:
             os.write(2, f"pyruntime: {msg}\n".encode())
     finally:
         os._exit(127 if chan is None else 1)
 
 
-def join_namespaces(spec: Spec) -> None:
+def join_namespaces(kernel: Syscalls, spec: Spec) -> None:
     for kind in JOIN_ORDER:
         ns = spec.linux.namespace(kind)
         if ns is None or ns.path is None:
@@ -55,32 +52,18 @@ def join_namespaces(spec: Spec) -> None:
         try:
             fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
-            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from None
+            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from e
         try:
-            SYS.setns(fd, NS_FLAGS[kind], f"{ns.path} ({kind} namespace)")
+            kernel.setns(fd, NS_FLAGS[kind], f"{ns.path} ({kind} namespace)")
         except SyscallError as e:
-            if e.errno == 22:
-                raise SyscallError(22, f"linux.namespaces: {ns.path} is not a {kind} namespace") from None
+            if e.errno == errno.EINVAL:
+                raise SyscallError(errno.EINVAL, f"linux.namespaces: {ns.path} is not a {kind} namespace") from e
             raise
         finally:
             os.close(fd)
         if kind == "user":
             os.setresgid(0, 0, 0)
             os.setresuid(0, 0, 0)
-
-
-def check_sysctls(spec: Spec) -> None:
-    for key in spec.linux.sysctl:
-        need = NAMESPACED_SYSCTLS.get(key)
-        if need is None and (key.startswith("fs.mqueue.")):
-            need = "ipc"
-        if need is None and key.startswith("net."):
-            need = "network"
-        if need is None:
-            raise SyscallError(1, f"linux.sysctl: {key} is not a namespaced sysctl: refusing to change the host")
-        ns = spec.linux.namespace(need)
-        if ns is None:
-            raise SyscallError(1, f"linux.sysctl: {key} needs the container's own {need} namespace")
 
 
 def write_sysctls(spec: Spec) -> None:
@@ -90,7 +73,7 @@ def write_sysctls(spec: Spec) -> None:
             with open(path, "w") as f:
                 f.write(value)
         except OSError as e:
-            raise SyscallError(e.errno or 0, f"linux.sysctl: write {path}: {e.strerror}") from None
+            raise SyscallError(e.errno or errno.EIO, f"linux.sysctl: write {path}: {e.strerror}") from e
 
 
 def preload(spec: Spec) -> None:
@@ -102,23 +85,24 @@ def preload(spec: Spec) -> None:
         import subprocess  # noqa: F401  (run_hooks imports it after pivot_root)
 
 
-def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], console_socket: str | None,
-           preserve_fds: int, debug: bool = False) -> None:
+def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str],
+           console_socket: str | None, preserve_fds: int, debug: bool = False) -> None:
     try:
-        SYS.prctl(sc.PR_SET_DUMPABLE, 0)
+        kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         # opened before a user namespace makes us an unmapped stranger to the runtime's own files
-        fifo_fds = tuple(os.open(f, os.O_RDWR | os.O_CLOEXEC) for f in fifos)
+        start_fifo, exec_fifo = (os.open(f, os.O_RDWR | os.O_CLOEXEC) for f in fifos)
+        fifo_fds = (start_fifo, exec_fifo)
         console = None
         if spec.process is not None and spec.process.terminal:
             from pyruntime.container import console as console_mod
             console = console_mod.connect(console_socket) if console_socket else None
         preload(spec)
-        join_namespaces(spec)
+        join_namespaces(kernel, spec)
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
         if "user" in new:
-            SYS.unshare(sc.CLONE_NEWUSER)
-            chan.send("userns")
-            chan.recv("mapped")
+            kernel.unshare(sc.CLONE_NEWUSER)
+            chan.send(sync.USERNS)
+            chan.recv(sync.MAPPED)
             os.setresgid(0, 0, 0)
             os.setresuid(0, 0, 0)
         flags = 0
@@ -126,49 +110,48 @@ def stage1(spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str], conso
             if kind not in ("user", "cgroup"):
                 flags |= NS_FLAGS[kind]
         if flags:
-            SYS.unshare(flags)
+            kernel.unshare(flags)
         # the runtime puts us in the cgroup meanwhile (its first write can wait ~10 ms in the kernel);
         # only the cgroup namespace has to come after, so that its root is the container's cgroup
-        chan.recv("go")
+        chan.recv(sync.GO)
         if "cgroup" in new:
-            SYS.unshare(sc.CLONE_NEWCGROUP)
+            kernel.unshare(sc.CLONE_NEWCGROUP)
         if spec.process is not None and spec.process.oom_score_adj is not None:
             process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            stage2(spec, bundle, chan, fifo_fds, console, preserve_fds, spec.linux.namespace("user") is not None,
-                   debug)
-        chan.send("pid", pid=pid)
+            stage2(kernel, spec, bundle, chan, fifo_fds, console, preserve_fds,
+                   spec.linux.namespace("user") is not None, debug)
+        chan.send(sync.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
 
 
-def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, int], console, preserve_fds: int,
-           in_userns: bool, debug: bool = False) -> None:
+def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: tuple[int, int], console,
+           preserve_fds: int, in_userns: bool, debug: bool = False) -> None:
     """`fifo_fds`: the start fifo, read once `start` writes to it, and the exec fifo, whose closing at
     execve tells `start` that the workload runs, so that poststart hooks never run before it."""
     try:
         proc = spec.process
         assert proc is not None
         fifo, _exec_fifo = fifo_fds
-        chan.recv("pid-received")  # the channel is shared with stage 1 until the runtime has its report
-        check_sysctls(spec)
-        write_sysctls(spec)
+        chan.recv(sync.PID_RECEIVED)  # the channel is shared with stage 1 until the runtime has its report
+        write_sysctls(spec)  # oci/validate.py allowed only sysctls of the container's own namespaces
         os.umask(0)
 
         state: dict = {}
 
         def before_pivot() -> None:
-            chan.send("hooks")
-            state.update(chan.recv("state")["state"], pid=os.getpid())
+            chan.send(sync.HOOKS)
+            state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
             run_hooks("createContainer", spec.hooks.get("createContainer", ()), state)
 
-        rootfs.prepare(spec, bundle, in_userns, before_pivot)
+        rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot)
         if spec.hostname is not None:
-            SYS.sethostname(spec.hostname)
+            kernel.sethostname(spec.hostname)
         if spec.domainname is not None:
-            SYS.setdomainname(spec.domainname)
+            kernel.setdomainname(spec.domainname)
         if proc.terminal:
             from pyruntime.container import console as console_mod
             console_mod.become_terminal(console, proc.console_size)
@@ -176,17 +159,16 @@ def stage2(spec: Spec, bundle: str, chan: Channel | None, fifo_fds: tuple[int, i
         sent: list[int] = []
 
         def notify(fd: int) -> None:
-            chan.send_fd("seccomp", fd)
+            chan.send_fd(sync.SECCOMP, fd)
             sent.append(fd)
-        program = process.finalize(spec.linux.seccomp, proc, keep, notify)
+        program = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
-            chan.send("seccomp")
-        chan.send("ready")
-        chan.close()
-        chan = None
+            chan.send(sync.SECCOMP)
+        chan.send(sync.READY)
+        chan.close()  # from here on, failures go to stderr: the runtime is gone
         os.read(fifo, 1)
         os.close(fifo)
         process.execute(spec.linux.seccomp, proc, program, lambda: run_hooks(
             "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
     except BaseException as e:
-        fail(chan, e, debug)
+        fail(chan if chan.sock.fileno() >= 0 else None, e, debug)

@@ -3,17 +3,18 @@
 A string join of rootfs and a destination trusts every symlink in the image: `/etc -> /` would put a
 mount on the host's /etc (CVE-2021-30465's class). Here every lookup is an openat2 with
 RESOLVE_IN_ROOT on a descriptor of the root, and what is mounted on is the descriptor itself, reached
-through /proc/self/fd, so a symlink swapped in after the check is never followed either.
+through /proc/self/fd, so a symlink swapped in after the check is never followed either. The lookup
+itself is pyruntime.linux.resolve's, shared with the layer unpacker.
 """
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import stat
 
-from pyruntime.linux.syscalls import O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, SYS, SyscallError
-
-IN_ROOT = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS
+from pyruntime.linux import resolve
+from pyruntime.linux.syscalls import O_PATH, SyscallError, Syscalls
 
 
 def clean(path: str) -> str:
@@ -21,15 +22,15 @@ def clean(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/")) if path else "/"
 
 
-def open_in_root(root_fd: int, path: str, flags: int = O_PATH, nofollow: bool = False) -> int:
-    return SYS.openat2(root_fd, clean(path).lstrip("/") or ".", flags | (os.O_NOFOLLOW if nofollow else 0), IN_ROOT)
+def open_in_root(kernel: Syscalls, root_fd: int, path: str, flags: int = O_PATH, nofollow: bool = False) -> int:
+    return resolve.open_in_root(kernel, root_fd, clean(path), flags, nofollow=nofollow)
 
 
-def _open_dir(root_fd: int, path: str) -> int:
-    return open_in_root(root_fd, path, os.O_RDONLY | os.O_DIRECTORY)
+def _open_dir(kernel: Syscalls, root_fd: int, path: str) -> int:
+    return open_in_root(kernel, root_fd, path, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def mkdir_all(root_fd: int, path: str, mode: int = 0o755) -> int:
+def mkdir_all(kernel: Syscalls, root_fd: int, path: str, mode: int = 0o755) -> int:
     """Creates every missing directory of `path` inside the root and returns an O_PATH fd of the last.
 
     Each prefix is resolved from the root again, so a symlink met on the way is followed as the
@@ -39,41 +40,41 @@ def mkdir_all(root_fd: int, path: str, mode: int = 0o755) -> int:
     for i, part in enumerate(parts):
         prefix = "/" + "/".join(parts[:i + 1])
         try:
-            os.close(open_in_root(root_fd, prefix, O_PATH | os.O_DIRECTORY))
+            os.close(open_in_root(kernel, root_fd, prefix, O_PATH | os.O_DIRECTORY))
             continue
         except SyscallError as e:
-            if e.errno != 2:
+            if e.errno != errno.ENOENT:
                 raise
-        parent = _open_dir(root_fd, "/" + "/".join(parts[:i]))
+        parent = _open_dir(kernel, root_fd, "/" + "/".join(parts[:i]))
         try:
             os.mkdir(part, mode, dir_fd=parent)
         except FileExistsError:
             pass
         finally:
             os.close(parent)
-    return open_in_root(root_fd, path, O_PATH | os.O_DIRECTORY)
+    return open_in_root(kernel, root_fd, path, O_PATH | os.O_DIRECTORY)
 
 
-def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> int:
+def make_target(kernel: Syscalls, root_fd: int, path: str, directory: bool, _depth: int = 0) -> int:
     """An O_PATH fd of the mount point `path` inside the root, made as a directory or an empty file.
 
     A dangling symlink on the way is followed as the container would follow it (inside the root) and
     its target is created there, as runc's securejoin does.
     """
     try:
-        return open_in_root(root_fd, path)
+        return open_in_root(kernel, root_fd, path)
     except SyscallError as e:
-        if e.errno != 2:
+        if e.errno != errno.ENOENT:
             raise
     if directory and _depth == 0:
         try:
-            return mkdir_all(root_fd, path)
+            return mkdir_all(kernel, root_fd, path)
         except SyscallError as e:
-            if e.errno != 2 or _depth >= 40:
+            if e.errno != errno.ENOENT or _depth >= 40:
                 raise
     parent, name = posixpath.split(clean(path))
-    os.close(mkdir_all(root_fd, parent))
-    dfd = _open_dir(root_fd, parent)
+    os.close(mkdir_all(kernel, root_fd, parent))
+    dfd = _open_dir(kernel, root_fd, parent)
     try:
         try:
             link = os.readlink(name, dir_fd=dfd)
@@ -81,8 +82,8 @@ def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> in
             link = None
         if link is not None:
             if _depth >= 40:
-                raise SyscallError(40, f"{path}: too many levels of symbolic links")
-            return make_target(root_fd, posixpath.join(parent, link), directory, _depth + 1)
+                raise SyscallError(errno.ELOOP, f"{path}: too many levels of symbolic links")
+            return make_target(kernel, root_fd, posixpath.join(parent, link), directory, _depth + 1)
         if directory:
             os.mkdir(name, 0o755, dir_fd=dfd)
         else:
@@ -91,7 +92,7 @@ def make_target(root_fd: int, path: str, directory: bool, _depth: int = 0) -> in
         pass
     finally:
         os.close(dfd)
-    return open_in_root(root_fd, path)
+    return open_in_root(kernel, root_fd, path)
 
 
 def fd_path(fd: int) -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Callable
+from collections.abc import Callable
 
-from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.errors import InvalidArgumentError
+from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Process, warn
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
 CLOSE_RANGE_CLOEXEC = 4
 
 
-class ProcessError(Exception):
-    pass
+class ProcessError(InvalidArgumentError):
+    """The spec's process section can't be applied in this container: a program not found, a cwd that
+    does not resolve, an rlimit the kernel refuses. Raised in the container's init and reported by create."""
 
 
 def restrict_oom_score_adj(wanted: int) -> int:
@@ -47,10 +49,10 @@ def set_rlimits(proc: Process) -> None:
         try:
             resource.setrlimit(kind, (r.soft, r.hard))
         except (ValueError, OSError) as e:
-            raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from None
+            raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from e
 
 
-def close_fds(keep: set[int]) -> None:
+def close_fds(kernel: Syscalls, keep: set[int]) -> None:
     """Marks every fd >= 3 except `keep` close-on-exec and closes it now, before cwd is resolved.
 
     A host directory fd still open when chdir runs is how CVE-2024-21626 escaped
@@ -59,7 +61,7 @@ def close_fds(keep: set[int]) -> None:
     lo = 3
     for fd in sorted(k for k in keep if k >= 3) + [2**31 - 1]:
         if fd > lo:
-            SYS.close_range(lo, fd - 1)
+            kernel.close_range(lo, fd - 1)
         lo = fd + 1
 
 
@@ -82,10 +84,10 @@ def enter_cwd(cwd: str) -> None:
     try:
         os.chdir(cwd)
         here = os.getcwd()
-    except FileNotFoundError:
-        raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from None
+    except FileNotFoundError as e:
+        raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from e
     except OSError as e:
-        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from None
+        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from e
     if not here.startswith("/"):
         raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
 
@@ -110,19 +112,20 @@ def _uses_notify(profile: Seccomp | None) -> bool:
     return profile is not None and profile.uses_notify
 
 
-def finalize(profile: Seccomp | None, proc: Process, keep_fds: set[int], notify: Callable[[int], None] | None = None) -> str:
+def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds: set[int],
+             notify: Callable[[int], None] | None = None) -> str:
     """Everything up to the exec; returns the resolved program path. Errors name the step.
 
     A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
     for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
-    close_fds(keep_fds)
+    close_fds(kernel, keep_fds)
     nnp = proc.no_new_privileges
     if not nnp:
         # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
         load_seccomp(profile, notify)
     from pyruntime.linux import capabilities
-    capabilities.apply(proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
+    capabilities.apply(kernel, proc.capabilities, uid=proc.user.uid, gid=proc.user.gid,
                        additional_gids=proc.user.additional_gids, no_new_privileges=nnp, warn=warn)
     if nnp and _uses_notify(profile):
         load_seccomp(profile, notify)
@@ -131,7 +134,8 @@ def finalize(profile: Seccomp | None, proc: Process, keep_fds: set[int], notify:
     return lookup(proc.args[0], proc.env)
 
 
-def execute(profile: Seccomp | None, proc: Process, program: str, before_exec: Callable[[], None] | None = None) -> None:
+def execute(profile: Seccomp | None, proc: Process, program: str,
+            before_exec: Callable[[], None] | None = None) -> None:
     """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
     if before_exec is not None:
         before_exec()
@@ -141,4 +145,4 @@ def execute(profile: Seccomp | None, proc: Process, program: str, before_exec: C
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:
-        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from None
+        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from e

@@ -4,16 +4,21 @@ Order matters and follows runc: stop propagation to the host first, make the roo
 then the configured mounts, devices, masked and read-only paths (all resolved inside the root, see
 paths.py), then pivot_root and drop the old root. Masking happens before pivot_root so that the source
 of each mask is the host's /dev/null, checked to be the real null device, not one the image controls.
+
+Every kernel call goes through the `kernel` (a Syscalls) that the caller passes in, so this logic runs
+without root against FakeSyscalls in tests/unit/test_rootfs_logic.py.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Callable
 
 from pyruntime.container import paths
+from pyruntime.linux import mountinfo
 from pyruntime.linux import syscalls as sc
-from pyruntime.linux.syscalls import SYS, SyscallError
+from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
 from pyruntime.record import record
 
@@ -71,8 +76,8 @@ def parse_options(options: tuple[str, ...]) -> MountOptions:
     return MountOptions(flags, tuple(propagation), ",".join(data))
 
 
-def _locked_flags(path: str) -> int:
-    f = os.statvfs(path).f_flag
+def _locked_flags(kernel: Syscalls, path: str) -> int:
+    f = kernel.statvfs_flags(path)
     return sum(ms for st, ms in _LOCKED if f & st)
 
 
@@ -86,35 +91,36 @@ def _source(m: Mount, bundle: str) -> str | None:
     return m.source
 
 
-def mount_one(root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
+def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
     opts = parse_options(m.options)
     source = _source(m, bundle)
     if m.type == "cgroup":
-        return _mount_cgroup(root_fd, m, opts, cgroup_ns)
+        return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
     if _is_bind(m, opts):
         try:
             src_is_dir = os.path.isdir(source or "")
             os.stat(source or "")
         except OSError as e:
-            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from None
-        target = paths.make_target(root_fd, m.destination, src_is_dir)
+            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from e
+        target = paths.make_target(kernel, root_fd, m.destination, src_is_dir)
     else:
-        target = paths.make_target(root_fd, m.destination, True)
+        target = paths.make_target(kernel, root_fd, m.destination, True)
     try:
         where = paths.fd_path(target)
         if _is_bind(m, opts):
             extra = opts.flags & ~(sc.MS_BIND | sc.MS_REC | sc.MS_REMOUNT)
             if extra:
-                _bind_remount(root_fd, source or "", target, m.destination, extra, bool(opts.flags & sc.MS_REC))
+                _bind_remount(kernel, root_fd, source or "", target, m.destination, extra,
+                              bool(opts.flags & sc.MS_REC))
             else:
-                SYS.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
+                kernel.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
         else:
-            SYS.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
+            kernel.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
         if opts.propagation:
-            fresh = paths.open_in_root(root_fd, m.destination)
+            fresh = paths.open_in_root(kernel, root_fd, m.destination)
             try:
                 for p in opts.propagation:
-                    SYS.mount(None, paths.fd_path(fresh), None, p, None)
+                    kernel.mount(None, paths.fd_path(fresh), None, p, None)
             finally:
                 os.close(fresh)
     finally:
@@ -123,100 +129,94 @@ def mount_one(root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
 
 def _cgroup_hierarchies() -> list[tuple[str, str, str]]:
     """(mount point, fstype, super options) of each cgroup hierarchy the runtime sees."""
-    found = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, right = line.split(" - ", 1)
-            fstype, _src, superopts = right.split()[:3]
-            if fstype in ("cgroup", "cgroup2"):
-                found.append((left.split()[4], fstype, superopts))
-    return found
+    return [(m.mount_point, m.fstype, ",".join(m.super_options)) for m in mountinfo.read()
+            if m.fstype in ("cgroup", "cgroup2")]
 
 
-def _bind_remount(root_fd: int, source: str, target_fd: int, destination: str, flags: int,
+def _bind_remount(kernel: Syscalls, root_fd: int, source: str, target_fd: int, destination: str, flags: int,
                   recursive: bool = True) -> None:
     """A bind mount with flags: the remount must name the new mount, so the target is opened again."""
-    SYS.mount(source, paths.fd_path(target_fd), None, sc.MS_BIND | (sc.MS_REC if recursive else 0), None)
-    fresh = paths.open_in_root(root_fd, destination)
+    kernel.mount(source, paths.fd_path(target_fd), None, sc.MS_BIND | (sc.MS_REC if recursive else 0), None)
+    fresh = paths.open_in_root(kernel, root_fd, destination)
     try:
         where = paths.fd_path(fresh)
-        SYS.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | flags | _locked_flags(where), None)
+        kernel.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | flags | _locked_flags(kernel, where), None)
     finally:
         os.close(fresh)
 
 
-def _mount_cgroup(root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -> None:
+def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -> None:
     """cgroup2 mounts as is; on v1 a tmpfs with one directory per hierarchy, as runc lays it out."""
     hierarchies = _cgroup_hierarchies()
     flags = opts.flags | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
-    target = paths.make_target(root_fd, m.destination, True)
+    target = paths.make_target(kernel, root_fd, m.destination, True)
     try:
         if any(mp == "/sys/fs/cgroup" and t == "cgroup2" for mp, t, _ in hierarchies):
             if not cgroup_ns:
-                _bind_remount(root_fd, "/sys/fs/cgroup", target, m.destination, flags)
+                _bind_remount(kernel, root_fd, "/sys/fs/cgroup", target, m.destination, flags)
             else:
-                SYS.mount("cgroup2", paths.fd_path(target), "cgroup2", flags, None)
+                kernel.mount("cgroup2", paths.fd_path(target), "cgroup2", flags, None)
             return
-        SYS.mount("tmpfs", paths.fd_path(target), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "mode=755")
+        kernel.mount("tmpfs", paths.fd_path(target), "tmpfs", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,
+                     "mode=755")
     finally:
         os.close(target)
     for mount_point, fstype, superopts in hierarchies:
         name = os.path.basename(mount_point)
-        sub = paths.mkdir_all(root_fd, os.path.join(m.destination, name))
+        sub = paths.mkdir_all(kernel, root_fd, os.path.join(m.destination, name))
         try:
             if cgroup_ns:
                 controllers = ",".join(o for o in superopts.split(",") if o not in ("rw", "ro"))
-                SYS.mount("cgroup", paths.fd_path(sub), fstype, flags, controllers if fstype == "cgroup" else None)
+                kernel.mount("cgroup", paths.fd_path(sub), fstype, flags,
+                             controllers if fstype == "cgroup" else None)
             else:
-                _bind_remount(root_fd, mount_point, sub, os.path.join(m.destination, name), flags)
+                _bind_remount(kernel, root_fd, mount_point, sub, os.path.join(m.destination, name), flags)
         finally:
             os.close(sub)
     if opts.flags & sc.MS_RDONLY:
-        top = paths.open_in_root(root_fd, m.destination)
+        top = paths.open_in_root(kernel, root_fd, m.destination)
         try:
-            SYS.mount(None, paths.fd_path(top), None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV
-                      | sc.MS_NOEXEC, "mode=755")
+            kernel.mount(None, paths.fd_path(top), None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV
+                         | sc.MS_NOEXEC, "mode=755")
         finally:
             os.close(top)
 
 
-def create_device(root_fd: int, dev: Device, bind: bool) -> None:
+def create_device(kernel: Syscalls, root_fd: int, dev: Device, bind: bool) -> None:
     """mknod, or in a user namespace (where mknod is refused) a bind mount of the host's node."""
     kinds = {"c": stat.S_IFCHR, "u": stat.S_IFCHR, "b": stat.S_IFBLK, "p": stat.S_IFIFO}
     if bind:
-        target = paths.make_target(root_fd, dev.path, False)
+        target = paths.make_target(kernel, root_fd, dev.path, False)
         try:
-            SYS.mount(dev.path, paths.fd_path(target), None, sc.MS_BIND, None)
+            kernel.mount(dev.path, paths.fd_path(target), None, sc.MS_BIND, None)
         finally:
             os.close(target)
         return
     parent, name = os.path.split(paths.clean(dev.path))
-    os.close(paths.mkdir_all(root_fd, parent))
-    dfd = paths.open_in_root(root_fd, parent, os.O_RDONLY | os.O_DIRECTORY)
+    os.close(paths.mkdir_all(kernel, root_fd, parent))
+    dfd = paths.open_in_root(kernel, root_fd, parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         try:
             os.unlink(name, dir_fd=dfd)
         except FileNotFoundError:
             pass
         mode = dev.file_mode if dev.file_mode is not None else 0o666
-        try:
-            os.mknod(name, kinds[dev.type] | mode, os.makedev(dev.major, dev.minor), dir_fd=dfd)
-        except OSError as e:
-            raise SyscallError(e.errno, f"mknod {dev.path}: {e.strerror}") from None
-        os.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
-        os.chown(name, dev.uid or 0, dev.gid or 0, dir_fd=dfd, follow_symlinks=False)
+        kernel.mknod(name, kinds[dev.type] | mode, os.makedev(dev.major, dev.minor), dir_fd=dfd)
+        kernel.chmod(name, mode, dir_fd=dfd, follow_symlinks=False)
+        kernel.chown(name, dev.uid or 0, dev.gid or 0, dir_fd=dfd, follow_symlinks=False)
     finally:
         os.close(dfd)
 
 
-def _dev_symlinks(root_fd: int) -> None:
-    dfd = paths.open_in_root(root_fd, "/dev", os.O_RDONLY | os.O_DIRECTORY)
+def _dev_symlinks(kernel: Syscalls, root_fd: int) -> None:
+    dfd = paths.open_in_root(kernel, root_fd, "/dev", os.O_RDONLY | os.O_DIRECTORY)
     try:
         for src, dst in DEV_SYMLINKS:
             try:
-                os.symlink(src, os.path.basename(dst), dir_fd=dfd)
-            except FileExistsError:
-                pass
+                kernel.symlink(src, os.path.basename(dst), dir_fd=dfd)
+            except SyscallError as e:
+                if e.errno != errno.EEXIST:
+                    raise
     finally:
         os.close(dfd)
 
@@ -227,11 +227,11 @@ def _null_device() -> int:
     st = os.fstat(fd)
     if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(1, 3):
         os.close(fd)
-        raise SyscallError(1, "refusing to mask paths: /dev/null is not the null device")
+        raise SyscallError(errno.EPERM, "refusing to mask paths: /dev/null is not the null device")
     return fd
 
 
-def mask_paths(root_fd: int, masked: tuple[str, ...]) -> None:
+def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
     """Hides each path: files under the null device, directories under an empty read-only tmpfs.
 
     A path that is a symlink is refused rather than followed (CVE-2025-31133's class): the mask must
@@ -241,104 +241,98 @@ def mask_paths(root_fd: int, masked: tuple[str, ...]) -> None:
     try:
         for path in masked:
             try:
-                fd = paths.open_in_root(root_fd, path, nofollow=True)
+                fd = paths.open_in_root(kernel, root_fd, path, nofollow=True)
             except SyscallError as e:
-                if e.errno == 2:
+                if e.errno == errno.ENOENT:
                     continue
-                if e.errno == 40:
-                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it") from None
+                if e.errno == errno.ELOOP:
+                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it") from e
                 raise
             try:
                 if stat.S_ISLNK(os.fstat(fd).st_mode):
-                    raise SyscallError(40, f"masked path {path} is a symlink: refusing to follow it")
+                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
                 if paths.is_dir_fd(fd):
-                    SYS.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
+                    kernel.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
                 else:
-                    SYS.mount(paths.fd_path(null), paths.fd_path(fd), None, sc.MS_BIND, None)
+                    kernel.mount(paths.fd_path(null), paths.fd_path(fd), None, sc.MS_BIND, None)
             finally:
                 os.close(fd)
     finally:
         os.close(null)
 
 
-def readonly_paths(root_fd: int, ro: tuple[str, ...]) -> None:
+def readonly_paths(kernel: Syscalls, root_fd: int, ro: tuple[str, ...]) -> None:
     for path in ro:
         try:
-            fd = paths.open_in_root(root_fd, path)
+            fd = paths.open_in_root(kernel, root_fd, path)
         except SyscallError as e:
-            if e.errno == 2:
+            if e.errno == errno.ENOENT:
                 continue
             raise
         try:
-            SYS.mount(paths.fd_path(fd), paths.fd_path(fd), None, sc.MS_BIND | sc.MS_REC, None)
+            kernel.mount(paths.fd_path(fd), paths.fd_path(fd), None, sc.MS_BIND | sc.MS_REC, None)
         finally:
             os.close(fd)
-        fd = paths.open_in_root(root_fd, path)
+        fd = paths.open_in_root(kernel, root_fd, path)
         try:
             where = paths.fd_path(fd)
-            SYS.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_REC | _locked_flags(where),
-                      None)
+            kernel.mount(None, where, None,
+                         sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | sc.MS_REC | _locked_flags(kernel, where), None)
         finally:
             os.close(fd)
 
 
-def pivot(rootfs: str) -> None:
+def pivot(kernel: Syscalls, rootfs: str) -> None:
     """pivot_root(".", ".") and a lazy unmount of the old root, runc's way: no put_old dir in the image."""
     old = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     new = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fchdir(new)
-        SYS.pivot_root(".", ".")
+        kernel.pivot_root(".", ".")
         os.fchdir(old)
-        SYS.mount(None, ".", None, sc.MS_SLAVE | sc.MS_REC, None)
-        SYS.umount(".", sc.MNT_DETACH)
+        kernel.mount(None, ".", None, sc.MS_SLAVE | sc.MS_REC, None)
+        kernel.umount(".", sc.MNT_DETACH)
         os.chdir("/")
     finally:
         os.close(old)
         os.close(new)
 
 
-def _parent_mount_private(path: str) -> None:
+def _parent_mount_private(kernel: Syscalls, path: str) -> None:
     """pivot_root refuses a new root whose parent mount is shared (rootfsPropagation shared/rshared
     makes it so); like runc, make that one parent private."""
-    best, shared = "", False
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split(" - ", 1)[0].split()
-            point = fields[4].replace("\\040", " ")
-            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
-                best, shared = point, any(opt.startswith("shared:") for opt in fields[6:])
-    if best and shared:
-        SYS.mount(None, best, None, sc.MS_PRIVATE, None)
+    parent = mountinfo.mount_of(path, mountinfo.read())
+    if parent is not None and any(tag.startswith("shared:") for tag in parent.optional):
+        kernel.mount(None, parent.mount_point, None, sc.MS_PRIVATE, None)
 
 
-def prepare(spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None]) -> None:
+def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None]) -> None:
     """Builds the container's root and pivots into it; `before_pivot` runs the create-time hooks."""
     propagation = PROPAGATION_OPTIONS.get(spec.linux.rootfs_propagation, sc.MS_SLAVE | sc.MS_REC)
-    SYS.mount(None, "/", None, propagation, None)
+    kernel.mount(None, "/", None, propagation, None)
     rootfs = spec.root.path
-    _parent_mount_private(rootfs)
-    SYS.mount(rootfs, rootfs, None, sc.MS_BIND | sc.MS_REC, None)
+    _parent_mount_private(kernel, rootfs)
+    kernel.mount(rootfs, rootfs, None, sc.MS_BIND | sc.MS_REC, None)
     root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         cgroup_ns = spec.linux.namespace("cgroup") is not None
         for m in spec.mounts:
-            mount_one(root_fd, m, bundle, cgroup_ns)
+            mount_one(kernel, root_fd, m, bundle, cgroup_ns)
         dev_mount = next((m for m in spec.mounts if paths.clean(m.destination) == "/dev"), None)
         if dev_mount is None or not _is_bind(dev_mount, parse_options(dev_mount.options)):
             for dev in DEFAULT_DEVICES + tuple(d for d in spec.linux.devices
                                                 if d.path not in {x.path for x in DEFAULT_DEVICES}):
-                create_device(root_fd, dev, in_userns)
-            _dev_symlinks(root_fd)
+                create_device(kernel, root_fd, dev, in_userns)
+            _dev_symlinks(kernel, root_fd)
         if spec.linux.masked_paths:
-            mask_paths(root_fd, spec.linux.masked_paths)
+            mask_paths(kernel, root_fd, spec.linux.masked_paths)
         if spec.linux.readonly_paths:
-            readonly_paths(root_fd, spec.linux.readonly_paths)
+            readonly_paths(kernel, root_fd, spec.linux.readonly_paths)
         before_pivot()
     finally:
         os.close(root_fd)
-    pivot(rootfs)
+    pivot(kernel, rootfs)
     if spec.linux.rootfs_propagation:
-        SYS.mount(None, "/", None, propagation, None)
+        kernel.mount(None, "/", None, propagation, None)
     if spec.root.readonly:
-        SYS.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _locked_flags("/"), None)
+        kernel.mount(None, "/", None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY | _locked_flags(kernel, "/"), None)

@@ -13,7 +13,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyruntime.errors import FailedPreconditionError, NotFoundError
+from pyruntime.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+from pyruntime.fsutil import atomic_write
 from pyruntime.oci.state import ContainerState
 
 DEFAULT_ROOT = "/run/pyruntime"
@@ -29,14 +36,18 @@ class ContainerError(FailedPreconditionError):
     delete of a running one without force. Other failures raise their own kind."""
 
 
-class NotFound(ContainerError, NotFoundError):
+class NotFound(NotFoundError):
     """No container has that id (or it was deleted meanwhile)."""
+
+
+class AlreadyExists(AlreadyExistsError):
+    """A container with that id exists: create claims an id once."""
 
 
 def validate_id(cid: str) -> None:
     if (not cid or not all(c.isalnum() or c in _ID_PUNCTUATION for c in cid) or cid in (".", "..")
             or len(cid) > 1024):
-        raise ContainerError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
+        raise InvalidArgumentError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
 
 
 class Store:
@@ -52,30 +63,23 @@ class Store:
         os.makedirs(self.root, mode=0o711, exist_ok=True)
         try:
             os.mkdir(self.path(cid), 0o711)
-        except FileExistsError:
-            raise ContainerError(f"container with id {cid!r} already exists") from None
+        except FileExistsError as e:
+            raise AlreadyExists(f"container with id {cid!r} already exists") from e
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        tmp = final + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, json.dumps(state.to_json()).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
+        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp")
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)
         try:
             with open(self.path(cid, STATE_FILE), "rb") as f:
                 return ContainerState.from_json(json.load(f))
-        except FileNotFoundError:
-            raise NotFound(f"container {cid!r} does not exist") from None
+        except FileNotFoundError as e:
+            raise NotFound(f"container {cid!r} does not exist") from e
         except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError, as are from_json's errors
-            raise ContainerError(f"container {cid!r}: unreadable state {self.path(cid, STATE_FILE)}: {e}; "
-                                 "`delete --force` removes it") from e
+            raise InternalError(f"container {cid!r}: unreadable state {self.path(cid, STATE_FILE)}: {e}; "
+                                "`delete --force` removes it") from e
 
     def ids(self) -> list[str]:
         try:
@@ -97,8 +101,8 @@ class Store:
         validate_id(cid)
         try:
             fd = os.open(self.path(cid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise NotFound(f"container {cid!r} does not exist") from None
+        except FileNotFoundError as e:
+            raise NotFound(f"container {cid!r} does not exist") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

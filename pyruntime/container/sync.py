@@ -3,6 +3,41 @@
 A SOCK_SEQPACKET socketpair keeps message boundaries, so each JSON message is one read; an `error`
 message from a child becomes the runtime's error, so a failure deep in container set-up is reported
 by `create` with the step that failed, not as a bare exit status.
+
+Every message the two sides exchange is named below, and its place in the sequence documented, as
+runc's libcontainer/sync.go does; create.py, init.py and exec.py use only these names. Each message is
+one JSON object {"type": NAME, ...fields}; `recv(NAME)` fails on anything else, so a side that skips
+a step is caught at the next one. "stage 1" is the first fork (it joins and unshares namespaces, then
+forks "stage 2", the future container process, into the new pid namespace, and exits).
+
+`create` (container/create.py with container/init.py):
+
+    stage 1 -> runtime  USERNS        only for a new user namespace: unshared, write my id maps
+    runtime -> stage 1  MAPPED        uid_map and gid_map are written; stage 1 becomes root in it
+    runtime -> stage 1  GO            stage 1 is in the container's cgroup: unshare the cgroup
+                                      namespace (its root is then the container's cgroup) and fork
+    stage 1 -> runtime  PID {pid}     stage 2's pid in the runtime's pid namespace; stage 1 exits
+    runtime -> stage 2  PID_RECEIVED  stage 1 is reaped; the channel now belongs to stage 2 alone
+    stage 2 -> runtime  HOOKS         the rootfs is built, pivot_root is next: run the runtime's hooks
+    runtime -> stage 2  STATE {state} prestart and createRuntime hooks ran; the OCI state for the
+                                      container's createContainer hooks
+    stage 2 -> runtime  SECCOMP       only with SCMP_ACT_NOTIFY rules, once the filter is loaded: the
+                                      notify fd rides along (SCM_RIGHTS, `send_fd`), or no fd when
+                                      every notify rule named a syscall this kernel lacks; the
+                                      runtime hands it to the agent at listenerPath
+    stage 2 -> runtime  READY         set up and waiting on the exec fifo; stage 2 closes the channel
+                                      and `create` returns (`start` opens the fifo later)
+
+`exec` (container/exec.py):
+
+    runtime -> stage 1  GO            stage 1 is in the container's cgroup: join the namespaces, fork
+    stage 1 -> runtime  PID {pid}     stage 2's pid; stage 1 exits
+    runtime -> stage 2  PID_RECEIVED  stage 1 is reaped; the channel is stage 2's
+    stage 2 -> runtime  READY         about to execve; stage 2 closes the channel
+
+Either child may instead send ERROR {message} at any point before READY and exit; the runtime's
+pending `recv` raises it as a ChildError. No other fds than the seccomp notify fd cross the channel:
+the fifos and the console socket are opened by the children themselves.
 """
 from __future__ import annotations
 
@@ -10,9 +45,24 @@ import json
 import socket
 from typing import Any
 
+from pyruntime.errors import InternalError
 
-class ChildError(Exception):
-    """A failure reported by a forked container process."""
+USERNS = "userns"
+MAPPED = "mapped"
+GO = "go"
+PID = "pid"
+PID_RECEIVED = "pid-received"
+HOOKS = "hooks"
+STATE = "state"
+SECCOMP = "seccomp"
+READY = "ready"
+ERROR = "error"
+
+
+
+class ChildError(InternalError):
+    """A failure reported by a forked container process. Only its message crosses the channel, so the
+    kind of the child's own error is lost and the failure is internal to the runtime."""
 
 
 class Channel:
@@ -27,10 +77,10 @@ class Channel:
     def send(self, kind: str, **fields: Any) -> None:
         try:
             self.sock.send(json.dumps({"type": kind, **fields}).encode())
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError) as e:
             # the other side is gone; the error it sent before going says why
             self._check(self.sock.recv(65536), f"a reply to {kind!r}")
-            raise ChildError(f"container process exited before {kind!r} could be sent") from None
+            raise ChildError(f"container process exited before {kind!r} could be sent") from e
 
     def send_fd(self, kind: str, fd: int) -> None:
         socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])
@@ -47,7 +97,7 @@ class Channel:
         if not data:
             raise ChildError(f"container process exited before sending {expect!r}")
         msg = json.loads(data)
-        if msg["type"] == "error":
+        if msg["type"] == ERROR:
             raise ChildError(msg["message"])
         if msg["type"] != expect:
             raise ChildError(f"protocol error: expected {expect!r}, got {msg['type']!r}")

@@ -6,6 +6,7 @@ resume with a Range request; a file lock per digest keeps two processes from wri
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import hashlib
@@ -16,11 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pyruntime.errors import InvalidArgumentError, NotFoundError
+from pyruntime.fsutil import atomic_write, fsync_dir
+
 _HEX64 = set("0123456789abcdef")
 
 
-class DigestError(ValueError):
-    """A blob whose content does not match its digest or size; the message names the digest."""
+class DigestError(InvalidArgumentError):
+    """A blob whose content does not match its digest or size, or a malformed digest; the message names
+    the digest. Invalid input: bytes that contradict their digest are never stored or retried as they
+    are, whether a registry or an archive supplied them."""
 
 
 def sha256_digest(data: bytes) -> str:
@@ -35,27 +41,15 @@ def check_digest(digest: str) -> str:
     return hexpart
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+@contextlib.contextmanager
+def flock(path: Path, mode: int) -> Iterator[None]:
+    """Hold flock(2) `mode` on a lock file, made if missing, until the block ends."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        os.fsync(fd)
+        fcntl.flock(fd, mode)
+        yield
     finally:
         os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes, tmp: Path | None = None) -> None:
-    """Readers see the old file or the new one, never a torn write, even across a crash.
-
-    The caller holds a lock for `path`, so the temporary name can be fixed: a write killed half way leaves a
-    file that the next write of the same path overwrites, instead of garbage with a dead pid in its name.
-    """
-    tmp = tmp or path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class _Locks:
@@ -70,13 +64,8 @@ class _Locks:
         key = str(path)
         with self._guard:
             mutex = self._mutexes.setdefault(key, threading.Lock())
-        with mutex:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                os.close(fd)
+        with mutex, flock(path, fcntl.LOCK_EX):
+            yield
 
 
 LOCKS = _Locks()
@@ -89,7 +78,7 @@ class Writer:
     size: int | None
     path: Path
     file: BinaryIO
-    hasher: "hashlib._Hash"
+    hasher: hashlib._Hash
     offset: int
 
     def write(self, chunk: bytes) -> None:
@@ -128,10 +117,10 @@ class ContentStore:
     def read(self, digest: str) -> bytes:
         try:
             return self.path(digest).read_bytes()
-        except FileNotFoundError:
-            raise KeyError(f"blob {digest} not in the content store") from None
+        except FileNotFoundError as e:
+            raise NotFoundError(f"blob {digest} not in the content store") from e
 
-    def list(self) -> list[str]:
+    def list(self) -> builtins.list[str]:
         return sorted("sha256:" + p.name for p in self.blobs.iterdir() if len(p.name) == 64)
 
     def delete(self, digest: str) -> None:
@@ -146,7 +135,7 @@ class ContentStore:
         target = self.path(actual)
         with self.lock(actual):
             if not target.exists():
-                atomic_write(target, data, self.ingest / f"{check_digest(actual)}.put")
+                atomic_write(target, data, tmp=self.ingest / f"{check_digest(actual)}.put")
         return actual
 
     @contextlib.contextmanager
@@ -163,8 +152,7 @@ class ContentStore:
         """
         hexpart = check_digest(digest)
         partial = self.ingest / f"{hexpart}.partial"
-        f = open(partial, "a+b")
-        try:
+        with open(partial, "a+b") as f:
             hasher = hashlib.sha256()
             f.seek(0)
             offset = 0
@@ -188,8 +176,6 @@ class ContentStore:
                                   + (f", expected {size} bytes" if size is not None else ""))
             f.flush()
             os.fsync(f.fileno())
-        finally:
-            f.close()
         os.replace(partial, self.blobs / hexpart)
         fsync_dir(self.blobs)
 
@@ -197,7 +183,7 @@ class ContentStore:
         p = self.ingest / f"{check_digest(digest)}.partial"
         return p.stat().st_size if p.exists() else 0
 
-    def clean_ingest(self) -> list[Path]:
+    def clean_ingest(self) -> builtins.list[Path]:
         """Drop partial downloads nobody is writing (their lock is free); prune calls this."""
         removed = []
         for p in self.ingest.iterdir():

@@ -10,6 +10,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from pyruntime.errors import InvalidArgumentError
+
 DEFAULT_DOMAIN = "docker.io"
 DEFAULT_TAG = "latest"
 _LEGACY_DOMAINS = {"index.docker.io": DEFAULT_DOMAIN, "registry-1.docker.io": DEFAULT_DOMAIN}
@@ -24,7 +26,7 @@ _SHA256_HEX = re.compile(r"^[a-f0-9]{64}$")
 NAME_MAX = 255
 
 
-class ReferenceError(ValueError):
+class ReferenceFormatError(InvalidArgumentError):
     """A string that is not an image reference; the message quotes it and says which part is wrong."""
 
 
@@ -44,7 +46,7 @@ class Reference:
         """What the registry's manifest endpoint is asked for: the digest wins over the tag."""
         return self.digest or self.tag or DEFAULT_TAG
 
-    def with_digest(self, digest: str) -> "Reference":
+    def with_digest(self, digest: str) -> Reference:
         return Reference(self.domain, self.path, None, digest)
 
     def __str__(self) -> str:
@@ -91,37 +93,37 @@ def is_loopback_host(host: str) -> bool:
 def parse(text: str, *, default_tag: bool = True) -> Reference:
     """Parse and normalise a reference; tag `latest` is added when neither tag nor digest is given."""
     if not text or text != text.strip():
-        raise ReferenceError(f"invalid reference {text!r}: empty or surrounded by whitespace")
+        raise ReferenceFormatError(f"invalid reference {text!r}: empty or surrounded by whitespace")
     rest, digest = text, None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
         if not _DIGEST_RE.match(digest):
-            raise ReferenceError(f"invalid reference {text!r}: bad digest {digest!r}")
+            raise ReferenceFormatError(f"invalid reference {text!r}: bad digest {digest!r}")
         algo, hexpart = digest.split(":", 1)
         if algo == "sha256" and not _SHA256_HEX.match(hexpart):
-            raise ReferenceError(f"invalid reference {text!r}: sha256 digest must be 64 lowercase hex characters")
+            raise ReferenceFormatError(f"invalid reference {text!r}: sha256 digest must be 64 lowercase hex characters")
     tag = None
     slash = rest.rfind("/")
     colon = rest.rfind(":")
     if colon > slash:
         rest, tag = rest[:colon], rest[colon + 1:]
         if not _TAG_RE.match(tag):
-            raise ReferenceError(f"invalid reference {text!r}: bad tag {tag!r}")
+            raise ReferenceFormatError(f"invalid reference {text!r}: bad tag {tag!r}")
     first, sep, remainder = rest.partition("/")
     if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
         domain, path = first, remainder
         if not _DOMAIN_RE.match(domain):
-            raise ReferenceError(f"invalid reference {text!r}: bad registry host {domain!r}")
+            raise ReferenceFormatError(f"invalid reference {text!r}: bad registry host {domain!r}")
     else:
         domain, path = DEFAULT_DOMAIN, rest
     domain = _LEGACY_DOMAINS.get(domain, domain)
     if not path or not _PATH_RE.match(path):
-        raise ReferenceError(f"invalid reference {text!r}: repository name {path!r} must be lowercase "
+        raise ReferenceFormatError(f"invalid reference {text!r}: repository name {path!r} must be lowercase "
                              "components of [a-z0-9] joined by '.', '_', '__' or '-', separated by '/'")
     if domain == DEFAULT_DOMAIN and "/" not in path:
         path = f"library/{path}"
     if len(f"{domain}/{path}") > NAME_MAX:
-        raise ReferenceError(f"invalid reference {text!r}: name longer than {NAME_MAX} characters")
+        raise ReferenceFormatError(f"invalid reference {text!r}: name longer than {NAME_MAX} characters")
     if tag is None and digest is None and default_tag:
         tag = DEFAULT_TAG
     return Reference(domain, path, tag, digest)

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 import requests
 import urllib3.exceptions
 
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from pyruntime.images.content import ContentStore, DigestError, sha256_digest
 from pyruntime.images.reference import DEFAULT_DOMAIN, Reference, is_loopback_host
 
@@ -35,21 +36,20 @@ INDEX_TYPES = (MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST)
 MANIFEST_TYPES = (MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST)
 ACCEPT = ", ".join((MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST, MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
 MANIFEST_MAX = 4 << 20
-DEFAULT_HOSTS_DIR = Path(os.environ.get("PYRUNTIME_REGISTRY_CONFIG", "/etc/pyruntime/certs.d"))
 _CHUNK = 1 << 20
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(os.uname().machine, os.uname().machine)
 
 
-class RegistryError(RuntimeError):
-    """A registry refused or failed a request; the message names the reference, host and status."""
+class RegistryError(UnavailableError):
+    """No endpoint of the registry served the request (refused connection, TLS or HTTP failure, a broken
+    answer); a later retry may succeed. The message names the reference, host and status. A missing
+    manifest or blob is a NotFoundError instead, and refused credentials an AuthError."""
 
 
-class AuthError(RegistryError):
-    pass
-
-
-class NotFoundError(RegistryError):
-    pass
+class AuthError(FailedPreconditionError):
+    """The registry wants credentials that were not given or were refused. A failed precondition (gRPC
+    has PERMISSION_DENIED, which the six kinds fold in here): retrying the same request can't succeed,
+    and the request itself is well formed; it succeeds once the right credentials are configured."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Credentials:
     token: str = ""  # an identity token or a registry token, sent as Bearer without a challenge round trip
 
     @classmethod
-    def parse(cls, text: str) -> "Credentials":
+    def parse(cls, text: str) -> Credentials:
         user, sep, password = text.partition(":")
         if not sep:
             raise ValueError("credentials must be USER:PASSWORD")
@@ -73,7 +73,7 @@ class Platform:
     variant: str = ""
 
     @classmethod
-    def parse(cls, text: str) -> "Platform":
+    def parse(cls, text: str) -> Platform:
         parts = text.split("/")
         if len(parts) not in (2, 3) or not all(parts):
             raise ValueError(f"invalid platform {text!r}: expected os/arch[/variant]")
@@ -129,14 +129,15 @@ class Endpoint:
 
 
 def endpoints_for(domain: str, hosts_dir: Path | None = None) -> list[Endpoint]:
-    """Mirrors from hosts.toml in order, then the registry itself."""
-    hosts_dir = DEFAULT_HOSTS_DIR if hosts_dir is None else hosts_dir
+    """Mirrors from hosts.toml in order (when a hosts dir is given), then the registry itself."""
     if domain == DEFAULT_DOMAIN:
         default = Endpoint("https://registry-1.docker.io")
     elif is_loopback_host(domain):
         default = Endpoint(f"http://{domain}")
     else:
         default = Endpoint(f"https://{domain}")
+    if hosts_dir is None:
+        return [default]
     for candidate in (hosts_dir / domain / "hosts.toml", hosts_dir / "_default" / "hosts.toml"):
         if candidate.is_file():
             break
@@ -145,7 +146,7 @@ def endpoints_for(domain: str, hosts_dir: Path | None = None) -> list[Endpoint]:
     try:
         config = tomllib.loads(candidate.read_text())
     except tomllib.TOMLDecodeError as e:
-        raise RegistryError(f"{candidate}: {e}") from e
+        raise InvalidArgumentError(f"{candidate}: {e}") from e
     out = []
     for url, host in (config.get("host") or {}).items():
         caps = tuple(host.get("capabilities", ("pull", "resolve")))
@@ -366,9 +367,10 @@ class RegistryClient:
                 time.sleep(min(0.2 * 2 ** attempt, 3))
 
 
-def _refused(e: Exception) -> bool:
+def _refused(e: BaseException) -> bool:
     """A connection that never opened, as opposed to one that broke after it had opened."""
-    todo, seen = [e], set()
+    todo: list[BaseException | None] = [e]
+    seen: set[int] = set()
     while todo:
         cur = todo.pop()
         if cur is None or id(cur) in seen:

@@ -1,28 +1,36 @@
-"""Snapshots: one directory per layer, named by chain ID, stacked with overlayfs for each container.
+"""Snapshots: one directory per layer, named by chain ID, and per container the mounts that stack them.
 
 The chain ID (OCI config.md) names a layer together with everything under it, so two images that share a base
 share its snapshots. A snapshot is unpacked into `<chain>.tmp` and renamed into place only when complete,
 under a per-chain file lock, so a killed unpack leaves nothing that looks committed and a concurrent one waits
-and then finds the work done. A container's rootfs is an overlay mount with its own upper and work dirs; where
-overlayfs cannot be mounted, the snapshots are copied, whiteouts applied, into a plain directory instead.
+and then finds the work done.
+
+Preparing a container's rootfs (containerd's Snapshotter.Prepare) only makes directories and a record: the
+record carries the mounts to make (`mount.Mount`), an overlay with the container's own upper and work dirs,
+or, for the copy snapshotter (where overlayfs cannot be mounted), a bind of a plain directory into which the
+snapshots were copied with their whiteouts applied. Mounting is the caller's job (`mount.mount_all`), so this
+module needs no root and a CRI server chooses the target.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pyruntime.images.content import LOCKS, atomic_write, check_digest
+from pyruntime.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError
+from pyruntime.fsutil import atomic_write
+from pyruntime.images.content import LOCKS, check_digest
+from pyruntime.images.mount import Mount, is_mountpoint
 from pyruntime.images.unpack import copy_snapshot_into, usage
-from pyruntime.linux.syscalls import MNT_DETACH, SYS
+from pyruntime.linux.syscalls import Syscalls
 
-OVERLAY_OPTIONS_MAX = 4000  # the mount data page, less headroom
+SNAPSHOTTERS = ("overlay", "copy")
 
 
 def chain_ids(diff_ids: list[str]) -> list[str]:
@@ -32,8 +40,8 @@ def chain_ids(diff_ids: list[str]) -> list[str]:
     return out
 
 
-class SnapshotError(RuntimeError):
-    pass
+class SnapshotError(AlreadyExistsError):
+    """A container that already has a rootfs: `prepare` claims a container id once."""
 
 
 @dataclass
@@ -46,42 +54,37 @@ class SnapshotInfo:
 
 @dataclass
 class ContainerMount:
+    """A container's prepared rootfs: `mounts` made at `rootfs` (or anywhere else) give its filesystem."""
     container_id: str
     image_id: str
     chain_id: str
-    rootfs: str
+    rootfs: str  # where `pyruntime image mount` mounts it; a CRI server may choose another target
     driver: str  # "overlay" or "copy"
+    mounts: list[Mount] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), mounts=[m.to_dict() for m in self.mounts])
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ContainerMount:
+        return cls(**dict(d, mounts=[Mount.from_dict(m) for m in d.get("mounts") or []]))
 
 
-def _mount_overlay_fsconfig(lowers: list[Path], upper: Path, work: Path, target: Path) -> None:
-    settings = [("lowerdir+", str(p)) for p in lowers] + [("upperdir", str(upper)), ("workdir", str(work))]
-    SYS.mount_with_fsconfig("overlay", settings, str(target))
-
-
-def _umount(target: str) -> None:
-    try:
-        SYS.umount(target, MNT_DETACH)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.ENOENT):
-            raise
-
-
-def _is_mountpoint(path: Path) -> bool:
-    target = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
-
-
-def overlay_supported() -> bool:
-    if os.environ.get("PYRUNTIME_SNAPSHOTTER", "overlay") == "copy" or os.geteuid() != 0:
+def overlay_supported(snapshotter: str = "overlay") -> bool:
+    if snapshotter == "copy" or os.geteuid() != 0:
         return False
     with open("/proc/filesystems") as f:
         return any(line.split()[-1] == "overlay" for line in f if line.strip())
 
 
 class SnapshotStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, kernel: Syscalls, snapshotter: str = "overlay") -> None:
+        """`kernel` makes the copy snapshotter's device nodes and ownership; nothing here mounts."""
+        if snapshotter not in SNAPSHOTTERS:
+            raise InvalidArgumentError(f"snapshotter: {snapshotter!r} is not one of {', '.join(SNAPSHOTTERS)}")
         self.root = Path(root)
+        self.kernel = kernel
+        self.snapshotter = snapshotter
         self.snapshots = self.root / "snapshots"
         self.containers = self.root / "containers"
         self.locks = self.root / "locks"
@@ -100,7 +103,7 @@ class SnapshotStore:
     def info(self, chain_id: str) -> SnapshotInfo:
         return SnapshotInfo(**json.loads((self.dir(chain_id) / "snapshot.json").read_text()))
 
-    def list(self) -> list[SnapshotInfo]:
+    def list(self) -> builtins.list[SnapshotInfo]:
         out = []
         for d in self.snapshots.iterdir():
             if len(d.name) == 64 and (d / "snapshot.json").is_file():
@@ -143,7 +146,7 @@ class SnapshotStore:
             os.replace(d, doomed)  # no reader can see a half-deleted snapshot under the committed name
             shutil.rmtree(doomed)
 
-    def clean_temporary(self) -> list[Path]:
+    def clean_temporary(self) -> builtins.list[Path]:
         """Unpacks and removals that were killed half way; only those whose lock is free are touched."""
         removed = []
         for d in self.snapshots.iterdir():
@@ -156,7 +159,7 @@ class SnapshotStore:
                     removed.append(d)
         return removed
 
-    def lowers(self, chain: list[str]) -> list[Path]:
+    def lowers(self, chain: builtins.list[str]) -> builtins.list[Path]:
         """overlayfs wants the topmost lower first."""
         return [self.fs(c) for c in reversed(chain)]
 
@@ -164,18 +167,20 @@ class SnapshotStore:
         meta = self.containers / _safe_id(container_id) / "mount.json"
         if not meta.is_file():
             return None
-        return ContainerMount(**json.loads(meta.read_text()))
+        return ContainerMount.from_dict(json.loads(meta.read_text()))
 
-    def list_containers(self) -> list[ContainerMount]:
+    def list_containers(self) -> builtins.list[ContainerMount]:
         out = []
         for d in self.containers.iterdir():
             meta = d / "mount.json"
             if meta.is_file():
-                out.append(ContainerMount(**json.loads(meta.read_text())))
+                out.append(ContainerMount.from_dict(json.loads(meta.read_text())))
         return out
 
-    def prepare(self, container_id: str, image_id: str, chain: list[str]) -> ContainerMount:
-        """A writable rootfs for one container over the image's snapshots; the same id twice is an error."""
+    def prepare(self, container_id: str, image_id: str, chain: builtins.list[str], *,
+                driver: str | None = None) -> ContainerMount:
+        """A writable rootfs for one container over the image's snapshots, as the mounts that make it; the
+        same id twice is an error. `driver` overrides the store's snapshotter (a refused overlay falls back)."""
         cdir = self.containers / _safe_id(container_id)
         with LOCKS.hold(self.locks / f"container-{_safe_id(container_id)}.lock"):
             if (cdir / "mount.json").exists():
@@ -183,50 +188,41 @@ class SnapshotStore:
             shutil.rmtree(cdir, ignore_errors=True)
             rootfs = cdir / "rootfs"
             rootfs.mkdir(parents=True)
-            driver = "copy"
             lowers = self.lowers(chain)
-            if lowers and overlay_supported():
-                (cdir / "upper").mkdir()
-                (cdir / "work").mkdir()
-                try:
-                    self._mount_overlay(lowers, cdir)
-                    driver = "overlay"
-                except OSError:
-                    driver = "copy"
-            if driver == "copy":
+            driver = driver or ("overlay" if lowers and overlay_supported(self.snapshotter) else "copy")
+            if driver == "overlay":
+                upper, work = cdir / "upper", cdir / "work"
+                upper.mkdir()
+                work.mkdir()
+                mounts = [Mount("overlay", "overlay", [f"lowerdir={':'.join(str(p) for p in lowers)}",
+                                                       f"upperdir={upper}", f"workdir={work}"])]
+            else:
                 for lower in reversed(lowers):
-                    copy_snapshot_into(lower, rootfs)
-                top = lowers[0] if lowers else None
-                if top is not None:
-                    shutil.copystat(top, rootfs)
-            record = ContainerMount(container_id, image_id, chain[-1] if chain else "", str(rootfs), driver)
-            atomic_write(cdir / "mount.json", json.dumps(asdict(record)).encode())
+                    copy_snapshot_into(self.kernel, lower, rootfs)
+                if lowers:
+                    shutil.copystat(lowers[0], rootfs)
+                mounts = [Mount("bind", str(rootfs), ["rbind", "rw"])]
+            record = ContainerMount(container_id, image_id, chain[-1] if chain else "", str(rootfs), driver, mounts)
+            atomic_write(cdir / "mount.json", json.dumps(record.to_dict()).encode())
             return record
 
-    def _mount_overlay(self, lowers: list[Path], cdir: Path) -> None:
-        """The classic mount data is one page; beyond that, layers are added one by one through the new mount
-        API (`lowerdir+`, Linux 6.8), which has no such limit."""
-        upper, work, target = cdir / "upper", cdir / "work", cdir / "rootfs"
-        options = f"lowerdir={':'.join(str(p) for p in lowers)},upperdir={upper},workdir={work}"
-        if len(options) < OVERLAY_OPTIONS_MAX:
-            SYS.mount("overlay", str(target), "overlay", 0, options)
-        else:
-            _mount_overlay_fsconfig(lowers, upper, work, target)
-
     def release(self, container_id: str) -> bool:
+        """Forget a container's rootfs and delete its writable layer; its mounts must already be gone, so that
+        nothing is deleted through a live overlay."""
         cdir = self.containers / _safe_id(container_id)
         with LOCKS.hold(self.locks / f"container-{_safe_id(container_id)}.lock"):
             if not cdir.exists():
                 return False
-            (cdir / "mount.json").unlink(missing_ok=True)
             rootfs = cdir / "rootfs"
-            if rootfs.exists() and _is_mountpoint(rootfs):
-                _umount(str(rootfs))
+            if rootfs.exists() and is_mountpoint(rootfs):
+                raise FailedPreconditionError(f"container {container_id!r}: {rootfs} is still mounted; "
+                                              "unmount it first")
+            (cdir / "mount.json").unlink(missing_ok=True)
             shutil.rmtree(cdir)
             return True
 
 
 def _safe_id(container_id: str) -> str:
     if not container_id or "/" in container_id or container_id in (".", "..") or "\x00" in container_id:
-        raise SnapshotError(f"invalid container id {container_id!r}")
+        raise InvalidArgumentError(f"invalid container id {container_id!r}")
     return container_id

@@ -3,8 +3,8 @@
 Each layer becomes a directory that overlayfs can stack as a lower: an OCI whiteout `.wh.NAME` becomes the
 0/0 character device overlayfs uses for a deleted name, and `.wh..wh..opq` becomes the `trusted.overlay.opaque`
 xattr. tarfile only parses entries; every write goes through a directory fd resolved inside the snapshot
-(see _resolve), and names with `..`, absolute names, hard links out of the layer and relative symlinks that
-climb above the root are refused outright, so a hostile layer cannot write outside however its entries are
+(see pyruntime.linux.resolve), and names with `..`, absolute names, hard links out of the layer and relative
+symlinks that climb above the root are refused outright, so a hostile layer cannot write outside however its entries are
 ordered (containerd's TestBreakouts cases, CVE-2018-15664 and the tar-slip class).
 """
 from __future__ import annotations
@@ -19,11 +19,14 @@ import shutil
 import stat
 import tarfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from pyruntime.images._resolve import open_in_root
+from pyruntime.errors import InvalidArgumentError
+from pyruntime.linux import resolve
+from pyruntime.linux.syscalls import Syscalls
 
 WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
@@ -33,18 +36,18 @@ _CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY
 
 
-class UnsafeLayerError(ValueError):
+class UnsafeLayerError(InvalidArgumentError):
     """A layer entry that would write outside its snapshot or is otherwise refused; names the entry."""
 
 
-class LayerFormatError(ValueError):
+class LayerFormatError(InvalidArgumentError):
     """A layer that is not a readable tar (or compressed tar)."""
 
 
 class _HashingReader(io.RawIOBase):
     """Hashes the uncompressed tar as tarfile reads it, giving the diff_id without a second pass."""
 
-    def __init__(self, inner: BinaryIO) -> None:
+    def __init__(self, inner: BinaryIO | io.BufferedIOBase) -> None:
         self.inner = inner
         self.hasher = hashlib.sha256()
 
@@ -59,7 +62,7 @@ class _HashingReader(io.RawIOBase):
         return n
 
 
-def decompressed(f: BinaryIO) -> BinaryIO:
+def decompressed(f: BinaryIO) -> BinaryIO | io.BufferedIOBase:
     """Pick the decompressor by magic number: registries and docker archives mislabel media types often enough."""
     head = f.read(4)
     f.seek(0)
@@ -91,6 +94,7 @@ class LayerStats:
 
 @dataclass
 class _Applier:
+    kernel: Syscalls
     rootfd: int
     lowerfds: list[int]
     is_root: bool = os.geteuid() == 0
@@ -119,7 +123,7 @@ class _Applier:
     def _lower_stat(self, path: str) -> os.stat_result | None:
         for lfd in self.lowerfds:
             try:
-                fd = open_in_root(lfd, path, os.O_PATH | os.O_NOFOLLOW)
+                fd = self._open(lfd, path, os.O_PATH | os.O_NOFOLLOW)
             except OSError:
                 continue
             try:
@@ -128,6 +132,9 @@ class _Applier:
                 os.close(fd)
         return None
 
+    def _open(self, dirfd: int, path: str, flags: int) -> int:
+        return resolve.open_in_root(self.kernel, dirfd, path, flags, same_mount=True)
+
     def parent(self, parts: list[str]) -> int:
         """A dirfd for the entry's parent, creating missing directories with the metadata the lower layers have."""
         key = "/".join(parts)
@@ -135,7 +142,7 @@ class _Applier:
         if fd is not None:
             return fd
         try:
-            fd = open_in_root(self.rootfd, key, _DIR_FLAGS)
+            fd = self._open(self.rootfd, key, _DIR_FLAGS)
         except OSError as e:
             if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                 raise
@@ -149,7 +156,7 @@ class _Applier:
             for i, part in enumerate(parts):
                 prefix = "/".join(parts[: i + 1])
                 try:
-                    nfd = open_in_root(self.rootfd, prefix, _DIR_FLAGS)
+                    nfd = self._open(self.rootfd, prefix, _DIR_FLAGS)
                 except OSError as e:
                     if e.errno not in (errno.ENOENT, errno.ENOTDIR):
                         raise
@@ -159,8 +166,8 @@ class _Applier:
                     os.mkdir(part, 0o700, dir_fd=fd)
                     nfd = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                     if lower and stat.S_ISDIR(lower.st_mode) and self.is_root:
-                        os.fchown(nfd, lower.st_uid, lower.st_gid)
-                    os.fchmod(nfd, mode)
+                        self.kernel.chown(nfd, lower.st_uid, lower.st_gid)
+                    self.kernel.chmod(nfd, mode)
                 os.close(fd)
                 fd = nfd
             return fd
@@ -185,9 +192,9 @@ class _Applier:
         if not self.is_root:
             return
         if pfd is None:
-            os.fchown(fd_or_name, info.uid, info.gid)
+            self.kernel.chown(fd_or_name, info.uid, info.gid)
         else:
-            os.chown(fd_or_name, info.uid, info.gid, dir_fd=pfd, follow_symlinks=False)
+            self.kernel.chown(fd_or_name, info.uid, info.gid, dir_fd=pfd, follow_symlinks=False)
 
     def _xattrs(self, fd: int, info: tarfile.TarInfo) -> None:
         for key, value in info.pax_headers.items():
@@ -224,7 +231,7 @@ class _Applier:
                     raise UnsafeLayerError(f"layer entry name {info.name!r}: whiteout of nothing")
                 pfd = self.parent(dirs)
                 self._remove(pfd, name)
-                os.mknod(name, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=pfd)
+                self.kernel.mknod(name, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=pfd)
                 continue
             pfd = self.parent(dirs)
             if info.isdir():
@@ -241,7 +248,7 @@ class _Applier:
                 raise UnsafeLayerError(f"layer entry name {info.name!r}: unsupported type {info.type!r}")
         for path, mtime in self.dir_times.items():
             try:
-                fd = open_in_root(self.rootfd, path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
+                fd = self._open(self.rootfd, path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
             except OSError:
                 continue  # replaced by a later entry
             try:
@@ -260,7 +267,7 @@ class _Applier:
         fd = os.open(base, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             self._owner(fd, info)
-            os.fchmod(fd, info.mode & 0o7777)
+            self.kernel.chmod(fd, info.mode & 0o7777)
             self._xattrs(fd, info)
         finally:
             os.close(fd)
@@ -276,7 +283,7 @@ class _Applier:
                     _write_all(fd, chunk)
                     self.stats.bytes_written += len(chunk)
             self._owner(fd, info)
-            os.fchmod(fd, info.mode & 0o7777)
+            self.kernel.chmod(fd, info.mode & 0o7777)
             self._xattrs(fd, info)
             os.utime(fd, (info.mtime, info.mtime))
         finally:
@@ -293,7 +300,7 @@ class _Applier:
                 if depth < 0:
                     raise UnsafeLayerError(f"layer entry symlink {info.name!r} -> {target!r}: points above the root")
         self._remove(pfd, base)
-        os.symlink(target, base, dir_fd=pfd)
+        self.kernel.symlink(target, base, dir_fd=pfd)
         self._owner(base, info, pfd)
         os.utime(base, (info.mtime, info.mtime), dir_fd=pfd, follow_symlinks=False)
 
@@ -304,8 +311,10 @@ class _Applier:
         *tdirs, tbase = tparts
         tpath = "/".join(tparts)
         try:
-            tpfd = open_in_root(self.rootfd, "/".join(tdirs), _DIR_FLAGS)
-        except FileNotFoundError:
+            tpfd = self._open(self.rootfd, "/".join(tdirs), _DIR_FLAGS)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
             tpfd = None
         if tpfd is not None:
             try:
@@ -315,7 +324,8 @@ class _Applier:
             try:
                 if st is not None:
                     if stat.S_ISDIR(st.st_mode):
-                        raise UnsafeLayerError(f"layer entry hard link {info.name!r} -> {tpath!r}: target is a directory")
+                        raise UnsafeLayerError(f"layer entry hard link {info.name!r} -> {tpath!r}: "
+                                               "target is a directory")
                     if _inode(pfd, base) == st.st_ino:
                         return  # already this very file: linking again would fail with EEXIST
                     self._remove(pfd, base)
@@ -329,7 +339,7 @@ class _Applier:
         """A hard link to a file of a lower layer: overlayfs cannot link across layers, so the file is copied up."""
         for lfd in self.lowerfds:
             try:
-                src = open_in_root(lfd, tpath, os.O_RDONLY | os.O_NOFOLLOW)
+                src = self._open(lfd, tpath, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
                 continue
             try:
@@ -343,8 +353,8 @@ class _Applier:
                     while chunk := os.read(src, _CHUNK):
                         _write_all(dst, chunk)
                     if self.is_root:
-                        os.fchown(dst, st.st_uid, st.st_gid)
-                    os.fchmod(dst, stat.S_IMODE(st.st_mode))
+                        self.kernel.chown(dst, st.st_uid, st.st_gid)
+                    self.kernel.chmod(dst, stat.S_IMODE(st.st_mode))
                     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
                 finally:
                     os.close(dst)
@@ -356,12 +366,12 @@ class _Applier:
     def _node(self, pfd: int, base: str, info: tarfile.TarInfo) -> None:
         kind = stat.S_IFCHR if info.ischr() else stat.S_IFBLK if info.isblk() else stat.S_IFIFO
         self._remove(pfd, base)
-        os.mknod(base, kind | 0o600, os.makedev(info.devmajor, info.devminor), dir_fd=pfd)
+        self.kernel.mknod(base, kind | 0o600, os.makedev(info.devmajor, info.devminor), dir_fd=pfd)
         fd = os.open(base, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             if self.is_root:
-                os.chown(f"/proc/self/fd/{fd}", info.uid, info.gid)
-            os.chmod(f"/proc/self/fd/{fd}", info.mode & 0o7777)
+                self.kernel.chown(f"/proc/self/fd/{fd}", info.uid, info.gid)
+            self.kernel.chmod(f"/proc/self/fd/{fd}", info.mode & 0o7777)
             os.utime(f"/proc/self/fd/{fd}", (info.mtime, info.mtime))
         finally:
             os.close(fd)
@@ -381,14 +391,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def apply_layer(blob: BinaryIO, dest: Path, *, lowers: list[Path] = ()) -> LayerStats:
+def apply_layer(blob: BinaryIO, dest: Path, *, kernel: Syscalls, lowers: Sequence[Path] = ()) -> LayerStats:
     """Unpack a (possibly compressed) layer tar into `dest`; `lowers` are the snapshots below it, topmost first.
+    Ownership, modes, device nodes and symlinks are made through `kernel`.
 
     Returns the diff_id (sha256 of the uncompressed tar) for the caller to check against the image config.
     """
     rootfd = os.open(dest, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC)
     lowerfds = [os.open(p, _DIR_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC) for p in lowers]
-    applier = _Applier(rootfd, lowerfds)
+    applier = _Applier(kernel, rootfd, lowerfds)
     try:
         reader = _HashingReader(decompressed(blob))
         buffered = io.BufferedReader(reader, buffer_size=_CHUNK)
@@ -422,7 +433,7 @@ def usage(path: Path) -> int:
     return total
 
 
-def copy_snapshot_into(src: Path, dest: Path) -> None:
+def copy_snapshot_into(kernel: Syscalls, src: Path, dest: Path) -> None:
     """The plain-copy fallback: replay an overlay-format snapshot onto a directory, honouring whiteouts."""
     links: dict[int, Path] = {}
     for dirpath, dirnames, filenames in os.walk(src):
@@ -448,7 +459,7 @@ def copy_snapshot_into(src: Path, dest: Path) -> None:
                 if not t.exists():
                     t.mkdir()
                 shutil.copystat(s, t, follow_symlinks=False)
-                os.chown(t, st.st_uid, st.st_gid, follow_symlinks=False)
+                kernel.chown(str(t), st.st_uid, st.st_gid, follow_symlinks=False)
             else:
                 _rm(t)
                 if st.st_nlink > 1 and st.st_ino in links:
@@ -458,12 +469,12 @@ def copy_snapshot_into(src: Path, dest: Path) -> None:
                 if stat.S_ISREG(st.st_mode):
                     shutil.copy2(s, t, follow_symlinks=False)
                 elif stat.S_ISLNK(st.st_mode):
-                    os.symlink(os.readlink(s), t)
+                    kernel.symlink(os.readlink(s), str(t))
                 else:
-                    os.mknod(t, st.st_mode, st.st_rdev)
-                os.chown(t, st.st_uid, st.st_gid, follow_symlinks=False)
+                    kernel.mknod(str(t), st.st_mode, st.st_rdev)
+                kernel.chown(str(t), st.st_uid, st.st_gid, follow_symlinks=False)
                 if not stat.S_ISLNK(st.st_mode):
-                    os.chmod(t, stat.S_IMODE(st.st_mode))
+                    kernel.chmod(str(t), stat.S_IMODE(st.st_mode))
     for dirpath, _dirnames, _files in os.walk(src):
         rel = posixpath.relpath(dirpath, src)
         t = dest if rel == "." else dest / rel

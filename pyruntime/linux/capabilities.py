@@ -1,11 +1,12 @@
 """Capability sets of the container process (process.capabilities) and their application.
 
-The kernel calls happen in the container's init right before exec, so the work is done with raw
-prctl(2)/capset(2) through ctypes (already loaded by the runtime) rather than python-prctl.
+The kernel calls happen in the container's init right before exec, through the syscall layer it is
+handed (prctl(2), capget(2) and capset(2) by ctypes, already loaded by the runtime, not python-prctl).
 
 The spec asks that a capability which cannot be mapped or granted be logged as a warning and not fail
 the container (runc >= 1.1 does the same), so every such name goes to the caller's ``warn`` callback and
-is skipped; failures of the calls themselves still raise, naming the call.
+is skipped; failures of the calls themselves still raise, naming the call. The section is read through
+pyruntime.fieldreader, as the rest of config.json is.
 
 Order in the init (what ``apply`` does, mirroring runc's finalizeNamespace):
 ``drop_bounding`` -> ``PR_SET_KEEPCAPS(1)`` -> ``set_ids`` -> ``PR_SET_KEEPCAPS(0)`` -> ``set_capabilities``.
@@ -13,11 +14,11 @@ Keep-caps is what lets the permitted set survive the switch from uid 0 to the co
 """
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from pyruntime.linux._libc import check, libc
+from pyruntime.fieldreader import Obj
+from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.record import record
 
 Warn = Callable[[str], None]
@@ -75,7 +76,6 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_RAISE = 2
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def name(cap: int) -> str:
@@ -88,20 +88,13 @@ def last_cap() -> int:
         return int(f.read())
 
 
-def _names(obj: Mapping[str, object], key: str, where: str, supported: int, warn: Warn | None) -> frozenset[int]:
-    value = obj.get(key)
-    if value is None:
-        return frozenset()
-    if not isinstance(value, list):
-        raise ValueError(f"{where}.{key}: expected an array of strings, got {type(value).__name__}")
+def _names(o: Obj, key: str, supported: int, warn: Warn | None) -> frozenset[int]:
     caps = set()
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise ValueError(f"{where}.{key}[{i}]: expected a string, got {type(item).__name__}")
+    for item in o.strings(key):
         cap = CAPABILITIES.get(item)
         if cap is None or cap > supported:
             if warn is not None:
-                warn(f"{where}.{key}: ignoring unknown or unavailable capability {item!r}")
+                warn(f"{o.name(key)}: ignoring unknown or unavailable capability {item!r}")
             continue
         caps.add(cap)
     return frozenset(caps)
@@ -122,23 +115,16 @@ class Capabilities:
         cls, obj: object, *, where: str = "process.capabilities", warn: Warn | None = None
     ) -> Capabilities:
         """Validates types strictly; names the running kernel cannot map are passed to ``warn`` and dropped."""
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+        o = Obj(obj, where)
         supported = last_cap()
-        return cls(**{key: _names(obj, key, where, supported, warn) for key in SETS})
+        return cls(**{key: _names(o, key, supported, warn) for key in SETS})
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _prctl(call: str, option: int, *args: int) -> int:
-    padded = [ctypes.c_ulong(arg) for arg in args] + [ctypes.c_ulong(0)] * (4 - len(args))
-    return check(libc.prctl(option, *padded), call)
+def _prctl(kernel: Syscalls, call: str, option: int, *args: int) -> int:
+    try:
+        return kernel.prctl(option, *args)
+    except SyscallError as e:
+        raise SyscallError(e.errno, f"{call}: {os.strerror(e.errno)}") from e
 
 
 def _bits(caps: Iterable[int]) -> int:
@@ -152,48 +138,23 @@ def _caps(mask: int) -> frozenset[int]:
     return frozenset(cap for cap in range(mask.bit_length()) if mask >> cap & 1)
 
 
-def _capget() -> tuple[int, int, int]:
-    """(effective, permitted, inheritable) of the calling thread as bitmasks."""
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    check(libc.capget(ctypes.byref(header), data), "capget")
-    lo, hi = data
-    return (
-        lo.effective | hi.effective << 32,
-        lo.permitted | hi.permitted << 32,
-        lo.inheritable | hi.inheritable << 32,
-    )
+def bounding_set(kernel: Syscalls) -> frozenset[int]:
+    return frozenset(cap for cap in range(last_cap() + 1)
+                     if _prctl(kernel, f"prctl(PR_CAPBSET_READ, {name(cap)})", PR_CAPBSET_READ, cap))
 
 
-def _capset(effective: int, permitted: int, inheritable: int) -> None:
-    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    for i in range(2):
-        shift = 32 * i
-        data[i].effective = effective >> shift & 0xFFFFFFFF
-        data[i].permitted = permitted >> shift & 0xFFFFFFFF
-        data[i].inheritable = inheritable >> shift & 0xFFFFFFFF
-    check(libc.capset(ctypes.byref(header), data), "capset")
-
-
-def bounding_set() -> frozenset[int]:
-    return frozenset(
-        cap for cap in range(last_cap() + 1) if _prctl(f"prctl(PR_CAPBSET_READ, {name(cap)})", PR_CAPBSET_READ, cap)
-    )
-
-
-def drop_bounding(caps: Capabilities, *, warn: Warn | None = None) -> None:
+def drop_bounding(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> None:
     """Drops every capability not in ``caps.bounding``; one we were never given cannot be kept, only reported."""
-    current = bounding_set()
+    current = bounding_set(kernel)
     if warn is not None:
         for cap in sorted(caps.bounding - current):
             warn(f"process.capabilities.bounding: {name(cap)} is not in the runtime's bounding set, not granted")
     for cap in sorted(current - caps.bounding):
-        _prctl(f"prctl(PR_CAPBSET_DROP, {name(cap)})", PR_CAPBSET_DROP, cap)
+        _prctl(kernel, f"prctl(PR_CAPBSET_DROP, {name(cap)})", PR_CAPBSET_DROP, cap)
 
 
-def set_keep_caps(keep: bool) -> None:
-    _prctl(f"prctl(PR_SET_KEEPCAPS, {int(keep)})", PR_SET_KEEPCAPS, int(keep))
+def set_keep_caps(kernel: Syscalls, keep: bool) -> None:
+    _prctl(kernel, f"prctl(PR_SET_KEEPCAPS, {int(keep)})", PR_SET_KEEPCAPS, int(keep))
 
 
 def set_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> None:
@@ -221,10 +182,10 @@ def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
     try:
         fn(*args)
     except OSError as e:
-        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from None
+        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e
 
 
-def set_capabilities(caps: Capabilities, *, warn: Warn | None = None) -> None:
+def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> None:
     """Sets effective/permitted/inheritable with capset(2), then the ambient set.
 
     Only what the kernel would let capset(2) and PR_CAP_AMBIENT_RAISE grant is requested: permitted
@@ -232,8 +193,8 @@ def set_capabilities(caps: Capabilities, *, warn: Warn | None = None) -> None:
     inheritable or permitted and is still bounded, ambient within new permitted and inheritable. The
     rest goes to ``warn``, so a runtime running with fewer capabilities still starts the container.
     """
-    _, old_permitted, old_inheritable = _capget()
-    bounding = _bits(bounding_set())
+    _, old_permitted, old_inheritable = kernel.capget()
+    bounding = _bits(bounding_set(kernel))
     permitted = _bits(caps.permitted) & old_permitted
     effective = _bits(caps.effective) & permitted
     inheritable = _bits(caps.inheritable) & (old_inheritable | old_permitted) & (old_inheritable | bounding)
@@ -243,17 +204,19 @@ def set_capabilities(caps: Capabilities, *, warn: Warn | None = None) -> None:
                              ("inheritable", inheritable), ("ambient", ambient)):
             for cap in sorted(getattr(caps, key) - _caps(granted)):
                 warn(f"process.capabilities.{key}: {name(cap)} cannot be granted, skipped")
-    _capset(effective, permitted, inheritable)
-    _prctl("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    kernel.capset(effective, permitted, inheritable)
+    _prctl(kernel, "prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     for cap in sorted(_caps(ambient)):
-        _prctl(f"prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, {name(cap)})", PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap)
+        _prctl(kernel, f"prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, {name(cap)})", PR_CAP_AMBIENT,
+               PR_CAP_AMBIENT_RAISE, cap)
 
 
-def set_no_new_privileges() -> None:
-    _prctl("prctl(PR_SET_NO_NEW_PRIVS, 1)", PR_SET_NO_NEW_PRIVS, 1)
+def set_no_new_privileges(kernel: Syscalls) -> None:
+    _prctl(kernel, "prctl(PR_SET_NO_NEW_PRIVS, 1)", PR_SET_NO_NEW_PRIVS, 1)
 
 
 def apply(
+    kernel: Syscalls,
     caps: Capabilities | None,
     *,
     uid: int,
@@ -269,12 +232,12 @@ def apply(
     without no_new_privileges must be loaded before this call, while CAP_SYS_ADMIN is still held.
     """
     if no_new_privileges:
-        set_no_new_privileges()
+        set_no_new_privileges(kernel)
     if caps is None:
         set_ids(uid, gid, additional_gids)
         return
-    drop_bounding(caps, warn=warn)
-    set_keep_caps(True)
+    drop_bounding(kernel, caps, warn=warn)
+    set_keep_caps(kernel, True)
     set_ids(uid, gid, additional_gids)
-    set_keep_caps(False)
-    set_capabilities(caps, warn=warn)
+    set_keep_caps(kernel, False)
+    set_capabilities(kernel, caps, warn=warn)

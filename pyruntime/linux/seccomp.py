@@ -1,5 +1,7 @@
 """linux.seccomp of config.json: validation, and compiling/loading the filter with libseccomp.
 
+The section is read through pyruntime.fieldreader, as the rest of config.json is.
+
 libseccomp is driven through a small ctypes binding: pyseccomp costs ~13 ms to import (it runs
 find_library) and Debian's python3-seccomp lives outside the venv, while ctypes is already loaded by
 the runtime. libseccomp.so.2 is opened by soname on the first call only, so importing this module costs
@@ -18,6 +20,7 @@ import os
 from collections.abc import Callable, Mapping
 from functools import cache
 
+from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import record
 
 Warn = Callable[[str], None]
@@ -81,50 +84,16 @@ _MAX_ARGS = 6
 _SCM_RIGHTS_NAME = "seccompFd"
 
 
-def _uint(value: object, where: str, limit: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
-        raise ValueError(f"{where}: expected an integer in [0, {limit}), got {value!r}")
-    return value
+_UINT64_MAX = (1 << 64) - 1
+_ERRNO_MAX = (1 << 16) - 1
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
-def _string(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string, got {type(value).__name__}")
-    return value
-
-
-def _list(value: object, where: str) -> list:
-    """An absent or null array is an empty one; any other non-array is an error."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ValueError(f"{where}: expected an array, got {type(value).__name__}")
-    return value
-
-
-def _object(value: object, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
-    return value
-
-
-def _choice(value: object, where: str, known: Mapping[str, object], what: str) -> str:
-    text = _string(value, where)
-    if text not in known:
-        raise ValueError(f"{where}: unknown {what} {text!r}")
-    return text
-
-
-def _action(obj: dict, action_key: str, errno_key: str, where: str) -> tuple[str, int | None]:
-    if action_key not in obj:
-        raise ValueError(f"{where}.{action_key}: required")
-    action = _choice(obj[action_key], f"{where}.{action_key}", ACTIONS, "action")
-    errno_ret = obj.get(errno_key)
-    if errno_ret is None:
-        return action, None
-    _uint(errno_ret, f"{where}.{errno_key}", 1 << 16)
-    if action not in _ERRNO_ACTIONS:
-        raise ValueError(f"{where}.{errno_key}: not supported by action {action}")
+def _action(o: Obj, action_key: str, errno_key: str) -> tuple[str, int | None]:
+    action = o.choice(action_key, ACTIONS, "action", required=True)
+    errno_ret = o.int(errno_key, lo=0, hi=_ERRNO_MAX)
+    if errno_ret is not None and action not in _ERRNO_ACTIONS:
+        raise SpecError(f"{o.name(errno_key)}: not supported by action {action}")
     return action, errno_ret
 
 
@@ -136,16 +105,12 @@ class Arg:
     op: str
 
     @classmethod
-    def from_spec(cls, obj: object, where: str) -> Arg:
-        obj = _object(obj, where)
-        for key in ("index", "value", "op"):
-            if key not in obj:
-                raise ValueError(f"{where}.{key}: required")
+    def from_spec(cls, o: Obj) -> Arg:
         return cls(
-            index=_uint(obj["index"], f"{where}.index", _MAX_ARGS),
-            value=_uint(obj["value"], f"{where}.value", 1 << 64),
-            value_two=_uint(obj.get("valueTwo", 0), f"{where}.valueTwo", 1 << 64),
-            op=_choice(obj["op"], f"{where}.op", OPERATORS, "operator"),
+            index=o.int("index", required=True, lo=0, hi=_MAX_ARGS - 1),
+            value=o.int("value", required=True, lo=0, hi=_UINT64_MAX),
+            value_two=o.int("valueTwo", 0, lo=0, hi=_UINT64_MAX),
+            op=o.choice("op", OPERATORS, "operator", required=True),
         )
 
 
@@ -157,16 +122,16 @@ class Syscall:
     args: tuple[Arg, ...] = ()
 
     @classmethod
-    def from_spec(cls, obj: object, where: str) -> Syscall:
-        obj = _object(obj, where)
-        if "names" not in obj:
-            raise ValueError(f"{where}.names: required")
-        names = tuple(_string(n, f"{where}.names[{i}]") for i, n in enumerate(_list(obj["names"], f"{where}.names")))
+    def from_spec(cls, o: Obj) -> Syscall:
+        """Names unknown to this kernel are kept (load() skips them, as runc does); only their shape is checked."""
+        names = tuple(o.strings("names", required=True))
         if not names:
-            raise ValueError(f"{where}.names: must contain at least one entry")
-        action, errno_ret = _action(obj, "action", "errnoRet", where)
-        args = _list(obj.get("args"), f"{where}.args")
-        return cls(names, action, errno_ret, tuple(Arg.from_spec(a, f"{where}.args[{i}]") for i, a in enumerate(args)))
+            raise SpecError(f"{o.name('names')}: must contain at least one entry")
+        for i, n in enumerate(names):
+            if not n or not set(n) <= _NAME_CHARS:
+                raise SpecError(f"{o.name('names')}[{i}]: {shown(n)} is not a syscall name")
+        action, errno_ret = _action(o, "action", "errnoRet")
+        return cls(names, action, errno_ret, tuple(Arg.from_spec(a) for a in o.objs("args")))
 
 
 @record
@@ -182,34 +147,32 @@ class Seccomp:
     @classmethod
     def from_spec(cls, obj: object, where: str = "linux.seccomp") -> Seccomp:
         """Rejects at the edge what the spec forbids, so that the child's load() fails only on host limits."""
-        obj = _object(obj, where)
-        default_action, default_errno_ret = _action(obj, "defaultAction", "defaultErrnoRet", where)
+        o = Obj(obj, where)
+        default_action, default_errno_ret = _action(o, "defaultAction", "defaultErrnoRet")
         if default_action == "SCMP_ACT_NOTIFY":
-            raise ValueError(f"{where}.defaultAction: SCMP_ACT_NOTIFY cannot be the default action")
-        archs = _list(obj.get("architectures"), f"{where}.architectures")
-        flags = _list(obj.get("flags"), f"{where}.flags")
-        syscalls = _list(obj.get("syscalls"), f"{where}.syscalls")
-        listener_path = obj.get("listenerPath") or None
-        listener_metadata = obj.get("listenerMetadata") or None
-        if listener_path is not None:
-            _string(listener_path, f"{where}.listenerPath")
-        if listener_metadata is not None:
-            _string(listener_metadata, f"{where}.listenerMetadata")
-            if listener_path is None:
-                raise ValueError(f"{where}.listenerMetadata: set without listenerPath")
+            raise SpecError(f"{o.name('defaultAction')}: SCMP_ACT_NOTIFY cannot be the default action")
+        archs = o.strings("architectures")
+        flags = o.strings("flags")
+        listener_path = o.str("listenerPath") or None
+        listener_metadata = o.str("listenerMetadata") or None
+        if listener_metadata is not None and listener_path is None:
+            raise SpecError(f"{o.name('listenerMetadata')}: set without listenerPath")
+        for key, values, known, what in (("architectures", archs, ARCHITECTURES, "architecture"),
+                                         ("flags", flags, FLAGS, "flag")):
+            for i, v in enumerate(values):
+                if v not in known:
+                    raise SpecError(f"{o.name(key)}[{i}]: unknown {what} {shown(v)}")
         seccomp = cls(
             default_action=default_action,
             default_errno_ret=default_errno_ret,
-            architectures=tuple(
-                _choice(a, f"{where}.architectures[{i}]", ARCHITECTURES, "architecture") for i, a in enumerate(archs)
-            ),
-            flags=tuple(_choice(f, f"{where}.flags[{i}]", FLAGS, "flag") for i, f in enumerate(flags)),
+            architectures=tuple(archs),
+            flags=tuple(flags),
             listener_path=listener_path,
             listener_metadata=listener_metadata,
-            syscalls=tuple(Syscall.from_spec(s, f"{where}.syscalls[{i}]") for i, s in enumerate(syscalls)),
+            syscalls=tuple(Syscall.from_spec(s) for s in o.objs("syscalls")),
         )
         if seccomp.uses_notify and listener_path is None:
-            raise ValueError(f"{where}.listenerPath: required when SCMP_ACT_NOTIFY is used")
+            raise SpecError(f"{o.name('listenerPath')}: required when SCMP_ACT_NOTIFY is used")
         return seccomp
 
     @property
@@ -370,7 +333,7 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             sock.connect(seccomp.listener_path)
             sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         except OSError as e:
-            raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from None
+            raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
 
 
 def features() -> dict[str, object]:

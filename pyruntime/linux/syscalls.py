@@ -1,7 +1,11 @@
 """Every raw kernel call the runtime makes, as small typed functions behind one interface.
 
-The container set-up logic (rootfs, namespaces, init) talks only to a `Syscalls` object, so its unit
-tests run without root against `FakeSyscalls` (tests/unit), the way youki tests its syscall trait.
+The container set-up logic (rootfs, namespaces, init), the layer unpacker and the snapshotter talk only
+to a `Syscalls` object they are handed, so their unit tests run without root against `FakeSyscalls`
+(tests/unit), the way youki tests its syscall trait. There is deliberately no module-level instance:
+only the entry points (the CLI, `create`, `exec`, the image store) make a `LinuxSyscalls`, so a module
+that forgets to take the object has nothing to fall back on, and tests/unit/test_syscall_layer.py fails
+on any raw call (os.mknod, os.chown, ctypes, ...) made outside this module.
 Each failure raises `SyscallError`, an OSError whose message names the call and the path, because an
 error such as "Invalid argument" alone never tells a user which of forty mounts went wrong.
 
@@ -10,9 +14,10 @@ Only ctypes and os are imported: this module is on the container start path.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
-from typing import Protocol
 
+from pyruntime.errors import InternalError
 from pyruntime.linux._libc import libc
 
 libc.syscall.restype = ctypes.c_long
@@ -50,6 +55,7 @@ AT_FDCWD = -100
 
 # namespaces
 CLONE_NEWNS = 0x00020000
+NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -82,14 +88,32 @@ _SYSCALL_NR = {
 }[os.uname().machine]
 
 
-class SyscallError(OSError):
-    """An OSError that names the call and the path it was made on."""
+class SyscallError(InternalError, OSError):
+    """An OSError that names the call and the path it was made on; `errno` stays for callers that branch on it."""
 
 
 def _fail(call: str, path: str | None = None) -> SyscallError:
     err = ctypes.get_errno()
     where = f" {path}" if path else ""
     return SyscallError(err, f"{call}{where}: {os.strerror(err)}")
+
+
+def _os_fail(call: str, path: str | int, dir_fd: int | None, e: OSError) -> SyscallError:
+    """The same error for a call made through os: the errno kept, the call and the path named (relative
+    paths with the directory fd they were resolved from, which /proc/self/fd names)."""
+    where = f"fd {path}" if isinstance(path, int) else path
+    if dir_fd is not None:
+        where = f"{where} (in {_fd_target(dir_fd)})"
+    err = SyscallError(e.errno, f"{call} {where}: {e.strerror}")
+    err.filename = e.filename
+    return err
+
+
+def _fd_target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"fd {fd}"
 
 
 def _b(value: str | None) -> bytes | None:
@@ -100,24 +124,87 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-class Syscalls(Protocol):
-    """The kernel interface the container logic uses; `LinuxSyscalls` is real, `FakeSyscalls` records."""
-
-    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None: ...
-    def umount(self, target: str, flags: int = 0) -> None: ...
-    def pivot_root(self, new_root: str, put_old: str) -> None: ...
-    def unshare(self, flags: int) -> None: ...
-    def setns(self, fd: int, nstype: int, path: str) -> None: ...
-    def sethostname(self, name: str) -> None: ...
-    def setdomainname(self, name: str) -> None: ...
-    def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int: ...
-    def mknod(self, path: str, mode: int, device: int) -> None: ...
-    def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int: ...
-    def close_range(self, first: int, last: int, flags: int = 0) -> None: ...
-    def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None: ...
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-class LinuxSyscalls:
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+class Syscalls:
+    """The kernel interface the container logic uses; `LinuxSyscalls` is real, `FakeSyscalls` records.
+
+    A plain base class rather than a typing.Protocol: importing typing would cost every CLI command
+    (kill, state, delete reach this module through the cgroup driver) about 3 ms.
+    """
+
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+        raise NotImplementedError
+
+    def umount(self, target: str, flags: int = 0) -> None:
+        raise NotImplementedError
+
+    def pivot_root(self, new_root: str, put_old: str) -> None:
+        raise NotImplementedError
+
+    def unshare(self, flags: int) -> None:
+        raise NotImplementedError
+
+    def setns(self, fd: int, nstype: int, path: str) -> None:
+        raise NotImplementedError
+
+    def sethostname(self, name: str) -> None:
+        raise NotImplementedError
+
+    def setdomainname(self, name: str) -> None:
+        raise NotImplementedError
+
+    def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
+        raise NotImplementedError
+
+    def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None:
+        raise NotImplementedError
+
+    def chmod(self, path: str | int, mode: int, dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
+        raise NotImplementedError
+
+    def chown(self, path: str | int, uid: int, gid: int, dir_fd: int | None = None,
+              follow_symlinks: bool = True) -> None:
+        raise NotImplementedError
+
+    def symlink(self, target: str, path: str, dir_fd: int | None = None) -> None:
+        raise NotImplementedError
+
+    def statfs_type(self, path: str) -> int:
+        raise NotImplementedError
+
+    def statvfs_flags(self, path: str) -> int:
+        raise NotImplementedError
+
+    def ns_type(self, path: str) -> int | None:
+        raise NotImplementedError
+
+    def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+        raise NotImplementedError
+
+    def capget(self) -> tuple[int, int, int]:
+        raise NotImplementedError
+
+    def capset(self, effective: int, permitted: int, inheritable: int) -> None:
+        raise NotImplementedError
+
+    def close_range(self, first: int, last: int, flags: int = 0) -> None:
+        raise NotImplementedError
+
+    def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
+        raise NotImplementedError
+
+
+class LinuxSyscalls(Syscalls):
     def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
         if libc.mount(_b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data)) != 0:
             raise _fail(f"mount({source or 'none'}, type={fstype or 'none'}, flags={flags:#x}, data={data or ''}) on",
@@ -156,11 +243,60 @@ class LinuxSyscalls:
             raise _fail("openat2", path)
         return fd
 
-    def mknod(self, path: str, mode: int, device: int) -> None:
+    def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None:
         try:
-            os.mknod(path, mode, device)
+            os.mknod(path, mode, device, dir_fd=dir_fd)
         except OSError as e:
-            raise SyscallError(e.errno, f"mknod {path}: {e.strerror}") from None
+            raise _os_fail("mknod", path, dir_fd, e) from e
+
+    def chmod(self, path: str | int, mode: int, dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
+        try:
+            os.chmod(path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except OSError as e:
+            raise _os_fail(f"chmod({mode:#o})", path, dir_fd, e) from e
+
+    def chown(self, path: str | int, uid: int, gid: int, dir_fd: int | None = None,
+              follow_symlinks: bool = True) -> None:
+        try:
+            os.chown(path, uid, gid, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+        except OSError as e:
+            raise _os_fail(f"chown({uid}:{gid})", path, dir_fd, e) from e
+
+    def symlink(self, target: str, path: str, dir_fd: int | None = None) -> None:
+        try:
+            os.symlink(target, path, dir_fd=dir_fd)
+        except OSError as e:
+            raise _os_fail(f"symlink(-> {target})", path, dir_fd, e) from e
+
+    def statfs_type(self, path: str) -> int:
+        """The filesystem's magic number (f_type), which os.statvfs does not report."""
+        buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux; f_type comes first
+        if libc.statfs(_b(path), buf) != 0:
+            raise _fail("statfs", path)
+        return ctypes.c_long.from_buffer(buf).value
+
+    def statvfs_flags(self, path: str) -> int:
+        try:
+            return os.statvfs(path).f_flag
+        except OSError as e:
+            raise _os_fail("statvfs", path, None, e) from e
+
+    def ns_type(self, path: str) -> int | None:
+        """The CLONE_NEW* flag of the namespace file at `path` (a /proc/PID/ns link, or a bind mount of one
+        such as /run/netns/NAME) by the NS_GET_NSTYPE ioctl; None when the file is not a namespace."""
+        import fcntl
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError as e:
+            raise _os_fail("open", path, None, e) from e
+        try:
+            return fcntl.ioctl(fd, NS_GET_NSTYPE)
+        except OSError as e:
+            if e.errno in (errno.ENOTTY, errno.EINVAL):
+                return None
+            raise _os_fail("ioctl(NS_GET_NSTYPE)", path, None, e) from e
+        finally:
+            os.close(fd)
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),
@@ -169,10 +305,30 @@ class LinuxSyscalls:
             raise _fail(f"prctl({option})")
         return ret
 
+    def capget(self) -> tuple[int, int, int]:
+        """(effective, permitted, inheritable) of the calling thread as 64-bit masks."""
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        if libc.capget(ctypes.byref(header), data) != 0:
+            raise _fail("capget")
+        lo, hi = data
+        return (lo.effective | hi.effective << 32, lo.permitted | hi.permitted << 32,
+                lo.inheritable | hi.inheritable << 32)
+
+    def capset(self, effective: int, permitted: int, inheritable: int) -> None:
+        header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)()
+        for i in range(2):
+            shift = 32 * i
+            data[i].effective = effective >> shift & 0xFFFFFFFF
+            data[i].permitted = permitted >> shift & 0xFFFFFFFF
+            data[i].inheritable = inheritable >> shift & 0xFFFFFFFF
+        if libc.capset(ctypes.byref(header), data) != 0:
+            raise _fail(f"capset(effective={effective:#x}, permitted={permitted:#x}, inheritable={inheritable:#x})")
+
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
-
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)
@@ -199,30 +355,31 @@ class LinuxSyscalls:
             os.close(fs)
 
 
-class FakeSyscalls:
+class FakeSyscalls(Syscalls):
     """Records every call instead of making it, for unit tests of the set-up logic without root.
 
-    Path lookups (openat2) need no privilege and their result is what the logic under test acts on,
-    so they are made for real and recorded; everything that changes the system is only recorded.
+    Lookups (openat2, statfs, statvfs, the namespace type) need no privilege and their result is what the logic under test
+    acts on, so they are made for real and recorded; everything that changes the system is only recorded.
+    Every method of `Syscalls` is overridden (below the class), so none can reach the kernel by mistake.
     """
 
-    PASS_THROUGH = frozenset({"openat2"})
+    PASS_THROUGH = frozenset({"openat2", "statfs_type", "statvfs_flags", "ns_type"})
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
         self._real = LinuxSyscalls()
 
-    def __getattr__(self, name: str):
-        if name.startswith("_") or not hasattr(LinuxSyscalls, name):
-            raise AttributeError(name)
-
-        def record(*args, **kwargs):
-            self.calls.append((name, *args, *kwargs.values()))
-            return getattr(self._real, name)(*args, **kwargs) if name in self.PASS_THROUGH else 0
-        return record
-
     def named(self, name: str) -> list[tuple]:
         return [c for c in self.calls if c[0] == name]
 
 
-SYS: Syscalls = LinuxSyscalls()
+def _recorder(name: str):
+    def record(self: FakeSyscalls, *args, **kwargs):
+        self.calls.append((name, *args, *kwargs.values()))
+        return getattr(self._real, name)(*args, **kwargs) if name in self.PASS_THROUGH else 0
+    record.__name__ = record.__qualname__ = name
+    return record
+
+
+for _name in [n for n in vars(Syscalls) if not n.startswith("_")]:
+    setattr(FakeSyscalls, _name, _recorder(_name))

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 from pyruntime.container.rootfs import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS
+from pyruntime.linux.syscalls import Syscalls
 from pyruntime.oci.spec import HOOK_KINDS, NAMESPACE_TYPES
 from pyruntime.oci.state import OCI_VERSION
 
 
-def features() -> dict:
+def features(kernel: Syscalls) -> dict:
     from pyruntime.linux import capabilities, seccomp
     from pyruntime.linux.cgroups import detect
-    version = detect()
+    version = detect(kernel)
     return {
         "ociVersionMin": "1.0.0",
         "ociVersionMax": OCI_VERSION,

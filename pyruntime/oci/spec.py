@@ -1,10 +1,12 @@
-"""config.json as typed objects, validated once at the edge.
+"""config.json as typed objects, each field's shape checked once at the edge.
 
-`load_bundle` is the only way the runtime reads a configuration: it parses, checks every field it uses
-and raises `SpecError` naming the field (`process.user.uid: must be an integer`), so the life-cycle
-code below trusts these objects and never re-checks a dict. Parsers of the sections that belong to a
-kernel subsystem (capabilities, seccomp, cgroup resources) live beside that subsystem and are called
-from here, so a bad section fails `create` before anything is made.
+`load_bundle` is the only way the runtime reads a configuration: it parses, checks the type and range
+of every field it uses and raises `SpecError` naming the field (`process.user.uid: must be an
+integer`), so the life-cycle code below trusts these objects and never re-checks a dict. Every section
+is read through pyruntime.fieldreader; those that belong to a kernel subsystem (capabilities, seccomp,
+cgroup resources) are parsed beside that subsystem and called from here. What depends on several
+fields or on the host (namespaces a sysctl needs, paths that must exist, the cgroup driver) is checked
+by oci/validate.py, which `create` runs before it claims anything.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from pyruntime.fieldreader import Obj, SpecError, check_range, check_type
 from pyruntime.record import Factory, record
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
@@ -23,72 +26,10 @@ PROPAGATIONS = ("", "private", "rprivate", "slave", "rslave", "shared", "rshared
 UINT32_MAX = 2**32 - 1
 
 
-class SpecError(ValueError):
-    """A configuration that cannot be applied; the message starts with the field's path."""
-
-
 def warn(message: str) -> None:
     """The spec's warnings (e.g. a capability this kernel lacks): reported, and the operation goes on."""
     import sys
     sys.stderr.write(f"pyruntime: warning: {message}\n")
-
-
-class _Obj:
-    """Reads one JSON object, checking each field's type and naming it by its full path on failure."""
-
-    def __init__(self, raw: Any, path: str) -> None:
-        if not isinstance(raw, dict):
-            raise SpecError(f"{path or 'config'}: must be an object, got {type(raw).__name__}")
-        self.raw, self.path = raw, path
-
-    def _name(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def get(self, key: str, kind: type | tuple, default: Any = None, required: bool = False) -> Any:
-        if key not in self.raw or self.raw[key] is None:
-            if required:
-                raise SpecError(f"{self._name(key)}: required")
-            return default
-        value = self.raw[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if (type(value) is bool and bool not in kinds) or not isinstance(value, kinds):
-            names = " or ".join("integer" if k is int else k.__name__ for k in kinds)
-            raise SpecError(f"{self._name(key)}: must be {names}, got {json.dumps(value)[:60]}")
-        return value
-
-    def int(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
-            required: bool = False) -> int | None:
-        value = self.get(key, int, default, required)
-        if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
-            raise SpecError(f"{self._name(key)}: {value} is out of range [{lo}, {hi}]")
-        return value
-
-    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
-        return self.get(key, str, default, required)
-
-    def bool(self, key: str, default: bool = False) -> bool:
-        return self.get(key, bool, default)
-
-    def strings(self, key: str) -> list[str]:
-        values = self.get(key, list, [])
-        for i, v in enumerate(values):
-            if not isinstance(v, str):
-                raise SpecError(f"{self._name(key)}[{i}]: must be a string, got {json.dumps(v)[:60]}")
-        return values
-
-    def obj(self, key: str, required: bool = False) -> _Obj | None:
-        value = self.get(key, dict, None, required)
-        return None if value is None else _Obj(value, self._name(key))
-
-    def objs(self, key: str) -> list[_Obj]:
-        return [_Obj(v, f"{self._name(key)}[{i}]") for i, v in enumerate(self.get(key, list, []))]
-
-    def str_map(self, key: str) -> dict[str, str]:
-        value = self.get(key, dict, {})
-        for k, v in value.items():
-            if not isinstance(v, str):
-                raise SpecError(f"{self._name(key)}.{k}: must be a string, got {json.dumps(v)[:60]}")
-        return dict(value)
 
 
 @record
@@ -212,24 +153,24 @@ def _abs(path: str, name: str) -> str:
     return path
 
 
-def _id_mappings(o: _Obj, key: str) -> tuple[IDMapping, ...]:
+def _id_mappings(o: Obj, key: str) -> tuple[IDMapping, ...]:
     return tuple(IDMapping(m.int("containerID", required=True, lo=0, hi=UINT32_MAX),
                            m.int("hostID", required=True, lo=0, hi=UINT32_MAX),
                            m.int("size", required=True, lo=1, hi=UINT32_MAX)) for m in o.objs(key))
 
 
-def parse_user(u: _Obj | None) -> User:
+def parse_user(u: Obj | None) -> User:
     if u is None:
         return User()
-    gids = u.get("additionalGids", list, [])
+    gids = u.list("additionalGids")
     for i, g in enumerate(gids):
-        if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g <= UINT32_MAX:
-            raise SpecError(f"{u.path}.additionalGids[{i}]: must be a uint32, got {json.dumps(g)}")
+        check_range(check_type(g, f"{u.path}.additionalGids[{i}]", int), f"{u.path}.additionalGids[{i}]", 0,
+                    UINT32_MAX)
     return User(u.int("uid", 0, lo=0, hi=UINT32_MAX), u.int("gid", 0, lo=0, hi=UINT32_MAX),
                 u.int("umask", None, lo=0, hi=0o7777), tuple(gids))
 
 
-def parse_process(p: _Obj) -> Process:
+def parse_process(p: Obj) -> Process:
     args = p.strings("args")
     if not args:
         raise SpecError(f"{p.path}.args: must name the program to run")
@@ -239,9 +180,7 @@ def parse_process(p: _Obj) -> Process:
             raise SpecError(f"{p.path}.env[{i}]: {e!r} is not KEY=VALUE")
     rlimits, seen = [], set()
     for r in p.objs("rlimits"):
-        kind = r.str("type", required=True)
-        if kind not in RLIMIT_NAMES:
-            raise SpecError(f"{r.path}.type: unknown rlimit {kind!r}")
+        kind = r.choice("type", RLIMIT_NAMES, "rlimit", required=True)
         if kind in seen:
             raise SpecError(f"{r.path}.type: duplicate rlimit {kind}")
         seen.add(kind)
@@ -251,10 +190,7 @@ def parse_process(p: _Obj) -> Process:
     c = p.obj("capabilities")
     if c is not None:
         from pyruntime.linux.capabilities import Capabilities
-        try:
-            caps = Capabilities.from_spec(c.raw, where=c.path, warn=warn)
-        except ValueError as e:
-            raise SpecError(str(e)) from None
+        caps = Capabilities.from_spec(c.raw, where=c.path, warn=warn)
     size = p.obj("consoleSize")
     return Process(
         args=tuple(args), cwd=cwd, env=tuple(p.strings("env")), terminal=p.bool("terminal"),
@@ -266,10 +202,10 @@ def parse_process(p: _Obj) -> Process:
 
 def process_from_json(raw: Any) -> Process:
     """A process object on its own, as `exec --process FILE` gives it."""
-    return parse_process(_Obj(raw, "process"))
+    return parse_process(Obj(raw, "process"))
 
 
-def _mounts(o: _Obj) -> tuple[Mount, ...]:
+def _mounts(o: Obj) -> tuple[Mount, ...]:
     out = []
     for m in o.objs("mounts"):
         dest = m.str("destination", required=True)
@@ -278,7 +214,7 @@ def _mounts(o: _Obj) -> tuple[Mount, ...]:
     return tuple(out)
 
 
-def _hooks(o: _Obj | None) -> dict[str, tuple[Hook, ...]]:
+def _hooks(o: Obj | None) -> dict[str, tuple[Hook, ...]]:
     hooks: dict[str, tuple[Hook, ...]] = {}
     if o is None:
         return hooks
@@ -290,30 +226,24 @@ def _hooks(o: _Obj | None) -> dict[str, tuple[Hook, ...]]:
 
 def hooks_of(config: dict) -> dict[str, tuple[Hook, ...]]:
     """The hooks of a config.json kept in the container's state (it was validated at create)."""
-    return _hooks(_Obj(config["hooks"], "hooks")) if config.get("hooks") else {}
+    return _hooks(Obj(config["hooks"], "hooks")) if config.get("hooks") else {}
 
 
-def _linux(o: _Obj | None) -> Linux:
+def _linux(o: Obj | None) -> Linux:
     if o is None:
         return Linux()
     namespaces, seen = [], set()
     for n in o.objs("namespaces"):
-        kind = n.str("type", required=True)
-        if kind not in NAMESPACE_TYPES:
-            raise SpecError(f"{n.path}.type: unknown namespace type {kind!r}")
+        kind = n.choice("type", NAMESPACE_TYPES, "namespace type", required=True)
         if kind in seen:
             raise SpecError(f"{n.path}.type: duplicate namespace {kind!r}")
         seen.add(kind)
         path = n.str("path")
         namespaces.append(Namespace(kind, _abs(path, f"{n.path}.path") if path else None))
     uid_maps, gid_maps = _id_mappings(o, "uidMappings"), _id_mappings(o, "gidMappings")
-    if (uid_maps or gid_maps) and "user" not in seen:
-        raise SpecError("linux.uidMappings: user namespace mappings need a user namespace in linux.namespaces")
     devices = []
     for d in o.objs("devices"):
-        kind = d.str("type", required=True)
-        if kind not in ("c", "b", "u", "p"):
-            raise SpecError(f"{d.path}.type: must be one of c, b, u, p, got {kind!r}")
+        kind = d.choice("type", ("c", "b", "u", "p"), "device type", required=True)
         devices.append(Device(kind, _abs(d.str("path", required=True), f"{d.path}.path"),
                               d.int("major", 0, lo=0, required=kind != "p"), d.int("minor", 0, lo=0, required=kind != "p"),
                               d.int("fileMode", None, lo=0, hi=0o7777), d.int("uid", None, lo=0, hi=UINT32_MAX),
@@ -322,21 +252,13 @@ def _linux(o: _Obj | None) -> Linux:
     r = o.obj("resources")
     if r is not None:
         from pyruntime.linux.cgroups.resources import Resources
-        try:
-            resources = Resources.from_spec(r.raw, where=r.path)
-        except ValueError as e:
-            raise SpecError(str(e)) from None
+        resources = Resources.from_spec(r.raw, where=r.path)
     seccomp = None
     s = o.obj("seccomp")
     if s is not None:
         from pyruntime.linux.seccomp import Seccomp
-        try:
-            seccomp = Seccomp.from_spec(s.raw, where=s.path)
-        except ValueError as e:
-            raise SpecError(str(e)) from None
-    propagation = o.str("rootfsPropagation", "")
-    if propagation not in PROPAGATIONS:
-        raise SpecError(f"linux.rootfsPropagation: unknown propagation {propagation!r}")
+        seccomp = Seccomp.from_spec(s.raw, where=s.path)
+    propagation = o.choice("rootfsPropagation", PROPAGATIONS, "propagation", "")
     for unsupported in ("intelRdt", "personality", "netDevices", "memoryPolicy", "timeOffsets"):
         if o.raw.get(unsupported):
             raise SpecError(f"linux.{unsupported}: not supported by pyruntime")
@@ -347,7 +269,7 @@ def _linux(o: _Obj | None) -> Linux:
 
 def parse(raw: Any, bundle: str) -> Spec:
     """A validated Spec from the decoded config.json of the bundle at `bundle` (used for relative paths)."""
-    top = _Obj(raw, "")
+    top = Obj(raw, "")
     version = top.str("ociVersion", required=True)
     if not version.startswith("1."):
         raise SpecError(f"ociVersion: unsupported version {version!r} (pyruntime implements 1.x)")
@@ -356,11 +278,6 @@ def parse(raw: Any, bundle: str) -> Spec:
     proc = top.obj("process")
     hostname = top.str("hostname")
     linux = _linux(top.obj("linux"))
-    if hostname and linux.namespace("uts") is None:
-        raise SpecError("hostname: setting a hostname needs the container's own uts namespace in linux.namespaces")
-    if linux.namespace("mount") is None:
-        raise SpecError("linux.namespaces: a mount namespace (new or by path) is required; without one the "
-                        "container's mounts would land in the host's")
     return Spec(
         oci_version=version,
         root=Root(os.path.normpath(os.path.join(bundle, root_path)), root.bool("readonly")),
@@ -376,12 +293,12 @@ def load_bundle(bundle: str) -> Spec:
     try:
         with open(path, "rb") as f:
             raw = json.load(f)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from None
+    except FileNotFoundError as e:
+        raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from e
     except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: invalid JSON: {e}") from None
+        raise SpecError(f"{path}: invalid JSON: {e}") from e
     except OSError as e:
-        raise SpecError(f"{path}: {e.strerror}") from None
+        raise SpecError(f"{path}: {e.strerror}") from e
     spec = parse(raw, bundle)
     if not os.path.isdir(spec.root.path):
         raise SpecError(f"root.path: rootfs {spec.root.path} does not exist or is not a directory")

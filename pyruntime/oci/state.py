@@ -103,7 +103,7 @@ class ContainerState:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return self.to_json() == other.to_json()  # type: ignore[attr-defined]
+        return self.to_json() == other.to_json()
 
     def __repr__(self) -> str:
         return f"ContainerState({', '.join(f'{k}={getattr(self, k)!r}' for k in self.FIELDS)})"

@@ -2,7 +2,7 @@
 
 Everything a test makes is named with a random `pyt-` suffix and removed on teardown: namespaces,
 bridges, the iptables chains whose comment names the test network, and the resident helper when a test
-lets one start (each test gets its own helper socket under tmp_path).
+lets one start (each test gets its own helper socket name and helper log under tmp_path).
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
+from tests.kit.busybox import static_busybox
 
 PEERS_CNI = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "cni"
 REFERENCE_PLUGINS = ("bridge", "host-local", "loopback")
@@ -46,11 +46,11 @@ class PluginResult:
 
 @dataclass
 class CNIEnv:
-    """One test's CNI world: bin dir, data dir, helper socket, and the objects to clean up."""
+    """One test's CNI world: bin dir, data dir, helper socket name and log, and the objects to clean up."""
     tmp: Path
     bin_dir: Path
     data_dir: Path
-    helper_socket: Path
+    helper_name: str
     use_helper: bool = False
     namespaces: list[str] = field(default_factory=list)
     bridges: list[str] = field(default_factory=list)
@@ -80,7 +80,7 @@ class CNIEnv:
             extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CNI_", "PYCNI_"))}
         env.update({"CNI_COMMAND": command, "CNI_PATH": str(self.bin_dir),
-                    "PYCNI_HELPER_SOCKET": str(self.helper_socket),
+                    "PYCNI_HELPER_SOCKET": self.helper_name, "PYCNI_HELPER_LOG": str(self.helper_log),
                     "PYCNI_HELPER": "auto" if self.use_helper else "off"})
         if container_id:
             env["CNI_CONTAINERID"] = container_id
@@ -93,13 +93,19 @@ class CNIEnv:
 
     def run(self, plugin: str, command: str, conf: dict[str, Any] | bytes, netns: str = "",
             container_id: str = "c1", ifname: str = "eth0", extra: dict[str, str] | None = None,
-            timeout: float = 60) -> PluginResult:
+            timeout: float = 60, caller_netns: str | None = None) -> PluginResult:
+        """Execs the plugin as a runtime would; `caller_netns` runs it from that netns (a node in its own)."""
         stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
         exe = plugin if "/" in plugin else str(self.bin_dir / plugin)
-        proc = subprocess.run([exe], input=stdin, env=self.env(command, netns, container_id, ifname, extra),
+        argv = ["ip", "netns", "exec", os.path.basename(caller_netns), exe] if caller_netns else [exe]
+        proc = subprocess.run(argv, input=stdin, env=self.env(command, netns, container_id, ifname, extra),
                               stdout=subprocess.PIPE, timeout=timeout, check=False)
         out = json.loads(proc.stdout) if proc.stdout.strip() else None
         return PluginResult(proc.returncode, out, proc.stdout)
+
+    @property
+    def helper_log(self) -> Path:
+        return self.tmp / "helper.log"
 
     def allocations(self, network: str) -> list[str]:
         d = self.data_dir / network
@@ -108,8 +114,7 @@ class CNIEnv:
         return sorted(p.name for p in d.iterdir() if p.name != "lock" and not p.name.startswith("last_reserved_ip"))
 
     def cleanup(self) -> None:
-        if self.helper_socket.exists() or Path(str(self.helper_socket) + ".lock").exists():
-            helper.stop(str(self.helper_socket))
+        helper.stop(self.helper_name)
         for name in self.namespaces:
             delete_netns(name)
         for name in self.bridges:
@@ -167,10 +172,14 @@ def make_cni_env(tmp_path: Path, use_helper: bool = False) -> CNIEnv:
     if have_reference():
         for name in REFERENCE_PLUGINS:
             os.symlink(PEERS_CNI / name, bin_dir / name)
-    # a short socket path: unix socket paths are limited to 108 bytes
-    sock_dir = Path(f"/tmp/pyt-helper-{secrets.token_hex(4)}")
     return CNIEnv(tmp=tmp_path, bin_dir=bin_dir, data_dir=tmp_path / "data",
-                  helper_socket=sock_dir / "h.sock", use_helper=use_helper)
+                  helper_name=f"pyt-helper-{secrets.token_hex(4)}", use_helper=use_helper)
+
+
+def helper_listening(name: str, netns: str | None = None) -> bool:
+    """Whether a helper listens on the abstract socket `name` in `netns` (None: the test's own)."""
+    table = ns_exec(netns, "cat", "/proc/net/unix").stdout if netns else Path("/proc/net/unix").read_text()
+    return any(line.split()[-1] == f"@{name}" for line in table.splitlines()[1:] if len(line.split()) > 7)
 
 
 @pytest.fixture
@@ -180,7 +189,6 @@ def cni(tmp_path: Path):
         yield env
     finally:
         env.cleanup()
-        shutil.rmtree(env.helper_socket.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -199,7 +207,7 @@ def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.Completed
 
 def ping(netns: str | None, address: str, attempts: int = 1) -> bool:
     """One ping; `attempts` > 1 waits out IPv6 duplicate address detection on the bridge's gateway address."""
-    argv = ["busybox", "ping", "-c", "1", "-W", "2", address]
+    argv = [str(static_busybox()), "ping", "-c", "1", "-W", "2", address]
     for _ in range(attempts):
         proc = ns_exec(netns, *argv) if netns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
         if proc.returncode == 0:

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from tests.kit.child import run_in_child
 from pyruntime.linux import capabilities
 from pyruntime.linux.capabilities import CAPABILITIES, Capabilities
+from pyruntime.linux.syscalls import LinuxSyscalls
 
 BUSYBOX = "/bin/busybox"
 ALL = frozenset(range(capabilities.last_cap() + 1))
+KERNEL = LinuxSyscalls()
 
 
 def status_after(setup: Callable[[], None]) -> dict[str, str]:
@@ -30,7 +32,7 @@ def test_root_keeps_the_bounding_set_and_no_new_privs() -> None:
     """For uid 0 execve grants the whole bounding set, so that is what the container's root holds."""
     bounding = ["CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_AUDIT_WRITE"]
     wanted = caps(bounding=bounding, effective=bounding, permitted=bounding, inheritable=["CAP_KILL"])
-    status = status_after(lambda: capabilities.apply(wanted, uid=0, gid=0, no_new_privileges=True))
+    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=0, gid=0, no_new_privileges=True))
     assert status["CapBnd"] == mask(*bounding)
     assert status["CapPrm"] == status["CapEff"] == mask(*bounding)
     assert status["CapInh"] == mask("CAP_KILL")
@@ -46,7 +48,7 @@ def test_non_root_user_gets_ambient_caps_and_ids() -> None:
         inheritable=["CAP_NET_BIND_SERVICE"],
         ambient=["CAP_NET_BIND_SERVICE"],
     )
-    status = status_after(lambda: capabilities.apply(wanted, uid=1000, gid=1001, additional_gids=[10, 20]))
+    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1001, additional_gids=[10, 20]))
     assert status["CapBnd"] == mask("CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETUID")
     assert status["CapInh"] == status["CapPrm"] == status["CapEff"] == status["CapAmb"] == mask("CAP_NET_BIND_SERVICE")
     assert status["Uid"].split() == ["1000"] * 4
@@ -57,7 +59,7 @@ def test_non_root_user_gets_ambient_caps_and_ids() -> None:
 
 def test_non_root_user_without_ambient_has_no_caps_after_exec() -> None:
     wanted = caps(bounding=["CAP_KILL"], permitted=["CAP_KILL"], effective=["CAP_KILL"])
-    status = status_after(lambda: capabilities.apply(wanted, uid=1000, gid=1000))
+    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1000))
     assert status["CapPrm"] == status["CapEff"] == status["CapAmb"] == mask()
     assert status["CapBnd"] == mask("CAP_KILL")
     assert status["Groups"] == ""
@@ -69,7 +71,7 @@ def test_sets_before_exec_are_the_requested_ones() -> None:
                   inheritable=["CAP_CHOWN"], ambient=["CAP_CHOWN"])
 
     def setup() -> None:
-        capabilities.apply(wanted, uid=1000, gid=1000)
+        capabilities.apply(KERNEL, wanted, uid=1000, gid=1000)
         with open("/proc/self/status", "rb") as f:
             os.write(1, f.read())
         os._exit(0)
@@ -84,9 +86,9 @@ def test_sets_before_exec_are_the_requested_ones() -> None:
 
 
 def test_no_capabilities_object_leaves_sets_to_setuid() -> None:
-    status = status_after(lambda: capabilities.apply(None, uid=1000, gid=1000, no_new_privileges=True))
+    status = status_after(lambda: capabilities.apply(KERNEL, None, uid=1000, gid=1000, no_new_privileges=True))
     assert status["CapEff"] == status["CapPrm"] == mask()
-    assert int(status["CapBnd"], 16) == sum(1 << c for c in capabilities.bounding_set())
+    assert int(status["CapBnd"], 16) == sum(1 << c for c in capabilities.bounding_set(KERNEL))
     assert status["NoNewPrivs"] == "1"
 
 
@@ -99,10 +101,10 @@ def test_caps_the_runtime_lacks_are_skipped_with_warnings() -> None:
                   ambient=["CAP_KILL", "CAP_SYS_RESOURCE"])
 
     def setup() -> None:
-        capabilities.drop_bounding(restricted)
-        capabilities.set_capabilities(restricted)
+        capabilities.drop_bounding(KERNEL, restricted)
+        capabilities.set_capabilities(KERNEL, restricted)
         warnings: list[str] = []
-        capabilities.apply(wanted, uid=1000, gid=1000, warn=warnings.append)
+        capabilities.apply(KERNEL, wanted, uid=1000, gid=1000, warn=warnings.append)
         os.write(1, "".join(f"warning: {w}\n" for w in warnings).encode())
 
     code, out = run_in_child(setup, BUSYBOX, "cat", "/proc/self/status")
@@ -122,9 +124,9 @@ def test_failures_name_the_call() -> None:
     no_setpcap = Capabilities(bounding=ALL, permitted=ALL, effective=ALL - {CAPABILITIES["CAP_SETPCAP"]})
 
     def setup() -> None:
-        capabilities.set_capabilities(no_setpcap)
+        capabilities.set_capabilities(KERNEL, no_setpcap)
         try:
-            capabilities.drop_bounding(caps(bounding=["CAP_KILL"]))
+            capabilities.drop_bounding(KERNEL, caps(bounding=["CAP_KILL"]))
         except OSError as e:
             os.write(1, f"{e.errno} {e.strerror}".encode())
         os._exit(0)

@@ -14,10 +14,11 @@ import uuid
 import pytest
 
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V1Manager, detect, manager
+from pyruntime.linux.syscalls import LinuxSyscalls
 
 BUSYBOX = "/bin/busybox"
 
-pytestmark = pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/memory") or detect() != "v1",
+pytestmark = pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/memory") or detect(LinuxSyscalls()) != "v1",
                                 reason="needs a cgroup v1 host")
 
 
@@ -26,7 +27,7 @@ class Container:
 
     def __init__(self) -> None:
         self.id = f"test-{uuid.uuid4().hex[:12]}"
-        self.cg = manager(f"/pyruntime/{self.id}", self.id)
+        self.cg = manager(f"/pyruntime/{self.id}", self.id, LinuxSyscalls())
         assert isinstance(self.cg, V1Manager)
         self.procs: list[subprocess.Popen] = []
 

@@ -13,6 +13,7 @@ import pytest
 
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V2Manager
 from pyruntime.linux.cgroups.paths import parse_mountinfo
+from tests.kit.busybox import static_busybox
 
 
 def _cgroup2_mount() -> str | None:
@@ -22,6 +23,7 @@ def _cgroup2_mount() -> str | None:
 
 
 MOUNT = _cgroup2_mount()
+BUSYBOX = str(static_busybox())
 pytestmark = pytest.mark.skipif(MOUNT is None, reason="no cgroup2 mount")
 
 
@@ -54,13 +56,13 @@ def cg():
 
 
 def run(mgr: V2Manager, script: str) -> subprocess.Popen:
-    proc = subprocess.Popen(["/bin/busybox", "sh", "-c", script], preexec_fn=lambda: mgr.add(os.getpid()))
+    proc = subprocess.Popen([BUSYBOX, "sh", "-c", script], preexec_fn=lambda: mgr.add(os.getpid()))
     mgr.procs.append(proc)
     return proc
 
 
 def test_processes_freeze_and_thaw(cg):
-    proc = run(cg, "/bin/busybox sleep 30 & exec /bin/busybox sleep 30")
+    proc = run(cg, f"{BUSYBOX} sleep 30 & exec {BUSYBOX} sleep 30")
     wait_for(lambda: len(cg.pids()) == 2)
     assert proc.pid in cg.pids()
     with open(f"/proc/{proc.pid}/cgroup") as f:
@@ -75,7 +77,7 @@ def test_processes_freeze_and_thaw(cg):
 
 
 def test_kill_all_with_cgroup_kill(cg):
-    proc = run(cg, "/bin/busybox sleep 30 & exec /bin/busybox sleep 30")
+    proc = run(cg, f"{BUSYBOX} sleep 30 & exec {BUSYBOX} sleep 30")
     wait_for(lambda: len(cg.pids()) == 2)
     cg.kill_all(signal.SIGKILL)
     assert proc.wait(10) == -signal.SIGKILL
@@ -83,7 +85,7 @@ def test_kill_all_with_cgroup_kill(cg):
 
 
 def test_kill_all_other_signal_through_freeze(cg):
-    proc = run(cg, "exec /bin/busybox sleep 30")
+    proc = run(cg, f"exec {BUSYBOX} sleep 30")
     wait_for(lambda: cg.pids() == [proc.pid])
     cg.kill_all(signal.SIGTERM)
     assert proc.wait(10) == -signal.SIGTERM
@@ -103,7 +105,7 @@ def test_hugetlb_limit_and_missing_controller(cg):
 
 def test_destroy_with_sub_cgroup_and_idempotent(cg):
     os.mkdir(os.path.join(cg.path, "inner"))
-    proc = run(cg, f"echo $$ > {cg.path}/inner/cgroup.procs; exec /bin/busybox sleep 30")
+    proc = run(cg, f"echo $$ > {cg.path}/inner/cgroup.procs; exec {BUSYBOX} sleep 30")
     wait_for(lambda: cg.pids() == [proc.pid])
     cg.kill_all(signal.SIGKILL)
     proc.wait(10)

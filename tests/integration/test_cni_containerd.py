@@ -22,6 +22,7 @@ import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
+from pyruntime.linux import mountinfo
 from tests.integration.cni_helpers import ping, restore_forwarding  # noqa: F401
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
@@ -102,8 +103,7 @@ class Containerd:
 
 
 def _unmount_under(root: Path) -> None:
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
+    points = [m.mount_point for m in mountinfo.read()]
     for point in sorted((p for p in points if p.startswith(str(root))), key=len, reverse=True):
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
@@ -130,8 +130,8 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
     ctrd = Containerd(tmp_path)
     config.write_text(CONFIG.format(root=tmp_path / "root", state=tmp_path / "state", sock=ctrd.sock, image=IMAGE,
                                     bin=bin_dir, netd=netd, oci_runtime=oci_runtime))
-    helper_sock = Path(f"/tmp/pyt-helper-{suffix}/h.sock")
-    env = {**os.environ, "PYCNI_HELPER_SOCKET": str(helper_sock)}
+    helper_name = f"pyt-helper-{suffix}"
+    env = {**os.environ, "PYCNI_HELPER_SOCKET": helper_name, "PYCNI_HELPER_LOG": str(tmp_path / "helper.log")}
     layout = tmp_path / "image"
     write_oci_layout(layout, [tar_directory(build_rootfs(tmp_path / "rootfs"))], config_extra={"Cmd": ["sleep", "1000000"]})
     archive = tmp_path / "image.tar"
@@ -181,8 +181,7 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
         ctrd.stop()
         if not run_dir_existed:
             shutil.rmtree(RUN_DIR, ignore_errors=True)  # the shims' fifo and runc dirs, empty by now
-        helper.stop(str(helper_sock))
-        shutil.rmtree(helper_sock.parent, ignore_errors=True)
+        helper.stop(helper_name)
         _unmount_under(tmp_path)
         subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
         for d in _cgroup_dirs(parent):

@@ -10,6 +10,7 @@ import copy
 import json
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -133,7 +134,16 @@ def state(cni: CNIEnv, netns: str, bridge: str, network: str, result: dict) -> d
         "nat": _nat_rules(network),
         "spoofcheck": _spoofcheck(host, result["interfaces"][2]["mac"]),
         "store": sorted((p.name, p.read_bytes()) for p in store.iterdir() if p.name != "lock") if store.is_dir() else [],
+        "store_modes": store_modes(cni),
     }
+
+
+def store_modes(cni: CNIEnv) -> list:
+    """The mode of the data dir and of everything under it (directories, allocations, last_reserved_ip, lock)."""
+    if not cni.data_dir.exists():
+        return []
+    paths = [cni.data_dir, *cni.data_dir.rglob("*")]
+    return sorted((p.relative_to(cni.data_dir.parent).as_posix(), oct(stat.S_IMODE(p.stat().st_mode))) for p in paths)
 
 
 def masked(result: dict) -> dict:
@@ -169,7 +179,7 @@ def run_side(cni: CNIEnv, bridge_type: str, ipam_type: str, version: str, opts: 
         assert check.ok or version.startswith("0.3") or plugin_dir is not None, check.raw
     dele = cni.run(exe, "DEL", dict(conf, prevResult=add.out), netns, "diffc1", extra=extra)
     assert dele.ok, dele.raw
-    after = {"store": state_store(cni, network), "nat": _nat_rules(network), "spoofcheck": _spoofcheck("-", "-"),
+    after = {"store": state_store(cni, network), "store_modes": store_modes(cni), "nat": _nat_rules(network), "spoofcheck": _spoofcheck("-", "-"),
              "netns_links": sorted(link["ifname"] for link in _ip_json(netns, "link"))}
     subprocess.run(["ip", "link", "del", bridge], check=True)
     return add.out, seen, after
@@ -190,7 +200,7 @@ def test_same_as_reference(cni: CNIEnv, name: str, tmp_path: Path) -> None:
     ref = run_side(cni, "bridge", "host-local", version, opts, ipam, bridge, network, resolv)
     for path, value in zip(FORWARDING, forwarding, strict=True):
         Path(path).write_text(value)
-    shutil.rmtree(cni.data_dir / network, ignore_errors=True)
+    shutil.rmtree(cni.data_dir, ignore_errors=True)
     ours = run_side(cni, "pybridge", "pyhost-local", version, opts, ipam, bridge, network, resolv)
     assert masked(ours[0]) == masked(ref[0]), "results differ"
     for key in ref[1]:
@@ -238,8 +248,11 @@ def test_same_as_debian_reference_for_old_versions(cni: CNIEnv, name: str, versi
     ref = run_side(cni, "bridge", "host-local", version, opts, ipam, bridge, network, tmp_path / "r", DEBIAN_CNI)
     for path, value in zip(FORWARDING, forwarding, strict=True):
         Path(path).write_text(value)
-    shutil.rmtree(cni.data_dir / network, ignore_errors=True)
+    shutil.rmtree(cni.data_dir, ignore_errors=True)
     ours = run_side(cni, "pybridge", "pyhost-local", version, opts, ipam, bridge, network, tmp_path / "r")
+    for side in (ref, ours):  # 1.1.1 wrote its store 0644; the modes are v1.10.0's, compared above
+        side[1].pop("store_modes")
+        side[2].pop("store_modes")
     assert masked(ours[0]) == masked(ref[0]), "results differ"
     for key in ref[1]:
         assert ours[1][key] == ref[1][key], f"kernel state differs in {key}"

@@ -11,6 +11,7 @@ import pytest
 
 from pyruntime.errors import FailedPreconditionError, NotFoundError
 from pyruntime.linux.cgroups import manager
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.spec import load_bundle
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
@@ -81,7 +82,7 @@ def test_create_and_exec_refuse_to_fork_with_a_thread_alive_and_leave_nothing(rt
         stop.set()
         worker.join()
     assert not os.path.exists(rt.store.path("c1")) and rt.list() == []
-    assert not manager("", "c1").exists()
+    assert not manager("", "c1", LinuxSyscalls()).exists()
 
     rt.create("c1", str(bundle))
     rt.start("c1")

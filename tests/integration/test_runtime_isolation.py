@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from pyruntime.linux.cgroups import manager
+from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.kit.busybox import build_rootfs
 
 
@@ -67,7 +68,7 @@ def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
     config["linux"]["resources"]["memory"] = {"limit": 100 << 20}
     (bundle / "config.json").write_text(json.dumps(config))
     runtime("run", "-d", "--bundle", str(bundle), "c1")
-    cg = manager("/pyruntime-test/cpu1", "c1")
+    cg = manager("/pyruntime-test/cpu1", "c1", LinuxSyscalls())
     stats = cg.stats()
     assert stats["memory"]["usage"]["limit"] == 100 << 20
     inside = runtime("exec", "c1", "sh", "-c", "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "

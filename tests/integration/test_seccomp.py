@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.kit.busybox import static_busybox
 from tests.kit.child import run_in_child
 from pyruntime.linux import seccomp
 from pyruntime.linux.seccomp import Seccomp
 
-BUSYBOX = "/bin/busybox"
+BUSYBOX = str(static_busybox())
 # What static busybox needs to start and exit (strace of `busybox true`).
 BUSYBOX_START = ["execve", "brk", "arch_prctl", "set_tid_address", "set_robust_list", "rseq", "prlimit64",
                  "readlink", "getrandom", "mprotect", "prctl", "getuid", "exit_group"]

@@ -13,6 +13,7 @@ import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zstandard
 
@@ -106,12 +107,13 @@ def add_image(layout: Path, layers: list[tuple[bytes, str]], *, arch: str = ARCH
               config_extra: dict | None = None) -> tuple[dict, OCIImage]:
     """Blobs for one image (layers given as (raw tar, compression)); returns its manifest descriptor."""
     blobs = Blobs(layout)
-    descs, diff_ids = [], []
+    descs: list[dict[str, Any]] = []
+    diff_ids: list[str] = []
     for raw, compression in layers:
         data = compress(raw, compression)
         descs.append({"mediaType": LAYER_MEDIA[compression], "digest": blobs.put(data), "size": len(data)})
         diff_ids.append(_digest(raw))
-    config = {"architecture": arch, "os": "linux",
+    config: dict[str, Any] = {"architecture": arch, "os": "linux",
               "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                          "Cmd": ["sh"], "WorkingDir": "/"},
               "rootfs": {"type": "layers", "diff_ids": diff_ids},
@@ -120,12 +122,13 @@ def add_image(layout: Path, layers: list[tuple[bytes, str]], *, arch: str = ARCH
         config["variant"] = variant
     config["config"].update(config_extra or {})
     config_bytes = json.dumps(config, sort_keys=True).encode()
-    config_desc = {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blobs.put(config_bytes),
-                   "size": len(config_bytes)}
+    config_desc: dict[str, Any] = {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                   "digest": blobs.put(config_bytes), "size": len(config_bytes)}
     manifest = json.dumps({"schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "config": config_desc,
                            "layers": descs}, sort_keys=True).encode()
     platform = {"architecture": arch, "os": "linux"} | ({"variant": variant} if variant else {})
-    desc = {"mediaType": MEDIA_MANIFEST, "digest": blobs.put(manifest), "size": len(manifest), "platform": platform}
+    desc: dict[str, Any] = {"mediaType": MEDIA_MANIFEST, "digest": blobs.put(manifest), "size": len(manifest),
+                            "platform": platform}
     return desc, OCIImage(layout, desc["digest"], config_desc["digest"], [x["digest"] for x in descs], diff_ids)
 
 

@@ -59,9 +59,9 @@ def test_capabilities_newer_than_the_kernel_are_unavailable(monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("obj, message", [
-    (["CAP_CHOWN"], "process.capabilities: expected an object, got list"),
-    ({"bounding": "CAP_CHOWN"}, "process.capabilities.bounding: expected an array of strings, got str"),
-    ({"ambient": ["CAP_CHOWN", 3]}, "process.capabilities.ambient[1]: expected a string, got int"),
+    (["CAP_CHOWN"], 'process.capabilities: must be an object, got ["CAP_CHOWN"]'),
+    ({"bounding": "CAP_CHOWN"}, 'process.capabilities.bounding: must be an array, got "CAP_CHOWN"'),
+    ({"ambient": ["CAP_CHOWN", 3]}, "process.capabilities.ambient[1]: must be a string, got 3"),
 ])
 def test_type_errors_name_the_field(obj: object, message: str) -> None:
     with pytest.raises(ValueError) as e:

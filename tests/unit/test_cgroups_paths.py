@@ -60,13 +60,16 @@ def test_relative_base_is_own_cgroup():
     ("/a//b/./c/", (True, ("a", "b", "c"))),
     ("mine/ctr", (False, ("mine", "ctr"))),
     ("/with:colons:inside", (True, ("with:colons:inside",))),
+    # containerd's CRI gives the systemd form to a cgroupfs runtime too; runc's fs driver takes it as a name
+    ("test.slice:cri-containerd:abc", (False, ("test.slice:cri-containerd:abc",))),
+    ("/test.slice:cri-containerd:abc", (True, ("test.slice:cri-containerd:abc",))),
+    ("system.slice:docker:abc", (False, ("system.slice:docker:abc",))),
 ])
 def test_split_path(path, expected):
     assert split_path(path, "ctr") == expected
 
 
 @pytest.mark.parametrize("path, message", [
-    ("system.slice:docker:abc", "systemd cgroup driver is not supported"),
     ("/a/../../etc", "must not contain '..'"),
     ("/", "names the hierarchy root"),
 ])
@@ -82,7 +85,10 @@ def test_removable_parents_only_inside_pyruntime():
     assert removable_parents(("pyruntime",)) == []
 
 
-def test_manager_refuses_systemd_path_before_reading_anything():
+def test_manager_refuses_a_bad_path_before_reading_anything():
     from pyruntime.linux.cgroups import manager
-    with pytest.raises(ValueError, match="systemd cgroup driver is not supported"):
-        manager("kubepods.slice:cri-containerd:abc", "abc")
+    from pyruntime.linux.syscalls import FakeSyscalls
+    kernel = FakeSyscalls()
+    with pytest.raises(ValueError, match="must not contain '..'"):
+        manager("kubepods.slice:cri-containerd:../../abc", "abc", kernel)
+    assert kernel.calls == []

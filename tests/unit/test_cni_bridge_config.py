@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -81,11 +82,10 @@ def test_launcher_imports_nothing_heavy(tmp_path: Path) -> None:
 
 def test_launcher_without_helper_serves_in_process(tmp_path: Path) -> None:
     install(tmp_path / "bin")
-    stale = tmp_path / "stale.sock"
-    stale.write_text("")  # a socket path nobody listens on
+    name = f"pyt-helper-{secrets.token_hex(4)}"  # a socket name nobody listens on
     for mode in ("off", "auto"):
-        env = {"CNI_COMMAND": "VERSION", "PYCNI_HELPER": mode, "PYCNI_HELPER_SOCKET": str(stale)}
+        env = {"CNI_COMMAND": "VERSION", "PYCNI_HELPER": mode, "PYCNI_HELPER_SOCKET": name}
         proc = subprocess.run([str(tmp_path / "bin" / "pyhost-local")], input=b'{"cniVersion": "1.0.0"}',
                               capture_output=True, env=env, check=False)
         assert proc.returncode == 0 and json.loads(proc.stdout)["cniVersion"] == "1.0.0"
-    assert stale.read_text() == "", "VERSION must not start a helper"
+    assert f"@{name}" not in Path("/proc/net/unix").read_text(), "VERSION must not start a helper"

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import multiprocessing
+import os
+import stat
 import threading
 from pathlib import Path
 
@@ -103,6 +105,27 @@ def test_store_files_are_reference_compatible(tmp_path: Path) -> None:
     assert [str(i.address) for i in result.ips] == ["10.0.0.2/24", "fd00::2/64"]
     plugin.delete(args({"dataDir": str(tmp_path)}, cid="abc", command="DEL"))
     assert sorted(p.name for p in d.iterdir()) == ["last_reserved_ip.0", "last_reserved_ip.1", "lock"]
+
+
+def test_store_modes_are_the_references(tmp_path: Path) -> None:
+    """v1.10.0: MkdirAll 0755 for every level, allocations and last_reserved_ip 0600, the lock 0750; a leftover
+    0644 temporary file of a killed call does not pass its mode on."""
+    old = os.umask(0o022)
+    try:
+        data = tmp_path / "a" / "b"
+        (data / "net1").mkdir(parents=True)
+        (data / "net1" / ".reserve.abc.eth0").write_bytes(b"stale")
+        plugin.add(args({"ranges": [[{"subnet": "10.0.0.0/24"}]], "dataDir": str(tmp_path / "x" / "y")}, cid="abc"))
+        plugin.add(args({"ranges": [[{"subnet": "10.0.0.0/24"}]], "dataDir": str(data)}, cid="abc"))
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
+    assert modes == {
+        "x": 0o755, "x/y": 0o755, "x/y/net1": 0o755, "x/y/net1/lock": 0o750,
+        "x/y/net1/10.0.0.2": 0o600, "x/y/net1/last_reserved_ip.0": 0o600,
+        "a": 0o755, "a/b": 0o755, "a/b/net1": 0o755, "a/b/net1/lock": 0o750,
+        "a/b/net1/10.0.0.2": 0o600, "a/b/net1/last_reserved_ip.0": 0o600,
+    }
 
 
 def test_requested_ips(tmp_path: Path) -> None:

@@ -131,3 +131,25 @@ def test_prev_result_in_any_version() -> None:
     with pytest.raises(skel.CNIError) as err:
         bad.prev_result()
     assert err.value.code == 6
+
+
+class FailingAdd(Recorder):
+    def __init__(self, exc: Exception) -> None:
+        super().__init__()
+        self.exc = exc
+
+    def add(self, args: skel.CmdArgs) -> Result:
+        self.exc.add_note("undoing the host veth failed: OSError: busy")
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc,code,details", [
+    (skel.CNIError(skel.ERR_TRY_AGAIN_LATER, "no addresses", "range 10.0.0.0/30"), skel.ERR_TRY_AGAIN_LATER,
+     "range 10.0.0.0/30; undoing the host veth failed: OSError: busy"),
+    (RuntimeError("boom"), skel.ERR_INTERNAL, "undoing the host veth failed: OSError: busy"),
+])
+def test_rollback_failures_reach_the_error_details(exc: Exception, code: int, details: str) -> None:
+    """A failed ADD's rollback notes its own failures on the error; the caller sees them, the error stays."""
+    rc, out = skel.execute(FailingAdd(exc), ENV, json.dumps(conf()).encode())
+    error = json.loads(out)
+    assert rc == 1 and error["code"] == code and error["details"] == details

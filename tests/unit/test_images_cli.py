@@ -4,7 +4,8 @@ import io
 from pathlib import Path
 
 from pyruntime.cli.image import _ProgressBar, main
-from pyruntime.images.store import ArchiveImage, ProgressEvent, _import_names
+from pyruntime.images.archive import ArchiveImage, import_names
+from pyruntime.images.pull import ProgressEvent
 
 
 def test_progress_lines_without_a_terminal() -> None:
@@ -17,7 +18,7 @@ def test_progress_lines_without_a_terminal() -> None:
 
 def test_import_names() -> None:
     def names(found: list[str], name: str | None) -> list[str]:
-        return _import_names(ArchiveImage(b"", "", found, {}), name)
+        return import_names(ArchiveImage(b"", "", found, {}), name)
     assert names(["latest"], None) == []
     assert names(["latest"], "example.com/app") == ["example.com/app:latest"]
     assert names(["busybox:1.0"], None) == ["docker.io/library/busybox:1.0"]

@@ -28,9 +28,8 @@ def test_writer_commits_only_verified_blobs(tmp_path: Path) -> None:
     assert store.has(digest)
 
     lie = "sha256:" + hashlib.sha256(b"something else").hexdigest()
-    with pytest.raises(DigestError, match=lie):
-        with store.lock(lie), store.writer(lie, len(data)) as w:
-            w.write(data)
+    with pytest.raises(DigestError, match=lie), store.lock(lie), store.writer(lie, len(data)) as w:
+        w.write(data)
     assert not store.has(lie)
     assert list(store.ingest.iterdir()) == []
 
@@ -39,10 +38,9 @@ def test_writer_resumes_partial(tmp_path: Path) -> None:
     store = ContentStore(tmp_path)
     data = bytes(range(256)) * 100
     digest = sha256_digest(data)
-    with pytest.raises(ConnectionError):
-        with store.writer(digest, len(data)) as w:
-            w.write(data[:5000])
-            raise ConnectionError("cut")
+    with pytest.raises(ConnectionError), store.writer(digest, len(data)) as w:
+        w.write(data[:5000])
+        raise ConnectionError("cut")
     assert store.partial_size(digest) == 5000
     with store.writer(digest, len(data)) as w:
         assert w.offset == 5000
@@ -53,9 +51,8 @@ def test_writer_resumes_partial(tmp_path: Path) -> None:
 def test_oversized_blob_is_refused(tmp_path: Path) -> None:
     store = ContentStore(tmp_path)
     digest = sha256_digest(b"abc")
-    with pytest.raises(DigestError, match="more than the expected"):
-        with store.writer(digest, 2) as w:
-            w.write(b"abc")
+    with pytest.raises(DigestError, match="more than the expected"), store.writer(digest, 2) as w:
+        w.write(b"abc")
 
 
 def test_malformed_digest_never_becomes_a_path(tmp_path: Path) -> None:

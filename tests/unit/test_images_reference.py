@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.images.reference import ReferenceError, is_image_id, is_loopback_host, parse
+from pyruntime.images.reference import ReferenceFormatError, is_image_id, is_loopback_host, parse
 from pyruntime.images.registry import Platform, select_platform
 
 D = "sha256:" + "a" * 64
@@ -42,19 +42,20 @@ def test_parts_and_familiar() -> None:
     ("a" * 256, "longer"), ("-a/b", "lowercase"), ("a/b-", "lowercase"),
 ])
 def test_parse_rejects_with_a_reason(text: str, why: str) -> None:
-    with pytest.raises(ReferenceError, match=why):
+    with pytest.raises(ReferenceFormatError, match=why):
         parse(text)
 
 
 def test_error_quotes_the_reference() -> None:
-    with pytest.raises(ReferenceError, match="'UPPER/case'"):
+    with pytest.raises(ReferenceFormatError, match="'UPPER/case'"):
         parse("UPPER/case")
 
 
 def test_image_id_and_loopback() -> None:
     assert is_image_id("a" * 64) and is_image_id(D) and not is_image_id("busybox")
     assert is_loopback_host("127.0.0.1:5000") and is_loopback_host("localhost") and is_loopback_host("[::1]:5000")
-    assert is_loopback_host("127.1.2.3") and not is_loopback_host("registry.k8s.io") and not is_loopback_host("10.0.0.1:5000")
+    assert is_loopback_host("127.1.2.3")
+    assert not is_loopback_host("registry.k8s.io") and not is_loopback_host("10.0.0.1:5000")
 
 
 INDEX = {"manifests": [
@@ -75,5 +76,5 @@ def test_platform_selection(platform: str, expected: str) -> None:
 
 
 def test_platform_missing_lists_what_is_offered() -> None:
-    with pytest.raises(Exception, match="linux/s390x.*linux/amd64"):
+    with pytest.raises(Exception, match=r"linux/s390x.*linux/amd64"):
         select_platform(INDEX, Platform.parse("linux/s390x"), "busybox")

@@ -10,18 +10,39 @@ from __future__ import annotations
 import io
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from pyruntime.images._resolve import open_in_root
-from pyruntime.images.unpack import (LayerFormatError, OVERLAY_OPAQUE_XATTR, UnsafeLayerError, apply_layer,
-                                     copy_snapshot_into)
-from tests.kit.images import (LAYERED_BASE, LAYERED_THIRD, LAYERED_TOP, Entry, compress, d, f, hardlink, symlink,
-                              tar_entries)
+from pyruntime.images import unpack
+from pyruntime.images.unpack import OVERLAY_OPAQUE_XATTR, LayerFormatError, LayerStats, UnsafeLayerError
+from pyruntime.linux.resolve import open_in_root
+from pyruntime.linux.syscalls import LinuxSyscalls
+from tests.kit.images import (
+    LAYERED_BASE,
+    LAYERED_THIRD,
+    LAYERED_TOP,
+    Entry,
+    compress,
+    d,
+    f,
+    hardlink,
+    symlink,
+    tar_entries,
+)
 
 REFUSE = "refuse"
+KERNEL = LinuxSyscalls()  # the unpacker writes real files, all under tmp_path
 HOST_WATCH = ["/etc/unbroken", "/etc/emptied", "/etc/whitedout", "/localetc", "/breakout", "/dne"]
+
+
+def apply_layer(blob, dest: Path, lowers: Sequence[Path] = ()) -> LayerStats:
+    return unpack.apply_layer(blob, dest, kernel=KERNEL, lowers=lowers)
+
+
+def copy_snapshot_into(src: Path, dest: Path) -> None:
+    unpack.copy_snapshot_into(KERNEL, src, dest)
 
 
 def _tree(root: Path) -> dict[str, tuple]:
@@ -38,7 +59,7 @@ def _tree(root: Path) -> dict[str, tuple]:
 def _stat_in(root: Path, path: str) -> os.stat_result:
     rootfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = open_in_root(rootfd, path, os.O_PATH)
+        fd = open_in_root(KERNEL, rootfd, path, os.O_PATH, same_mount=True)
         try:
             return os.fstat(fd)
         finally:

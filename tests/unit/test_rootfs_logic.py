@@ -6,21 +6,22 @@ the /proc/self/fd path the runtime would have mounted on, before its fd is close
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from pyruntime.container import paths, rootfs
+from pyruntime.container import rootfs
 from pyruntime.linux import syscalls
 from pyruntime.linux.syscalls import FakeSyscalls, SyscallError
-from pyruntime.oci.spec import Mount
+from pyruntime.oci.spec import Device, Mount
 
 
 @pytest.fixture
-def fake(monkeypatch):
+def fake():
     fake = FakeSyscalls()
     targets: list[str] = []
-    real_record = fake.__getattr__("mount")
+    real_record = fake.mount
 
     def mount(source, target, fstype, flags, data):
         # resolve the magic link now: the fd behind it is closed once mount_one returns
@@ -28,8 +29,6 @@ def fake(monkeypatch):
         return real_record(source, target, fstype, flags, data)
     fake.mount = mount
     fake.targets = targets
-    for module in (rootfs, paths):
-        monkeypatch.setattr(module, "SYS", fake)
     return fake
 
 
@@ -44,7 +43,7 @@ def root(tmp_path) -> tuple[Path, int]:
 
 def test_tmpfs_mount_creates_its_target_inside_the_root(fake, root):
     r, fd = root
-    rootfs.mount_one(fd, Mount("/run/app", "tmpfs", "tmpfs", ("nosuid", "mode=755")), "/bundle", False)
+    rootfs.mount_one(fake, fd, Mount("/run/app", "tmpfs", "tmpfs", ("nosuid", "mode=755")), "/bundle", False)
     assert (r / "run" / "app").is_dir()
     assert fake.targets == [str(r / "run" / "app")]
     (_, source, _target, fstype, flags, data), = fake.named("mount")
@@ -55,7 +54,7 @@ def test_tmpfs_mount_creates_its_target_inside_the_root(fake, root):
 def test_a_symlink_in_the_image_cannot_send_a_mount_outside(fake, root, tmp_path, link):
     r, fd = root
     (r / "escape").symlink_to(link)
-    rootfs.mount_one(fd, Mount("/escape/target", "tmpfs", "tmpfs"), "/bundle", False)
+    rootfs.mount_one(fake, fd, Mount("/escape/target", "tmpfs", "tmpfs"), "/bundle", False)
     assert (r / "target").is_dir()
     assert not (tmp_path / "target").exists()
     assert fake.targets == [str(r / "target")]
@@ -65,7 +64,7 @@ def test_read_only_bind_is_a_bind_then_a_remount(fake, root, tmp_path):
     r, fd = root
     src = tmp_path / "hosts"
     src.write_text("127.0.0.1 localhost\n")
-    rootfs.mount_one(fd, Mount("/etc/hosts", "bind", str(src), ("rbind", "ro")), "/bundle", False)
+    rootfs.mount_one(fake, fd, Mount("/etc/hosts", "bind", str(src), ("rbind", "ro")), "/bundle", False)
     assert (r / "etc" / "hosts").is_file()
     bind, remount = fake.named("mount")
     assert bind[1] == str(src) and bind[4] == syscalls.MS_BIND | syscalls.MS_REC
@@ -76,23 +75,46 @@ def test_read_only_bind_is_a_bind_then_a_remount(fake, root, tmp_path):
 def test_relative_bind_source_is_relative_to_the_bundle(fake, root, tmp_path):
     _r, fd = root
     (tmp_path / "data").mkdir()
-    rootfs.mount_one(fd, Mount("/data", "bind", "data", ("bind",)), str(tmp_path), False)
+    rootfs.mount_one(fake, fd, Mount("/data", "bind", "data", ("bind",)), str(tmp_path), False)
     assert fake.named("mount")[0][1] == str(tmp_path / "data")
 
 
 def test_missing_bind_source_names_the_mount(fake, root):
     _r, fd = root
     with pytest.raises(SyscallError, match="mount /data: bind source /nonexistent"):
-        rootfs.mount_one(fd, Mount("/data", "bind", "/nonexistent", ("bind",)), "/bundle", False)
+        rootfs.mount_one(fake, fd, Mount("/data", "bind", "/nonexistent", ("bind",)), "/bundle", False)
 
 
 def test_masked_paths_refuse_symlinks_and_mask_files_with_null(fake, root):
     r, fd = root
     (r / "secret").write_text("x")
     (r / "link").symlink_to("/secret")
-    rootfs.mask_paths(fd, ("/secret", "/missing"))
+    rootfs.mask_paths(fake, fd, ("/secret", "/missing"))
     assert fake.targets == [str(r / "secret")]
     (_, source, _target, _fstype, flags, _data), = fake.named("mount")
     assert source.startswith("/proc/self/fd/") and flags == syscalls.MS_BIND  # the host's verified null device
     with pytest.raises(SyscallError, match="masked path /link is a symlink"):
-        rootfs.mask_paths(fd, ("/link",))
+        rootfs.mask_paths(fake, fd, ("/link",))
+
+
+def test_devices_and_dev_symlinks_are_made_through_the_syscall_layer(fake, root):
+    """With the fake, no node, mode, owner or link appears on disk: every one was a call on `kernel`."""
+    r, fd = root
+    rootfs.create_device(fake, fd, Device("c", "/dev/fuse", 10, 229, 0o620, 7, 8), bind=False)
+    rootfs._dev_symlinks(fake, fd)
+    assert os.listdir(r / "dev") == []  # only the directory was made, as the real runtime would
+    (_, name, mode, device, _dirfd), = fake.named("mknod")
+    assert (name, mode, device) == ("fuse", stat.S_IFCHR | 0o620, os.makedev(10, 229))
+    assert [c[1:3] for c in fake.named("chmod")] == [("fuse", 0o620)]
+    assert [c[1:4] for c in fake.named("chown")] == [("fuse", 7, 8)]
+    assert [(c[1], c[2]) for c in fake.named("symlink")] == [(src, os.path.basename(dst))
+                                                            for src, dst in rootfs.DEV_SYMLINKS]
+
+
+def test_a_device_in_a_user_namespace_is_a_bind_of_the_hosts_node(fake, root):
+    r, fd = root
+    rootfs.create_device(fake, fd, Device("c", "/dev/null", 1, 3, 0o666, 0, 0), bind=True)
+    assert fake.named("mknod") == []
+    (_, source, _target, _fstype, flags, _data), = fake.named("mount")
+    assert (source, flags) == ("/dev/null", syscalls.MS_BIND)
+    assert fake.targets == [str(r / "dev" / "null")] and (r / "dev" / "null").stat().st_size == 0

@@ -7,11 +7,11 @@ import threading
 import pytest
 
 from pyruntime.container.create import require_single_thread
-from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, PyRuntimeError
 from pyruntime.oci.default import default_spec
 from pyruntime.oci.spec import parse
 from pyruntime.oci.state import RECORD_VERSION, ContainerState
-from pyruntime.runtime import parse_signal
+from pyruntime.runtime import Runtime, parse_signal
 from pyruntime.settings import Settings
 
 
@@ -28,7 +28,7 @@ def test_settings_layers_defaults_then_environment_then_explicit_values():
 def test_settings_are_immutable_and_checked():
     s = Settings()
     with pytest.raises(AttributeError):
-        s.root = "/elsewhere"  # type: ignore[misc]  # the point of the test
+        s.root = "/elsewhere"
     assert s.replace(root="/elsewhere").root == "/elsewhere" and s.root == "/run/pyruntime"
     with pytest.raises(InvalidArgumentError, match="snapshotter"):
         Settings(snapshotter="zfs")
@@ -65,7 +65,8 @@ def test_state_record_keeps_the_sections_later_commands_need_in_typed_form():
     assert [h.path for h in again.hooks_of("poststop")] == ["/bin/true"]
     assert again.hooks_of("poststart") == () and "prestart" not in again.hooks  # ran during create only
     assert again.process_spec() == spec.process
-    assert again.resources_spec().pids.limit == 10
+    pids = again.resources_spec().pids
+    assert pids is not None and pids.limit == 10
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -80,6 +81,24 @@ def test_unreadable_state_records_are_refused_by_name(raw, message):
         return
     with pytest.raises(ValueError, match=message):
         ContainerState.from_json(raw)
+
+
+def test_an_unreadable_record_is_an_internal_error_that_list_reports_and_skips(tmp_path):
+    rt = Runtime(Settings(root=str(tmp_path)))
+    rt.store.reserve("bad")
+    (tmp_path / "bad" / "state.json").write_text("{not json")
+    with pytest.raises(InternalError, match=r"container 'bad': unreadable state .*delete --force"):
+        rt.state("bad")
+    seen: list[tuple[str, PyRuntimeError]] = []
+    assert rt.list(on_error=lambda cid, e: seen.append((cid, e))) == []
+    assert [cid for cid, _ in seen] == ["bad"] and isinstance(seen[0][1], InternalError)
+    rt.delete("bad", force=True)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_registry_credentials_come_from_the_environment_and_stay_out_of_repr():
+    s = Settings.from_env({"PYRUNTIME_REGISTRY_CREDS": "me:secret"})
+    assert s.registry_creds == "me:secret" and "secret" not in repr(s)
 
 
 def test_forking_is_refused_while_another_thread_runs():

@@ -6,12 +6,13 @@ import copy
 import pytest
 
 from pyruntime.cli.args import Flag, UsageError, parse
-from pyruntime.container import init, process, rootfs
+from pyruntime.container import process, rootfs
 from pyruntime.linux import syscalls
 from pyruntime.linux.syscalls import FakeSyscalls
 from pyruntime.oci import spec as specmod
 from pyruntime.oci.default import default_spec
 from pyruntime.oci.spec import SpecError
+from pyruntime.oci.validate import validate
 
 
 def config(**edits):
@@ -36,7 +37,7 @@ def test_default_spec_parses_into_typed_objects():
      "duplicate rlimit RLIMIT_NOFILE"),
     (lambda c: c["process"]["rlimits"].append({"type": "RLIMIT_BOGUS", "soft": 1, "hard": 1}), "unknown rlimit"),
     (lambda c: c["process"].__setitem__("oomScoreAdj", 5000), "process.oomScoreAdj: 5000 is out of range"),
-    (lambda c: c["process"]["user"].__setitem__("uid", True), "process.user.uid: must be integer"),
+    (lambda c: c["process"]["user"].__setitem__("uid", True), "process.user.uid: must be an integer"),
     (lambda c: c["mounts"].append({"destination": "relative"}), "mounts[7].destination: must be an absolute path"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1, "size": 1}]),
      "need a user namespace"),
@@ -46,13 +47,13 @@ def test_default_spec_parses_into_typed_objects():
     (lambda c: c["linux"].__setitem__("rootfsPropagation", "sideways"), "unknown propagation"),
     (lambda c: c["linux"].__setitem__("intelRdt", {"closID": "x"}), "linux.intelRdt: not supported"),
     (lambda c: c.__setitem__("hooks", {"prestart": [{"path": "hook"}]}), "hooks.prestart[0].path"),
-    (lambda c: c.__setitem__("root", "rootfs"), "root: must be dict"),
+    (lambda c: c.__setitem__("root", "rootfs"), "root: must be an object"),
 ])
 def test_invalid_configs_name_the_field(mutate, message):
     c = config()
     mutate(c)
     with pytest.raises(SpecError) as err:
-        specmod.parse(c, "/bundle")
+        validate(specmod.parse(c, "/bundle"), "v1", FakeSyscalls())
     assert message in str(err.value)
 
 
@@ -76,10 +77,9 @@ def test_runc_style_arguments():
         parse(["--bundle"], flags)
 
 
-def test_close_fds_closes_everything_but_what_is_kept(monkeypatch):
+def test_close_fds_closes_everything_but_what_is_kept():
     fake = FakeSyscalls()
-    monkeypatch.setattr(process, "SYS", fake)
-    process.close_fds({7, 9, 1})
+    process.close_fds(fake, {7, 9, 1})
     assert fake.named("close_range") == [("close_range", 3, 6), ("close_range", 8, 8),
                                         ("close_range", 10, 2**31 - 2)]
 
@@ -105,7 +105,7 @@ def test_only_namespaced_sysctls_are_allowed(key, namespaces, ok):
     c["linux"]["sysctl"] = {key: "1"}
     s = specmod.parse(c, "/bundle")
     if ok:
-        init.check_sysctls(s)
+        validate(s, "v1", FakeSyscalls())
     else:
-        with pytest.raises(OSError, match=key):
-            init.check_sysctls(s)
+        with pytest.raises(SpecError, match=key):
+            validate(s, "v1", FakeSyscalls())

@@ -5,6 +5,10 @@ set, and a `lock` file whose flock serialises every writer (processes and helper
 open gets its own lock). A reservation is written to a per-attachment temporary file and hard-linked into
 place, so a plugin killed at any point leaves either a complete allocation or a temporary file that DEL
 and GC of the same attachment remove.
+
+Modes are the reference's (v1.10.0): directories 0755 (MkdirAll), allocation and `last_reserved_ip.N`
+files 0600 (the container ids in them are nobody else's business), and the lock 0750 (go-filemutex's
+mode), all under the caller's umask.
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ from cni_plugins.skel import ERR_IO_FAILURE, CNIError
 LAST_RESERVED_PREFIX = "last_reserved_ip."
 LOCK_NAME = "lock"
 TMP_PREFIX = ".reserve."
+DIR_MODE = 0o755
+FILE_MODE = 0o600
+LOCK_MODE = 0o750
 
 
 class Store:
@@ -31,8 +38,8 @@ class Store:
     @contextmanager
     def locked(self) -> Iterator["Store"]:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            _make_dirs(self.dir)
+            fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)
         except OSError as exc:
             raise CNIError(ERR_IO_FAILURE, f"cannot open the IPAM store {self.dir}: {exc.strerror}") from exc
         try:
@@ -45,7 +52,7 @@ class Store:
         """Claims `ip` for the attachment; False when another attachment holds it."""
         final = self.dir / str(ip)
         tmp = self._tmp_path(container_id, ifname)
-        tmp.write_bytes(f"{container_id}\r\n{ifname}".encode())
+        _write_new(tmp, f"{container_id}\r\n{ifname}".encode())
         try:
             os.link(tmp, final)
         except FileExistsError:
@@ -59,16 +66,23 @@ class Store:
         return self.dir / f"{TMP_PREFIX}{container_id}.{ifname}"
 
     def _write_last_reserved(self, range_id: int, ip: IPAddress) -> None:
+        """Renamed into place but not fsynced, on the ADD path: it is a round-robin hint, which the
+        reference writes without a sync, and an unreadable one restarts the scan at the range's start."""
         path = self.dir / f"{LAST_RESERVED_PREFIX}{range_id}"
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(str(ip))
+        _write_new(tmp, str(ip).encode())
         os.replace(tmp, path)
 
     def last_reserved(self, range_id: int) -> IPAddress | None:
+        path = self.dir / f"{LAST_RESERVED_PREFIX}{range_id}"
         try:
-            return ipaddress.ip_address((self.dir / f"{LAST_RESERVED_PREFIX}{range_id}").read_text().strip())
-        except (OSError, ValueError):
+            return ipaddress.ip_address(path.read_text().strip())
+        except FileNotFoundError:
             return None
+        except ValueError:  # unparsable (the reference's net.ParseIP gives nil): start from the range's start
+            return None
+        except OSError as exc:
+            raise CNIError(ERR_IO_FAILURE, f"cannot read {path}: {exc.strerror}") from exc
 
     def allocations(self) -> Iterator[tuple[Path, str, str]]:
         """Every allocation file with its (container id, ifname); temporary files included."""
@@ -117,3 +131,26 @@ def _unlink(path: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise CNIError(ERR_IO_FAILURE, f"cannot release {path.name}: {exc.strerror}") from exc
+
+
+def _make_dirs(directory: Path) -> None:
+    """mkdir -p with DIR_MODE for every level it makes, as Go's MkdirAll (os.makedirs gives parents 0777)."""
+    missing = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            pass
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Writes `path` afresh with FILE_MODE: a leftover of a killed call is replaced, never reused with its mode."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

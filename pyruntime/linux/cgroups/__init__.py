@@ -1,19 +1,19 @@
 """Container cgroups behind one interface, with the v1 or v2 driver chosen by what the host mounts.
 
-`manager(cgroups_path, container_id)` is all the runtime calls. Only the stdlib is imported and no
+`manager(cgroups_path, container_id, kernel)` is all the runtime calls; `kernel` is the caller's
+syscall layer, through which the filesystem type of the cgroup root is probed. Only the stdlib is imported and no
 process is spawned, because this sits on the container start path whose latency is compared with runc.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 
 from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager
 from pyruntime.linux.cgroups.paths import (Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup,
                                            removable_parents, split_path)
 from pyruntime.linux.cgroups.v1 import V1Manager
 from pyruntime.linux.cgroups.v2 import V2Manager
+from pyruntime.linux.syscalls import Syscalls
 
 __all__ = ["CgroupError", "CgroupManager", "DEFAULT_ALLOWED_DEVICES", "FROZEN", "Resources", "THAWED",
            "V1Manager", "V2Manager", "detect", "manager"]
@@ -30,18 +30,13 @@ def __getattr__(name: str) -> object:
 CGROUP2_SUPER_MAGIC = 0x63677270
 
 
-def _fs_type(path: str) -> int:
-    from pyruntime.linux._libc import libc
-    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux; f_type comes first
-    if libc.statfs(path.encode(), buf) != 0:
-        err = ctypes.get_errno()
-        raise CgroupError(err, f"statfs {path}: {os.strerror(err)}")
-    return ctypes.c_long.from_buffer(buf).value
-
-
-def detect(root: str = CGROUP_ROOT) -> str:
+def detect(kernel: Syscalls, root: str = CGROUP_ROOT) -> str:
     """"v2" when the cgroup root itself is a cgroup2 mount (unified host), else "v1" (legacy or hybrid)."""
-    return "v2" if _fs_type(root) == CGROUP2_SUPER_MAGIC else "v1"
+    try:
+        magic = kernel.statfs_type(root)
+    except OSError as e:
+        raise CgroupError(e.errno or 0, str(e)) from e
+    return "v2" if magic == CGROUP2_SUPER_MAGIC else "v1"
 
 
 def _read(path: str) -> str:
@@ -49,14 +44,14 @@ def _read(path: str) -> str:
         with open(path) as f:
             return f.read()
     except OSError as exc:
-        raise CgroupError(exc.errno or 0, f"read {path}: {exc.strerror}") from None
+        raise CgroupError(exc.errno or 0, f"read {path}: {exc.strerror}") from exc
 
 
 def _own_cgroups(absolute: bool) -> dict[str, str]:
     return {} if absolute else parse_proc_cgroup(_read("/proc/self/cgroup"))
 
 
-def manager(cgroups_path: str, container_id: str) -> CgroupManager:
+def manager(cgroups_path: str, container_id: str, kernel: Syscalls) -> CgroupManager:
     """The manager for a container's cgroupsPath; a path this runtime refuses raises ValueError.
 
     An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup,
@@ -65,7 +60,7 @@ def manager(cgroups_path: str, container_id: str) -> CgroupManager:
     absolute, parts = split_path(cgroups_path, container_id)
     removable = tuple(removable_parents(parts))
     v1, v2 = parse_mountinfo(_read("/proc/self/mountinfo"))
-    if detect() == "v2":
+    if detect(kernel) == "v2":
         if v2 is None or v2.mountpoint != CGROUP_ROOT:
             v2 = Hierarchy("", frozenset(), CGROUP_ROOT, "/")
         return V2Manager(v2.mountpoint, base_dir(v2, absolute, _own_cgroups(absolute)), parts, removable)

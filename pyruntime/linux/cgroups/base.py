@@ -12,6 +12,8 @@ import signal
 import time
 from abc import ABC, abstractmethod
 
+from pyruntime.errors import InternalError
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
 if TYPE_CHECKING:  # `delete`, `state` and `start` never set resources, so they do not load them
     from pyruntime.linux.cgroups.resources import Resources
@@ -27,8 +29,10 @@ RMDIR_TIMEOUT = 2.0
 FREEZE_TIMEOUT = 5.0
 
 
-class CgroupError(OSError):
-    """An OSError whose message is "<operation> <path>: <reason>"; `errno` stays available to callers."""
+class CgroupError(InternalError, OSError):
+    """An OSError whose message is "<operation> <path>: <reason>"; `errno` stays available to callers.
+    Internal: one class serves every cgroup failure, and most are the kernel refusing a write that the
+    caller can't fix by changing its request; what validation can detect earlier it reports as a SpecError."""
 
     def __init__(self, err: int, message: str) -> None:
         super().__init__(err, message)
@@ -48,7 +52,7 @@ def read(path: str) -> str:
         with open(path) as f:
             return f.read()
     except OSError as exc:
-        raise os_error("read", path, exc) from None
+        raise os_error("read", path, exc) from exc
 
 
 def read_optional(path: str) -> str | None:
@@ -59,7 +63,7 @@ def read_optional(path: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise os_error("read", path, exc) from None
+        raise os_error("read", path, exc) from exc
 
 
 def write(path: str, value: str) -> None:
@@ -67,11 +71,11 @@ def write(path: str, value: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     except OSError as exc:
-        raise os_error("write", path, exc) from None
+        raise os_error("write", path, exc) from exc
     try:
         os.write(fd, value.encode())
     except OSError as exc:
-        raise os_error("write", path, exc) from None
+        raise os_error("write", path, exc) from exc
     finally:
         os.close(fd)
 
@@ -103,7 +107,7 @@ def makedirs(path: str) -> None:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            raise os_error("mkdir", path, exc) from None
+            raise os_error("mkdir", path, exc) from exc
     raise CgroupError(errno.ENOENT, f"mkdir {path}: parent kept disappearing")
 
 
@@ -137,7 +141,7 @@ def rmdir_tree(top: str) -> None:
                 break
             except OSError as exc:
                 if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                    raise os_error("rmdir", path, exc) from None
+                    raise os_error("rmdir", path, exc) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
@@ -152,7 +156,7 @@ def rmdir_if_empty(path: str) -> bool:
     except OSError as exc:
         if exc.errno in (errno.ENOTEMPTY, errno.EBUSY, errno.EEXIST):
             return False
-        raise os_error("rmdir", path, exc) from None
+        raise os_error("rmdir", path, exc) from exc
 
 
 def signal_pids(pids: list[int], sig: int) -> None:

@@ -6,6 +6,8 @@ container a hierarchy's mount root is not the hierarchy root.
 """
 from __future__ import annotations
 
+from pyruntime.linux import mountinfo
+
 DEFAULT_PARENT = "pyruntime"
 
 
@@ -39,40 +41,16 @@ class Hierarchy:
         return "Hierarchy(key={!r}, controllers={!r}, mountpoint={!r}, root={!r})".format(*self._fields())
 
 
-def _unescape(field: str) -> str:
-    """mountinfo octal-escapes space, tab, newline and backslash in paths."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def parse_mountinfo(text: str) -> tuple[list[Hierarchy], Hierarchy | None]:
     """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any."""
     v1: dict[str, Hierarchy] = {}
     v2: Hierarchy | None = None
-    for line in text.splitlines():
-        fields = line.split()
-        try:
-            sep = fields.index("-")
-        except ValueError:
-            continue
-        if len(fields) < sep + 4:
-            continue
-        fstype, superopts = fields[sep + 1], fields[sep + 3]
-        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
+    for m in mountinfo.parse(text):
+        fstype, opts, root, mountpoint = m.fstype, m.super_options, m.root, m.mount_point
         if fstype == "cgroup2":
             if v2 is None:
                 v2 = Hierarchy("", frozenset(), mountpoint, root)
         elif fstype == "cgroup":
-            opts = superopts.split(",")
             names = [o for o in opts if o.startswith("name=")]
             controllers = [o for o in opts if o not in ("rw", "ro") and "=" not in o
                            and o not in ("noprefix", "clone_children", "xattr", "cpuset_v2_mode", "favordynmods")]
@@ -97,19 +75,19 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
 def split_path(cgroups_path: str, container_id: str) -> tuple[bool, tuple[str, ...]]:
     """Checks a cgroupsPath and splits it into (is_absolute, components).
 
-    An empty path means /pyruntime/<id>. The systemd driver's "slice:prefix:name" form is refused rather
-    than taken as a directory name, and ".." is refused because it would leave the hierarchy.
+    An empty path means /pyruntime/<id>. Any other string is a directory path, as runc's cgroupfs
+    driver takes it: containerd's CRI hands the systemd driver's "slice:prefix:name" form
+    (`test.slice:cri-containerd:ID`) to a cgroupfs runtime too, and runc makes a directory of that
+    name relative to its own cgroup. ".." is refused, because it would leave the hierarchy (runc
+    clamps it lexically; refusing is the stricter reading of the same rule).
     """
     if not cgroups_path:
         return True, (DEFAULT_PARENT, container_id)
-    if not cgroups_path.startswith("/") and cgroups_path.count(":") == 2:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: looks like a systemd slice:prefix:name path, "
-                         "but the systemd cgroup driver is not supported; use a cgroupfs path")
     parts = tuple(p for p in cgroups_path.split("/") if p not in ("", "."))
     if ".." in parts:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: must not contain '..'")
+        raise ValueError(f"linux.cgroupsPath: {cgroups_path!r} must not contain '..'")
     if not parts:
-        raise ValueError(f"cgroupsPath {cgroups_path!r}: names the hierarchy root, not a container cgroup")
+        raise ValueError(f"linux.cgroupsPath: {cgroups_path!r} names the hierarchy root, not a container cgroup")
     return cgroups_path.startswith("/"), parts
 
 

@@ -3,14 +3,18 @@
 Every field is optional and `None` means "not given": `set()` writes only what was given, so the same
 types carry a full config at create time and a partial one for `update`. Validation happens here so
 that a bad config fails with the name of the offending field before any cgroup is touched; the drivers
-trust these objects. `network` and `rdma` are not parsed: neither controller is managed by this runtime.
-memory.kernel, useHierarchy and checkBeforeUpdate are parsed but not applied, as in runc: kernel memory
-limits are deprecated and inert on current kernels, hierarchy is always on, and v1 checks by itself.
+trust these objects. Fields are read through pyruntime.fieldreader, as the rest of config.json is, so
+the wording of errors is the same everywhere. `network` and `rdma` are not parsed: neither controller
+is managed by this runtime. memory.kernel, useHierarchy and checkBeforeUpdate are parsed but not
+applied, as in runc: kernel memory limits are deprecated and inert on current kernels, hierarchy is
+always on, and v1 checks by itself.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import fields, record, replace
 
 INT64_MIN = -(1 << 63)
@@ -131,18 +135,18 @@ class Resources:
 
     @classmethod
     def from_spec(cls, obj: Any, where: str = "linux.resources") -> "Resources":
-        """Parses the OCI object; a `ValueError` names the exact field that is wrong."""
+        """Parses the OCI object; a SpecError names the exact field that is wrong."""
         if obj is None:
             return cls()
-        _expect_object(obj, where)
+        o = Obj(obj, where)
         return cls(
-            memory=_field(obj, "memory", where, _memory),
-            cpu=_field(obj, "cpu", where, _cpu),
-            pids=_field(obj, "pids", where, _pids),
-            block_io=_field(obj, "blockIO", where, _block_io),
-            hugepage_limits=_field(obj, "hugepageLimits", where, _hugepage_limits),
-            devices=_field(obj, "devices", where, _devices),
-            unified=_field(obj, "unified", where, _unified),
+            memory=_section(o, "memory", _memory),
+            cpu=_section(o, "cpu", _cpu),
+            pids=_section(o, "pids", _pids),
+            block_io=_section(o, "blockIO", _block_io),
+            hugepage_limits=_list(o, "hugepageLimits", _hugepage_limit),
+            devices=_list(o, "devices", _device),
+            unified=_unified(o),
         )
 
     def merge(self, update: "Resources") -> "Resources":
@@ -167,204 +171,132 @@ def _merge(current: Any, update: Any) -> Any:
     return update
 
 
-def _fail(where: str, what: str, value: Any) -> ValueError:
-    return ValueError(f"{where}: {what}, got {value!r}")
+def _section(o: Obj, key: str, parse: Callable[[Obj], Any]) -> Any:
+    sub = o.obj(key)
+    return None if sub is None else parse(sub)
 
 
-def _expect_object(value: Any, where: str) -> dict:
-    if not isinstance(value, dict):
-        raise _fail(where, "must be an object", value)
-    return value
-
-
-def _int(value: Any, where: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise _fail(where, "must be an integer", value)
-    if not lo <= value <= hi:
-        raise _fail(where, f"must be between {lo} and {hi}", value)
-    return value
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(where, "must be a boolean", value)
-    return value
-
-
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, "must be a string", value)
-    return value
-
-
-def _field(obj: dict, key: str, where: str, parse: Any, *args: Any) -> Any:
-    value = obj.get(key)
-    if value is None:
+def _list(o: Obj, key: str, parse: Callable[[Obj], Any]) -> tuple | None:
+    """None when absent (an update that leaves the list alone), else every item parsed."""
+    if o.raw.get(key) is None:
         return None
-    return parse(value, f"{where}.{key}", *args)
+    return tuple(parse(item) for item in o.objs(key))
 
 
-def _required(obj: dict, key: str, where: str, parse: Any, *args: Any) -> Any:
-    if obj.get(key) is None:
-        raise ValueError(f"{where}.{key}: is required")
-    return parse(obj[key], f"{where}.{key}", *args)
-
-
-def _memory(obj: Any, where: str) -> Memory:
-    _expect_object(obj, where)
+def _memory(o: Obj) -> Memory:
     return Memory(
-        limit=_field(obj, "limit", where, _int),
-        reservation=_field(obj, "reservation", where, _int),
-        swap=_field(obj, "swap", where, _int),
-        kernel=_field(obj, "kernel", where, _int),
-        kernel_tcp=_field(obj, "kernelTCP", where, _int),
-        swappiness=_field(obj, "swappiness", where, _int, 0, 100),
-        disable_oom_killer=_field(obj, "disableOOMKiller", where, _bool),
-        use_hierarchy=_field(obj, "useHierarchy", where, _bool),
-        check_before_update=_field(obj, "checkBeforeUpdate", where, _bool),
+        limit=o.int("limit", lo=INT64_MIN, hi=INT64_MAX),
+        reservation=o.int("reservation", lo=INT64_MIN, hi=INT64_MAX),
+        swap=o.int("swap", lo=INT64_MIN, hi=INT64_MAX),
+        kernel=o.int("kernel", lo=INT64_MIN, hi=INT64_MAX),
+        kernel_tcp=o.int("kernelTCP", lo=INT64_MIN, hi=INT64_MAX),
+        swappiness=o.int("swappiness", lo=0, hi=100),
+        disable_oom_killer=o.bool("disableOOMKiller", None),
+        use_hierarchy=o.bool("useHierarchy", None),
+        check_before_update=o.bool("checkBeforeUpdate", None),
     )
 
 
-def _cpu_list(value: Any, where: str) -> str:
+def _cpu_list(o: Obj, key: str) -> str | None:
     """A cpuset list such as `0-3,7`; checked here because the kernel's EINVAL would not say which field."""
-    text = _str(value, where).strip()
+    value = o.str(key)
+    if value is None:
+        return None
+    text = value.strip()
     if text == "":
         return text
     for part in text.split(","):
         bounds = part.split("-")
         if len(bounds) > 2 or not all(b.strip().isdigit() for b in bounds):
-            raise _fail(where, "must be a list like '0-3,7'", value)
+            raise SpecError(f"{o.name(key)}: must be a list like '0-3,7', got {shown(value)}")
         if len(bounds) == 2 and int(bounds[0]) > int(bounds[1]):
-            raise _fail(where, "has a range whose start is above its end", value)
+            raise SpecError(f"{o.name(key)}: has a range whose start is above its end, got {shown(value)}")
     return text
 
 
-def _cpu(obj: Any, where: str) -> Cpu:
-    _expect_object(obj, where)
+def _cpu(o: Obj) -> Cpu:
     cpu = Cpu(
-        shares=_field(obj, "shares", where, _int, 0, UINT64_MAX),
-        quota=_field(obj, "quota", where, _int),
-        burst=_field(obj, "burst", where, _int, 0, UINT64_MAX),
-        period=_field(obj, "period", where, _int, 0, UINT64_MAX),
-        realtime_runtime=_field(obj, "realtimeRuntime", where, _int),
-        realtime_period=_field(obj, "realtimePeriod", where, _int, 0, UINT64_MAX),
-        cpus=_field(obj, "cpus", where, _cpu_list),
-        mems=_field(obj, "mems", where, _cpu_list),
-        idle=_field(obj, "idle", where, _int, 0, 1),
+        shares=o.int("shares", lo=0, hi=UINT64_MAX),
+        quota=o.int("quota", lo=INT64_MIN, hi=INT64_MAX),
+        burst=o.int("burst", lo=0, hi=UINT64_MAX),
+        period=o.int("period", lo=0, hi=UINT64_MAX),
+        realtime_runtime=o.int("realtimeRuntime", lo=INT64_MIN, hi=INT64_MAX),
+        realtime_period=o.int("realtimePeriod", lo=0, hi=UINT64_MAX),
+        cpus=_cpu_list(o, "cpus"),
+        mems=_cpu_list(o, "mems"),
+        idle=o.int("idle", lo=0, hi=1),
     )
     if cpu.burst is not None and cpu.quota is not None and cpu.quota > 0 and cpu.burst > cpu.quota:
-        raise _fail(f"{where}.burst", f"must not be larger than quota {cpu.quota}", cpu.burst)
+        raise SpecError(f"{o.name('burst')}: must not be larger than quota {cpu.quota}, got {cpu.burst}")
     return cpu
 
 
-def _pids(obj: Any, where: str) -> Pids:
-    _expect_object(obj, where)
-    return Pids(limit=_field(obj, "limit", where, _int))
+def _pids(o: Obj) -> Pids:
+    return Pids(limit=o.int("limit", lo=INT64_MIN, hi=INT64_MAX))
 
 
-def _list(value: Any, where: str, parse: Any) -> tuple:
-    if not isinstance(value, list):
-        raise _fail(where, "must be an array", value)
-    return tuple(parse(item, f"{where}[{i}]") for i, item in enumerate(value))
-
-
-def _weight_device(obj: Any, where: str) -> WeightDevice:
-    _expect_object(obj, where)
+def _weight_device(o: Obj) -> WeightDevice:
     dev = WeightDevice(
-        major=_required(obj, "major", where, _int),
-        minor=_required(obj, "minor", where, _int),
-        weight=_field(obj, "weight", where, _int, 0, UINT16_MAX),
-        leaf_weight=_field(obj, "leafWeight", where, _int, 0, UINT16_MAX),
+        major=o.int("major", required=True, lo=INT64_MIN, hi=INT64_MAX),
+        minor=o.int("minor", required=True, lo=INT64_MIN, hi=INT64_MAX),
+        weight=o.int("weight", lo=0, hi=UINT16_MAX),
+        leaf_weight=o.int("leafWeight", lo=0, hi=UINT16_MAX),
     )
     if dev.weight is None and dev.leaf_weight is None:
-        raise ValueError(f"{where}: needs weight or leafWeight")
+        raise SpecError(f"{o.path}: needs weight or leafWeight")
     return dev
 
 
-def _throttle_device(obj: Any, where: str) -> ThrottleDevice:
-    _expect_object(obj, where)
+def _throttle_device(o: Obj) -> ThrottleDevice:
     return ThrottleDevice(
-        major=_required(obj, "major", where, _int),
-        minor=_required(obj, "minor", where, _int),
-        rate=_required(obj, "rate", where, _int, 0, UINT64_MAX),
+        major=o.int("major", required=True, lo=INT64_MIN, hi=INT64_MAX),
+        minor=o.int("minor", required=True, lo=INT64_MIN, hi=INT64_MAX),
+        rate=o.int("rate", required=True, lo=0, hi=UINT64_MAX),
     )
 
 
-def _block_io(obj: Any, where: str) -> BlockIO:
-    _expect_object(obj, where)
-
-    def throttle(value: Any, at: str) -> tuple[ThrottleDevice, ...]:
-        return _list(value, at, _throttle_device)
-
+def _block_io(o: Obj) -> BlockIO:
     return BlockIO(
-        weight=_field(obj, "weight", where, _int, 0, UINT16_MAX),
-        leaf_weight=_field(obj, "leafWeight", where, _int, 0, UINT16_MAX),
-        weight_device=_field(obj, "weightDevice", where, lambda v, at: _list(v, at, _weight_device)),
-        throttle_read_bps_device=_field(obj, "throttleReadBpsDevice", where, throttle),
-        throttle_write_bps_device=_field(obj, "throttleWriteBpsDevice", where, throttle),
-        throttle_read_iops_device=_field(obj, "throttleReadIOPSDevice", where, throttle),
-        throttle_write_iops_device=_field(obj, "throttleWriteIOPSDevice", where, throttle),
+        weight=o.int("weight", lo=0, hi=UINT16_MAX),
+        leaf_weight=o.int("leafWeight", lo=0, hi=UINT16_MAX),
+        weight_device=_list(o, "weightDevice", _weight_device),
+        throttle_read_bps_device=_list(o, "throttleReadBpsDevice", _throttle_device),
+        throttle_write_bps_device=_list(o, "throttleWriteBpsDevice", _throttle_device),
+        throttle_read_iops_device=_list(o, "throttleReadIOPSDevice", _throttle_device),
+        throttle_write_iops_device=_list(o, "throttleWriteIOPSDevice", _throttle_device),
     )
 
 
 _PAGE_UNITS = ("KB", "MB", "GB", "TB", "PB")
 
 
-def _page_size(value: Any, where: str) -> str:
-    """Checked because the size becomes part of a file name (hugetlb.<size>.limit_in_bytes)."""
-    text = _str(value, where)
-    if not (len(text) > 2 and text[:-2].isdigit() and text[-2:] in _PAGE_UNITS):
-        raise _fail(where, "must look like 64KB, 2MB or 1GB", value)
-    return text
+def _hugepage_limit(o: Obj) -> HugepageLimit:
+    """The page size is checked because it becomes part of a file name (hugetlb.<size>.limit_in_bytes)."""
+    size = o.str("pageSize", required=True)
+    if not (len(size) > 2 and size[:-2].isdigit() and size[-2:] in _PAGE_UNITS):
+        raise SpecError(f"{o.name('pageSize')}: must look like 64KB, 2MB or 1GB, got {shown(size)}")
+    return HugepageLimit(page_size=size, limit=o.int("limit", required=True, lo=0, hi=UINT64_MAX))
 
 
-def _hugepage_limit(obj: Any, where: str) -> HugepageLimit:
-    _expect_object(obj, where)
-    return HugepageLimit(
-        page_size=_required(obj, "pageSize", where, _page_size),
-        limit=_required(obj, "limit", where, _int, 0, UINT64_MAX),
-    )
-
-
-def _hugepage_limits(value: Any, where: str) -> tuple[HugepageLimit, ...]:
-    return _list(value, where, _hugepage_limit)
-
-
-def _device(obj: Any, where: str) -> DeviceRule:
-    _expect_object(obj, where)
-    type_ = _field(obj, "type", where, _str) or "a"
-    if type_ not in ("a", "b", "c"):
-        raise _fail(f"{where}.type", "must be one of a, b, c", type_)
-    access = _field(obj, "access", where, _str)
-    if access is None or access == "":
-        access = "rwm"
+def _device(o: Obj) -> DeviceRule:
+    access = o.str("access") or "rwm"
     if not set(access) <= set("rwm") or len(set(access)) != len(access):
-        raise _fail(f"{where}.access", "must be a combination of r, w and m", access)
+        raise SpecError(f"{o.name('access')}: must be a combination of r, w and m, got {shown(access)}")
     return DeviceRule(
-        allow=_required(obj, "allow", where, _bool),
-        type=type_,
-        major=_field(obj, "major", where, _int),
-        minor=_field(obj, "minor", where, _int),
+        allow=o.get("allow", bool, required=True),
+        type=o.choice("type", ("a", "b", "c"), "device type", "a"),
+        major=o.int("major", lo=INT64_MIN, hi=INT64_MAX),
+        minor=o.int("minor", lo=INT64_MIN, hi=INT64_MAX),
         access=access,
     )
 
 
-def _devices(value: Any, where: str) -> tuple[DeviceRule, ...]:
-    return _list(value, where, _device)
-
-
-def _unified(obj: Any, where: str) -> dict[str, str]:
+def _unified(o: Obj) -> dict[str, str] | None:
     """Keys become file names inside the container's cgroup, so anything that could leave it is refused."""
-    _expect_object(obj, where)
-    out = {}
-    for key, value in obj.items():
-        at = f"{where}.{key}"
-        if not isinstance(key, str) or not key or "/" in key or "\0" in key or key in (".", "..") \
-                or "." not in key.strip("."):
-            raise _fail(where, "keys must be cgroup file names like 'memory.high'", key)
-        out[key] = _str(value, at)
-    return out
-
+    if o.raw.get("unified") is None:
+        return None
+    values = o.str_map("unified")
+    for key in values:
+        if not key or "/" in key or "\0" in key or key in (".", "..") or "." not in key.strip("."):
+            raise SpecError(f"{o.name('unified')}[{shown(key)}]: must be a cgroup file name like 'memory.high'")
+    return values

@@ -62,7 +62,7 @@ class V1Manager(CgroupManager):
                 except FileNotFoundError:
                     makedirs(current)  # a concurrent destroy() removed an empty shared parent
                 except OSError as exc:
-                    raise os_error("mkdir", current, exc) from None
+                    raise os_error("mkdir", current, exc) from exc
                 if "cpuset" in key.split(","):
                     _inherit_cpuset(parent, current)
         if self.unified is not None:

@@ -107,7 +107,7 @@ class V2Manager(CgroupManager):
             if controller != "cgroup" and controller not in enabled:
                 raise CgroupError(errno.ENOENT, f"write {self._file(name)}: the {controller} controller is not "
                                                 f"enabled for this cgroup (available: {' '.join(enabled) or 'none'})"
-                                  ) from None
+                                  ) from exc
             raise
 
     def create(self) -> None:
@@ -126,7 +126,7 @@ class V2Manager(CgroupManager):
             except FileNotFoundError:
                 continue  # a concurrent destroy() removed an empty shared parent; walk down again
             except OSError as exc:
-                raise os_error("mkdir", current, exc) from None
+                raise os_error("mkdir", current, exc) from exc
         raise CgroupError(errno.ENOENT, f"mkdir {self.path}: parent kept disappearing")
 
     def _enable_controllers(self, directory: str) -> None:
@@ -143,7 +143,7 @@ class V2Manager(CgroupManager):
             write(control, " ".join("+" + c for c in missing))
         except CgroupError as exc:
             if exc.errno == errno.ENOENT:
-                raise FileNotFoundError(exc.errno, str(exc)) from None
+                raise FileNotFoundError(exc.errno, str(exc)) from exc
             for controller in missing:
                 try:
                     write(control, "+" + controller)

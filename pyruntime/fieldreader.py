@@ -1,0 +1,113 @@
+"""The one reader of JSON configuration fields: types checked, every error named by its full path.
+
+config.json is read section by section by the module that owns the section (oci/spec.py for the
+process, mounts and namespaces; linux/cgroups/resources.py, linux/seccomp.py and
+linux/capabilities.py for theirs, because only they know what their kernel subsystem accepts). All of
+them read through `Obj`, so a user sees one wording wherever the mistake is
+(`linux.resources.memory.limit: must be an integer, got "1G"`), and a caller catches one error type.
+It sits at the package top because `pyruntime.linux` may not import `pyruntime.oci`.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from pyruntime.errors import InvalidArgumentError
+
+_JSON_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "an array"}
+
+
+class SpecError(InvalidArgumentError):
+    """A configuration that cannot be applied; the message starts with the field's path."""
+
+
+def shown(value: Any) -> str:
+    """A value as the user wrote it in JSON, cut short."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_range(value: int, name: str, lo: int | None, hi: int | None) -> int:
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if hi is None:
+            raise SpecError(f"{name}: {value} is below the minimum {lo}")
+        if lo is None:
+            raise SpecError(f"{name}: {value} is above the maximum {hi}")
+        raise SpecError(f"{name}: {value} is out of range [{lo}, {hi}]")
+    return value
+
+
+def check_type(value: Any, name: str, kind: type | tuple) -> Any:
+    """`value` if it is of `kind` (a JSON boolean is never an integer), else a SpecError naming `name`."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (type(value) is bool and bool not in kinds) or not isinstance(value, kinds):
+        names = " or ".join(_JSON_NAMES.get(k, k.__name__) for k in kinds)
+        raise SpecError(f"{name}: must be {names}, got {shown(value)}")
+    return value
+
+
+class Obj:
+    """One JSON object at `path` ("" for the document itself). An absent key and a JSON null both
+    mean "not given", as in the OCI spec's Go types."""
+
+    __slots__ = ("path", "raw")
+
+    def __init__(self, raw: Any, path: str) -> None:
+        check_type(raw, path or "config", dict)
+        self.raw, self.path = raw, path
+
+    def name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type | tuple, default: Any = None, required: bool = False) -> Any:
+        value = self.raw.get(key)
+        if value is None:
+            if required:
+                raise SpecError(f"{self.name(key)}: required")
+            return default
+        return check_type(value, self.name(key), kind)
+
+    def int(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
+            required: bool = False) -> int | None:
+        value = self.get(key, int, default, required)
+        return value if value is None else check_range(value, self.name(key), lo, hi)
+
+    def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
+        return self.get(key, str, default, required)
+
+    def bool(self, key: str, default: bool | None = False) -> bool | None:
+        return self.get(key, bool, default)
+
+    def choice(self, key: str, known: Iterable[str], what: str, default: str | None = None,
+               required: bool = False) -> str | None:
+        """A string that must be one of `known`; `what` names the kind of value in the error."""
+        value = self.str(key, default, required)
+        if value is not None and value not in known:
+            raise SpecError(f"{self.name(key)}: unknown {what} {shown(value)}")
+        return value
+
+    def list(self, key: str, required: bool = False) -> list:
+        return self.get(key, list, [], required)
+
+    def strings(self, key: str, required: bool = False) -> list[str]:
+        values = self.list(key, required)
+        for i, v in enumerate(values):
+            check_type(v, f"{self.name(key)}[{i}]", str)
+        return values
+
+    def obj(self, key: str, required: bool = False) -> Obj | None:
+        value = self.get(key, dict, None, required)
+        return None if value is None else Obj(value, self.name(key))
+
+    def objs(self, key: str) -> list[Obj]:
+        return [Obj(v, f"{self.name(key)}[{i}]") for i, v in enumerate(self.list(key))]
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.get(key, dict, {})
+        for k, v in value.items():
+            check_type(v, f"{self.name(key)}[{json.dumps(k)}]", str)
+        return dict(value)

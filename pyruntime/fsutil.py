@@ -1,0 +1,58 @@
+"""Replacing a file so that readers and a crash see the old content or the new, never a torn mix.
+
+Every record pyruntime keeps on disk goes through here: a container's state.json, pid files, the image
+database, snapshot and mount records, blobs put into the content store. The steps are the classic
+ones, and each is needed: write a temporary file in the same directory (rename is atomic only
+within one filesystem), fsync it (else the rename can reach the disk before the data, leaving an
+empty file after a power cut), rename it over the target, and fsync the directory (else the rename
+itself can be lost). Kept at the top of the package, importing nothing of it, so that both
+pyruntime.container and pyruntime.images use it without depending on each other.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Iterator
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Makes the directory's entries (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644,
+                tmp: str | os.PathLike[str] | None = None) -> Iterator[io.BufferedWriter]:
+    """A binary file to write the new content into; it replaces `path` when the block ends without error.
+
+    The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
+    for `path`, so a write killed half way leaves one stale file that the next write overwrites,
+    not a new piece of garbage per attempt. On an error the temporary file is removed.
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(path)
+    tmp_path = os.fspath(tmp) if tmp is not None else os.path.join(directory, f".{name}.tmp")
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_path)
+        raise
+    fsync_dir(directory or ".")
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
+                 tmp: str | os.PathLike[str] | None = None) -> None:
+    """Replaces `path` with `data` (see atomic_file)."""
+    with atomic_file(path, mode=mode, tmp=tmp) as f:
+        f.write(data)

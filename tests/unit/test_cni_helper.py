@@ -1,0 +1,161 @@
+"""The resident CNI helper's protocol without root: malformed requests, version skew, stop.
+
+Each test runs its own helper under a random abstract socket name and log; STATUS of pyhost-local needs
+neither root nor a netns, so it stands for a plugin call.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from cni_plugins import helper, launch
+from cni_plugins.install import TEMPLATE
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def listening(name: str) -> bool:
+    return any(line.split()[-1] == f"@{name}" for line in Path("/proc/net/unix").read_text().splitlines()[1:]
+               if len(line.split()) > 7)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {predicate}"
+        time.sleep(0.02)
+
+
+def helper_pid(name: str) -> int:
+    conn = launch.connect(name)
+    assert not isinstance(conn, str), conn
+    conn[0].close()
+    return conn[1]
+
+
+@pytest.fixture
+def running(tmp_path: Path):
+    """A helper of this checkout's code on a fresh name; yields (name, log path)."""
+    name = f"pyt-helper-{secrets.token_hex(4)}"
+    log = tmp_path / "helper.log"
+    env = {**os.environ, "PYCNI_HELPER_LOG": str(log)}
+    proc = subprocess.Popen([sys.executable, "-c", f"from cni_plugins.helper import main; main({name!r})"],
+                            env=env, cwd=REPO)
+    try:
+        wait_for(lambda: listening(name))
+        yield name, log
+    finally:
+        try:
+            helper.stop(name)
+            proc.wait(timeout=10)
+        finally:
+            proc.kill()  # only if it did not stop: a test failure, not a leak
+            proc.wait()
+
+
+def raw_call(name: str, payload: bytes, half_close: bool = False) -> bytes:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(15)
+        s.connect(launch.address(name))
+        s.sendall(payload)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+def status_request(tmp_path: Path) -> tuple[dict, bytes]:
+    env = {"CNI_COMMAND": "STATUS"}
+    conf = {"cniVersion": "1.1.0", "name": "pyt-net", "type": "pyhost-local",
+            "ipam": {"type": "pyhost-local", "subnet": "10.222.70.0/24", "dataDir": str(tmp_path / "data")}}
+    return env, json.dumps(conf).encode()
+
+
+@pytest.mark.parametrize("payload,half_close,details", [
+    (b"garbage\n", False, "header has 1 fields"),
+    (b"1 2 x v\n", False, "not integers"),
+    (b"1 -5 0 v\n", False, "out of range"),
+    (b"8 0 0 v\nnoplugin", False, "unknown plugin 'noplugin'"),
+    (b"10 3 0 v\npyloopbackabc", False, "environment entry without '='"),
+    (b"\x00\x01\x02 no newline", True, "the peer closed the connection"),
+    (b"x" * 5000, False, "no end of line in the first 4096 bytes"),
+])
+def test_malformed_request_gets_a_cni_error_and_the_helper_serves_on(running, tmp_path: Path, payload: bytes,
+                                                                        half_close: bool, details: str) -> None:
+    name, log = running
+    reply = raw_call(name, payload, half_close)
+    head, _, body = reply.partition(b"\n")
+    rc, size = head.split()
+    assert int(rc) == 1 and int(size) == len(body)
+    error = json.loads(body)
+    assert set(error) == {"cniVersion", "code", "msg", "details"}
+    assert error["code"] == 6 and error["msg"] == "malformed request to the CNI helper"
+    assert details in error["details"]
+    logged = [line for line in log.read_text().splitlines() if "WARNING malformed request: " in line]
+    assert len(logged) == 1 and details in logged[0]
+    env, stdin = status_request(tmp_path)
+    assert launch.call_helper(name, "pyhost-local", env, stdin) == (0, b"")
+
+
+def test_helper_refuses_other_plugin_code_and_makes_way(running, tmp_path: Path) -> None:
+    name, log = running
+    old = helper_pid(name)
+    env, stdin = status_request(tmp_path)
+    payload = launch.encode_request("pyhost-local", env, stdin, "0000000000000000")
+    assert raw_call(name, payload) == b"refused skew\n"
+    wait_for(lambda: not helper.alive(old))
+    assert not listening(name), "a refusing helper must give its name up for one of the new code"
+    assert "plugin code changed" in log.read_text()
+
+
+def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) -> None:
+    """An upgrade in place: the launcher's next call is served in-process and starts a helper of the new code."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(REPO / "cni_plugins", pkg / "cni_plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    exe = tmp_path / "pyhost-local"
+    exe.write_text(TEMPLATE.format(python=sys.executable, repo=str(pkg), site=sysconfig.get_paths()["purelib"],
+                                   func="host_local"))
+    exe.chmod(0o755)
+    name = f"pyt-helper-{secrets.token_hex(4)}"
+    log = tmp_path / "helper.log"
+    env, stdin = status_request(tmp_path)
+    env.update(PYCNI_HELPER_SOCKET=name, PYCNI_HELPER_LOG=str(log), PATH=os.environ.get("PATH", ""))
+
+    def call() -> None:
+        proc = subprocess.run([str(exe)], input=stdin, env=env, capture_output=True, check=False)
+        assert (proc.returncode, proc.stdout) == (0, b""), proc
+
+    try:
+        call()  # starts the helper
+        wait_for(lambda: listening(name))
+        first = helper_pid(name)
+        call()
+        assert helper.alive(first)
+        module = pkg / "cni_plugins" / "ipam" / "host_local" / "plugin.py"
+        module.write_text(module.read_text() + "\n# upgraded\n")
+        call()
+        wait_for(lambda: not helper.alive(first))
+        wait_for(lambda: listening(name))
+        second = helper_pid(name)
+        assert second != first
+        text = log.read_text()
+        assert "plugin code changed" in text
+        assert text.count("serving @") == 2
+    finally:
+        helper.stop(name)
+
+
+def test_stop_without_a_helper(tmp_path: Path) -> None:
+    assert helper.stop(f"pyt-helper-{secrets.token_hex(4)}") is False

@@ -1,0 +1,44 @@
+"""The one atomic replace: a reader sees the old file or the new, and a failed write leaves no trace."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from pyruntime.fsutil import atomic_file, atomic_write
+
+
+def test_replaces_the_file_with_its_mode(tmp_path):
+    target = tmp_path / "state.json"
+    target.write_text("old")
+    atomic_write(target, b"new", mode=0o600)
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 & ~_umask()
+    assert os.listdir(tmp_path) == ["state.json"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
+    target = tmp_path / "images.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_file(target) as f:
+        f.write(b"half")
+        raise RuntimeError("killed half way")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["images.json"]
+
+
+def test_the_temporary_name_can_be_chosen(tmp_path):
+    (tmp_path / "ingest").mkdir()
+    target = tmp_path / "blob"
+    seen = []
+    with atomic_file(target, tmp=tmp_path / "ingest" / "blob.put") as f:
+        f.write(b"x")
+        seen = os.listdir(tmp_path / "ingest")
+    assert seen == ["blob.put"] and target.read_bytes() == b"x" and os.listdir(tmp_path / "ingest") == []
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,214 @@
+"""Import-layer contracts: which package may import which, checked over the AST of every module.
+
+The layers are what lets each part be used on its own: the CNI plugins run without the runtime, the
+kernel layer (pyruntime.linux) knows nothing of specs or containers, and the kubelet reaches a runtime
+only through CRI (the generated stubs in proto/), so it drives containerd as well as pyruntime. Every
+import counts, lazy ones inside functions, `if TYPE_CHECKING:` ones and importlib.import_module("...")
+with a literal name included: an import that only runs on some path still ties the layers together.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("pyruntime", "cni_plugins", "pykubelet", "proto")
+
+
+@dataclass(frozen=True)
+class Contract:
+    layer: str  # a package or module: the contract holds for it and everything below it
+    forbidden: tuple[str, ...]  # packages or modules it must not import, nor anything below them
+    why: str
+
+
+CONTRACTS = (
+    Contract("pyruntime.linux", ("pyruntime.container", "pyruntime.oci"),
+             "the kernel layer sits below the OCI spec and the container life cycle"),
+    Contract("pyruntime.oci", ("pyruntime.container",), "the OCI spec types sit below the container life cycle"),
+    Contract("pyruntime.images", ("pyruntime.container",),
+             "the image store hands out rootfs mounts and knows nothing of containers"),
+    Contract("pyruntime.errors", ("pyruntime",), "the error kinds are the bottom of pyruntime"),
+    Contract("cni_plugins", ("pyruntime", "pykubelet"),
+             "the CNI plugins are standalone executables that any CNI runtime calls"),
+    Contract("pyruntime", ("pykubelet",), "the runtime serves any kubelet over CRI"),
+    Contract("pyruntime", ("cni_plugins",), "the CRI server execs CNI plugins as any CNI runtime does, by the spec"),
+    Contract("pykubelet", ("pyruntime", "cni_plugins"),
+             "the kubelet reaches a runtime only through the generated CRI stubs in proto/"),
+)
+
+# Imports that break a contract today, as (importing module, imported module), each to be removed with
+# the fix; an entry that no longer occurs fails the test, so this list only shrinks.
+PENDING = {
+    # the mount-option tables belong below both (pyruntime.linux), where rootfs and features can share them
+    ("pyruntime.oci.features", "pyruntime.container.rootfs"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    path: Path
+    line: int
+    target: str  # the imported module (a `from X import name` counts both X and X.name)
+
+
+@dataclass(frozen=True)
+class Violation:
+    imp: Import
+    contract: Contract
+
+    def __str__(self) -> str:
+        c = self.contract
+        return (f"{self.imp.path}:{self.imp.line}: {self.imp.module} imports {self.imp.target}, breaking "
+                f"'{c.layer} imports nothing of {', '.join(c.forbidden)}' ({c.why})")
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def module_name(root: Path, path: Path) -> tuple[str, bool]:
+    """The dotted name of the module in `path` under `root`, and whether it is a package's __init__."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    return ".".join(parts), is_package
+
+
+def _resolve(module: str, is_package: bool, level: int, name: str | None) -> str:
+    """The absolute name of a relative `from .name import` in `module`."""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join([*base, name] if name else base)
+
+
+def imports_of(root: Path, path: Path) -> Iterator[Import]:
+    """Every module that the module in `path` imports, wherever in it the import stands."""
+    module, is_package = module_name(root, path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, path, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, is_package, node.level, node.module) if node.level else node.module or ""
+            yield Import(module, path, node.lineno, base)
+            for alias in node.names:
+                if alias.name != "*":
+                    yield Import(module, path, node.lineno, f"{base}.{alias.name}")
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str) and _is_dynamic_import(node.func)):
+            yield Import(module, path, node.lineno, node.args[0].value)
+
+
+def _is_dynamic_import(func: ast.expr) -> bool:
+    if isinstance(func, ast.Attribute):
+        return func.attr == "import_module" and isinstance(func.value, ast.Name) and func.value.id == "importlib"
+    return isinstance(func, ast.Name) and func.id in ("import_module", "__import__")
+
+
+def violations(root: Path, packages: tuple[str, ...] = PACKAGES,
+               contracts: tuple[Contract, ...] = CONTRACTS) -> list[Violation]:
+    """Each import statement that breaks a contract, once per contract (`from X import a, b` reports X,
+    or X.a when only that is forbidden)."""
+    found: dict[tuple[Path, int, Contract], Violation] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            for imp in imports_of(root, path):
+                for contract in contracts:
+                    if _within(imp.module, contract.layer) and any(_within(imp.target, f) for f in contract.forbidden):
+                        found.setdefault((path, imp.line, contract), Violation(imp, contract))
+    return list(found.values())
+
+
+def test_the_tree_keeps_every_contract() -> None:
+    broken = [v for v in violations(REPO) if (v.imp.module, v.imp.target) not in PENDING]
+    assert not broken, "import-layer contracts broken:\n" + "\n".join(map(str, broken))
+
+
+def test_pending_exceptions_still_occur() -> None:
+    seen = {(v.imp.module, v.imp.target) for v in violations(REPO)}
+    fixed = PENDING - seen
+    assert not fixed, f"these imports are gone: remove them from PENDING in {__file__}: {sorted(fixed)}"
+
+
+def test_every_contract_names_real_code() -> None:
+    """A contract over a renamed package would pass for nothing."""
+    for contract in CONTRACTS:
+        for name in (contract.layer, *contract.forbidden):
+            path = REPO / name.replace(".", "/")
+            assert path.is_dir() or path.with_suffix(".py").is_file(), f"contract names {name}, which does not exist"
+
+
+# The checker itself, on a tiny tree made to break each kind of import.
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def broken_in(root: Path) -> list[str]:
+    return [f"{v.imp.path.relative_to(root)}:{v.imp.line} {v.imp.target} / {v.contract.layer}"
+            for v in violations(root)]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return write(tmp_path, {f"{p}/__init__.py": "" for p in
+                            ("pyruntime", "pyruntime/linux", "pyruntime/oci", "pyruntime/container", "pyruntime/images",
+                             "cni_plugins", "pykubelet", "proto")} | {"pyruntime/errors.py": ""})
+
+
+def test_clean_tree_passes(tree: Path) -> None:
+    write(tree, {
+        "pyruntime/linux/mounts.py": "import os\nfrom pyruntime.errors import NotFoundError\nfrom . import caps\n",
+        "pyruntime/oci/spec.py": "from ..linux import mounts\nfrom pyruntime import errors\n",
+        "pyruntime/container/create.py": "from pyruntime.oci import spec\nfrom pyruntime.linux.mounts import x\n",
+        "cni_plugins/bridge.py": "import pyroute2\nfrom cni_plugins import skel\n",
+        "pykubelet/runtime.py": "from proto import api_pb2_grpc\n",
+    })
+    assert broken_in(tree) == []
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("pyruntime/linux/mounts.py", "\n\nimport pyruntime.container.init\n",
+     "pyruntime/linux/mounts.py:3 pyruntime.container.init / pyruntime.linux"),
+    ("pyruntime/linux/mounts.py", "def f():\n    from pyruntime.oci.spec import Spec\n",
+     "pyruntime/linux/mounts.py:2 pyruntime.oci.spec / pyruntime.linux"),
+    ("pyruntime/linux/cgroups/v2.py", "from ...oci import spec\n",
+     "pyruntime/linux/cgroups/v2.py:1 pyruntime.oci / pyruntime.linux"),
+    ("pyruntime/linux/__init__.py", "from ..container import create\n",
+     "pyruntime/linux/__init__.py:1 pyruntime.container / pyruntime.linux"),
+    ("pyruntime/oci/spec.py", "from pyruntime import container\n",
+     "pyruntime/oci/spec.py:1 pyruntime.container / pyruntime.oci"),
+    ("pyruntime/images/store.py", "if TYPE_CHECKING:\n    from pyruntime.container.store import State\n",
+     "pyruntime/images/store.py:2 pyruntime.container.store / pyruntime.images"),
+    ("pyruntime/errors.py", "from pyruntime.linux import syscalls\n",
+     "pyruntime/errors.py:1 pyruntime.linux / pyruntime.errors"),
+    ("cni_plugins/ns.py", "import importlib\nm = importlib.import_module('pyruntime.linux.syscalls')\n",
+     "cni_plugins/ns.py:2 pyruntime.linux.syscalls / cni_plugins"),
+    ("pyruntime/cli/main.py", "import pykubelet.config as c\n", "pyruntime/cli/main.py:1 pykubelet.config / pyruntime"),
+    ("pykubelet/runtime.py", "from cni_plugins.skel import execute\n",
+     "pykubelet/runtime.py:1 cni_plugins.skel / pykubelet"),
+])
+def test_checker_catches(tree: Path, name: str, text: str, expected: str) -> None:
+    write(tree, {name: text})
+    assert expected in broken_in(tree)
+
+
+def test_failure_message_names_module_line_and_contract(tree: Path) -> None:
+    write(tree, {"pykubelet/pods.py": "import json\n\nfrom pyruntime.container import create\n"})
+    (message,) = {str(v) for v in violations(tree) if v.imp.target == "pyruntime.container"}
+    assert message == (f"{tree}/pykubelet/pods.py:3: pykubelet.pods imports pyruntime.container, breaking "
+                       "'pykubelet imports nothing of pyruntime, cni_plugins' "
+                       "(the kubelet reaches a runtime only through the generated CRI stubs in proto/)")
