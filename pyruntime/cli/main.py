@@ -67,7 +67,8 @@ class Context:
         return Runtime(self.settings, kernel)
 
     def error(self, msg: str) -> None:
-        sys.stderr.write(f"pyruntime: {msg}\n")
+        """--log first: a shim reads the reason there, and may have given us stdio we cannot write to
+        (containerd's sandbox runtime gets a read-only /dev/null)."""
         log = self.settings.log
         if log:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -76,8 +77,27 @@ class Context:
             try:
                 with open(log, "a") as f:
                     f.write(line + "\n")
-            except OSError:
-                pass
+            except OSError as e:
+                _write_stderr(f"pyruntime: --log {log}: {e.strerror}\n")
+        _write_stderr(f"pyruntime: {msg}\n")
+
+
+def _write_stderr(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # nowhere left to say it; --log has it when one was given
+
+
+def _settle_streams() -> None:
+    """A stream that cannot be flushed is swapped for /dev/null, so the interpreter does not fail its own
+    final flush and turn our exit status into 120 (runc's is 1 for any runtime error)."""
+    for name in ("stdout", "stderr"):
+        try:
+            getattr(sys, name).flush()
+        except (OSError, ValueError):
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open until the interpreter exits)
 
 
 def _one_id(pos: list[str], cmd: str) -> str:
@@ -373,7 +393,12 @@ USAGE = "usage: pyruntime [global options] COMMAND [options] ...\ncommands: " + 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    status = _main(sys.argv[1:] if argv is None else argv)
+    _settle_streams()
+    return status
+
+
+def _main(argv: list[str]) -> int:
     ctx: Context | None = None
     name = None  # set once the command is known; until then an error is about the global flags
     try:
@@ -397,10 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         from pyruntime.cli.errors import is_bug, report
         if is_bug(e) or (ctx is not None and ctx.settings.debug):
             import traceback
-            traceback.print_exc()
+            _write_stderr(traceback.format_exc())
         status, line = report(e, name)
         if ctx is None:
-            sys.stderr.write(f"pyruntime: {line}\n")  # before --log is known
+            _write_stderr(f"pyruntime: {line}\n")  # before --log is known
         else:
             ctx.error(line)
         return status

@@ -8,9 +8,10 @@ the process (limits, identity, capabilities, seccomp, cwd) and execs.
 from __future__ import annotations
 
 import os
+import socket
 
 from pyruntime.container import process, sync
-from pyruntime.container.create import require_single_thread
+from pyruntime.container.create import become_subreaper, require_single_thread
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
@@ -30,7 +31,8 @@ PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "p
 
 
 def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid: int,
-            proc: Process, chan: Channel, console_socket: str | None, preserve_fds: int, debug: bool) -> None:
+            proc: Process, chan: Channel, console_sock: socket.socket | None, preserve_fds: int,
+            debug: bool) -> None:
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         chan.recv(sync.GO)
@@ -52,20 +54,20 @@ def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccom
             process.set_oom_score_adj(proc.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            _stage2(kernel, seccomp, proc, chan, console_socket, preserve_fds, debug)
+            _stage2(kernel, seccomp, proc, chan, console_sock, preserve_fds, debug)
         chan.send(sync.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
 
 
-def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Channel, console_socket: str | None,
-            preserve_fds: int, debug: bool) -> None:
+def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Channel,
+            console_sock: socket.socket | None, preserve_fds: int, debug: bool) -> None:
     try:
         chan.recv(sync.PID_RECEIVED)
         if proc.terminal:
-            from pyruntime.container import console
-            console.become_terminal(console.connect(console_socket) if console_socket else None, proc.console_size)
+            from pyruntime.container import console  # loaded by _exec before the namespaces were joined
+            console.become_terminal(console_sock, proc.console_size)
         program = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
         chan.send(sync.READY)
         chan.close()
@@ -102,14 +104,26 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
     if seccomp is not None:
         from pyruntime.linux import seccomp as libseccomp
         libseccomp.preload()
+    # connected here: the socket's path is the caller's, which stage 2 can no longer reach
+    console_sock = None
+    if proc.terminal and console_socket:
+        from pyruntime.container import console
+        console_sock = console.connect(console_socket)
+    # Stage 2 is stage 1's child; when stage 1 exits it comes to us, the nearest subreaper, so that we can
+    # reap it if it fails before exec (as runc's exec'd process is runc's child). After we return it
+    # belongs to whoever waits for it: our caller, or our own subreaper once a detached `exec` exits.
+    become_subreaper(kernel)
     parent, child = Channel.pair()
     stage1_pid = 0
     try:
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            _stage1(kernel, state.namespaces, seccomp, state.pid, proc, child, console_socket, preserve_fds, debug)
+            _stage1(kernel, state.namespaces, seccomp, state.pid, proc, child, console_sock, preserve_fds, debug)
         child.close()
+        if console_sock is not None:
+            console_sock.close()
+            console_sock = None
         cgroups.manager(state.cgroups_path, state.id, kernel).add(stage1_pid)
         parent.send(sync.GO)
         pid = parent.recv(sync.PID)["pid"]
@@ -119,7 +133,7 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         try:
             parent.recv(sync.READY)
         except ChildError:
-            os.waitpid(pid, 0)
+            os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
             raise
         return pid
     finally:
@@ -130,3 +144,5 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
             except OSError:
                 pass
         parent.close()
+        if console_sock is not None:
+            console_sock.close()
