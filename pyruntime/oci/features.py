@@ -1,7 +1,7 @@
 """`pyruntime features`: what this runtime implements, in the runtime spec's features.json shape."""
 from __future__ import annotations
 
-from pyruntime.container.rootfs import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS
+from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS
 from pyruntime.linux.syscalls import Syscalls
 from pyruntime.oci.spec import HOOK_KINDS, NAMESPACE_TYPES
 from pyruntime.oci.state import OCI_VERSION
