@@ -127,12 +127,13 @@ def test_names(bats_file: Path) -> list[str]:
 @dataclass
 class FileRun:
     results: dict[str, str] = field(default_factory=dict)  # test name -> pass, fail, skip, timeout
+    details: dict[str, list[str]] = field(default_factory=dict)  # test name -> bats' diagnostics if it failed
     timed_out: bool = False
     leaks: str = ""
 
 
-def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> tuple[bool, str]:
-    """Runs argv on a new pty as its controlling terminal; returns (timed out, output)."""
+def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> bool:
+    """Runs argv on a new pty as its controlling terminal, its output into log; returns whether it timed out."""
     master, slave = pty.openpty()
 
     def controlling_tty() -> None:
@@ -141,7 +142,6 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
                             start_new_session=True, preexec_fn=controlling_tty)
     os.close(slave)
-    chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
     timed_out = False
     with open(log, "wb") as out:
@@ -161,14 +161,16 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
                 break
             if not data:
                 break
-            chunks.append(data)
             out.write(data)
             out.flush()
     if timed_out:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the rest of its descendants: _cleanup
+        except ProcessLookupError:
+            pass
     proc.wait()
     os.close(master)
-    return timed_out, b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    return timed_out
 
 
 def _readable(fd: int) -> bool:
@@ -239,8 +241,11 @@ def _reap() -> None:
             return
 
 
+FILE_TIMEOUT_MARK = "# runner: file timed out"
+LEAK_MARK = "# runner: left behind: "
+
+
 def run_file(bats_file: Path, runtime: Path, logdir: Path, file_timeout: float, test_timeout: int) -> FileRun:
-    names = test_names(bats_file)
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         before = Snapshot.take()
@@ -250,19 +255,37 @@ def run_file(bats_file: Path, runtime: Path, logdir: Path, file_timeout: float, 
                "RUNC": str(runtime), "TMPDIR": str(tmpdir), "BATS_TEST_TIMEOUT": str(test_timeout)}
         log = logdir / f"{bats_file.stem}.log"
         try:
-            timed_out, output = _run_in_pty(["bats", "--tap", str(bats_file)], env, INTEGRATION, log,
+            timed_out = _run_in_pty(["bats", "--tap", str(bats_file)], env, INTEGRATION, log,
                                             file_timeout)
         finally:
             leaks = _cleanup(runtime, tmpdir, before)
-    run = FileRun(timed_out=timed_out, leaks=leaks)
+    with open(log, "a") as f:
+        if timed_out:
+            f.write(f"\n{FILE_TIMEOUT_MARK} after {file_timeout:.0f}s\n")
+        if leaks:
+            f.write(f"\n{LEAK_MARK}{leaks}\n")
+    return parse_log(bats_file, log)
+
+
+def parse_log(bats_file: Path, log: Path) -> FileRun:
+    """A file's results from its TAP log; a test that never reported counts as failed (timeout if killed)."""
+    output = log.read_text(errors="replace").replace("\r\n", "\n")
+    run = FileRun(timed_out=FILE_TIMEOUT_MARK in output)
+    current: list[str] = []
     for line in output.splitlines():
+        if line.startswith(LEAK_MARK):
+            run.leaks = line[len(LEAK_MARK):]
+            continue
         m = TAP_RESULT.match(line.strip())
         if not m:
+            if line.startswith("# "):
+                current.append(line[2:])
             continue
         verdict, _, name, tag = m.groups()
         run.results[name] = tag or ("pass" if verdict == "ok" else "fail")
-    for name in names:  # tests that never reported: the file was killed before them
-        run.results.setdefault(name, "timeout" if timed_out else "fail")
+        current = run.details.setdefault(name, [])
+    for name in test_names(bats_file):
+        run.results.setdefault(name, "timeout" if run.timed_out else "fail")
     return run
 
 
@@ -273,6 +296,18 @@ def write_table(path: Path, order: list[tuple[str, str]], runs: dict[str, dict[s
         lines.append("\t".join([stem, name, *(runs[r][stem].results.get(name, "-") if stem in runs[r] else "-"
                                               for r in runtimes)]))
     path.write_text("\n".join(lines) + "\n")
+
+
+def write_differences(path: Path, order: list[tuple[str, str]], runs: dict[str, dict[str, FileRun]]) -> int:
+    """The tests that runc passes and pyruntime does not, each with the start of pyruntime's diagnostics."""
+    out = []
+    for stem, name in order:
+        ref, ours = runs["runc"].get(stem), runs["pyruntime"].get(stem)
+        if ref and ours and ref.results.get(name) == "pass" and ours.results.get(name) != "pass":
+            out.append(f"{stem}: {name} [{ours.results.get(name, '-')}]")
+            out.extend(f"    {line}" for line in ours.details.get(name, [])[:12])
+    path.write_text("\n".join(out) + "\n")
+    return sum(1 for line in out if not line.startswith(" "))
 
 
 def summary(runs: dict[str, FileRun]) -> dict[str, int]:
@@ -289,27 +324,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", choices=[*RUNTIMES, "both"], default="both")
     parser.add_argument("--file-timeout", type=float, default=15, help="minutes per .bats file and runtime")
     parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test (BATS_TEST_TIMEOUT)")
+    parser.add_argument("--from-logs", action="store_true",
+                        help="run nothing: rebuild the table and the differences from the logs in --out")
     parser.add_argument("--out", type=Path, default=CACHE / "runc-suite-results" / date.today().isoformat())
     args = parser.parse_args(argv)
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.from_logs:
         parser.error("runc's integration suite runs as root here (its rootless mode is not set up)")
     if not (SUITE / ".complete").exists():
         parser.error(f"{SUITE} is missing: run `make peers` (scripts/peers/runc.sh) first")
     runtimes = list(RUNTIMES) if args.runtime == "both" else [args.runtime]
     stems = args.files or sorted(p.stem for p in INTEGRATION.glob("*.bats"))
-    install_images()
+    if not args.from_logs:
+        install_images()
     # Orphans of the tests (recvtty, detached containers) become our children, so cleanup can find them.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, FileRun]] = {r: {} for r in runtimes}
     order: list[tuple[str, str]] = []
+    differing = 0
     for stem in stems:
         bats_file = INTEGRATION / f"{stem}.bats"
         for r in runtimes:
             logdir = args.out / r
             logdir.mkdir(exist_ok=True)
             started = time.monotonic()
-            run = runs[r][stem] = run_file(bats_file, RUNTIMES[r], logdir, args.file_timeout * 60, args.test_timeout)
+            if args.from_logs:
+                if not (logdir / f"{stem}.log").exists():
+                    continue
+                run = runs[r][stem] = parse_log(bats_file, logdir / f"{stem}.log")
+            else:
+                run = runs[r][stem] = run_file(bats_file, RUNTIMES[r], logdir, args.file_timeout * 60,
+                                               args.test_timeout)
             counts = summary({stem: run})
             print(f"{stem:<28} {r:<10} {time.monotonic() - started:6.0f}s  " +
                   " ".join(f"{k}={v}" for k, v in counts.items() if v) +
@@ -319,9 +364,13 @@ def main(argv: list[str] | None = None) -> int:
                 if (stem, name) not in order:
                     order.append((stem, name))
         write_table(args.out / "results.tsv", order, runs, runtimes)
+        if len(runtimes) == 2:
+            differing = write_differences(args.out / "differences.txt", order, runs)
     for r in runtimes:
         counts = summary(runs[r])
         print(f"{r}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    if len(runtimes) == 2:
+        print(f"runc passes, pyruntime does not: {differing} tests ({args.out / 'differences.txt'})")
     print(f"per-test table: {args.out / 'results.tsv'}; logs: {args.out}/<runtime>/<file>.log")
     return 0
 
