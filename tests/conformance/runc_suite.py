@@ -142,6 +142,9 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
                             start_new_session=True, preexec_fn=controlling_tty)
     os.close(slave)
+    # As subreaper we inherit the tests' orphans (exited containers, recvtty): reap them at once, as init
+    # would, or `kill -0` in the tests' wait_pids_gone would still see them.
+    previous = signal.signal(signal.SIGCHLD, lambda *_: _reap())
     deadline = time.monotonic() + timeout
     timed_out = False
     with open(log, "wb") as out:
@@ -169,6 +172,7 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
         except ProcessLookupError:
             pass
     proc.wait()
+    signal.signal(signal.SIGCHLD, previous)
     os.close(master)
     return timed_out
 
