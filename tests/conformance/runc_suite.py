@@ -326,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help="bats files (stems such as `run` or `exec`); default: all")
     parser.add_argument("--runtime", choices=[*RUNTIMES, "both"], default="both")
-    parser.add_argument("--file-timeout", type=float, default=15, help="minutes per .bats file and runtime")
-    parser.add_argument("--test-timeout", type=int, default=120, help="seconds per test (BATS_TEST_TIMEOUT)")
+    parser.add_argument("--file-timeout", type=float, default=10, help="minutes per .bats file and runtime")
+    parser.add_argument("--test-timeout", type=int, default=60, help="seconds per test (BATS_TEST_TIMEOUT)")
     parser.add_argument("--from-logs", action="store_true",
                         help="run nothing: rebuild the table and the differences from the logs in --out")
     parser.add_argument("--out", type=Path, default=CACHE / "runc-suite-results" / date.today().isoformat())
