@@ -30,6 +30,7 @@ import sys
 import tempfile
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -132,8 +133,12 @@ class FileRun:
     leaks: str = ""
 
 
-def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float) -> bool:
-    """Runs argv on a new pty as its controlling terminal, its output into log; returns whether it timed out."""
+def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, timeout: float,
+                on_stall: tuple[float, Callable[[], str]]) -> bool:
+    """Runs argv on a new pty as its controlling terminal, its output into log; returns whether it timed out.
+
+    bats prints nothing while a test runs; after on_stall[0] seconds of silence on_stall[1] unsticks the
+    test, and what it says goes into the log."""
     master, slave = pty.openpty()
 
     def controlling_tty() -> None:
@@ -146,6 +151,8 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
     # would, or `kill -0` in the tests' wait_pids_gone would still see them.
     previous = signal.signal(signal.SIGCHLD, lambda *_: _reap())
     deadline = time.monotonic() + timeout
+    stall_after, unstick = on_stall
+    progress = time.monotonic()
     timed_out = False
     with open(log, "wb") as out:
         while True:
@@ -157,7 +164,11 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
             if not ready:
                 if proc.poll() is not None and not _readable(master):
                     break
+                if time.monotonic() - progress > stall_after:
+                    out.write(f"\n# runner: {unstick()}\n".encode())
+                    progress = time.monotonic()
                 continue
+            progress = time.monotonic()
             try:
                 data = os.read(master, 65536)
             except OSError:  # EIO: every holder of the slave side has closed it
@@ -187,6 +198,23 @@ def _thaw(cgroup: Path) -> None:
             (cgroup / f).write_text(value)
         except OSError:
             pass
+
+
+def _unstick(runtime: Path, before: Snapshot) -> str:
+    """Kills the runtime commands that a test waits on (bats' own per-test timeout cannot interrupt a
+    command that hangs), thawing the file's frozen cgroups first so that SIGKILL lands."""
+    for cg in Snapshot.take().kinds["cgroups"] - before.kinds["cgroups"]:
+        _thaw(Path(cg))
+    killed = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = child.cmdline()
+            if str(runtime) in cmdline[:3] and "init" not in cmdline[1:4]:  # not a runc init
+                child.kill()
+                killed.append(" ".join(cmdline)[:300])
+        except psutil.Error:
+            pass
+    return f"test stalled; killed {len(killed)} runtime command(s): " + " | ".join(killed)
 
 
 def _cleanup(runtime: Path, tmpdir: Path, before: Snapshot) -> str:
@@ -259,8 +287,8 @@ def run_file(bats_file: Path, runtime: Path, logdir: Path, file_timeout: float, 
                "RUNC": str(runtime), "TMPDIR": str(tmpdir), "BATS_TEST_TIMEOUT": str(test_timeout)}
         log = logdir / f"{bats_file.stem}.log"
         try:
-            timed_out = _run_in_pty(["bats", "--tap", str(bats_file)], env, INTEGRATION, log,
-                                            file_timeout)
+            timed_out = _run_in_pty(["bats", "--tap", str(bats_file)], env, INTEGRATION, log, file_timeout,
+                                    (test_timeout + 30, lambda: _unstick(runtime, before)))
         finally:
             leaks = _cleanup(runtime, tmpdir, before)
     with open(log, "a") as f:
