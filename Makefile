@@ -11,7 +11,7 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run lint test unit integration bench proto clean
+.PHONY: apt busybox peers setup run lint test unit integration bench conformance-runc proto clean
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -54,6 +54,11 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest -p no:cacheprovider tests/integration
+
+# runc 1.3.6's bats suite against runc and pyruntime side by side (long; not part of `test`). It takes the
+# integration lock per .bats file itself: run it without flock. FILES="run exec" runs only those files.
+conformance-runc: setup
+	$(PY) -m tests.conformance.runc_suite $(FILES)
 
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh
