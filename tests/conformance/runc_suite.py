@@ -49,7 +49,7 @@ RUNTIMES = {"runc": SUITE / "runc", "pyruntime": REPO / ".venv" / "bin" / "pyrun
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_TARBALL = CACHE / f"runc-suite-debian-{DEBIAN_SUITE}-minbase.tar.xz"
-BUSYBOX_TARBALL = CACHE / "runc-suite-busybox.tar.xz"
+BUSYBOX_TARBALL = CACHE / "runc-suite-busybox-hardlinked.tar.xz"
 
 # The users and groups of the docker-library busybox image the suite was written against: some tests
 # look users up by name or rely on their home directories.
@@ -80,6 +80,12 @@ def busybox_image() -> Path:
     if not BUSYBOX_TARBALL.exists():
         with tempfile.TemporaryDirectory(dir=CACHE, prefix=".runc-suite-busybox-") as tmp:
             root = build_rootfs(Path(tmp) / "rootfs")
+            # hard links, as in the docker image: the tests chmod applets from the host (`chmod go-x
+            # rootfs/bin/echo`), and an absolute symlink would carry that to the host's /bin/busybox
+            for applet in root.rglob("*"):
+                if applet.is_symlink() and os.readlink(applet) == "/bin/busybox":
+                    applet.unlink()
+                    os.link(root / "bin/busybox", applet)
             (root / "etc/passwd").write_text(BUSYBOX_PASSWD)
             (root / "etc/group").write_text(BUSYBOX_GROUP)
             for d in ("home", "var/spool/mail", "var/www", "usr/sbin"):
