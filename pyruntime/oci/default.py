@@ -9,7 +9,7 @@ READONLY = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trig
 
 
 def default_spec(rootless: bool = False) -> dict:
-    spec = {
+    spec: dict = {
         "ociVersion": "1.2.1",
         "process": {
             "terminal": True,

@@ -21,7 +21,7 @@ def _candidates(range_set: RangeSet, last: IPAddress | None) -> Iterator[tuple[I
     owner = range_set.range_for(last) if last is not None else None
     if owner is not None and last is not None:
         start_idx = ranges.index(owner)
-        if last < owner.end:
+        if last < owner.end:  # type: ignore[operator]  # one address family: last is in owner
             start_ip = last + 1
         else:
             start_idx = (start_idx + 1) % len(ranges)
@@ -32,7 +32,7 @@ def _candidates(range_set: RangeSet, last: IPAddress | None) -> Iterator[tuple[I
         r = ranges[idx]
         if ip != r.gateway:
             yield ip, r
-        if ip >= r.end:
+        if ip >= r.end:  # type: ignore[operator]  # one address family: ip walks r
             idx = (idx + 1) % len(ranges)
             ip = ranges[idx].start
         else:
