@@ -336,7 +336,7 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
 
 
-def features() -> dict[str, object]:
+def features() -> dict:
     """The seccomp part of `pyruntime features`: what this runtime and the host's libseccomp understand.
 
     A flag is supported when libseccomp accepts its attribute, which libseccomp itself grants only

@@ -29,6 +29,7 @@ def test_full_spec_parses():
     assert r.cpu == Cpu(shares=1024, quota=1000000, burst=1000000, period=500000, realtime_runtime=950000,
                         realtime_period=1000000, cpus="2-3", mems="0-7", idle=0)
     assert r.pids == Pids(32771)
+    assert r.block_io is not None
     assert r.block_io.weight == 10 and r.block_io.throttle_read_bps_device == (ThrottleDevice(8, 0, 600),)
     assert r.hugepage_limits == (HugepageLimit("2MB", 209715200),)
     assert r.devices == (DeviceRule(False), DeviceRule(True, "c", 10, 229, "rw"))

@@ -35,7 +35,8 @@ def test_escapes_round_trip(path):
 
 def test_mount_of_picks_the_last_longest_prefix():
     mounts = mountinfo.parse(SAMPLE + "91 90 0:51 / /mnt/my\\040dir/with\\011tab\\012nl rw - tmpfs b rw\n")
-    assert mountinfo.mount_of("/mnt/my dir/with\ttab\nnl/x", mounts).mount_id == 91
-    assert mountinfo.mount_of("/sys/fs/cgroupfoo", mounts).mount_id == 22
+    spaced, prefixed = mountinfo.mount_of("/mnt/my dir/with\ttab\nnl/x", mounts), mountinfo.mount_of("/sys/fs/cgroupfoo", mounts)
+    assert spaced is not None and spaced.mount_id == 91
+    assert prefixed is not None and prefixed.mount_id == 22
     assert mountinfo.is_mount_point("/sys/fs/cgroup", mounts)
     assert not mountinfo.is_mount_point("/sys/fs", mounts)

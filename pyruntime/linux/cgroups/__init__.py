@@ -20,6 +20,10 @@ __all__ = ["CgroupError", "CgroupManager", "DEFAULT_ALLOWED_DEVICES", "FROZEN", 
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
+if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
+    from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
+
 
 def __getattr__(name: str) -> object:
     """Resources and DEFAULT_ALLOWED_DEVICES load on first use: `delete`, `state` and `start` never need them."""
