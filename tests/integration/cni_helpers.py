@@ -36,7 +36,7 @@ def have_reference() -> bool:
 @dataclass
 class PluginResult:
     rc: int
-    out: dict[str, Any] | None
+    out: Any  # the JSON the plugin printed, None when it printed nothing
     raw: bytes
 
     @property

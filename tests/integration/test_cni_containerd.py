@@ -26,7 +26,7 @@ from pyruntime.linux import mountinfo
 from tests.integration.cni_helpers import ping, restore_forwarding  # noqa: F401
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
-CONTAINERD = shutil.which("containerd")
+CONTAINERD = shutil.which("containerd") or ""
 CRICTL = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "crictl"
 IMAGE = "pyt.local/pause:latest"
 OCI_RUNTIME = shutil.which("runc") or "runc"

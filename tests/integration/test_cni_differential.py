@@ -31,7 +31,7 @@ def v4(subnet: str, **extra) -> dict:
     return {"ranges": [[dict(subnet=subnet, **extra)]]}
 
 
-CONFIGS = {
+CONFIGS: dict[str, tuple[str, dict, dict | None]] = {
     "gateway-v4": ("1.1.0", {"isGateway": True}, v4("10.222.30.0/24")),
     "default-gw-masq": ("1.0.0", {"isDefaultGateway": True, "ipMasq": True}, v4("10.222.31.0/24")),
     "hairpin-mtu": ("0.4.0", {"isGateway": True, "hairpinMode": True, "mtu": 1400}, v4("10.222.32.0/24")),

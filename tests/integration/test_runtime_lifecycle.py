@@ -193,12 +193,14 @@ def test_update_from_a_resources_file_and_events_stream(runtime, make_bundle, tm
     runtime("update", "--resources", str(tmp_path / "r.json"), "c1")
     events = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "events", "--interval", "0.2s", "c1"],
                               stdout=subprocess.PIPE, text=True)
+    stdout = events.stdout
+    assert stdout is not None
     try:
-        first = json.loads(events.stdout.readline())
+        first = json.loads(stdout.readline())
     finally:
         events.kill()
         events.wait()
-        events.stdout.close()
+        stdout.close()
     assert first["type"] == "stats" and first["data"]["memory"]["usage"]["limit"] == 48 << 20
     bad = runtime("update", "--memory", "lots", "c1", check=False)
     assert bad.returncode == 1 and "--memory: 'lots' is not a whole number" in bad.stderr

@@ -20,7 +20,7 @@ BUSYBOX_START = ["execve", "brk", "arch_prctl", "set_tid_address", "set_robust_l
                  "readlink", "getrandom", "mprotect", "prctl", "getuid", "exit_group"]
 
 
-def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], None]:
+def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], int | None]:
     config = Seccomp.from_spec(spec)
     return lambda: seccomp.load(config, warn=None if warnings is None else warnings.append)
 
