@@ -11,7 +11,8 @@ import ctypes
 import fcntl
 import os
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from cni_plugins.skel import ERR_INVALID_ENVIRONMENT, ERR_UNKNOWN_CONTAINER, CNIError
 

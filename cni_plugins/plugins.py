@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from cni_plugins import skel
 

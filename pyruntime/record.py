@@ -25,7 +25,7 @@ class _Factory:
         self.compare = compare
 
 
-def Factory(make: Callable[[], T], compare: bool = True) -> T:  # noqa: N802 -- reads as the default it stands for
+def Factory(make: Callable[[], T], compare: bool = True) -> T:
     """A default built anew for each instance (dataclasses' default_factory). A field with
     compare=False is left out of ==, hash and repr, like dataclasses' field(compare=False, repr=False).
     Typed as what `make` returns, like dataclasses.field, so `tags: dict = Factory(dict)` checks."""

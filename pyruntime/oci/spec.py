@@ -75,8 +75,8 @@ class Mount:
     type: str | None = None
     source: str | None = None
     options: tuple[str, ...] = ()
-    uid_mappings: tuple["IDMapping", ...] = ()
-    gid_mappings: tuple["IDMapping", ...] = ()
+    uid_mappings: tuple[IDMapping, ...] = ()
+    gid_mappings: tuple[IDMapping, ...] = ()
 
 
 @record

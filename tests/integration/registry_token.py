@@ -64,7 +64,7 @@ class TokenServer:
             return [{"type": "repository", "name": name, "actions": ["pull"]}]
         return []
 
-    def start(self) -> "TokenServer":
+    def start(self) -> TokenServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):

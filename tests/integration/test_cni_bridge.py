@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv, chains_for, cni, helper_listening, ns_exec, ping, restore_forwarding, tcp_roundtrip,
+    CNIEnv,
+    chains_for,
+    cni,
+    helper_listening,
+    ns_exec,
+    ping,
+    restore_forwarding,
+    tcp_roundtrip,
 )
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
@@ -44,7 +51,7 @@ def test_add_gives_address_and_connectivity(cni: CNIEnv, version: str) -> None:
     assert rb.ok, rb.raw
     res = ra.out
     assert res["cniVersion"] == version
-    assert [i["name"] for i in res["interfaces"]][0] == conf["bridge"]
+    assert res["interfaces"][0]["name"] == conf["bridge"]
     assert res["interfaces"][2] == {"name": "eth0", "mac": res["interfaces"][2]["mac"], "sandbox": a}
     ip = res["ips"][0]
     assert ip["address"] == "10.222.10.2/24" and ip["gateway"] == "10.222.10.1" and ip["interface"] == 2

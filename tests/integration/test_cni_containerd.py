@@ -71,9 +71,9 @@ class Containerd:
         self.proc: subprocess.Popen | None = None
 
     def start(self, config: Path, env: dict[str, str]) -> None:
-        self.log = open(self.tmp / "containerd.log", "wb")
-        self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=self.log, stderr=self.log,
-                                     env=env, start_new_session=True)
+        with open(self.tmp / "containerd.log", "wb") as log:  # containerd holds its own copy
+            self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=log, stderr=log,
+                                         env=env, start_new_session=True)
         deadline = time.monotonic() + 30
         while not self.sock.exists() or self.crictl("info", check=False).returncode != 0:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -99,7 +99,6 @@ class Containerd:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
 
 
 def _unmount_under(root: Path) -> None:

@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    DEBIAN_CNI, FORWARDING, CNIEnv, cni, have_reference, ns_exec, restore_forwarding,
+    DEBIAN_CNI,
+    FORWARDING,
+    CNIEnv,
+    cni,
+    have_reference,
+    ns_exec,
+    restore_forwarding,
 )
 
 pytestmark = pytest.mark.skipif(not have_reference(), reason="reference plugins not built (make peers)")

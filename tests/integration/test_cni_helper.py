@@ -16,7 +16,11 @@ import psutil
 
 from cni_plugins import helper
 from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv, cni, helper_listening, ns_exec, restore_forwarding,
+    CNIEnv,
+    cni,
+    helper_listening,
+    ns_exec,
+    restore_forwarding,
 )
 from tests.integration.test_cni_bridge import bridge_conf, links_in
 

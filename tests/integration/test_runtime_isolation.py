@@ -194,7 +194,7 @@ def test_device_allow_list_is_enforced(runtime, make_bundle):
     caps = ["CAP_MKNOD", "CAP_DAC_OVERRIDE"]
     done = run(runtime, make_bundle, ["sh", "-c", "mknod /dev/mem2 c 1 1 && head -c1 /dev/mem2; "
                                       "head -c1 /dev/zero | wc -c; ls /dev"],
-               process__capabilities={k: caps for k in ("bounding", "effective", "permitted")})
+               process__capabilities=dict.fromkeys(("bounding", "effective", "permitted"), caps))
     assert "Operation not permitted" in done.stderr
     lines = done.stdout.split()
     assert lines[0] == "1"

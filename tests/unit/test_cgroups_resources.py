@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.linux.cgroups.resources import (Cpu, DeviceRule, HugepageLimit, Memory, Pids, Resources,
-                                               ThrottleDevice)
+from pyruntime.linux.cgroups.resources import Cpu, DeviceRule, HugepageLimit, Memory, Pids, Resources, ThrottleDevice
 
 FULL = {
     "memory": {"limit": 536870912, "reservation": 268435456, "swap": 1073741824, "kernel": -1, "kernelTCP": -1,

@@ -126,7 +126,7 @@ def test_conversions():
     assert swap_to_v2(-1, 100) == -1
     assert swap_to_v2(0, 100) is None
     assert swap_to_v2(300, 100) == 200
-    with pytest.raises(CgroupError, match="memory.swap: cannot limit swap without a memory limit"):
+    with pytest.raises(CgroupError, match=r"memory\.swap: cannot limit swap without a memory limit"):
         swap_to_v2(300, -1)
     with pytest.raises(CgroupError, match="below memory limit"):
         swap_to_v2(50, 100)

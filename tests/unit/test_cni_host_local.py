@@ -7,8 +7,8 @@ import multiprocessing
 import os
 import stat
 import threading
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 

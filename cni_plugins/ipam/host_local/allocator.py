@@ -6,7 +6,7 @@ gateway) is what the reference does, so a just-released address is not immediate
 from __future__ import annotations
 
 import ipaddress
-from typing import Iterator
+from collections.abc import Iterator
 
 from cni_plugins.ipam.host_local.config import Range, RangeSet
 from cni_plugins.ipam.host_local.store import Store

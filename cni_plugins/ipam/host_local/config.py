@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cni_plugins.result import DNS, IPAddress, Route, ResultError, parse_route
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
+from cni_plugins.result import DNS, IPAddress, ResultError, Route, parse_route
+from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CmdArgs, CNIError
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -38,14 +38,14 @@ class Range:
     def contains(self, ip: IPAddress) -> bool:
         return ip.version == self.subnet.version and self.start <= ip <= self.end  # type: ignore[operator]  # one address family: checked by version
 
-    def overlaps(self, other: "Range") -> bool:
+    def overlaps(self, other: Range) -> bool:
         return self.subnet.version == other.subnet.version and self.subnet.overlaps(other.subnet)
 
     def __str__(self) -> str:
         return f"{self.start}-{self.end}"
 
     @classmethod
-    def parse(cls, raw: Any) -> "Range":
+    def parse(cls, raw: Any) -> Range:
         if not isinstance(raw, dict) or "subnet" not in raw:
             raise _invalid("range has no subnet", repr(raw))
         try:
@@ -82,7 +82,7 @@ class RangeSet:
         return ",".join(str(r) for r in self.ranges)
 
     @classmethod
-    def parse(cls, raw: Any) -> "RangeSet":
+    def parse(cls, raw: Any) -> RangeSet:
         if not isinstance(raw, list) or not raw:
             raise _invalid("empty range set")
         ranges = tuple(Range.parse(r) for r in raw)

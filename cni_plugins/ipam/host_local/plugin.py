@@ -4,7 +4,7 @@ from __future__ import annotations
 from cni_plugins.ipam.host_local import allocator, config
 from cni_plugins.ipam.host_local.store import Store
 from cni_plugins.result import Result
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_NOT_AVAILABLE, ERR_UNKNOWN_CONTAINER, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_NOT_AVAILABLE, ERR_UNKNOWN_CONTAINER, CmdArgs, CNIError
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
