@@ -1,4 +1,4 @@
-"""Shared fixtures for the CNI plugin tests: a CNI bin dir, namespaces, bridges and calls to plugins.
+"""Helpers for the CNI plugin tests: a CNI bin dir, namespaces, bridges and calls to plugins (fixtures: conftest.py).
 
 Everything a test makes is named with a random `pyt-` suffix and removed on teardown: namespaces,
 bridges, the iptables chains whose comment names the test network, and the resident helper when a test
@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
@@ -180,24 +178,6 @@ def helper_listening(name: str, netns: str | None = None) -> bool:
     """Whether a helper listens on the abstract socket `name` in `netns` (None: the test's own)."""
     table = ns_exec(netns, "cat", "/proc/net/unix").stdout if netns else Path("/proc/net/unix").read_text()
     return any(line.split()[-1] == f"@{name}" for line in table.splitlines()[1:] if len(line.split()) > 7)
-
-
-@pytest.fixture
-def cni(tmp_path: Path):
-    env = make_cni_env(tmp_path)
-    try:
-        yield env
-    finally:
-        env.cleanup()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def restore_forwarding():
-    """The bridge enables host forwarding for gateways as the reference does; put the host back afterwards."""
-    saved = {p: Path(p).read_text() for p in FORWARDING if Path(p).exists()}
-    yield
-    for path, value in saved.items():
-        Path(path).write_text(value)
 
 
 def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:

@@ -7,16 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv,
-    chains_for,
-    cni,
-    helper_listening,
-    ns_exec,
-    ping,
-    restore_forwarding,
-    tcp_roundtrip,
-)
+from tests.integration.cni_helpers import CNIEnv, chains_for, helper_listening, ns_exec, ping, tcp_roundtrip
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 

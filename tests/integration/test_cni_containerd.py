@@ -23,7 +23,7 @@ import pytest
 from cni_plugins import helper
 from cni_plugins.install import install
 from pyruntime.linux import mountinfo
-from tests.integration.cni_helpers import ping, restore_forwarding  # noqa: F401
+from tests.integration.cni_helpers import ping
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
 CONTAINERD = shutil.which("containerd") or ""
@@ -32,7 +32,8 @@ IMAGE = "pyt.local/pause:latest"
 OCI_RUNTIME = shutil.which("runc") or "runc"
 RUN_DIR = Path("/run/containerd")
 
-pytestmark = pytest.mark.skipif(not CONTAINERD or not CRICTL.exists(), reason="needs containerd and crictl (make peers)")
+pytestmark = [pytest.mark.skipif(not CONTAINERD or not CRICTL.exists(), reason="needs containerd and crictl (make peers)"),
+              pytest.mark.usefixtures("restore_forwarding")]
 
 CONFIG = """version = 2
 root = "{root}"

@@ -16,17 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    DEBIAN_CNI,
-    FORWARDING,
-    CNIEnv,
-    cni,
-    have_reference,
-    ns_exec,
-    restore_forwarding,
-)
+from tests.integration.cni_helpers import DEBIAN_CNI, FORWARDING, CNIEnv, have_reference, ns_exec
 
-pytestmark = pytest.mark.skipif(not have_reference(), reason="reference plugins not built (make peers)")
+pytestmark = [pytest.mark.skipif(not have_reference(), reason="reference plugins not built (make peers)"),
+              pytest.mark.usefixtures("restore_forwarding")]
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 BRPORT_KEYS = ("hairpin_mode", "isolated", "learning", "unicast_flood", "multicast_flood", "bpdu_guard", "state")

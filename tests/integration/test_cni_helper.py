@@ -13,16 +13,13 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cni_plugins import helper
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv,
-    cni,
-    helper_listening,
-    ns_exec,
-    restore_forwarding,
-)
+from tests.integration.cni_helpers import CNIEnv, helper_listening, ns_exec
 from tests.integration.test_cni_bridge import bridge_conf, links_in
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
