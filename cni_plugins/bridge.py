@@ -194,7 +194,13 @@ def _container_state(ifname: str) -> dict[str, Any] | None:
         index = found["index"]
         routes = []
         for r in ipr.get_routes(oif=index, family=socket.AF_INET) + ipr.get_routes(oif=index, family=socket.AF_INET6):
-            routes.append((r.get("RTA_DST") or ("0.0.0.0" if r["family"] == socket.AF_INET else "::"), r["dst_len"], r.get("RTA_GATEWAY")))
+            routes.append(
+                (
+                    r.get("RTA_DST") or ("0.0.0.0" if r["family"] == socket.AF_INET else "::"),
+                    r["dst_len"],
+                    r.get("RTA_GATEWAY"),
+                )
+            )
         return {"mac": found.get("IFLA_ADDRESS"), "peer": found.get("IFLA_LINK"), "kind": link.kind(found),
                 "addrs": addr.addresses(ipr, index), "routes": routes}
 
@@ -223,7 +229,9 @@ def check(args: CmdArgs) -> None:
     for ip in prev.ips:
         if (str(ip.address.ip), ip.address.network.prefixlen) not in state["addrs"]:
             raise CNIError(ERR_INTERNAL, f"address {ip.address} missing on {args.ifname!r}")
-    present = {(str(ipaddress.ip_network(f"{d}/{n}", strict=False)), str(gw) if gw else None) for d, n, gw in state["routes"]}
+    present = {
+        (str(ipaddress.ip_network(f"{d}/{n}", strict=False)), str(gw) if gw else None) for d, n, gw in state["routes"]
+    }
     for route in prev.routes:
         if not any(dst == str(route.network) for dst, _ in present):
             raise CNIError(ERR_INTERNAL, f"route to {route.dst} missing on {args.ifname!r}")

@@ -54,7 +54,9 @@ def run_in(nsfd: int, fn: Callable[..., T], *args: object) -> T:
     def target() -> None:
         if _libc.setns(nsfd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
-            box["error"] = CNIError(ERR_INVALID_ENVIRONMENT, f"setns into the container netns failed: {os.strerror(err)}")
+            box["error"] = CNIError(
+                ERR_INVALID_ENVIRONMENT, f"setns into the container netns failed: {os.strerror(err)}"
+            )
             return
         try:
             box["value"] = fn(*args)

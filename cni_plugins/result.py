@@ -99,7 +99,8 @@ class Result:
     dns: DNS = field(default_factory=DNS)
 
     def to_json(self, version: str) -> dict[str, Any]:
-        """The result as `version` spells it: empty lists omitted, and an empty `dns` too from 1.0.0 on (as the reference)."""
+        """The result as `version` spells it: empty lists omitted, and an empty `dns` too from 1.0.0 on (as the
+        reference)."""
         v1 = version_tuple(version) >= (1, 0, 0)
         v11 = version_tuple(version) >= (1, 1, 0)
         out: dict[str, Any] = {"cniVersion": version}

@@ -114,7 +114,11 @@ def validate_ifname(name: str) -> None:
     if not name:
         raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name is empty")
     if len(name) > 15:
-        raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name is too long", f"interface name should be less than 16 characters: {name!r}")
+        raise CNIError(
+            ERR_INVALID_ENVIRONMENT,
+            "interface name is too long",
+            f"interface name should be less than 16 characters: {name!r}",
+        )
     if name in (".", "..") or any(c in name for c in "/: \t\n\r\x0b\x0c"):
         raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name contains an invalid character", name)
 

@@ -131,7 +131,9 @@ def bridge_nat_exists() -> bool:
 def delete_netns(name: str) -> None:
     """Deletes the netns's veths first: the kernel tears a deleted netns down asynchronously, and its veths
     would otherwise linger in the host netns for a while after the test."""
-    links = subprocess.run(["ip", "-n", name, "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=False)
+    links = subprocess.run(
+        ["ip", "-n", name, "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=False
+    )
     for line in links.stdout.splitlines():
         ifname = line.split(":")[1].strip().split("@")[0]
         subprocess.run(["ip", "-n", name, "link", "del", ifname], check=False, capture_output=True)
@@ -147,8 +149,11 @@ def remove_chains(network: str) -> None:
             if f'name: \\"{network}\\"' in line and line.startswith("-A POSTROUTING"):
                 parts = line.split()
                 chains.add(parts[parts.index("-j") + 1])
-                subprocess.run([tool, "-w", "-t", "nat", "-D", "POSTROUTING", *shlex.split(line[len("-A POSTROUTING "):])],
-                               check=False, capture_output=True)
+                subprocess.run(
+                    [tool, "-w", "-t", "nat", "-D", "POSTROUTING", *shlex.split(line[len("-A POSTROUTING ") :])],
+                    check=False,
+                    capture_output=True,
+                )
             elif f'name: \\"{network}\\"' in line and line.startswith("-A CNI-"):
                 chains.add(line.split()[1])
         for chain in chains:
@@ -182,14 +187,20 @@ def helper_listening(name: str, netns: str | None = None) -> bool:
 
 def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
     name = os.path.basename(netns)
-    return subprocess.run(["ip", "netns", "exec", name, *argv], capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        ["ip", "netns", "exec", name, *argv], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ping(netns: str | None, address: str, attempts: int = 1) -> bool:
     """One ping; `attempts` > 1 waits out IPv6 duplicate address detection on the bridge's gateway address."""
     argv = [str(static_busybox()), "ping", "-c", "1", "-W", "2", address]
     for _ in range(attempts):
-        proc = ns_exec(netns, *argv) if netns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        proc = (
+            ns_exec(netns, *argv)
+            if netns
+            else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        )
         if proc.returncode == 0:
             return True
         time.sleep(0.5)
@@ -211,12 +222,19 @@ c = socket.create_connection((sys.argv[1], 7777), timeout=5); c.sendall(b'hello'
 
 def tcp_roundtrip(server_ns: str, server_ip: str, client_ns: str | None) -> str:
     """Runs a one-shot TCP echo in `server_ns` and connects from `client_ns` (None: the host)."""
-    server = subprocess.Popen(["ip", "netns", "exec", os.path.basename(server_ns), sys.executable, "-c", TCP_SERVER, server_ip],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", os.path.basename(server_ns), sys.executable, "-c", TCP_SERVER, server_ip],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         argv = [sys.executable, "-c", TCP_CLIENT, server_ip]
-        proc = ns_exec(client_ns, *argv) if client_ns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        proc = (
+            ns_exec(client_ns, *argv)
+            if client_ns
+            else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        )
         return proc.stdout.strip()
     finally:
         server.kill()

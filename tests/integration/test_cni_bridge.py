@@ -151,7 +151,9 @@ def test_vlan(cni: CNIEnv) -> None:
     add = cni.run("pybridge", "ADD", conf, ns, "c1")
     assert add.ok, add.raw
     host = add.out["interfaces"][1]["name"]
-    vlans = json.loads(subprocess.run(["bridge", "-j", "vlan", "show", "dev", host], capture_output=True, text=True).stdout)
+    vlans = json.loads(
+        subprocess.run(["bridge", "-j", "vlan", "show", "dev", host], capture_output=True, text=True).stdout
+    )
     by_vid = {v["vlan"]: v.get("flags", []) for v in vlans[0]["vlans"]}
     assert set(by_vid) == {1, 100, 101, 200, 201, 202}
     assert "PVID" in by_vid[100] and "Egress Untagged" in by_vid[100]

@@ -35,7 +35,10 @@ def helpers_in(cni: CNIEnv, netns: str) -> list[int]:
     found = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if f"main({cni.helper_name!r})" in " ".join(proc.cmdline()) and os.stat(f"/proc/{proc.pid}/ns/net").st_ino == ino:
+            if (
+                f"main({cni.helper_name!r})" in " ".join(proc.cmdline())
+                and os.stat(f"/proc/{proc.pid}/ns/net").st_ino == ino
+            ):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, FileNotFoundError):
             continue  # exited while we looked: not a helper of that netns any more

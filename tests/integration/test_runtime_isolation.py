@@ -71,8 +71,14 @@ def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
     cg = manager("/pyruntime-test/cpu1", "c1", LinuxSyscalls())
     stats = cg.stats()
     assert stats["memory"]["usage"]["limit"] == 100 << 20
-    inside = runtime("exec", "c1", "sh", "-c", "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
-                     "/sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.split()
+    inside = runtime(
+        "exec",
+        "c1",
+        "sh",
+        "-c",
+        "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ).stdout.split()
     assert inside == ["50000", "0", str(100 << 20)]
     runtime("delete", "--force", "c1")
     assert not cg.exists()

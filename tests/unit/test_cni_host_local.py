@@ -149,14 +149,30 @@ def test_requested_ips(tmp_path: Path) -> None:
 
 def test_routes_dns_and_result(tmp_path: Path) -> None:
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text("# c\nnameserver 10.0.0.53\nnameserver fd00::53\ndomain d.test\nsearch a.test b.test\noptions ndots:3\n")
-    res = plugin.add(args({"subnet": "10.0.0.0/24", "dataDir": str(tmp_path), "resolvConf": str(resolv),
-                           "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}]}, version="0.3.1"))
+    resolv.write_text(
+        "# c\nnameserver 10.0.0.53\nnameserver fd00::53\ndomain d.test\nsearch a.test b.test\noptions ndots:3\n"
+    )
+    res = plugin.add(
+        args(
+            {
+                "subnet": "10.0.0.0/24",
+                "dataDir": str(tmp_path),
+                "resolvConf": str(resolv),
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}],
+            },
+            version="0.3.1",
+        )
+    )
     assert res.to_json("0.3.1") == {
         "cniVersion": "0.3.1",
         "ips": [{"version": "4", "address": "10.0.0.2/24", "gateway": "10.0.0.1"}],
         "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}],
-        "dns": {"nameservers": ["10.0.0.53", "fd00::53"], "domain": "d.test", "search": ["a.test", "b.test"], "options": ["ndots:3"]},
+        "dns": {
+            "nameservers": ["10.0.0.53", "fd00::53"],
+            "domain": "d.test",
+            "search": ["a.test", "b.test"],
+            "options": ["ndots:3"],
+        },
     }
 
 

@@ -33,7 +33,13 @@ class Recorder:
         raise skel.CNIError(skel.ERR_IO_FAILURE, "disk on fire")
 
 
-ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+ENV = {
+    "CNI_COMMAND": "ADD",
+    "CNI_CONTAINERID": "c1",
+    "CNI_NETNS": "/run/netns/x",
+    "CNI_IFNAME": "eth0",
+    "CNI_PATH": "/opt/cni/bin",
+}
 
 
 def run(conf: dict | bytes, **env: str) -> tuple[int, Any, Recorder]:
@@ -116,8 +122,12 @@ def test_plugin_errors_become_error_json() -> None:
 
 
 def test_result_round_trip_keeps_route_attributes() -> None:
-    res = Result(routes=[Route(ipaddress.ip_interface("10.1.0.0/16"), ipaddress.ip_address("10.0.0.1"), mtu=1400, table=100, scope=0)],
-                 dns=DNS(["1.1.1.1"], "d", ["s"], ["ndots:2"]))
+    res = Result(
+        routes=[
+            Route(ipaddress.ip_interface("10.1.0.0/16"), ipaddress.ip_address("10.0.0.1"), mtu=1400, table=100, scope=0)
+        ],
+        dns=DNS(["1.1.1.1"], "d", ["s"], ["ndots:2"]),
+    )
     raw = res.to_json("1.1.0")
     assert raw["routes"] == [{"dst": "10.1.0.0/16", "gw": "10.0.0.1", "mtu": 1400, "table": 100}]
     assert Result.from_json(raw).to_json("1.1.0") == raw

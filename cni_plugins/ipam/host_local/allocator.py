@@ -49,11 +49,15 @@ def allocate(store: Store, range_set: RangeSet, range_id: int, container_id: str
     if requested is not None:
         r = range_set.range_for(requested)
         if r is None:
-            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"requested IP address {requested} is not in range set {range_set}")
+            raise CNIError(
+                ERR_INVALID_NETWORK_CONFIG, f"requested IP address {requested} is not in range set {range_set}"
+            )
         if requested == r.gateway:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"requested ip {requested} is subnet's gateway")
         if not store.reserve(container_id, ifname, requested, range_id):
-            raise CNIError(ERR_TRY_AGAIN_LATER, f"requested IP address {requested} is not available in range set {range_set}")
+            raise CNIError(
+                ERR_TRY_AGAIN_LATER, f"requested IP address {requested} is not available in range set {range_set}"
+            )
         return _config(requested, r)
     for held in store.ips_of(container_id, ifname):
         if range_set.range_for(held) is not None:

@@ -179,7 +179,8 @@ def load(args: CmdArgs) -> HostLocalConfig:
 
 
 def load_for_release(args: CmdArgs) -> tuple[str, Path]:
-    """DEL and GC only need where the allocations live, so a config whose ranges no longer parse can still be released."""
+    """DEL and GC only need where the allocations live, so a config whose ranges no longer parse can still be
+    released."""
     ipam = args.config.get("ipam")
     if not isinstance(ipam, dict):
         raise _invalid("IPAM config missing 'ipam' key")

@@ -40,7 +40,9 @@ def check(args: CmdArgs) -> None:
     conf = config.load(args)
     with Store(conf.store_dir).locked() as store:
         if not store.ips_of(args.container_id, args.ifname):
-            raise CNIError(ERR_UNKNOWN_CONTAINER, f"host-local: Failed to find address added by container {args.container_id}")
+            raise CNIError(
+                ERR_UNKNOWN_CONTAINER, f"host-local: Failed to find address added by container {args.container_id}"
+            )
 
 
 def status(args: CmdArgs) -> None:
