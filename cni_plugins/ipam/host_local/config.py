@@ -36,7 +36,7 @@ class Range:
     gateway: IPAddress
 
     def contains(self, ip: IPAddress) -> bool:
-        return ip.version == self.subnet.version and self.start <= ip <= self.end  # type: ignore[operator]  # one address family: checked by version
+        return ip.version == self.subnet.version and self.start <= ip <= self.end  # type: ignore[operator]  # same family, by version
 
     def overlaps(self, other: Range) -> bool:
         return self.subnet.version == other.subnet.version and self.subnet.overlaps(other.subnet)
