@@ -49,7 +49,12 @@ def configure(ipr: IPRoute, index: int, ifname: str, result: Result, iface_index
 
 
 def add_route(ipr: IPRoute, index: int, ifname: str, route: Route, gw: Any) -> None:
-    spec: dict[str, Any] = {"dst": str(route.network), "oif": index, "family": AF[route.dst.version], "proto": RTPROT_BOOT}
+    spec: dict[str, Any] = {
+        "dst": str(route.network),
+        "oif": index,
+        "family": AF[route.dst.version],
+        "proto": RTPROT_BOOT,
+    }
     if gw is not None:
         spec["gateway"] = str(gw)
     if route.priority:
@@ -74,7 +79,9 @@ def add_route(ipr: IPRoute, index: int, ifname: str, route: Route, gw: Any) -> N
 def wait_dad(ipr: IPRoute, index: int, timeout: float = 10.0) -> None:
     """Waits until no IPv6 address on the link is tentative, so the container can use them at once."""
     deadline = time.monotonic() + timeout
-    while any(a.get("IFA_FLAGS", a["flags"]) & IFA_F_TENTATIVE for a in ipr.get_addr(index=index, family=socket.AF_INET6)):
+    while any(
+        a.get("IFA_FLAGS", a["flags"]) & IFA_F_TENTATIVE for a in ipr.get_addr(index=index, family=socket.AF_INET6)
+    ):
         if time.monotonic() > deadline:
             raise CNIError(ERR_INTERNAL, "timed out waiting for IPv6 duplicate address detection")
         time.sleep(0.05)

@@ -17,7 +17,7 @@ from cni_plugins import addr, ipmasq, link, ns, spoofcheck
 from cni_plugins.bridge_config import BridgeConf, load
 from cni_plugins.ipam import delegate
 from cni_plugins.result import Interface, IPConfig, Result, Route
-from cni_plugins.skel import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, ERR_UNSUPPORTED_FIELD, CmdArgs, CNIError
 
 CONTAINER_IFACE_INDEX = 2
 FORWARDING = {4: "net/ipv4/ip_forward", 6: "net/ipv6/conf/all/forwarding"}
@@ -134,9 +134,8 @@ def _setup_gateways(ipr: IPRoute, br_index: int, conf: BridgeConf, gateways: dic
                 # pin the bridge MAC so it stops following the lowest port MAC as ports come and go
                 mac = ipr.get_links(br_index)[0].get("IFLA_ADDRESS")
                 ipr.link("set", index=br_index, address=mac)
-        if ips:
-            if not ns.sysctl_set(FORWARDING[family], "1"):
-                raise CNIError(ERR_INTERNAL, f"failed to enable forwarding: /proc/sys/{FORWARDING[family]} missing")
+        if ips and not ns.sysctl_set(FORWARDING[family], "1"):
+            raise CNIError(ERR_INTERNAL, f"failed to enable forwarding: /proc/sys/{FORWARDING[family]} missing")
 
 
 def _undo(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, host_index: int | None, ipam_called: bool) -> list[str]:
@@ -155,7 +154,7 @@ def _undo(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, host_index: int | None,
     for what, step in steps:
         try:
             step()
-        except Exception as exc:  # noqa: BLE001 - every step runs; each failure is reported
+        except Exception as exc:  # every step runs; each failure is reported
             failures.append(f"undoing {what} failed: {type(exc).__name__}: {exc}")
     return failures
 
@@ -195,7 +194,13 @@ def _container_state(ifname: str) -> dict[str, Any] | None:
         index = found["index"]
         routes = []
         for r in ipr.get_routes(oif=index, family=socket.AF_INET) + ipr.get_routes(oif=index, family=socket.AF_INET6):
-            routes.append((r.get("RTA_DST") or ("0.0.0.0" if r["family"] == socket.AF_INET else "::"), r["dst_len"], r.get("RTA_GATEWAY")))
+            routes.append(
+                (
+                    r.get("RTA_DST") or ("0.0.0.0" if r["family"] == socket.AF_INET else "::"),
+                    r["dst_len"],
+                    r.get("RTA_GATEWAY"),
+                )
+            )
         return {"mac": found.get("IFLA_ADDRESS"), "peer": found.get("IFLA_LINK"), "kind": link.kind(found),
                 "addrs": addr.addresses(ipr, index), "routes": routes}
 
@@ -224,7 +229,9 @@ def check(args: CmdArgs) -> None:
     for ip in prev.ips:
         if (str(ip.address.ip), ip.address.network.prefixlen) not in state["addrs"]:
             raise CNIError(ERR_INTERNAL, f"address {ip.address} missing on {args.ifname!r}")
-    present = {(str(ipaddress.ip_network(f"{d}/{n}", strict=False)), str(gw) if gw else None) for d, n, gw in state["routes"]}
+    present = {
+        (str(ipaddress.ip_network(f"{d}/{n}", strict=False)), str(gw) if gw else None) for d, n, gw in state["routes"]
+    }
     for route in prev.routes:
         if not any(dst == str(route.network) for dst, _ in present):
             raise CNIError(ERR_INTERNAL, f"route to {route.dst} missing on {args.ifname!r}")

@@ -7,7 +7,7 @@ from typing import Any
 
 from cni_plugins import ipmasq
 from cni_plugins.result import DNS, ResultError
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CmdArgs, CNIError
 
 MAC_RE = re.compile(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$")
 BOOLS = {

@@ -135,7 +135,7 @@ class Helper:
         while not self.stopping:
             try:
                 conn, _ = self.listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 with self.cond:
                     busy = self.active > 0
                 idle_for = 0.0 if busy else idle_for + TICK
@@ -192,7 +192,7 @@ class Helper:
             return launch.REFUSED + b" " + launch.FOREIGN.encode() + b"\n", True
         try:
             name, env, stdin, version = read_request(conn)
-        except (MalformedRequest, ValueError, ConnectionError, socket.timeout) as exc:
+        except (TimeoutError, MalformedRequest, ValueError, ConnectionError) as exc:
             log.warning("malformed request: %s", exc)
             out = error_reply(ERR_DECODING_FAILURE, "malformed request to the CNI helper", str(exc))
             return b"1 %d\n" % len(out) + out, True

@@ -71,6 +71,10 @@ def teardown(network: str, container_id: str, versions: tuple[int, ...] = (4, 6)
 
 def validate_backend(backend: str | None) -> None:
     if backend in NOT_IMPLEMENTED:
-        raise CNIError(ERR_UNSUPPORTED_FIELD, f"unsupported field ipMasqBackend: {backend!r}", "only iptables is implemented")
+        raise CNIError(
+            ERR_UNSUPPORTED_FIELD, f"unsupported field ipMasqBackend: {backend!r}", "only iptables is implemented"
+        )
     if backend not in (None, *BACKENDS):
-        raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"unsupported ipMasqBackend {backend!r}", f"supported: {list(BACKENDS)}")
+        raise CNIError(
+            ERR_INVALID_NETWORK_CONFIG, f"unsupported ipMasqBackend {backend!r}", f"supported: {list(BACKENDS)}"
+        )

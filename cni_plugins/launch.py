@@ -7,10 +7,9 @@ the kernel scopes to a netns, so a caller only ever reaches the helper of its ow
 why that matters and for the checks both ends make). PYCNI_HELPER=off turns the helper off;
 PYCNI_HELPER_SOCKET renames its socket (a test's own helper).
 """
+import _socket  # the C module: `socket` would pull in enum and selectors, 6 ms of a call's start-up
 import os
 import sys
-
-import _socket  # the C module: `socket` would pull in enum and selectors, 6 ms of a call's start-up
 
 DEFAULT_NAME = "pycni-helper"
 HELPER_ENV = "PYCNI_HELPER"
@@ -52,7 +51,7 @@ def code_version() -> str:
                 elif entry.name != "__pycache__" and entry.is_dir():
                     dirs.append(entry.path)
     folded = int.from_bytes("\n".join(sorted(entries)).encode(), "big") % ((1 << 61) - 1)
-    return "%016x" % folded
+    return f"{folded:016x}"
 
 
 def encode_request(plugin: str, env: dict, stdin: bytes, version: str) -> bytes:

@@ -8,7 +8,7 @@ from pyroute2 import IPRoute
 
 from cni_plugins import addr, link, ns
 from cni_plugins.result import Interface, IPConfig, Result
-from cni_plugins.skel import ERR_INTERNAL, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INTERNAL, CmdArgs, CNIError
 
 
 def _up() -> list[tuple[str, int]]:

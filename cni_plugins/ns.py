@@ -11,7 +11,8 @@ import ctypes
 import fcntl
 import os
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from cni_plugins.skel import ERR_INVALID_ENVIRONMENT, ERR_UNKNOWN_CONTAINER, CNIError
 
@@ -48,24 +49,26 @@ def open_netns(path: str) -> int:
 
 def run_in(nsfd: int, fn: Callable[..., T], *args: object) -> T:
     """Calls fn(*args) in a thread that has joined the netns `nsfd`, and returns or raises what it did."""
-    box: dict[str, object] = {}
+    value: list[T] = []
+    error: list[BaseException] = []
 
     def target() -> None:
         if _libc.setns(nsfd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
-            box["error"] = CNIError(ERR_INVALID_ENVIRONMENT, f"setns into the container netns failed: {os.strerror(err)}")
+            error.append(CNIError(ERR_INVALID_ENVIRONMENT,
+                                  f"setns into the container netns failed: {os.strerror(err)}"))
             return
         try:
-            box["value"] = fn(*args)
+            value.append(fn(*args))
         except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
+            error.append(exc)
 
     thread = threading.Thread(target=target, name="netns")
     thread.start()
     thread.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]  # type: ignore[return-value]
+    if error:
+        raise error[0]
+    return value[0]
 
 
 def sysctl_set(key: str, value: str) -> bool:

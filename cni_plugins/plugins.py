@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from cni_plugins import skel
 
@@ -15,7 +15,7 @@ MODULES = {
 
 def run(name: str, env: Mapping[str, str], stdin: bytes) -> tuple[int, bytes]:
     module = importlib.import_module(MODULES[name])
-    return skel.execute(module, env, stdin)  # type: ignore[arg-type]
+    return skel.execute(module, env, stdin)
 
 
 def preload() -> None:

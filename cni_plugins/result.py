@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-IPInterface = Union[ipaddress.IPv4Interface, ipaddress.IPv6Interface]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 LATEST = "1.1.0"
@@ -82,7 +82,7 @@ class DNS:
         return out
 
     @classmethod
-    def from_json(cls, raw: Any) -> "DNS":
+    def from_json(cls, raw: Any) -> DNS:
         if not raw:
             return cls()
         if not isinstance(raw, dict):
@@ -99,7 +99,8 @@ class Result:
     dns: DNS = field(default_factory=DNS)
 
     def to_json(self, version: str) -> dict[str, Any]:
-        """The result as `version` spells it: empty lists omitted, and an empty `dns` too from 1.0.0 on (as the reference)."""
+        """The result as `version` spells it: empty lists omitted, and an empty `dns` too from 1.0.0 on (as the
+        reference)."""
         v1 = version_tuple(version) >= (1, 0, 0)
         v11 = version_tuple(version) >= (1, 1, 0)
         out: dict[str, Any] = {"cniVersion": version}
@@ -114,7 +115,7 @@ class Result:
         return out
 
     @classmethod
-    def from_json(cls, raw: Any) -> "Result":
+    def from_json(cls, raw: Any) -> Result:
         if not isinstance(raw, dict):
             raise ResultError("result must be a JSON object")
         try:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from cni_plugins.result import LATEST, SUPPORTED_VERSIONS, Result, ResultError, version_tuple
 
@@ -113,7 +114,11 @@ def validate_ifname(name: str) -> None:
     if not name:
         raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name is empty")
     if len(name) > 15:
-        raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name is too long", f"interface name should be less than 16 characters: {name!r}")
+        raise CNIError(
+            ERR_INVALID_ENVIRONMENT,
+            "interface name is too long",
+            f"interface name should be less than 16 characters: {name!r}",
+        )
     if name in (".", "..") or any(c in name for c in "/: \t\n\r\x0b\x0c"):
         raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name contains an invalid character", name)
 

@@ -9,9 +9,10 @@ It sits at the package top because `pyruntime.linux` may not import `pyruntime.o
 """
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from pyruntime.errors import InvalidArgumentError
 
@@ -71,42 +72,82 @@ class Obj:
             return default
         return check_type(value, self.name(key), kind)
 
+    # The overloads tell a type checker that a required field, or one with a default, is never None.
+    @overload
+    def int(self, key: str, default: int, *, lo: int | None = ..., hi: int | None = ...,
+            required: bool = ...) -> int: ...
+    @overload
+    def int(self, key: str, default: None = ..., *, lo: int | None = ..., hi: int | None = ...,
+            required: Literal[True]) -> int: ...
+    @overload
+    def int(self, key: str, default: int | None = ..., *, lo: int | None = ..., hi: int | None = ...,
+            required: bool = ...) -> int | None: ...
+
     def int(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
             required: bool = False) -> int | None:
         value = self.get(key, int, default, required)
         return value if value is None else check_range(value, self.name(key), lo, hi)
 
+    @overload
+    def str(self, key: str, default: str, required: bool = ...) -> str: ...
+    @overload
+    def str(self, key: str, default: None = ..., *, required: Literal[True]) -> str: ...
+    @overload
+    def str(self, key: str, default: None, required: Literal[True]) -> str: ...
+    @overload
+    def str(self, key: str, default: str | None = ..., required: bool = ...) -> str | None: ...
+
     def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
         return self.get(key, str, default, required)
 
-    def bool(self, key: str, default: bool | None = False) -> bool | None:
+    @overload
+    def bool(self, key: builtins.str, default: builtins.bool = ...) -> builtins.bool: ...
+    @overload
+    def bool(self, key: builtins.str, default: None) -> builtins.bool | None: ...
+
+    def bool(self, key: builtins.str, default: builtins.bool | None = False) -> builtins.bool | None:
         return self.get(key, bool, default)
 
-    def choice(self, key: str, known: Iterable[str], what: str, default: str | None = None,
-               required: bool = False) -> str | None:
+    @overload
+    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+               default: builtins.str, required: builtins.bool = ...) -> builtins.str: ...
+    @overload
+    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+               default: None = ..., *, required: Literal[True]) -> builtins.str: ...
+    @overload
+    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+               default: builtins.str | None = ..., required: builtins.bool = ...) -> builtins.str | None: ...
+
+    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+               default: builtins.str | None = None, required: builtins.bool = False) -> builtins.str | None:
         """A string that must be one of `known`; `what` names the kind of value in the error."""
         value = self.str(key, default, required)
         if value is not None and value not in known:
             raise SpecError(f"{self.name(key)}: unknown {what} {shown(value)}")
         return value
 
-    def list(self, key: str, required: bool = False) -> list:
+    def list(self, key: builtins.str, required: builtins.bool = False) -> builtins.list:
         return self.get(key, list, [], required)
 
-    def strings(self, key: str, required: bool = False) -> list[str]:
+    def strings(self, key: builtins.str, required: builtins.bool = False) -> builtins.list[builtins.str]:
         values = self.list(key, required)
         for i, v in enumerate(values):
             check_type(v, f"{self.name(key)}[{i}]", str)
         return values
 
-    def obj(self, key: str, required: bool = False) -> Obj | None:
+    @overload
+    def obj(self, key: builtins.str, required: Literal[True]) -> Obj: ...
+    @overload
+    def obj(self, key: builtins.str, required: builtins.bool = ...) -> Obj | None: ...
+
+    def obj(self, key: builtins.str, required: builtins.bool = False) -> Obj | None:
         value = self.get(key, dict, None, required)
         return None if value is None else Obj(value, self.name(key))
 
-    def objs(self, key: str) -> list[Obj]:
+    def objs(self, key: builtins.str) -> builtins.list[Obj]:
         return [Obj(v, f"{self.name(key)}[{i}]") for i, v in enumerate(self.list(key))]
 
-    def str_map(self, key: str) -> dict[str, str]:
+    def str_map(self, key: builtins.str) -> dict[builtins.str, builtins.str]:
         value = self.get(key, dict, {})
         for k, v in value.items():
             check_type(v, f"{self.name(key)}[{json.dumps(k)}]", str)

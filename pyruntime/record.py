@@ -10,27 +10,32 @@ to be treated as immutable (they hash by value) but, unlike frozen dataclasses, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
 _MISSING = object()
 
 
-class Factory:
-    """A default built anew for each instance (dataclasses' default_factory). A field with
-    compare=False is left out of ==, hash and repr, like dataclasses' field(compare=False, repr=False)."""
-
+class _Factory:
     __slots__ = ("compare", "make")
 
-    def __init__(self, make: Callable[[], Any], compare: bool = True) -> None:
+    def __init__(self, make: Callable[[], Any], compare: bool) -> None:
         self.make = make
         self.compare = compare
 
 
+def Factory(make: Callable[[], T], compare: bool = True) -> T:
+    """A default built anew for each instance (dataclasses' default_factory). A field with
+    compare=False is left out of ==, hash and repr, like dataclasses' field(compare=False, repr=False).
+    Typed as what `make` returns, like dataclasses.field, so `tags: dict = Factory(dict)` checks."""
+    return _Factory(make, compare)  # type: ignore[return-value]  # a marker @record replaces per instance
+
+
 def fields(obj: object) -> tuple[str, ...]:
     """The field names of a @record class or instance, in definition order."""
-    return obj.__value_fields__  # type: ignore[attr-defined,no-any-return]
+    names: tuple[str, ...] = getattr(obj, "__value_fields__")  # noqa: B009 -- set by @record, unknown to its type
+    return names
 
 
 def replace(obj: T, **changes: Any) -> T:
@@ -43,7 +48,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     names: tuple[str, ...] = cls.__value_fields__
     if len(args) > len(names):
         raise TypeError(f"{cls.__name__}() takes {len(names)} positional arguments but {len(args)} were given")
-    values = dict(zip(names, args))
+    values = dict(zip(names, args, strict=False))  # fewer args than names: the rest by keyword
     for key, val in kwargs.items():
         if key not in names:
             raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {key!r}")
@@ -55,7 +60,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
             default = cls.__value_defaults__.get(name, _MISSING)
             if default is _MISSING:
                 raise TypeError(f"{cls.__name__}() missing required argument: {name!r}")
-            values[name] = default.make() if isinstance(default, Factory) else default
+            values[name] = default.make() if isinstance(default, _Factory) else default
     self.__dict__.update(values)
 
 
@@ -78,19 +83,22 @@ def _repr(self: Any) -> str:
     return f"{type(self).__qualname__}({shown})"
 
 
+@dataclass_transform()
 def record(cls: type[T]) -> type[T]:
-    """Makes `cls` a record class over its annotated fields (see the module docstring)."""
+    """Makes `cls` a record class over its annotated fields (see the module docstring). Declared a
+    dataclass_transform so that type checkers derive the same __init__ from the fields as this does."""
     names = tuple(cls.__dict__.get("__annotations__", {}))  # noqa: RUF063 -- inspect is what this avoids
     defaults = {name: cls.__dict__[name] for name in names if name in cls.__dict__}
     for name, default in defaults.items():
-        if isinstance(default, Factory):
+        if isinstance(default, _Factory):
             delattr(cls, name)
-    compared = tuple(n for n in names if not (isinstance(defaults.get(n), Factory) and not defaults[n].compare))
-    cls.__value_fields__ = names  # type: ignore[attr-defined]
-    cls.__value_defaults__ = defaults  # type: ignore[attr-defined]
-    cls.__value_compared__ = compared  # type: ignore[attr-defined]
-    cls.__init__ = _init  # type: ignore[misc]
-    cls.__eq__ = _eq  # type: ignore[assignment,method-assign]
-    cls.__hash__ = _hash  # type: ignore[assignment,method-assign]
-    cls.__repr__ = _repr  # type: ignore[assignment,method-assign]
+    compared = tuple(n for n in names if not (isinstance(defaults.get(n), _Factory) and not defaults[n].compare))
+    made: Any = cls  # the class gains attributes and methods its type does not declare
+    made.__value_fields__ = names
+    made.__value_defaults__ = defaults
+    made.__value_compared__ = compared
+    made.__init__ = _init
+    made.__eq__ = _eq
+    made.__hash__ = _hash
+    made.__repr__ = _repr
     return cls

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import replace
 
 from cni_plugins.result import Result, ResultError
-from cni_plugins.skel import ERR_DECODING_FAILURE, ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
+from cni_plugins.skel import ERR_DECODING_FAILURE, ERR_INTERNAL, ERR_INVALID_NETWORK_CONFIG, CmdArgs, CNIError
 
 IN_PROCESS = ("pyhost-local",)
 

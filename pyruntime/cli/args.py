@@ -53,6 +53,7 @@ def parse(argv: list[str], flags: list[Flag], *, stop_at_positional: bool = Fals
                 raise UsageError(f"flag provided but not defined: {arg}")
             if flag.unsupported:
                 raise UsageError(f"{arg}: not supported: {flag.unsupported}")
+            value: str | bool
             if flag.value:
                 if eq:
                     value = inline
@@ -65,7 +66,7 @@ def parse(argv: list[str], flags: list[Flag], *, stop_at_positional: bool = Fals
                 value = inline.lower() not in ("false", "0") if eq else True
             key = flag.names[0]
             if flag.repeat:
-                out.options[key].append(value)  # type: ignore[union-attr]
+                out.options[key].append(value)  # type: ignore[attr-defined]  # a repeat flag starts as []
             else:
                 out.options[key] = value
         else:

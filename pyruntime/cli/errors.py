@@ -10,8 +10,16 @@ Imported only once a command has failed, so a command that succeeds never pays f
 """
 from __future__ import annotations
 
-from pyruntime.errors import (AlreadyExistsError, FailedPreconditionError, InternalError, InvalidArgumentError,
-                              NotFoundError, PyRuntimeError, UnavailableError, kind_of)
+from pyruntime.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    PyRuntimeError,
+    UnavailableError,
+    kind_of,
+)
 
 # kind -> (exit status, what the line adds after the error's own message)
 EXITS: dict[type[PyRuntimeError], tuple[int, str]] = {

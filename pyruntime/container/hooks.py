@@ -31,4 +31,6 @@ def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict) -> None:
             raise HookError(f"{kind} hook {hook.path}: {e.strerror}") from e
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).decode(errors="replace").strip()[-500:]
-            raise HookError(f"{kind} hook {hook.path}: exit status {done.returncode}" + (f": {detail}" if detail else ""))
+            raise HookError(
+                f"{kind} hook {hook.path}: exit status {done.returncode}" + (f": {detail}" if detail else "")
+            )

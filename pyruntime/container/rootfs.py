@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Callable
+from collections.abc import Callable
 
 from pyruntime.container import paths
 from pyruntime.linux import mountinfo

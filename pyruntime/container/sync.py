@@ -70,7 +70,7 @@ class Channel:
         self.sock = sock
 
     @classmethod
-    def pair(cls) -> tuple["Channel", "Channel"]:
+    def pair(cls) -> tuple[Channel, Channel]:
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         return cls(a), cls(b)
 

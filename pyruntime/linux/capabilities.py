@@ -124,7 +124,7 @@ def _prctl(kernel: Syscalls, call: str, option: int, *args: int) -> int:
     try:
         return kernel.prctl(option, *args)
     except SyscallError as e:
-        raise SyscallError(e.errno, f"{call}: {os.strerror(e.errno)}") from e
+        raise SyscallError(e.errno, f"{call}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a SyscallError has one
 
 
 def _bits(caps: Iterable[int]) -> int:
@@ -182,7 +182,7 @@ def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
     try:
         fn(*args)
     except OSError as e:
-        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e
+        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a failed call sets one
 
 
 def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> None:

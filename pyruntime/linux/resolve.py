@@ -16,8 +16,15 @@ from __future__ import annotations
 import errno
 import os
 
-from pyruntime.linux.syscalls import (O_PATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_XDEV,
-                                      SyscallError, Syscalls)
+from pyruntime.linux.syscalls import (
+    O_PATH,
+    RESOLVE_IN_ROOT,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_XDEV,
+    SyscallError,
+    Syscalls,
+)
+
 
 def open_in_root(kernel: Syscalls, root_fd: int, path: str, flags: int = O_PATH, *, nofollow: bool = False,
                  same_mount: bool = False) -> int:

@@ -251,10 +251,7 @@ def _add_rules(lib: ctypes.CDLL, ctx: int, syscall: Syscall, action: int, warn: 
     conds = [_ArgCmp(a.index, OPERATORS[a.op], a.value, a.value_two if a.op == "SCMP_CMP_MASKED_EQ" else 0)
              for a in syscall.args]
     indexes = [a.index for a in syscall.args]
-    if len(set(indexes)) == len(indexes):
-        groups = [conds]
-    else:
-        groups = [[c] for c in conds]
+    groups = [conds] if len(set(indexes)) == len(indexes) else [[c] for c in conds]
     added = 0
     for name in syscall.names:
         nr = lib.seccomp_syscall_resolve_name(name.encode())
@@ -336,7 +333,7 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
 
 
-def features() -> dict[str, object]:
+def features() -> dict:
     """The seccomp part of `pyruntime features`: what this runtime and the host's libseccomp understand.
 
     A flag is supported when libseccomp accepts its attribute, which libseccomp itself grants only

@@ -327,7 +327,8 @@ class LinuxSyscalls(Syscalls):
             raise _fail(f"capset(effective={effective:#x}, permitted={permitted:#x}, inheritable={inheritable:#x})")
 
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
-        if libc.syscall(_SYSCALL_NR["close_range"], ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
+        nr = _SYSCALL_NR["close_range"]
+        if libc.syscall(nr, ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
 
     def _new_api(self, name: str, *args, what: str) -> int:
@@ -358,8 +359,8 @@ class LinuxSyscalls(Syscalls):
 class FakeSyscalls(Syscalls):
     """Records every call instead of making it, for unit tests of the set-up logic without root.
 
-    Lookups (openat2, statfs, statvfs, the namespace type) need no privilege and their result is what the logic under test
-    acts on, so they are made for real and recorded; everything that changes the system is only recorded.
+    Lookups (openat2, statfs, statvfs, the namespace type) need no privilege and their result is what the logic
+    under test acts on, so they are made for real and recorded; everything that changes the system is only recorded.
     Every method of `Syscalls` is overridden (below the class), so none can reach the kernel by mistake.
     """
 

@@ -75,8 +75,8 @@ class Mount:
     type: str | None = None
     source: str | None = None
     options: tuple[str, ...] = ()
-    uid_mappings: tuple["IDMapping", ...] = ()
-    gid_mappings: tuple["IDMapping", ...] = ()
+    uid_mappings: tuple[IDMapping, ...] = ()
+    gid_mappings: tuple[IDMapping, ...] = ()
 
 
 @record
@@ -245,7 +245,8 @@ def _linux(o: Obj | None) -> Linux:
     for d in o.objs("devices"):
         kind = d.choice("type", ("c", "b", "u", "p"), "device type", required=True)
         devices.append(Device(kind, _abs(d.str("path", required=True), f"{d.path}.path"),
-                              d.int("major", 0, lo=0, required=kind != "p"), d.int("minor", 0, lo=0, required=kind != "p"),
+                              d.int("major", 0, lo=0, required=kind != "p"),
+                              d.int("minor", 0, lo=0, required=kind != "p"),
                               d.int("fileMode", None, lo=0, hi=0o7777), d.int("uid", None, lo=0, hi=UINT32_MAX),
                               d.int("gid", None, lo=0, hi=UINT32_MAX)))
     resources = None

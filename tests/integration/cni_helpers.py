@@ -1,4 +1,4 @@
-"""Shared fixtures for the CNI plugin tests: a CNI bin dir, namespaces, bridges and calls to plugins.
+"""Helpers for the CNI plugin tests: a CNI bin dir, namespaces, bridges and calls to plugins (fixtures: conftest.py).
 
 Everything a test makes is named with a random `pyt-` suffix and removed on teardown: namespaces,
 bridges, the iptables chains whose comment names the test network, and the resident helper when a test
@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from cni_plugins import helper
 from cni_plugins.install import install
 from tests.kit.busybox import static_busybox
@@ -36,7 +34,7 @@ def have_reference() -> bool:
 @dataclass
 class PluginResult:
     rc: int
-    out: dict[str, Any] | None
+    out: Any  # the JSON the plugin printed, None when it printed nothing
     raw: bytes
 
     @property
@@ -133,7 +131,9 @@ def bridge_nat_exists() -> bool:
 def delete_netns(name: str) -> None:
     """Deletes the netns's veths first: the kernel tears a deleted netns down asynchronously, and its veths
     would otherwise linger in the host netns for a while after the test."""
-    links = subprocess.run(["ip", "-n", name, "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=False)
+    links = subprocess.run(
+        ["ip", "-n", name, "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=False
+    )
     for line in links.stdout.splitlines():
         ifname = line.split(":")[1].strip().split("@")[0]
         subprocess.run(["ip", "-n", name, "link", "del", ifname], check=False, capture_output=True)
@@ -149,8 +149,11 @@ def remove_chains(network: str) -> None:
             if f'name: \\"{network}\\"' in line and line.startswith("-A POSTROUTING"):
                 parts = line.split()
                 chains.add(parts[parts.index("-j") + 1])
-                subprocess.run([tool, "-w", "-t", "nat", "-D", "POSTROUTING", *shlex.split(line[len("-A POSTROUTING "):])],
-                               check=False, capture_output=True)
+                subprocess.run(
+                    [tool, "-w", "-t", "nat", "-D", "POSTROUTING", *shlex.split(line[len("-A POSTROUTING ") :])],
+                    check=False,
+                    capture_output=True,
+                )
             elif f'name: \\"{network}\\"' in line and line.startswith("-A CNI-"):
                 chains.add(line.split()[1])
         for chain in chains:
@@ -182,34 +185,22 @@ def helper_listening(name: str, netns: str | None = None) -> bool:
     return any(line.split()[-1] == f"@{name}" for line in table.splitlines()[1:] if len(line.split()) > 7)
 
 
-@pytest.fixture
-def cni(tmp_path: Path):
-    env = make_cni_env(tmp_path)
-    try:
-        yield env
-    finally:
-        env.cleanup()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def restore_forwarding():
-    """The bridge enables host forwarding for gateways as the reference does; put the host back afterwards."""
-    saved = {p: Path(p).read_text() for p in FORWARDING if Path(p).exists()}
-    yield
-    for path, value in saved.items():
-        Path(path).write_text(value)
-
-
 def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
     name = os.path.basename(netns)
-    return subprocess.run(["ip", "netns", "exec", name, *argv], capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        ["ip", "netns", "exec", name, *argv], capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def ping(netns: str | None, address: str, attempts: int = 1) -> bool:
     """One ping; `attempts` > 1 waits out IPv6 duplicate address detection on the bridge's gateway address."""
     argv = [str(static_busybox()), "ping", "-c", "1", "-W", "2", address]
     for _ in range(attempts):
-        proc = ns_exec(netns, *argv) if netns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        proc = (
+            ns_exec(netns, *argv)
+            if netns
+            else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        )
         if proc.returncode == 0:
             return True
         time.sleep(0.5)
@@ -231,12 +222,19 @@ c = socket.create_connection((sys.argv[1], 7777), timeout=5); c.sendall(b'hello'
 
 def tcp_roundtrip(server_ns: str, server_ip: str, client_ns: str | None) -> str:
     """Runs a one-shot TCP echo in `server_ns` and connects from `client_ns` (None: the host)."""
-    server = subprocess.Popen(["ip", "netns", "exec", os.path.basename(server_ns), sys.executable, "-c", TCP_SERVER, server_ip],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", os.path.basename(server_ns), sys.executable, "-c", TCP_SERVER, server_ip],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         argv = [sys.executable, "-c", TCP_CLIENT, server_ip]
-        proc = ns_exec(client_ns, *argv) if client_ns else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        proc = (
+            ns_exec(client_ns, *argv)
+            if client_ns
+            else subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        )
         return proc.stdout.strip()
     finally:
         server.kill()

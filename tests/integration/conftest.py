@@ -1,10 +1,12 @@
-"""Fixtures for the root tier: a busybox rootfs shared read-only by the session, a runtime per test."""
+"""Fixtures for the root tier: a busybox rootfs shared read-only by the session, a runtime per test, a CNI
+world per test for the plugin tests."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
+from tests.integration.cni_helpers import FORWARDING, make_cni_env
 from tests.kit.busybox import build_rootfs
 from tests.kit.runtime import Runtime, bundle_config, write_bundle
 
@@ -30,3 +32,22 @@ def make_bundle(tmp_path, rootfs):
         cfg = config if config is not None else bundle_config(rootfs, args, **edits)
         return write_bundle(tmp_path / f"bundle{next(counter)}", cfg)
     return make
+
+
+@pytest.fixture
+def cni(tmp_path: Path):
+    env = make_cni_env(tmp_path)
+    try:
+        yield env
+    finally:
+        env.cleanup()
+
+
+@pytest.fixture(scope="module")
+def restore_forwarding():
+    """The bridge enables host forwarding for gateways as the reference does; put the host back afterwards.
+    The CNI test modules use it (pytestmark), once per module."""
+    saved = {p: Path(p).read_text() for p in FORWARDING if Path(p).exists()}
+    yield
+    for path, value in saved.items():
+        Path(path).write_text(value)

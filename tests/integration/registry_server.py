@@ -64,7 +64,7 @@ class Registry:
                       "    issuer: pynode-test-issuer", f"    rootcertbundle: {self.token_cert}"]
         return "\n".join(lines) + "\n"
 
-    def start(self) -> "Registry":
+    def start(self) -> Registry:
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         if self.tls:
@@ -73,9 +73,8 @@ class Registry:
                             "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
         config = self.root / "config.yml"
         config.write_text(self._config())
-        log = open(self.root / "registry.log", "wb")
-        self.proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        log.close()
+        with open(self.root / "registry.log", "wb") as log:
+            self.proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline:

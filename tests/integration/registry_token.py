@@ -43,6 +43,7 @@ class TokenServer:
 
     @property
     def realm(self) -> str:
+        assert self.httpd is not None, "start() first"
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/token"
 
     def sign(self, claims: dict) -> str:
@@ -63,7 +64,7 @@ class TokenServer:
             return [{"type": "repository", "name": name, "actions": ["pull"]}]
         return []
 
-    def start(self) -> "TokenServer":
+    def start(self) -> TokenServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -101,7 +102,7 @@ class TokenServer:
         return self
 
     def stop(self) -> None:
-        if self.httpd:
+        if self.httpd and self.thread:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.thread.join()

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from tests.kit.child import run_in_child
 from pyruntime.linux import capabilities
 from pyruntime.linux.capabilities import CAPABILITIES, Capabilities
 from pyruntime.linux.syscalls import LinuxSyscalls
+from tests.kit.child import run_in_child
 
 BUSYBOX = "/bin/busybox"
 ALL = frozenset(range(capabilities.last_cap() + 1))

@@ -27,8 +27,9 @@ class Container:
 
     def __init__(self) -> None:
         self.id = f"test-{uuid.uuid4().hex[:12]}"
-        self.cg = manager(f"/pyruntime/{self.id}", self.id, LinuxSyscalls())
-        assert isinstance(self.cg, V1Manager)
+        cg = manager(f"/pyruntime/{self.id}", self.id, LinuxSyscalls())
+        assert isinstance(cg, V1Manager)
+        self.cg = cg
         self.procs: list[subprocess.Popen] = []
 
     def run(self, script: str, **kwargs) -> subprocess.Popen:
@@ -120,6 +121,7 @@ def test_update_lowers_and_raises_memory(ctr):
 def test_kernel_error_names_file(ctr):
     with pytest.raises(CgroupError) as info:
         ctr.cg.set(Resources.from_spec({"cpu": {"cpus": "4095"}}))
+    assert info.value.errno is not None
     assert str(info.value) == (f"write /sys/fs/cgroup/cpuset/pyruntime/{ctr.id}/cpuset.cpus: "
                                f"{os.strerror(info.value.errno)}")
 

@@ -16,15 +16,15 @@ from pyruntime.linux.cgroups.paths import parse_mountinfo
 from tests.kit.busybox import static_busybox
 
 
-def _cgroup2_mount() -> str | None:
+def _cgroup2_mount() -> str:
     with open("/proc/self/mountinfo") as f:
         _, v2 = parse_mountinfo(f.read())
-    return v2.mountpoint if v2 is not None else None
+    return v2.mountpoint if v2 is not None else ""
 
 
 MOUNT = _cgroup2_mount()
 BUSYBOX = str(static_busybox())
-pytestmark = pytest.mark.skipif(MOUNT is None, reason="no cgroup2 mount")
+pytestmark = pytest.mark.skipif(not MOUNT, reason="no cgroup2 mount")
 
 
 def proc_state(pid: int) -> str:
@@ -39,9 +39,15 @@ def wait_for(predicate, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+class TrackedManager(V2Manager):
+    """A V2Manager that also holds the processes a test started in it, for the fixture to kill and reap."""
+
+    procs: list[subprocess.Popen]
+
+
 @pytest.fixture
 def cg():
-    mgr = V2Manager(MOUNT, MOUNT, ("pyruntime", f"test-{uuid.uuid4().hex[:12]}"), (("pyruntime",),))
+    mgr = TrackedManager(MOUNT, MOUNT, ("pyruntime", f"test-{uuid.uuid4().hex[:12]}"), (("pyruntime",),))
     mgr.create()
     procs: list[subprocess.Popen] = []
     mgr.procs = procs
@@ -55,7 +61,7 @@ def cg():
         mgr.destroy()
 
 
-def run(mgr: V2Manager, script: str) -> subprocess.Popen:
+def run(mgr: TrackedManager, script: str) -> subprocess.Popen:
     proc = subprocess.Popen([BUSYBOX, "sh", "-c", script], preexec_fn=lambda: mgr.add(os.getpid()))
     mgr.procs.append(proc)
     return proc

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.cni_helpers import CNIEnv, chains_for, cni, ns_exec, restore_forwarding  # noqa: F401
+from tests.integration.cni_helpers import CNIEnv, chains_for, ns_exec
 from tests.integration.test_cni_bridge import bridge_conf, host_veths
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 
 def assert_error(res, code: int, *words: str) -> None:
@@ -78,7 +80,9 @@ def test_exhausted_range_leaves_nothing(cni: CNIEnv) -> None:
     assert cni.run("pybridge", "ADD", conf, nss[1], "c1").ok
     veths = host_veths()
     chains = chains_for(conf["name"])
-    assert_error(cni.run("pybridge", "ADD", conf, nss[2], "c2"), 11, "no IP addresses available", "10.222.21.10-10.222.21.11")
+    assert_error(
+        cni.run("pybridge", "ADD", conf, nss[2], "c2"), 11, "no IP addresses available", "10.222.21.10-10.222.21.11"
+    )
     assert host_veths() == veths, "the failed ADD left its veth"
     assert ns_exec(nss[2], "ip", "-o", "link").stdout.count("\n") == 1
     assert chains_for(conf["name"]) == chains
@@ -87,8 +91,10 @@ def test_exhausted_range_leaves_nothing(cni: CNIEnv) -> None:
 
 def test_dual_stack_second_range_exhausted_releases_first(cni: CNIEnv) -> None:
     conf = bridge_conf(cni)
-    conf["ipam"]["ranges"] = [[{"subnet": "10.222.22.0/24"}],
-                              [{"subnet": "fd00:222:22::/64", "rangeStart": "fd00:222:22::5", "rangeEnd": "fd00:222:22::5"}]]
+    conf["ipam"]["ranges"] = [
+        [{"subnet": "10.222.22.0/24"}],
+        [{"subnet": "fd00:222:22::/64", "rangeStart": "fd00:222:22::5", "rangeEnd": "fd00:222:22::5"}],
+    ]
     a, b = cni.netns(), cni.netns()
     assert cni.run("pybridge", "ADD", conf, a, "c0").ok
     assert_error(cni.run("pybridge", "ADD", conf, b, "c1"), 11, "fd00:222:22::5")
@@ -108,7 +114,10 @@ def test_interface_exists(cni: CNIEnv) -> None:
 def test_ipam_requested_ip_taken(cni: CNIEnv) -> None:
     conf = bridge_conf(cni)
     a, b = cni.netns(), cni.netns()
-    assert cni.run("pybridge", "ADD", conf, a, "c0", extra={"CNI_ARGS": "IP=10.222.10.50"}).out["ips"][0]["address"] == "10.222.10.50/24"
+    assert (
+        cni.run("pybridge", "ADD", conf, a, "c0", extra={"CNI_ARGS": "IP=10.222.10.50"}).out["ips"][0]["address"]
+        == "10.222.10.50/24"
+    )
     assert_error(cni.run("pybridge", "ADD", conf, b, "c1", extra={"CNI_ARGS": "IP=10.222.10.50"}), 11, "10.222.10.50")
     assert_error(cni.run("pybridge", "ADD", conf, b, "c1", extra={"CNI_ARGS": "IP=10.99.0.1"}), 7, "10.99.0.1")
     assert cni.allocations(conf["name"]) == ["10.222.10.50"]

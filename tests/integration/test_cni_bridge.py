@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv, chains_for, cni, helper_listening, ns_exec, ping, restore_forwarding, tcp_roundtrip,
-)
+from tests.integration.cni_helpers import CNIEnv, chains_for, helper_listening, ns_exec, ping, tcp_roundtrip
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
 
@@ -44,7 +44,7 @@ def test_add_gives_address_and_connectivity(cni: CNIEnv, version: str) -> None:
     assert rb.ok, rb.raw
     res = ra.out
     assert res["cniVersion"] == version
-    assert [i["name"] for i in res["interfaces"]][0] == conf["bridge"]
+    assert res["interfaces"][0]["name"] == conf["bridge"]
     assert res["interfaces"][2] == {"name": "eth0", "mac": res["interfaces"][2]["mac"], "sandbox": a}
     ip = res["ips"][0]
     assert ip["address"] == "10.222.10.2/24" and ip["gateway"] == "10.222.10.1" and ip["interface"] == 2
@@ -151,7 +151,9 @@ def test_vlan(cni: CNIEnv) -> None:
     add = cni.run("pybridge", "ADD", conf, ns, "c1")
     assert add.ok, add.raw
     host = add.out["interfaces"][1]["name"]
-    vlans = json.loads(subprocess.run(["bridge", "-j", "vlan", "show", "dev", host], capture_output=True, text=True).stdout)
+    vlans = json.loads(
+        subprocess.run(["bridge", "-j", "vlan", "show", "dev", host], capture_output=True, text=True).stdout
+    )
     by_vid = {v["vlan"]: v.get("flags", []) for v in vlans[0]["vlans"]}
     assert set(by_vid) == {1, 100, 101, 200, 201, 202}
     assert "PVID" in by_vid[100] and "Egress Untagged" in by_vid[100]

@@ -23,16 +23,19 @@ import pytest
 from cni_plugins import helper
 from cni_plugins.install import install
 from pyruntime.linux import mountinfo
-from tests.integration.cni_helpers import ping, restore_forwarding  # noqa: F401
+from tests.integration.cni_helpers import ping
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
-CONTAINERD = shutil.which("containerd")
+CONTAINERD = shutil.which("containerd") or ""
 CRICTL = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "crictl"
 IMAGE = "pyt.local/pause:latest"
 OCI_RUNTIME = shutil.which("runc") or "runc"
 RUN_DIR = Path("/run/containerd")
 
-pytestmark = pytest.mark.skipif(not CONTAINERD or not CRICTL.exists(), reason="needs containerd and crictl (make peers)")
+pytestmark = [
+    pytest.mark.skipif(not CONTAINERD or not CRICTL.exists(), reason="needs containerd and crictl (make peers)"),
+    pytest.mark.usefixtures("restore_forwarding"),
+]
 
 CONFIG = """version = 2
 root = "{root}"
@@ -71,9 +74,9 @@ class Containerd:
         self.proc: subprocess.Popen | None = None
 
     def start(self, config: Path, env: dict[str, str]) -> None:
-        self.log = open(self.tmp / "containerd.log", "wb")
-        self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=self.log, stderr=self.log,
-                                     env=env, start_new_session=True)
+        with open(self.tmp / "containerd.log", "wb") as log:  # containerd holds its own copy
+            self.proc = subprocess.Popen([CONTAINERD, "--config", str(config)], stdout=log, stderr=log,
+                                         env=env, start_new_session=True)
         deadline = time.monotonic() + 30
         while not self.sock.exists() or self.crictl("info", check=False).returncode != 0:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -84,11 +87,15 @@ class Containerd:
         proc = subprocess.run([str(CRICTL), "--runtime-endpoint", f"unix://{self.sock}", "--timeout", "60s", *args],
                               capture_output=True, text=True, check=False)
         if check and proc.returncode != 0:
-            raise AssertionError(f"crictl {' '.join(args)}: {proc.stderr}\n" + (self.tmp / "containerd.log").read_text()[-3000:])
+            raise AssertionError(
+                f"crictl {' '.join(args)}: {proc.stderr}\n" + (self.tmp / "containerd.log").read_text()[-3000:]
+            )
         return proc
 
     def ctr(self, *args: str) -> None:
-        subprocess.run(["ctr", "--address", str(self.sock), "--namespace", "k8s.io", *args], check=True, capture_output=True)
+        subprocess.run(
+            ["ctr", "--address", str(self.sock), "--namespace", "k8s.io", *args], check=True, capture_output=True
+        )
 
     def stop(self) -> None:
         if self.proc is None:
@@ -99,7 +106,6 @@ class Containerd:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
 
 
 def _unmount_under(root: Path) -> None:
@@ -121,11 +127,26 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
     install(bin_dir)
     os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
     netd.mkdir()
-    (netd / "10-pyt.conflist").write_text(json.dumps({
-        "cniVersion": "1.0.0", "name": network,
-        "plugins": [{"type": "pybridge", "bridge": bridge, "isGateway": True,
-                     "ipam": {"type": "pyhost-local", "ranges": [[{"subnet": "10.222.60.0/24"}]], "dataDir": str(data)}}],
-    }))
+    (netd / "10-pyt.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": network,
+                "plugins": [
+                    {
+                        "type": "pybridge",
+                        "bridge": bridge,
+                        "isGateway": True,
+                        "ipam": {
+                            "type": "pyhost-local",
+                            "ranges": [[{"subnet": "10.222.60.0/24"}]],
+                            "dataDir": str(data),
+                        },
+                    }
+                ],
+            }
+        )
+    )
     config = tmp_path / "config.toml"
     ctrd = Containerd(tmp_path)
     config.write_text(CONFIG.format(root=tmp_path / "root", state=tmp_path / "state", sock=ctrd.sock, image=IMAGE,
@@ -133,7 +154,9 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
     helper_name = f"pyt-helper-{suffix}"
     env = {**os.environ, "PYCNI_HELPER_SOCKET": helper_name, "PYCNI_HELPER_LOG": str(tmp_path / "helper.log")}
     layout = tmp_path / "image"
-    write_oci_layout(layout, [tar_directory(build_rootfs(tmp_path / "rootfs"))], config_extra={"Cmd": ["sleep", "1000000"]})
+    write_oci_layout(
+        layout, [tar_directory(build_rootfs(tmp_path / "rootfs"))], config_extra={"Cmd": ["sleep", "1000000"]}
+    )
     archive = tmp_path / "image.tar"
     with tarfile.open(archive, "w") as tar:
         for item in layout.iterdir():

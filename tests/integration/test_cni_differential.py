@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    DEBIAN_CNI, FORWARDING, CNIEnv, cni, have_reference, ns_exec, restore_forwarding,
-)
+from tests.integration.cni_helpers import DEBIAN_CNI, FORWARDING, CNIEnv, have_reference, ns_exec
 
-pytestmark = pytest.mark.skipif(not have_reference(), reason="reference plugins not built (make peers)")
+pytestmark = [pytest.mark.skipif(not have_reference(), reason="reference plugins not built (make peers)"),
+              pytest.mark.usefixtures("restore_forwarding")]
 
 MAC_RE = re.compile(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")
 BRPORT_KEYS = ("hairpin_mode", "isolated", "learning", "unicast_flood", "multicast_flood", "bpdu_guard", "state")
@@ -31,7 +30,7 @@ def v4(subnet: str, **extra) -> dict:
     return {"ranges": [[dict(subnet=subnet, **extra)]]}
 
 
-CONFIGS = {
+CONFIGS: dict[str, tuple[str, dict, dict | None]] = {
     "gateway-v4": ("1.1.0", {"isGateway": True}, v4("10.222.30.0/24")),
     "default-gw-masq": ("1.0.0", {"isDefaultGateway": True, "ipMasq": True}, v4("10.222.31.0/24")),
     "hairpin-mtu": ("0.4.0", {"isGateway": True, "hairpinMode": True, "mtu": 1400}, v4("10.222.32.0/24")),
@@ -88,9 +87,15 @@ def _routes(netns: str) -> list:
     out = []
     for family in ("-4", "-6"):
         for r in _ip_json(netns, family, "route", "show", "table", "all"):
-            if r.get("dst", "").startswith(("fe80:", "ff00:", "multicast")) or r.get("type") in ("local", "broadcast", "multicast"):
+            if r.get("dst", "").startswith(("fe80:", "ff00:", "multicast")) or r.get("type") in (
+                "local",
+                "broadcast",
+                "multicast",
+            ):
                 continue
-            out.append((r.get("dst"), r.get("gateway"), r.get("dev"), r.get("protocol"), r.get("scope"), r.get("table")))
+            out.append(
+                (r.get("dst"), r.get("gateway"), r.get("dev"), r.get("protocol"), r.get("scope"), r.get("table"))
+            )
     return sorted(out, key=str)
 
 
@@ -109,8 +114,12 @@ def _nat_rules(network: str) -> list[str]:
 
 
 def _spoofcheck(host: str, mac: str) -> list[str]:
-    listing = subprocess.run(["nft", "list", "table", "bridge", "nat"], capture_output=True, text=True, check=False).stdout
-    return [line.strip().replace(host, "<veth>").replace(mac, "<mac>") for line in listing.splitlines() if "diffc1" in line]
+    listing = subprocess.run(
+        ["nft", "list", "table", "bridge", "nat"], capture_output=True, text=True, check=False
+    ).stdout
+    return [
+        line.strip().replace(host, "<veth>").replace(mac, "<mac>") for line in listing.splitlines() if "diffc1" in line
+    ]
 
 
 def state(cni: CNIEnv, netns: str, bridge: str, network: str, result: dict) -> dict:
@@ -128,12 +137,16 @@ def state(cni: CNIEnv, netns: str, bridge: str, network: str, result: dict) -> d
         "container": _link(netns, "eth0"),
         "container_addrs": _addrs(netns, "eth0"),
         "container_routes": _routes(netns),
-        "container_sysctls": {k: _sysctl(netns, f"net/{k}") for k in
-                              ("ipv4/conf/eth0/arp_notify", "ipv6/conf/eth0/accept_dad", "ipv6/conf/eth0/enhanced_dad")},
+        "container_sysctls": {
+            k: _sysctl(netns, f"net/{k}")
+            for k in ("ipv4/conf/eth0/arp_notify", "ipv6/conf/eth0/accept_dad", "ipv6/conf/eth0/enhanced_dad")
+        },
         "forwarding": (_sysctl(None, "net/ipv4/ip_forward"), _sysctl(None, "net/ipv6/conf/all/forwarding")),
         "nat": _nat_rules(network),
         "spoofcheck": _spoofcheck(host, result["interfaces"][2]["mac"]),
-        "store": sorted((p.name, p.read_bytes()) for p in store.iterdir() if p.name != "lock") if store.is_dir() else [],
+        "store": sorted((p.name, p.read_bytes()) for p in store.iterdir() if p.name != "lock")
+        if store.is_dir()
+        else [],
         "store_modes": store_modes(cni),
     }
 
@@ -179,8 +192,13 @@ def run_side(cni: CNIEnv, bridge_type: str, ipam_type: str, version: str, opts: 
         assert check.ok or version.startswith("0.3") or plugin_dir is not None, check.raw
     dele = cni.run(exe, "DEL", dict(conf, prevResult=add.out), netns, "diffc1", extra=extra)
     assert dele.ok, dele.raw
-    after = {"store": state_store(cni, network), "store_modes": store_modes(cni), "nat": _nat_rules(network), "spoofcheck": _spoofcheck("-", "-"),
-             "netns_links": sorted(link["ifname"] for link in _ip_json(netns, "link"))}
+    after = {
+        "store": state_store(cni, network),
+        "store_modes": store_modes(cni),
+        "nat": _nat_rules(network),
+        "spoofcheck": _spoofcheck("-", "-"),
+        "netns_links": sorted(link["ifname"] for link in _ip_json(netns, "link")),
+    }
     subprocess.run(["ip", "link", "del", bridge], check=True)
     return add.out, seen, after
 

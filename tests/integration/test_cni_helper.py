@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cni_plugins import helper
-from tests.integration.cni_helpers import (  # noqa: F401  (fixtures)
-    CNIEnv, cni, helper_listening, ns_exec, restore_forwarding,
-)
+from tests.integration.cni_helpers import CNIEnv, helper_listening, ns_exec
 from tests.integration.test_cni_bridge import bridge_conf, links_in
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -34,7 +35,10 @@ def helpers_in(cni: CNIEnv, netns: str) -> list[int]:
     found = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if f"main({cni.helper_name!r})" in " ".join(proc.cmdline()) and os.stat(f"/proc/{proc.pid}/ns/net").st_ino == ino:
+            if (
+                f"main({cni.helper_name!r})" in " ".join(proc.cmdline())
+                and os.stat(f"/proc/{proc.pid}/ns/net").st_ino == ino
+            ):
                 found.append(proc.pid)
         except (psutil.NoSuchProcess, FileNotFoundError):
             continue  # exited while we looked: not a helper of that netns any more

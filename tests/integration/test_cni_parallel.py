@@ -8,8 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.integration.cni_helpers import CNIEnv, chains_for, cni, ns_exec, restore_forwarding  # noqa: F401
+from tests.integration.cni_helpers import CNIEnv, chains_for, ns_exec
 from tests.integration.test_cni_bridge import bridge_conf, host_veths
+
+pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
 COUNT = 50
 

@@ -23,7 +23,8 @@ def test_a_mount_on_an_awkward_path_is_found(tmp_path, name):
     try:
         found = [m for m in mountinfo.read() if m.mount_point == str(target)]
         assert len(found) == 1 and found[0].fstype == "tmpfs" and found[0].source == "tmpfs"
-        assert mountinfo.mount_of(str(target / "inside"), mountinfo.read()).mount_point == str(target)
+        inside = mountinfo.mount_of(str(target / "inside"), mountinfo.read())
+        assert inside is not None and inside.mount_point == str(target)
         assert is_mountpoint(target)
     finally:
         kernel.umount(str(target), MNT_DETACH)

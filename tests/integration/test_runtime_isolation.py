@@ -71,8 +71,14 @@ def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
     cg = manager("/pyruntime-test/cpu1", "c1", LinuxSyscalls())
     stats = cg.stats()
     assert stats["memory"]["usage"]["limit"] == 100 << 20
-    inside = runtime("exec", "c1", "sh", "-c", "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
-                     "/sys/fs/cgroup/memory/memory.limit_in_bytes").stdout.split()
+    inside = runtime(
+        "exec",
+        "c1",
+        "sh",
+        "-c",
+        "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ).stdout.split()
     assert inside == ["50000", "0", str(100 << 20)]
     runtime("delete", "--force", "c1")
     assert not cg.exists()
@@ -194,7 +200,7 @@ def test_device_allow_list_is_enforced(runtime, make_bundle):
     caps = ["CAP_MKNOD", "CAP_DAC_OVERRIDE"]
     done = run(runtime, make_bundle, ["sh", "-c", "mknod /dev/mem2 c 1 1 && head -c1 /dev/mem2; "
                                       "head -c1 /dev/zero | wc -c; ls /dev"],
-               process__capabilities={k: caps for k in ("bounding", "effective", "permitted")})
+               process__capabilities=dict.fromkeys(("bounding", "effective", "permitted"), caps))
     assert "Operation not permitted" in done.stderr
     lines = done.stdout.split()
     assert lines[0] == "1"

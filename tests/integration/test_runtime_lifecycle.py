@@ -150,21 +150,31 @@ def test_unknown_flag_and_command_fail_clearly(runtime):
     assert done.returncode != 0 and "frobnicate" in done.stderr
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda c: c.pop("ociVersion"), "ociVersion: required"),
-    (lambda c: c["process"].__setitem__("cwd", "relative"), "process.cwd: must be an absolute path"),
-    (lambda c: c["process"]["user"].__setitem__("uid", "root"), "process.user.uid: must be an integer"),
-    (lambda c: c["linux"]["namespaces"].append({"type": "pid"}), "duplicate namespace 'pid'"),
-    (lambda c: c["linux"]["namespaces"].append({"type": "bogus"}), 'unknown namespace type "bogus"'),
-    (lambda c: c["linux"].__setitem__("resources", {"memory": {"limit": "lots"}}), "linux.resources.memory.limit"),
-    (lambda c: c["root"].__setitem__("path", "/nonexistent/rootfs"), "root.path: rootfs /nonexistent/rootfs"),
-    (lambda c: c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": "/nonexistent/netns"}),
-     "/nonexistent/netns"),
-    (lambda c: c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": "/proc/self/ns/ipc"}),
-     "is not a network namespace"),
-    (lambda c: c["process"].__setitem__("args", ["/no/such/program"]), "/no/such/program"),
-    (lambda c: c["linux"].__setitem__("sysctl", {"kernel.panic": "1"}), 'linux.sysctl["kernel.panic"]: not a namespaced sysctl'),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c.pop("ociVersion"), "ociVersion: required"),
+        (lambda c: c["process"].__setitem__("cwd", "relative"), "process.cwd: must be an absolute path"),
+        (lambda c: c["process"]["user"].__setitem__("uid", "root"), "process.user.uid: must be an integer"),
+        (lambda c: c["linux"]["namespaces"].append({"type": "pid"}), "duplicate namespace 'pid'"),
+        (lambda c: c["linux"]["namespaces"].append({"type": "bogus"}), 'unknown namespace type "bogus"'),
+        (lambda c: c["linux"].__setitem__("resources", {"memory": {"limit": "lots"}}), "linux.resources.memory.limit"),
+        (lambda c: c["root"].__setitem__("path", "/nonexistent/rootfs"), "root.path: rootfs /nonexistent/rootfs"),
+        (
+            lambda c: c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": "/nonexistent/netns"}),
+            "/nonexistent/netns",
+        ),
+        (
+            lambda c: c["linux"]["namespaces"].__setitem__(1, {"type": "network", "path": "/proc/self/ns/ipc"}),
+            "is not a network namespace",
+        ),
+        (lambda c: c["process"].__setitem__("args", ["/no/such/program"]), "/no/such/program"),
+        (
+            lambda c: c["linux"].__setitem__("sysctl", {"kernel.panic": "1"}),
+            'linux.sysctl["kernel.panic"]: not a namespaced sysctl',
+        ),
+    ],
+)
 def test_bad_config_fails_with_a_message_naming_the_field_and_leaves_nothing(runtime, make_bundle, edit, message):
     bundle = make_bundle(["true"])
     config = json.loads((bundle / "config.json").read_text())
@@ -193,12 +203,14 @@ def test_update_from_a_resources_file_and_events_stream(runtime, make_bundle, tm
     runtime("update", "--resources", str(tmp_path / "r.json"), "c1")
     events = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "events", "--interval", "0.2s", "c1"],
                               stdout=subprocess.PIPE, text=True)
+    stdout = events.stdout
+    assert stdout is not None
     try:
-        first = json.loads(events.stdout.readline())
+        first = json.loads(stdout.readline())
     finally:
         events.kill()
         events.wait()
-        events.stdout.close()
+        stdout.close()
     assert first["type"] == "stats" and first["data"]["memory"]["usage"]["limit"] == 48 << 20
     bad = runtime("update", "--memory", "lots", "c1", check=False)
     assert bad.returncode == 1 and "--memory: 'lots' is not a whole number" in bad.stderr

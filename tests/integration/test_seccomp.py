@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.busybox import static_busybox
-from tests.kit.child import run_in_child
 from pyruntime.linux import seccomp
 from pyruntime.linux.seccomp import Seccomp
+from tests.kit.busybox import static_busybox
+from tests.kit.child import run_in_child
 
 BUSYBOX = str(static_busybox())
 # What static busybox needs to start and exit (strace of `busybox true`).
@@ -20,7 +20,7 @@ BUSYBOX_START = ["execve", "brk", "arch_prctl", "set_tid_address", "set_robust_l
                  "readlink", "getrandom", "mprotect", "prctl", "getuid", "exit_group"]
 
 
-def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], None]:
+def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], int | None]:
     config = Seccomp.from_spec(spec)
     return lambda: seccomp.load(config, warn=None if warnings is None else warnings.append)
 
@@ -36,7 +36,7 @@ def test_errno_rule_denies_mkdir(tmp_path: Path) -> None:
 
 
 def test_default_errno_is_eperm_and_errno_ret_is_returned(tmp_path: Path) -> None:
-    code, out = run_in_child(
+    _, out = run_in_child(
         load({"defaultAction": "SCMP_ACT_ALLOW",
               "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"},
                            {"names": ["rmdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 28}]}),
@@ -67,7 +67,7 @@ def test_argument_conditions(tmp_path: Path) -> None:
          "args": [{"index": 2, "value": 0o077, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
     ]}
     (tmp_path / "f").touch()
-    code, out = run_in_child(load(spec), BUSYBOX, "sh", "-c",
+    _, out = run_in_child(load(spec), BUSYBOX, "sh", "-c",
                              f"kill -0 $$ && echo alive; kill -TERM $$; echo survived; "
                              f"chmod 0755 {tmp_path}/f && echo public; chmod 0700 {tmp_path}/f")
     assert "alive" in out and "survived" in out and "Operation not permitted" in out
@@ -80,7 +80,7 @@ def test_same_argument_twice_is_an_or(tmp_path: Path) -> None:
     spec = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
         {"names": ["kill"], "action": "SCMP_ACT_ERRNO", "args": [
             {"index": 1, "value": 15, "op": "SCMP_CMP_EQ"}, {"index": 1, "value": 10, "op": "SCMP_CMP_EQ"}]}]}
-    code, out = run_in_child(load(spec), BUSYBOX, "sh", "-c", "kill -TERM $$; kill -USR1 $$; echo survived")
+    _, out = run_in_child(load(spec), BUSYBOX, "sh", "-c", "kill -TERM $$; kill -USR1 $$; echo survived")
     assert out.count("Operation not permitted") == 2 and "survived" in out
 
 

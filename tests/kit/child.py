@@ -6,7 +6,7 @@ import traceback
 from collections.abc import Callable
 
 
-def run_in_child(setup: Callable[[], None], *argv: str) -> tuple[int, str]:
+def run_in_child(setup: Callable[[], object], *argv: str) -> tuple[int, str]:
     """Runs setup() then execs argv in a fork; returns (exit status, stdout+stderr)."""
     r, w = os.pipe()
     pid = os.fork()

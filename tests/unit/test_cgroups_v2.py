@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V2Manager
-from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, UINT64_MAX
+from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, UINT64_MAX, DeviceRule
 from pyruntime.linux.cgroups.v2 import blkio_to_io_weight, check_devices, shares_to_weight, swap_to_v2
 
 CONTROLLERS = "cpuset cpu io memory hugetlb pids"
@@ -126,24 +126,28 @@ def test_conversions():
     assert swap_to_v2(-1, 100) == -1
     assert swap_to_v2(0, 100) is None
     assert swap_to_v2(300, 100) == 200
-    with pytest.raises(CgroupError, match="memory.swap: cannot limit swap without a memory limit"):
+    with pytest.raises(CgroupError, match=r"memory\.swap: cannot limit swap without a memory limit"):
         swap_to_v2(300, -1)
     with pytest.raises(CgroupError, match="below memory limit"):
         swap_to_v2(50, 100)
 
 
+def device_rules(rules: list[dict]) -> tuple[DeviceRule, ...]:
+    parsed = Resources.from_spec({"devices": rules}).devices
+    assert parsed is not None
+    return parsed
+
+
 def test_devices_need_ebpf_beyond_default():
-    rules = Resources.from_spec({"devices": [{"allow": False, "access": "rwm"}]}).devices + DEFAULT_ALLOWED_DEVICES
+    rules = device_rules([{"allow": False, "access": "rwm"}]) + DEFAULT_ALLOWED_DEVICES
     check_devices(rules)
-    check_devices(Resources.from_spec({"devices": [{"allow": True, "access": "rwm"},
-                                                   {"allow": True, "type": "c", "major": 1, "minor": 3,
-                                                    "access": "r"}]}).devices)
-    extra = Resources.from_spec({"devices": [{"allow": False}, {"allow": True, "type": "c", "major": 10,
-                                                                "minor": 229, "access": "rw"}]}).devices
+    check_devices(device_rules([{"allow": True, "access": "rwm"},
+                                {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "r"}]))
+    extra = device_rules([{"allow": False}, {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}])
     with pytest.raises(CgroupError, match=r"devices\[1\] \(allow c 10:229 rw\): device cgroup rules need eBPF on "
                                           r"cgroup v2: not supported"):
         check_devices(extra)
-    deny_one = Resources.from_spec({"devices": [{"allow": False, "type": "c", "major": 1, "minor": 3}]}).devices
+    deny_one = device_rules([{"allow": False, "type": "c", "major": 1, "minor": 3}])
     with pytest.raises(CgroupError, match="need eBPF"):
         check_devices(deny_one)
 

@@ -73,9 +73,10 @@ def test_install_writes_lean_launchers(tmp_path: Path) -> None:
 
 def test_launcher_imports_nothing_heavy(tmp_path: Path) -> None:
     install(tmp_path)
-    code = ("import sys; sys.path[:0] = [%r]; import cni_plugins.launch; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('socket', 'json', 'pyroute2', 'asyncio', 'enum')))"
-            % str(Path(__file__).parents[2]))
+    code = (
+        f"import sys; sys.path[:0] = [{str(Path(__file__).parents[2])!r}]; import cni_plugins.launch; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('socket', 'json', 'pyroute2', 'asyncio', 'enum')))"
+    )
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -8,6 +8,7 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,14 +52,15 @@ def test_range_errors(raw: dict, word: str) -> None:
 
 
 def test_config_errors() -> None:
-    for ipam, word in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({}, "no IP ranges"),
         ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/25"}]]}, "overlap"),
         ({"ranges": [[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.0/25"}]]}, "overlaps"),
         ({"ranges": [[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]]}, "mixed"),
         ({"subnet": "10.0.0.0/24", "routes": [{"gw": "10.0.0.1"}]}, "dst"),
         ({"subnet": "10.0.0.0/24", "resolvConf": "/nonexistent/resolv.conf"}, "resolvConf"),
-    ]:
+    ]
+    for ipam, word in cases:
         with pytest.raises(skel.CNIError) as err:
             config.load(args(ipam))
         assert err.value.code == 7 and word in err.value.msg + err.value.details, ipam
@@ -147,14 +149,30 @@ def test_requested_ips(tmp_path: Path) -> None:
 
 def test_routes_dns_and_result(tmp_path: Path) -> None:
     resolv = tmp_path / "resolv.conf"
-    resolv.write_text("# c\nnameserver 10.0.0.53\nnameserver fd00::53\ndomain d.test\nsearch a.test b.test\noptions ndots:3\n")
-    res = plugin.add(args({"subnet": "10.0.0.0/24", "dataDir": str(tmp_path), "resolvConf": str(resolv),
-                           "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}]}, version="0.3.1"))
+    resolv.write_text(
+        "# c\nnameserver 10.0.0.53\nnameserver fd00::53\ndomain d.test\nsearch a.test b.test\noptions ndots:3\n"
+    )
+    res = plugin.add(
+        args(
+            {
+                "subnet": "10.0.0.0/24",
+                "dataDir": str(tmp_path),
+                "resolvConf": str(resolv),
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}],
+            },
+            version="0.3.1",
+        )
+    )
     assert res.to_json("0.3.1") == {
         "cniVersion": "0.3.1",
         "ips": [{"version": "4", "address": "10.0.0.2/24", "gateway": "10.0.0.1"}],
         "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.168.0.0/16", "gw": "10.0.0.9"}],
-        "dns": {"nameservers": ["10.0.0.53", "fd00::53"], "domain": "d.test", "search": ["a.test", "b.test"], "options": ["ndots:3"]},
+        "dns": {
+            "nameservers": ["10.0.0.53", "fd00::53"],
+            "domain": "d.test",
+            "search": ["a.test", "b.test"],
+            "options": ["ndots:3"],
+        },
     }
 
 
@@ -163,7 +181,8 @@ def test_gc_keeps_only_valid_attachments(tmp_path: Path) -> None:
     for n in range(4):
         plugin.add(args(ipam, cid=f"c{n}"))
     (tmp_path / "net1" / ".reserve.c9.eth0").write_bytes(b"c9\r\neth0")
-    plugin.gc(args(ipam, command="GC", **{"cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]}))
+    valid: dict[str, Any] = {"cni.dev/valid-attachments": [{"containerID": "c2", "ifname": "eth0"}]}
+    plugin.gc(args(ipam, command="GC", **valid))
     assert sorted(p.name for p in (tmp_path / "net1").iterdir()) == ["10.0.0.4", "last_reserved_ip.0", "lock"]
     with pytest.raises(skel.CNIError):
         plugin.gc(args(ipam, command="GC", **{"cni.dev/valid-attachments": "all"}))

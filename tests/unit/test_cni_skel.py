@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import Any
 
 import pytest
 
@@ -32,10 +33,16 @@ class Recorder:
         raise skel.CNIError(skel.ERR_IO_FAILURE, "disk on fire")
 
 
-ENV = {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/run/netns/x", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+ENV = {
+    "CNI_COMMAND": "ADD",
+    "CNI_CONTAINERID": "c1",
+    "CNI_NETNS": "/run/netns/x",
+    "CNI_IFNAME": "eth0",
+    "CNI_PATH": "/opt/cni/bin",
+}
 
 
-def run(conf: dict | bytes, **env: str) -> tuple[int, dict | None, Recorder]:
+def run(conf: dict | bytes, **env: str) -> tuple[int, Any, Recorder]:
     plugin = Recorder()
     stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
     rc, out = skel.execute(plugin, {**ENV, **env}, stdin)
@@ -115,8 +122,12 @@ def test_plugin_errors_become_error_json() -> None:
 
 
 def test_result_round_trip_keeps_route_attributes() -> None:
-    res = Result(routes=[Route(ipaddress.ip_interface("10.1.0.0/16"), ipaddress.ip_address("10.0.0.1"), mtu=1400, table=100, scope=0)],
-                 dns=DNS(["1.1.1.1"], "d", ["s"], ["ndots:2"]))
+    res = Result(
+        routes=[
+            Route(ipaddress.ip_interface("10.1.0.0/16"), ipaddress.ip_address("10.0.0.1"), mtu=1400, table=100, scope=0)
+        ],
+        dns=DNS(["1.1.1.1"], "d", ["s"], ["ndots:2"]),
+    )
     raw = res.to_json("1.1.0")
     assert raw["routes"] == [{"dst": "10.1.0.0/16", "gw": "10.0.0.1", "mtu": 1400, "table": 100}]
     assert Result.from_json(raw).to_json("1.1.0") == raw
@@ -126,7 +137,8 @@ def test_result_round_trip_keeps_route_attributes() -> None:
 def test_prev_result_in_any_version() -> None:
     prev = {"cniVersion": "0.3.1", "ips": [{"version": "4", "address": "10.0.0.2/24", "interface": 0}]}
     args = skel._parse(ENV, json.dumps(dict(conf("0.3.1"), prevResult=prev)).encode())
-    assert str(args.prev_result().ips[0].address) == "10.0.0.2/24"
+    result = args.prev_result()
+    assert result is not None and str(result.ips[0].address) == "10.0.0.2/24"
     bad = skel._parse(ENV, json.dumps(dict(conf(), prevResult={"ips": [{"address": "nope"}]})).encode())
     with pytest.raises(skel.CNIError) as err:
         bad.prev_result()

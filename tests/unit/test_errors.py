@@ -99,8 +99,8 @@ def _numeric_errnos(tree: ast.AST) -> list[int]:
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
             if any(isinstance(s, ast.Attribute) and s.attr == "errno" for s in sides) and any(
-                    isinstance(c, ast.Constant) and isinstance(c.value, int) or isinstance(c, ast.Tuple)
-                    and any(isinstance(x, ast.Constant) for x in c.elts) for c in sides):
+                    (isinstance(c, ast.Constant) and isinstance(c.value, int)) or (isinstance(c, ast.Tuple)
+                    and any(isinstance(x, ast.Constant) for x in c.elts)) for c in sides):
                 lines.append(node.lineno)
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.endswith("Error")
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)):

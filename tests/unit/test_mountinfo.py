@@ -8,7 +8,8 @@ from pyruntime.linux import mountinfo
 SAMPLE = (
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw,errors=remount-ro\n"
     "35 22 0:31 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
-    "90 22 0:50 /a\\134b /mnt/my\\040dir/with\\011tab\\012nl rw master:3 propagate_from:2 - tmpfs my\\040src rw,size=4k\n"
+    "90 22 0:50 /a\\134b /mnt/my\\040dir/with\\011tab\\012nl rw master:3 propagate_from:2 "
+    "- tmpfs my\\040src rw,size=4k\n"
     "not a mountinfo line\n"
 )
 
@@ -35,7 +36,9 @@ def test_escapes_round_trip(path):
 
 def test_mount_of_picks_the_last_longest_prefix():
     mounts = mountinfo.parse(SAMPLE + "91 90 0:51 / /mnt/my\\040dir/with\\011tab\\012nl rw - tmpfs b rw\n")
-    assert mountinfo.mount_of("/mnt/my dir/with\ttab\nnl/x", mounts).mount_id == 91
-    assert mountinfo.mount_of("/sys/fs/cgroupfoo", mounts).mount_id == 22
+    spaced = mountinfo.mount_of("/mnt/my dir/with\ttab\nnl/x", mounts)
+    prefixed = mountinfo.mount_of("/sys/fs/cgroupfoo", mounts)
+    assert spaced is not None and spaced.mount_id == 91
+    assert prefixed is not None and prefixed.mount_id == 22
     assert mountinfo.is_mount_point("/sys/fs/cgroup", mounts)
     assert not mountinfo.is_mount_point("/sys/fs", mounts)

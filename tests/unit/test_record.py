@@ -26,7 +26,7 @@ def test_equality_hash_and_repr_skip_uncompared_fields() -> None:
     assert Point(1, raw={"a": 1}) == Point(1)
     assert Point(1) != Point(2)
     assert Point(1).__eq__((1, 0)) is NotImplemented
-    assert hash(Point(1, 2, tags=None)) == hash(Point(1, 2, tags=None, raw={"b": 2}))  # type: ignore[arg-type]
+    assert hash(Point(1, 2, tags=None)) == hash(Point(1, 2, tags=None, raw={"b": 2}))  # type: ignore[arg-type]  # a dict would not hash
     assert repr(Point(1)) == "Point(x=1, y=0, tags={})"
 
 
@@ -37,10 +37,10 @@ def test_replace_keeps_other_fields() -> None:
 
 def test_bad_arguments_are_type_errors() -> None:
     with pytest.raises(TypeError, match="missing required argument: 'x'"):
-        Point()  # type: ignore[call-arg]
+        Point()  # type: ignore[call-arg]  # the mistake under test
     with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
-        Point(1, z=2)  # type: ignore[call-arg]
+        Point(1, z=2)  # type: ignore[call-arg]  # the mistake under test
     with pytest.raises(TypeError, match="multiple values"):
-        Point(1, x=2)  # type: ignore[misc]
+        Point(1, x=2)  # type: ignore[misc]  # the mistake under test
     with pytest.raises(TypeError, match="takes 4 positional arguments"):
-        Point(1, 2, {}, {}, 5)  # type: ignore[call-arg]
+        Point(1, 2, {}, {}, 5)  # type: ignore[call-arg]  # the mistake under test

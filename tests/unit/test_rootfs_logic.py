@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,23 +18,26 @@ from pyruntime.linux.syscalls import FakeSyscalls, SyscallError
 from pyruntime.oci.spec import Device, Mount
 
 
-@pytest.fixture
-def fake():
-    fake = FakeSyscalls()
-    targets: list[str] = []
-    real_record = fake.mount
+class TargetRecorder(FakeSyscalls):
+    """Also keeps each mount's target as a path."""
 
-    def mount(source, target, fstype, flags, data):
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+
+    def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
         # resolve the magic link now: the fd behind it is closed once mount_one returns
-        targets.append(os.path.realpath(target) if target.startswith("/proc/self/fd/") else target)
-        return real_record(source, target, fstype, flags, data)
-    fake.mount = mount
-    fake.targets = targets
-    return fake
+        self.targets.append(os.path.realpath(target) if target.startswith("/proc/self/fd/") else target)
+        super().mount(source, target, fstype, flags, data)
 
 
 @pytest.fixture
-def root(tmp_path) -> tuple[Path, int]:
+def fake() -> TargetRecorder:
+    return TargetRecorder()
+
+
+@pytest.fixture
+def root(tmp_path) -> Iterator[tuple[Path, int]]:
     r = tmp_path / "rootfs"
     (r / "etc").mkdir(parents=True)
     fd = os.open(r, os.O_RDONLY | os.O_DIRECTORY)

@@ -24,6 +24,7 @@ def config(**edits):
 def test_default_spec_parses_into_typed_objects():
     s = specmod.parse(default_spec(), "/bundle")
     assert s.root.path == "/bundle/rootfs" and s.root.readonly
+    assert s.process is not None
     assert s.process.args == ("sh",) and s.process.no_new_privileges
     assert s.linux.namespace("pid") and s.linux.namespace("user") is None
     assert s.process.rlimits[0].type == "RLIMIT_NOFILE"

@@ -39,10 +39,12 @@ def namespaces(*kinds: str, **paths: str) -> list[dict]:
     return out
 
 
-def userns(c: dict) -> None:
+def userns(c: dict) -> dict:
+    """`c` with a user namespace and mappings for it, so an edit can build on them."""
     c["linux"]["namespaces"].append({"type": "user"})
     c["linux"]["uidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
     c["linux"]["gidMappings"] = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    return c
 
 
 @pytest.mark.parametrize("driver", ["v1", "v2"])

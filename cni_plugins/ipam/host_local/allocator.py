@@ -6,7 +6,7 @@ gateway) is what the reference does, so a just-released address is not immediate
 from __future__ import annotations
 
 import ipaddress
-from typing import Iterator
+from collections.abc import Iterator
 
 from cni_plugins.ipam.host_local.config import Range, RangeSet
 from cni_plugins.ipam.host_local.store import Store
@@ -21,7 +21,7 @@ def _candidates(range_set: RangeSet, last: IPAddress | None) -> Iterator[tuple[I
     owner = range_set.range_for(last) if last is not None else None
     if owner is not None and last is not None:
         start_idx = ranges.index(owner)
-        if last < owner.end:
+        if last < owner.end:  # type: ignore[operator]  # one address family: last is in owner
             start_ip = last + 1
         else:
             start_idx = (start_idx + 1) % len(ranges)
@@ -32,7 +32,7 @@ def _candidates(range_set: RangeSet, last: IPAddress | None) -> Iterator[tuple[I
         r = ranges[idx]
         if ip != r.gateway:
             yield ip, r
-        if ip >= r.end:
+        if ip >= r.end:  # type: ignore[operator]  # one address family: ip walks r
             idx = (idx + 1) % len(ranges)
             ip = ranges[idx].start
         else:
@@ -49,11 +49,15 @@ def allocate(store: Store, range_set: RangeSet, range_id: int, container_id: str
     if requested is not None:
         r = range_set.range_for(requested)
         if r is None:
-            raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"requested IP address {requested} is not in range set {range_set}")
+            raise CNIError(
+                ERR_INVALID_NETWORK_CONFIG, f"requested IP address {requested} is not in range set {range_set}"
+            )
         if requested == r.gateway:
             raise CNIError(ERR_INVALID_NETWORK_CONFIG, f"requested ip {requested} is subnet's gateway")
         if not store.reserve(container_id, ifname, requested, range_id):
-            raise CNIError(ERR_TRY_AGAIN_LATER, f"requested IP address {requested} is not available in range set {range_set}")
+            raise CNIError(
+                ERR_TRY_AGAIN_LATER, f"requested IP address {requested} is not available in range set {range_set}"
+            )
         return _config(requested, r)
     for held in store.ips_of(container_id, ifname):
         if range_set.range_for(held) is not None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cni_plugins.result import DNS, IPAddress, Route, ResultError, parse_route
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CNIError, CmdArgs
+from cni_plugins.result import DNS, IPAddress, ResultError, Route, parse_route
+from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, CmdArgs, CNIError
 
 DEFAULT_DATA_DIR = "/var/lib/cni/networks"
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -36,16 +36,16 @@ class Range:
     gateway: IPAddress
 
     def contains(self, ip: IPAddress) -> bool:
-        return ip.version == self.subnet.version and self.start <= ip <= self.end
+        return ip.version == self.subnet.version and self.start <= ip <= self.end  # type: ignore[operator]  # same family, by version
 
-    def overlaps(self, other: "Range") -> bool:
+    def overlaps(self, other: Range) -> bool:
         return self.subnet.version == other.subnet.version and self.subnet.overlaps(other.subnet)
 
     def __str__(self) -> str:
         return f"{self.start}-{self.end}"
 
     @classmethod
-    def parse(cls, raw: Any) -> "Range":
+    def parse(cls, raw: Any) -> Range:
         if not isinstance(raw, dict) or "subnet" not in raw:
             raise _invalid("range has no subnet", repr(raw))
         try:
@@ -66,7 +66,7 @@ class Range:
         for name, ip in (("RangeStart", start), ("RangeEnd", end)):
             if ip.version != subnet.version or ip not in subnet:
                 raise _invalid(f"{name} {ip} not in network {subnet}")
-        if start > end:
+        if start > end:  # type: ignore[operator]  # one address family: both checked in subnet above
             raise _invalid(f"RangeStart {start} is after RangeEnd {end}")
         return cls(subnet, start, end, gateway)
 
@@ -82,7 +82,7 @@ class RangeSet:
         return ",".join(str(r) for r in self.ranges)
 
     @classmethod
-    def parse(cls, raw: Any) -> "RangeSet":
+    def parse(cls, raw: Any) -> RangeSet:
         if not isinstance(raw, list) or not raw:
             raise _invalid("empty range set")
         ranges = tuple(Range.parse(r) for r in raw)
@@ -179,7 +179,8 @@ def load(args: CmdArgs) -> HostLocalConfig:
 
 
 def load_for_release(args: CmdArgs) -> tuple[str, Path]:
-    """DEL and GC only need where the allocations live, so a config whose ranges no longer parse can still be released."""
+    """DEL and GC only need where the allocations live, so a config whose ranges no longer parse can still be
+    released."""
     ipam = args.config.get("ipam")
     if not isinstance(ipam, dict):
         raise _invalid("IPAM config missing 'ipam' key")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from cni_plugins.ipam.host_local import allocator, config
 from cni_plugins.ipam.host_local.store import Store
 from cni_plugins.result import Result
-from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_NOT_AVAILABLE, ERR_UNKNOWN_CONTAINER, CNIError, CmdArgs
+from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_NOT_AVAILABLE, ERR_UNKNOWN_CONTAINER, CmdArgs, CNIError
 
 VALID_ATTACHMENTS = "cni.dev/valid-attachments"
 
@@ -40,7 +40,9 @@ def check(args: CmdArgs) -> None:
     conf = config.load(args)
     with Store(conf.store_dir).locked() as store:
         if not store.ips_of(args.container_id, args.ifname):
-            raise CNIError(ERR_UNKNOWN_CONTAINER, f"host-local: Failed to find address added by container {args.container_id}")
+            raise CNIError(
+                ERR_UNKNOWN_CONTAINER, f"host-local: Failed to find address added by container {args.container_id}"
+            )
 
 
 def status(args: CmdArgs) -> None:

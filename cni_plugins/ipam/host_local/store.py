@@ -16,9 +16,9 @@ import errno
 import fcntl
 import ipaddress
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cni_plugins.result import IPAddress
 from cni_plugins.skel import ERR_IO_FAILURE, CNIError
@@ -36,7 +36,7 @@ class Store:
         self.dir = directory
 
     @contextmanager
-    def locked(self) -> Iterator["Store"]:
+    def locked(self) -> Iterator[Store]:
         try:
             _make_dirs(self.dir)
             fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)

@@ -9,16 +9,36 @@ from __future__ import annotations
 import errno
 
 from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager
-from pyruntime.linux.cgroups.paths import (Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup,
-                                           removable_parents, split_path)
+from pyruntime.linux.cgroups.paths import (
+    Hierarchy,
+    base_dir,
+    parse_mountinfo,
+    parse_proc_cgroup,
+    removable_parents,
+    split_path,
+)
 from pyruntime.linux.cgroups.v1 import V1Manager
 from pyruntime.linux.cgroups.v2 import V2Manager
 from pyruntime.linux.syscalls import Syscalls
 
-__all__ = ["CgroupError", "CgroupManager", "DEFAULT_ALLOWED_DEVICES", "FROZEN", "Resources", "THAWED",
-           "V1Manager", "V2Manager", "detect", "manager"]
+__all__ = [
+    "DEFAULT_ALLOWED_DEVICES",
+    "FROZEN",
+    "THAWED",
+    "CgroupError",
+    "CgroupManager",
+    "Resources",
+    "V1Manager",
+    "V2Manager",
+    "detect",
+    "manager",
+]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
+if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
+    from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
 
 
 def __getattr__(name: str) -> object:

@@ -134,7 +134,7 @@ class Resources:
     unified: dict[str, str] | None = None
 
     @classmethod
-    def from_spec(cls, obj: Any, where: str = "linux.resources") -> "Resources":
+    def from_spec(cls, obj: Any, where: str = "linux.resources") -> Resources:
         """Parses the OCI object; a SpecError names the exact field that is wrong."""
         if obj is None:
             return cls()
@@ -149,7 +149,7 @@ class Resources:
             unified=_unified(o),
         )
 
-    def merge(self, update: "Resources") -> "Resources":
+    def merge(self, update: Resources) -> Resources:
         """The resources after an `update`: every field the update gives replaces the current one.
 
         Lists (devices, hugepage limits, throttle lists) are replaced whole, and `unified` keys are

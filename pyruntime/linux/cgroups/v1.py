@@ -11,9 +11,23 @@ import os
 import signal
 import time
 
-from pyruntime.linux.cgroups.base import (FREEZE_TIMEOUT, FROZEN, THAWED, CgroupError, CgroupManager, keyed,
-                                          makedirs, number, os_error, procs_in_tree, read, read_optional,
-                                          rmdir_if_empty, rmdir_tree, write)
+from pyruntime.linux.cgroups.base import (
+    FREEZE_TIMEOUT,
+    FROZEN,
+    THAWED,
+    CgroupError,
+    CgroupManager,
+    keyed,
+    makedirs,
+    number,
+    os_error,
+    procs_in_tree,
+    read,
+    read_optional,
+    rmdir_if_empty,
+    rmdir_tree,
+    write,
+)
 from pyruntime.linux.cgroups.v2 import V2Manager
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
