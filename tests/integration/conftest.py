@@ -2,12 +2,16 @@
 world per test for the plugin tests."""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.cni_helpers import FORWARDING, make_cni_env
-from tests.kit.busybox import build_rootfs
+from tests.kit.busybox import build_rootfs, static_busybox
 from tests.kit.runtime import Runtime, bundle_config, write_bundle
 
 
@@ -51,3 +55,18 @@ def restore_forwarding():
     yield
     for path, value in saved.items():
         Path(path).write_text(value)
+
+
+@pytest.fixture(scope="session")
+def busybox() -> Iterator[str]:
+    """The static busybox where any user can run it, for tests that exec it on the host under another uid
+    (the kit's cache lives under root's 0700 home; the host's /bin/busybox may be absent or dynamic)."""
+    where = tempfile.mkdtemp(prefix="pynode-busybox-")
+    try:
+        os.chmod(where, 0o755)
+        path = os.path.join(where, "busybox")
+        shutil.copyfile(static_busybox(), path)
+        os.chmod(path, 0o755)
+        yield path
+    finally:
+        shutil.rmtree(where)

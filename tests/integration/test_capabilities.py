@@ -9,13 +9,12 @@ from pyruntime.linux.capabilities import CAPABILITIES, Capabilities
 from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.kit.child import run_in_child
 
-BUSYBOX = "/bin/busybox"
 ALL = frozenset(range(capabilities.last_cap() + 1))
 KERNEL = LinuxSyscalls()
 
 
-def status_after(setup: Callable[[], None]) -> dict[str, str]:
-    code, out = run_in_child(setup, BUSYBOX, "cat", "/proc/self/status")
+def status_after(busybox: str, setup: Callable[[], None]) -> dict[str, str]:
+    code, out = run_in_child(setup, busybox, "cat", "/proc/self/status")
     assert code == 0, out
     return {k: v.strip() for k, _, v in (line.partition(":") for line in out.splitlines())}
 
@@ -28,11 +27,11 @@ def caps(**sets: list[str]) -> Capabilities:
     return Capabilities.from_spec(sets)
 
 
-def test_root_keeps_the_bounding_set_and_no_new_privs() -> None:
+def test_root_keeps_the_bounding_set_and_no_new_privs(busybox: str) -> None:
     """For uid 0 execve grants the whole bounding set, so that is what the container's root holds."""
     bounding = ["CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_AUDIT_WRITE"]
     wanted = caps(bounding=bounding, effective=bounding, permitted=bounding, inheritable=["CAP_KILL"])
-    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=0, gid=0, no_new_privileges=True))
+    status = status_after(busybox, lambda: capabilities.apply(KERNEL, wanted, uid=0, gid=0, no_new_privileges=True))
     assert status["CapBnd"] == mask(*bounding)
     assert status["CapPrm"] == status["CapEff"] == mask(*bounding)
     assert status["CapInh"] == mask("CAP_KILL")
@@ -40,7 +39,7 @@ def test_root_keeps_the_bounding_set_and_no_new_privs() -> None:
     assert status["NoNewPrivs"] == "1"
 
 
-def test_non_root_user_gets_ambient_caps_and_ids() -> None:
+def test_non_root_user_gets_ambient_caps_and_ids(busybox: str) -> None:
     wanted = caps(
         bounding=["CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETUID"],
         permitted=["CAP_KILL", "CAP_NET_BIND_SERVICE"],
@@ -48,7 +47,8 @@ def test_non_root_user_gets_ambient_caps_and_ids() -> None:
         inheritable=["CAP_NET_BIND_SERVICE"],
         ambient=["CAP_NET_BIND_SERVICE"],
     )
-    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1001, additional_gids=[10, 20]))
+    status = status_after(busybox, lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1001,
+                                                              additional_gids=[10, 20]))
     assert status["CapBnd"] == mask("CAP_CHOWN", "CAP_KILL", "CAP_NET_BIND_SERVICE", "CAP_SETUID")
     assert status["CapInh"] == status["CapPrm"] == status["CapEff"] == status["CapAmb"] == mask("CAP_NET_BIND_SERVICE")
     assert status["Uid"].split() == ["1000"] * 4
@@ -57,15 +57,15 @@ def test_non_root_user_gets_ambient_caps_and_ids() -> None:
     assert status["NoNewPrivs"] == "0"
 
 
-def test_non_root_user_without_ambient_has_no_caps_after_exec() -> None:
+def test_non_root_user_without_ambient_has_no_caps_after_exec(busybox: str) -> None:
     wanted = caps(bounding=["CAP_KILL"], permitted=["CAP_KILL"], effective=["CAP_KILL"])
-    status = status_after(lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1000))
+    status = status_after(busybox, lambda: capabilities.apply(KERNEL, wanted, uid=1000, gid=1000))
     assert status["CapPrm"] == status["CapEff"] == status["CapAmb"] == mask()
     assert status["CapBnd"] == mask("CAP_KILL")
     assert status["Groups"] == ""
 
 
-def test_sets_before_exec_are_the_requested_ones() -> None:
+def test_sets_before_exec_are_the_requested_ones(busybox: str) -> None:
     """What the init holds right before exec, which execve then transforms for a non-root user."""
     wanted = caps(bounding=["CAP_KILL", "CAP_CHOWN"], permitted=["CAP_KILL", "CAP_CHOWN"], effective=["CAP_KILL"],
                   inheritable=["CAP_CHOWN"], ambient=["CAP_CHOWN"])
@@ -76,7 +76,7 @@ def test_sets_before_exec_are_the_requested_ones() -> None:
             os.write(1, f.read())
         os._exit(0)
 
-    code, out = run_in_child(setup, BUSYBOX, "false")
+    code, out = run_in_child(setup, busybox, "false")
     status = {k: v.strip() for k, _, v in (line.partition(":") for line in out.splitlines())}
     assert code == 0
     assert status["CapEff"] == mask("CAP_KILL")
@@ -85,14 +85,14 @@ def test_sets_before_exec_are_the_requested_ones() -> None:
     assert status["CapBnd"] == mask("CAP_KILL", "CAP_CHOWN")
 
 
-def test_no_capabilities_object_leaves_sets_to_setuid() -> None:
-    status = status_after(lambda: capabilities.apply(KERNEL, None, uid=1000, gid=1000, no_new_privileges=True))
+def test_no_capabilities_object_leaves_sets_to_setuid(busybox: str) -> None:
+    status = status_after(busybox, lambda: capabilities.apply(KERNEL, None, uid=1000, gid=1000, no_new_privileges=True))
     assert status["CapEff"] == status["CapPrm"] == mask()
     assert int(status["CapBnd"], 16) == sum(1 << c for c in capabilities.bounding_set(KERNEL))
     assert status["NoNewPrivs"] == "1"
 
 
-def test_caps_the_runtime_lacks_are_skipped_with_warnings() -> None:
+def test_caps_the_runtime_lacks_are_skipped_with_warnings(busybox: str) -> None:
     """The child first gives up CAP_SYS_RESOURCE, as a runtime in a restricted environment would lack it."""
     missing = CAPABILITIES["CAP_SYS_RESOURCE"]
     restricted = Capabilities(bounding=ALL - {missing}, effective=ALL - {missing}, permitted=ALL - {missing})
@@ -107,7 +107,7 @@ def test_caps_the_runtime_lacks_are_skipped_with_warnings() -> None:
         capabilities.apply(KERNEL, wanted, uid=1000, gid=1000, warn=warnings.append)
         os.write(1, "".join(f"warning: {w}\n" for w in warnings).encode())
 
-    code, out = run_in_child(setup, BUSYBOX, "cat", "/proc/self/status")
+    code, out = run_in_child(setup, busybox, "cat", "/proc/self/status")
     assert code == 0, out
     warnings = [line for line in out.splitlines() if line.startswith("warning: ")]
     assert warnings == [
@@ -119,7 +119,7 @@ def test_caps_the_runtime_lacks_are_skipped_with_warnings() -> None:
     assert status["CapBnd"] == status["CapAmb"] == status["CapEff"] == mask("CAP_KILL")
 
 
-def test_failures_name_the_call() -> None:
+def test_failures_name_the_call(busybox: str) -> None:
     """Without CAP_SETPCAP in effective the bounding set cannot be changed."""
     no_setpcap = Capabilities(bounding=ALL, permitted=ALL, effective=ALL - {CAPABILITIES["CAP_SETPCAP"]})
 
@@ -131,5 +131,5 @@ def test_failures_name_the_call() -> None:
             os.write(1, f"{e.errno} {e.strerror}".encode())
         os._exit(0)
 
-    code, out = run_in_child(setup, BUSYBOX, "true")
+    code, out = run_in_child(setup, busybox, "true")
     assert (code, out) == (0, "1 prctl(PR_CAPBSET_DROP, CAP_CHOWN): Operation not permitted")

@@ -15,8 +15,9 @@ import pytest
 
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V1Manager, detect, manager
 from pyruntime.linux.syscalls import LinuxSyscalls
+from tests.kit.busybox import static_busybox
 
-BUSYBOX = "/bin/busybox"
+BUSYBOX = str(static_busybox())
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/sys/fs/cgroup/memory") or detect(LinuxSyscalls()) != "v1",
                                 reason="needs a cgroup v1 host")
