@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.leakcheck import Snapshot, format_leaks
+from tests.leakcheck import Snapshot, format_leaks, reap_orphans
 
 PR_SET_CHILD_SUBREAPER = 36
 ROOT_TIERS = ("integration", "e2e")
@@ -22,16 +22,6 @@ _root_tests_selected = False
 
 def _is_root_test(item: pytest.Item) -> bool:
     return any(f"/tests/{tier}/" in str(item.path) for tier in ROOT_TIERS)
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,7 +47,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _session_before is None or not _root_tests_selected:
         return  # a unit-only run makes no kernel objects; what changed meanwhile is someone else's
-    _reap()
+    reap_orphans()
     leaks = Snapshot.take().leaked_since(_session_before)
     if leaks:
         session.config.get_terminal_writer().line(f"SESSION LEAK CHECK FAILED: {format_leaks(leaks)}", red=True)
@@ -74,7 +64,7 @@ def leak_check(request: pytest.FixtureRequest):
     yield
     leaks: dict = {}
     for _ in range(20):  # processes being killed and links being deleted settle within a second
-        _reap()
+        reap_orphans()
         leaks = Snapshot.take().leaked_since(before)
         if not leaks:
             return

@@ -38,7 +38,7 @@ from pathlib import Path
 import psutil
 
 from tests.kit.busybox import CACHE, build_rootfs, tar_directory
-from tests.leakcheck import Snapshot, format_leaks
+from tests.leakcheck import Snapshot, format_leaks, reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "1.3.6"
@@ -155,7 +155,7 @@ def _run_in_pty(argv: list[str], env: dict[str, str], cwd: Path, log: Path, time
     os.close(slave)
     # As subreaper we inherit the tests' orphans (exited containers, recvtty): reap them at once, as init
     # would, or `kill -0` in the tests' wait_pids_gone would still see them.
-    previous = signal.signal(signal.SIGCHLD, lambda *_: _reap())
+    previous = signal.signal(signal.SIGCHLD, lambda *_: reap_orphans())
     deadline = time.monotonic() + timeout
     stall_after, unstick = on_stall
     progress = time.monotonic()
@@ -250,7 +250,7 @@ def _cleanup(runtime: Path, tmpdir: Path, before: Snapshot) -> str:
         except psutil.Error:
             pass
     psutil.wait_procs(psutil.Process().children(recursive=True), timeout=10)
-    _reap()
+    reap_orphans()
     for mount_point in sorted(after.kinds["mounts"] - before.kinds["mounts"], key=len, reverse=True):
         subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
     for cg in new_cgroups:
@@ -270,16 +270,6 @@ def _cleanup(runtime: Path, tmpdir: Path, before: Snapshot) -> str:
                 time.sleep(0.1)
     shutil.rmtree(tmpdir, ignore_errors=True)
     return format_leaks(Snapshot.take().leaked_since(before))
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 FILE_TIMEOUT_MARK = "# runner: file timed out"
