@@ -41,11 +41,6 @@ CONTRACTS = (
              "the kubelet reaches a runtime only through the generated CRI stubs in proto/"),
 )
 
-# Imports that break a contract today, as (importing module, imported module), each to be removed with
-# the fix; an entry that no longer occurs fails the test, so this list only shrinks.
-PENDING: set[tuple[str, str]] = set()
-
-
 @dataclass(frozen=True)
 class Import:
     module: str  # the importing module
@@ -126,14 +121,8 @@ def violations(root: Path, packages: tuple[str, ...] = PACKAGES,
 
 
 def test_the_tree_keeps_every_contract() -> None:
-    broken = [v for v in violations(REPO) if (v.imp.module, v.imp.target) not in PENDING]
+    broken = violations(REPO)
     assert not broken, "import-layer contracts broken:\n" + "\n".join(map(str, broken))
-
-
-def test_pending_exceptions_still_occur() -> None:
-    seen = {(v.imp.module, v.imp.target) for v in violations(REPO)}
-    fixed = PENDING - seen
-    assert not fixed, f"these imports are gone: remove them from PENDING in {__file__}: {sorted(fixed)}"
 
 
 def test_every_contract_names_real_code() -> None:
