@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -201,7 +202,7 @@ def remove_chains(tool: str, chains: set[str]) -> None:
         return
     rules = subprocess.run([tool, "-w", "-t", "nat", "-S"], capture_output=True, text=True).stdout.splitlines()
     for rule in rules:
-        parts = rule.split()
+        parts = shlex.split(rule)  # comments are quoted
         if parts[:1] == ["-A"] and "-j" in parts and parts[parts.index("-j") + 1] in chains:
             subprocess.run([tool, "-w", "-t", "nat", "-D", *parts[1:]], capture_output=True)
     for chain in chains:

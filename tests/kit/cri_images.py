@@ -57,6 +57,20 @@ BUSYBOX_GROUP = "".join(f"{name}:x:{gid}:{members}\n" for name, gid, members in 
     ("www-data", 33, ""), ("operator", 37, ""), ("utmp", 43, ""), ("plugdev", 46, ""), ("staff", 50, ""),
     ("lock", 54, ""), ("netdev", 82, ""), ("users", 100, ""), ("nogroup", 65534, "")))
 
+# Applets docker-library's busybox has and Debian's (both builds) leaves to other packages, which critest
+# runs in containers: ipcs (host-IPC specs) is util-linux's, needing only libc; pgrep (execSync timeout
+# spec) is procps', which drags in libsystemd and more, so a script over /proc stands in for it.
+HOST_TOOLS = ("/usr/bin/ipcs",)
+PGREP_SH = """#!/bin/sh
+# pgrep PATTERN: the pids whose command name matches (stand-in: Debian's busybox has no pgrep)
+found=1
+for dir in /proc/[0-9]*; do
+  comm=$(cat "$dir/comm" 2>/dev/null) || continue
+  if echo "$comm" | grep -q -- "$1"; then echo "${dir#/proc/}"; found=0; fi
+done
+exit $found
+"""
+
 # k8s e2e's nonewprivs: a setuid-root program printing its effective uid.
 NNP_C = r"""
 #include <stdio.h>
@@ -141,6 +155,16 @@ def shared_libraries(binary: Path) -> list[Path]:
     return libs
 
 
+def _install_with_libraries(binary: Path, target: Path, root: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, target)
+    for lib in shared_libraries(binary):
+        lib_target = root / lib.relative_to("/")
+        if not lib_target.exists():
+            lib_target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(lib.resolve(), lib_target)
+
+
 def build_dynamic_rootfs(dest: Path) -> Path:
     """busybox:1.37.0's layout: the dynamic busybox, one hard link per applet, its libraries, users."""
     dest = Path(dest)
@@ -149,11 +173,11 @@ def build_dynamic_rootfs(dest: Path) -> Path:
         (dest / sub).mkdir(parents=True, exist_ok=True)
     (dest / "tmp").chmod(0o1777)
     busybox = dest / "bin/busybox"
-    shutil.copy2(dynamic_busybox(), busybox)
-    for lib in shared_libraries(busybox):
-        target = dest / lib.relative_to("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(lib.resolve(), target)
+    _install_with_libraries(dynamic_busybox(), busybox, dest)
+    for tool in HOST_TOOLS:
+        _install_with_libraries(Path(tool), dest / tool.lstrip("/"), dest)
+    (dest / "usr/bin/pgrep").write_text(PGREP_SH)
+    (dest / "usr/bin/pgrep").chmod(0o755)
     applets = subprocess.run([str(busybox), "--list-full"], check=True, capture_output=True, text=True).stdout
     for applet in (a.strip() for a in applets.splitlines()):
         link = dest / applet
