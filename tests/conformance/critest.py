@@ -10,7 +10,8 @@ ginkgo JSON and JUnit report, then stops everything and removes what the run lef
 
 critest leaves things its specs make outside any pod: SysV shared memory segments (host-IPC specs) and the
 portmap plugin's CNI-HOSTPORT-* iptables chains; the runner removes those that appeared during the run, and
-every mount, cgroup, netns, link and process that appeared (it is their subreaper). It holds the
+every mount, cgroup, netns, link and process that appeared (it is their subreaper), and puts host
+forwarding back as it was. It holds the
 integration lock for each endpoint's run, since it makes global kernel objects.
 
 Scores (passed/failed/skipped per spec) go to ~/.cache/pynode/critest-results/DATE/ENDPOINT/ and a
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.integration.cni_helpers import FORWARDING
 from tests.integration.registry_server import Registry
 from tests.kit.busybox import CACHE
 from tests.kit.cri_images import DIGEST_PINNED_SPECS, push_all, write_hosts_dir
@@ -216,10 +218,12 @@ class HostState:
     snapshot: Snapshot
     shm: set[int]
     chains: dict[str, set[str]]
+    forwarding: dict[str, str]  # the bridge plugin turns host forwarding on for its gateway
 
     @classmethod
     def take(cls) -> HostState:
-        return cls(Snapshot.take(), shm_segments(), {t: nat_chains(t) for t in ("iptables", "ip6tables")})
+        return cls(Snapshot.take(), shm_segments(), {t: nat_chains(t) for t in ("iptables", "ip6tables")},
+                   {p: Path(p).read_text() for p in FORWARDING if Path(p).exists()})
 
 
 def cleanup(before: HostState, work: Path, keep: set[int]) -> str:
@@ -261,6 +265,8 @@ def cleanup(before: HostState, work: Path, keep: set[int]) -> str:
         subprocess.run(["ipcrm", "-m", str(shmid)], capture_output=True)
     for tool, chains in before.chains.items():
         remove_chains(tool, {c for c in nat_chains(tool) - chains if c.startswith("CNI-")})
+    for knob, value in before.forwarding.items():
+        Path(knob).write_text(value)
     shutil.rmtree(work, ignore_errors=True)
     leaks = Snapshot.take().leaked_since(before.snapshot)
     extra = []
