@@ -20,6 +20,7 @@ side-by-side summary.md in DATE/.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -302,19 +304,24 @@ def scores(report: Path) -> dict[str, dict]:
                 continue
             name = " ".join([*(spec.get("ContainerHierarchyTexts") or []), spec.get("LeafNodeText", "")])
             failure = spec.get("Failure") or {}
-            out[name] = {"state": spec.get("State", "unknown"),
-                         "message": (failure.get("Message") or "").strip().splitlines()[:3]}
+            message = (failure.get("Message") or "").strip().splitlines()[:3]
+            if spec.get("State") == "skipped" and not message:
+                message = ["not selected (--ginkgo.skip/--ginkgo.focus, or a benchmark)"]
+            out[name] = {"state": spec.get("State", "unknown"), "message": message}
     return out
 
 
-def run_endpoint(cls: type[Endpoint], hosts_dir: Path, out_dir: Path, parallel: int, skip: str,
-                 focus: str, keep: set[int]) -> dict[str, dict]:
+def run_endpoint(cls: type[Endpoint], mirror: Mirror, out_dir: Path, *, parallel: int, skip: str, focus: str = "",
+                 lock: bool = True) -> dict[str, dict]:
+    """critest against one endpoint; the host is left as found. lock=False when the caller holds the
+    integration lock already (a pytest run under flock)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with open(LOCK, "a") as lock_file:
+        if lock:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
         before = HostState.take()
         work = Path(tempfile.mkdtemp(prefix=f"pynode-critest-{cls.name}-", dir="/var/tmp"))
-        endpoint = cls(work, hosts_dir)
+        endpoint = cls(work, mirror.hosts_dir)
         run_dir_existed = CONTAINERD_RUN.exists()
         try:
             endpoint.start()
@@ -328,7 +335,7 @@ def run_endpoint(cls: type[Endpoint], hosts_dir: Path, out_dir: Path, parallel: 
                 shutil.copy2(work / "daemon.log", out_dir / "daemon.log")
             if not run_dir_existed:
                 shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)
-            leaks = cleanup(before, work, keep)
+            leaks = cleanup(before, work, {mirror.registry_pid})
     if leaks:
         (out_dir / "leaks.txt").write_text(leaks + "\n")
         print(f"{cls.name}: left behind (could not remove): {leaks}", file=sys.stderr)
@@ -336,6 +343,24 @@ def run_endpoint(cls: type[Endpoint], hosts_dir: Path, out_dir: Path, parallel: 
     result = scores(report) if report.exists() else {}
     (out_dir / "scores.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
+
+
+@dataclass
+class Mirror:
+    hosts_dir: Path
+    registry_pid: int
+
+
+@contextlib.contextmanager
+def critest_registry(tmp: Path) -> Iterator[Mirror]:
+    """The test registry holding every image critest pulls, and the certs.d mirror config pointing at it."""
+    registry = Registry(tmp / "registry").start()
+    try:
+        assert registry.proc is not None
+        push_all(registry, tmp / "images")
+        yield Mirror(write_hosts_dir(tmp / "certs.d", registry.host), registry.proc.pid)
+    finally:
+        registry.stop()
 
 
 def summary(results: dict[str, dict[str, dict]]) -> str:
@@ -368,18 +393,11 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{needed} is missing: run `make peers`")
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     results: dict[str, dict[str, dict]] = {}
-    with tempfile.TemporaryDirectory(prefix="pynode-critest-registry-", dir="/var/tmp") as tmp:
-        registry = Registry(Path(tmp) / "registry").start()
-        assert registry.proc is not None
-        keep = {registry.proc.pid}
-        try:
-            push_all(registry, Path(tmp) / "images")
-            hosts_dir = write_hosts_dir(Path(tmp) / "certs.d", registry.host)
-            for name in args.endpoints:
-                results[name] = run_endpoint(ENDPOINTS[name], hosts_dir, args.results / name, args.parallel,
-                                             skip_pattern(args.skip), args.focus, keep)
-        finally:
-            registry.stop()
+    with tempfile.TemporaryDirectory(prefix="pynode-critest-registry-", dir="/var/tmp") as tmp, \
+            critest_registry(Path(tmp)) as mirror:
+        for name in args.endpoints:
+            results[name] = run_endpoint(ENDPOINTS[name], mirror, args.results / name, parallel=args.parallel,
+                                         skip=skip_pattern(args.skip), focus=args.focus)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "summary.md").write_text(summary(results))
     for name, r in results.items():
