@@ -186,6 +186,13 @@ class PyruntimeCri(Endpoint):
 
 ENDPOINTS: dict[str, type[Endpoint]] = {"containerd": Containerd, "pyruntime-cri": PyruntimeCri}
 
+# Failures of a reference that are its own, not the harness's: they don't fail `make conformance`.
+KNOWN_FAILURES = {"containerd": {
+    # containerd 1.6 answers NotFound to a stop of an unknown id; the CRI says stop is idempotent
+    "[k8s.io] Idempotence StopContainer should not return an error if not found",
+    "[k8s.io] Idempotence StopPodSandbox should not return an error if not found",
+}}
+
 
 # --- what critest leaves on the host ---------------------------------------------------------------------
 
@@ -405,7 +412,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {states.count('passed')} passed, {states.count('failed')} failed, "
               f"{len(states) - states.count('passed') - states.count('failed')} skipped "
               f"({args.results / name})")
-    return 0 if all(r and all(s["state"] != "failed" for s in r.values()) for r in results.values()) else 1
+    unexpected = {name: sorted(spec for spec, s in r.items() if s["state"] == "failed"
+                               and spec not in KNOWN_FAILURES.get(name, set()))
+                  for name, r in results.items()}
+    for name, specs in unexpected.items():
+        for spec in specs:
+            print(f"{name}: FAILED {spec}", file=sys.stderr)
+    return 0 if all(results.values()) and not any(unexpected.values()) else 1
 
 
 if __name__ == "__main__":
