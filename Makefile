@@ -11,7 +11,7 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run lint test unit integration bench conformance-runc proto clean
+.PHONY: apt busybox peers setup run lint test unit integration bench conformance conformance-runc proto clean
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -55,6 +55,12 @@ integration: setup
 # integration lock per .bats file itself: run it without flock. FILES="run exec" runs only those files.
 conformance-runc: setup
 	$(PY) -m tests.conformance.runc_suite $(FILES)
+
+# critest (cri-tools v1.37.0) against containerd 1.6 and, when it is on PATH, pyruntime-cri, side by side
+# (long; not part of `test`). It takes the integration lock per endpoint itself: run it without flock.
+# ENDPOINTS="containerd pyruntime-cri" picks the CRI servers; scores go to ~/.cache/pynode/critest-results.
+conformance: setup
+	$(PY) -m tests.conformance.critest $(ENDPOINTS)
 
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh
