@@ -14,6 +14,7 @@ pyruntime's Runtime directly.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -81,6 +82,7 @@ class Containers:
         # A sandbox status for the container events; sandbox.py's Sandboxes sets it (it owns pod status).
         self.pod_status: Callable[[str], api_pb2.PodSandboxStatus | None] = lambda sandbox_id: None
         self._exited = threading.Condition()
+        self._reported: set[str] = set()  # containers whose STOPPED event went out (stop() or the watcher)
 
     # ---- create / start -----------------------------------------------------------------------------------
 
@@ -186,11 +188,23 @@ class Containers:
             if timeout > 0 and record.started_at:
                 self._kill(record.id, self._stop_signal(record), all_processes=False)
                 if self.wait_exit(record.id, timeout):
+                    self._report_exit(record.id)
                     return
             self._kill(record.id, signal.SIGKILL, all_processes=True)
             if not self.wait_exit(record.id, KILL_GRACE):
                 raise UnavailableError(f"container {record.id}: no exit recorded {KILL_GRACE:.0f}s after SIGKILL "
                                        "(its supervisor is still running)")
+        self._report_exit(record.id)
+
+    def _report_exit(self, container_id: str) -> None:
+        """The STOPPED event, once per container, from whichever sees the exit first: StopContainer returning
+        or the watcher seeing the supervisor go."""
+        with self._exited:
+            if container_id in self._reported:
+                return
+            self._reported.add(container_id)
+            self._exited.notify_all()
+        self._emit(container_id, api_pb2.CONTAINER_STOPPED_EVENT)
 
     def _stop_signal(self, record: ContainerRecord) -> int | str:
         config = decode_pb(api_pb2.ContainerConfig, record.config)
@@ -228,8 +242,11 @@ class Containers:
         with self.store.lock(record.id):
             if self.store.exit_of(record.id) is None:
                 self._kill(record.id, signal.SIGKILL, all_processes=True)
-                self.wait_exit(record.id, KILL_GRACE)
+                if self.wait_exit(record.id, KILL_GRACE):
+                    self._report_exit(record.id)
             self._dismantle(record.id)
+            with self._exited:
+                self._reported.discard(record.id)
             config = decode_pb(api_pb2.ContainerConfig, record.config)
             self.store.release(container_name(record.sandbox_id, config), record.id)
         self._emit(record.id, api_pb2.CONTAINER_DELETED_EVENT, record=record)
@@ -261,9 +278,7 @@ class Containers:
             except FileNotFoundError:
                 return  # its directory went: removed meanwhile
             log.warning("container %s: %s; killed it and recorded exit code 255", record.id, SUPERVISOR_DIED)
-        with self._exited:
-            self._exited.notify_all()
-        self._emit(record.id, api_pb2.CONTAINER_STOPPED_EVENT)
+        self._report_exit(record.id)
 
     def recover(self) -> None:
         """After store.recover(): watch every live supervisor; settle (through the same callback) those gone."""
@@ -289,7 +304,7 @@ class Containers:
         except (OSError, ValueError):
             return None
 
-    def _state(self, record: ContainerRecord) -> tuple[int, ExitRecord | None]:
+    def _state(self, record: ContainerRecord) -> tuple[api_pb2.ContainerState, ExitRecord | None]:
         exited = self.store.exit_of(record.id)
         if exited is not None:
             return api_pb2.CONTAINER_EXITED, exited
@@ -321,10 +336,10 @@ class Containers:
             return record.image_id
         return digests[0] if digests else record.image_id
 
-    def statuses(self, sandbox_id: str) -> list[api_pb2.ContainerStatus]:
+    def statuses(self, sandbox_id: str) -> builtins.list[api_pb2.ContainerStatus]:
         return [self._status(r) for r in self.store.containers(sandbox_id)]
 
-    def list(self, f: api_pb2.ContainerFilter | None = None) -> list[api_pb2.Container]:
+    def list(self, f: api_pb2.ContainerFilter | None = None) -> builtins.list[api_pb2.Container]:
         out = []
         for record in self.store.containers():
             config = decode_pb(api_pb2.ContainerConfig, record.config)
@@ -371,7 +386,7 @@ class Containers:
         record = self.running(container_id)
         self.reopen_log(os.path.join(self.layout.supervisor_dir(record.id), "supervisor.sock"))
 
-    def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> api_pb2.ExecSyncResponse:
+    def exec_sync(self, container_id: str, cmd: builtins.list[str], timeout: int) -> api_pb2.ExecSyncResponse:
         """Runs `cmd` in the container, its output captured through pipes (each capped at EXEC_OUTPUT_CAP);
         `timeout` seconds (0: none) then the command is killed and ExecTimeoutError raised."""
         if not cmd:
@@ -402,7 +417,8 @@ class Containers:
 
     # ---- events -------------------------------------------------------------------------------------------
 
-    def _emit(self, container_id: str, kind: int, record: ContainerRecord | None = None) -> None:
+    def _emit(self, container_id: str, kind: api_pb2.ContainerEventType,
+              record: ContainerRecord | None = None) -> None:
         try:
             record = record or self.store.container(container_id)
         except NotFoundError:

@@ -189,7 +189,7 @@ class Sandboxes:
 
     # ---- status / list ------------------------------------------------------------------------------------
 
-    def _state(self, record: SandboxRecord) -> int:
+    def _state(self, record: SandboxRecord) -> api_pb2.PodSandboxState:
         ready = record.ready and process_alive(record.pause_pid, record.pause_start_time)
         return api_pb2.SANDBOX_READY if ready else api_pb2.SANDBOX_NOTREADY
 

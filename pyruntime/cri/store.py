@@ -14,12 +14,15 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from proto import api_pb2
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, PyRuntimeError
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R", SandboxRecord, ContainerRecord)
 
 SANDBOX_RECORD = "sandbox.json"
 CONTAINER_RECORD = "container.json"
@@ -141,7 +144,7 @@ class Store:
             self._containers[crecord.id] = crecord
 
 
-def _load_all(directory: str, filename: str, cls: type) -> list:
+def _load_all(directory: str, filename: str, cls: type[R]) -> list[R]:
     try:
         ids = sorted(os.listdir(directory))
     except FileNotFoundError:
