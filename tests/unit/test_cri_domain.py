@@ -513,3 +513,55 @@ def test_runtime_servicer_covers_every_rpc():
     streams = {name for name in rpcs if name.startswith("Stream")}
     not_ours = {"CheckpointPod", "RestorePod", "UpdatePodSandboxResources"}
     assert rpcs - streams - not_ours <= set(vars(RuntimeServicer))
+
+
+# ---- over a real gRPC server ------------------------------------------------------------------------------
+
+
+def test_runtime_service_over_grpc(env, tmp_path):
+    from concurrent import futures
+
+    from proto import api_pb2_grpc
+    from pyruntime.cri.service.runtime import RuntimeServicer
+
+    servicer = RuntimeServicer(env.store, env.sandboxes, env.containers, env.events, network=env.network,
+                               streaming=None, stats=None, runtime=env.runtime, layout=env.layout,
+                               cgroup_driver="cgroupfs", version="0.1.0", info={"root": env.layout.root})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{tmp_path}/cri.sock")
+    server.start()
+    channel = grpc.insecure_channel(f"unix://{tmp_path}/cri.sock")
+    try:
+        stub = api_pb2_grpc.RuntimeServiceStub(channel)
+        version = stub.Version(api_pb2.VersionRequest())
+        assert (version.runtime_name, version.runtime_api_version) == ("pyruntime", "v1")
+        status = stub.Status(api_pb2.StatusRequest(verbose=True))
+        assert [(c.type, c.status) for c in status.status.conditions] == [("RuntimeReady", True),
+                                                                          ("NetworkReady", True)]
+        assert json.loads(status.info["config"])["root"] == env.layout.root
+        assert stub.RuntimeConfig(api_pb2.RuntimeConfigRequest()).linux.cgroup_driver == api_pb2.CGROUPFS
+        events = stub.GetContainerEvents(api_pb2.GetEventsRequest())
+        sid = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=pod_config())).pod_sandbox_id
+        with pytest.raises(grpc.RpcError) as e:
+            stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=pod_config()))
+        assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        with pytest.raises(grpc.RpcError) as e:
+            stub.ContainerStatus(api_pb2.ContainerStatusRequest(container_id="nope"))
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in e.value.details()
+        with pytest.raises(grpc.RpcError) as e:
+            stub.CheckpointContainer(api_pb2.CheckpointContainerRequest(container_id="x"))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        cid = stub.CreateContainer(api_pb2.CreateContainerRequest(
+            pod_sandbox_id=sid, config=container_config(), sandbox_config=pod_config())).container_id
+        event = next(events)
+        assert (event.container_id, event.container_event_type) == (cid, api_pb2.CONTAINER_CREATED_EVENT)
+        assert event.pod_sandbox_status.id == sid and [c.id for c in event.containers_statuses] == [cid]
+        events.cancel()
+        stub.RemovePodSandbox(api_pb2.RemovePodSandboxRequest(pod_sandbox_id=sid))
+        stub.RemovePodSandbox(api_pb2.RemovePodSandboxRequest(pod_sandbox_id=sid))
+        assert stub.ListPodSandbox(api_pb2.ListPodSandboxRequest()).items == []
+    finally:
+        channel.close()
+        env.events.close()
+        server.stop(None).wait()
