@@ -321,6 +321,11 @@ class Containers:
             stop_signal=config.stop_signal)
         if config.linux.HasField("resources"):
             status.resources.linux.CopyFrom(config.linux.resources)
+        user = ((self._spec(record) or {}).get("process") or {}).get("user")
+        if user:  # the identity config.json starts the process with (supplemental groups policy shows here)
+            status.user.linux.uid = user.get("uid", 0)
+            status.user.linux.gid = user.get("gid", 0)
+            status.user.linux.supplemental_groups.extend(user.get("additionalGids") or [])
         if exited is not None:
             status.finished_at = exited.finished_at
             status.exit_code = exited.exit_code

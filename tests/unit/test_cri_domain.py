@@ -204,7 +204,8 @@ class Env:
 
     def spec(self, config, sandbox, sandbox_config, image, rootfs, **kw):
         self.specs.append((config.metadata.name, image, rootfs, kw["container_id"]))
-        return {"ociVersion": "1.0.2", "root": {"path": rootfs}}
+        return {"ociVersion": "1.0.2", "root": {"path": rootfs},
+                "process": {"user": {"uid": 1000, "gid": 100, "additionalGids": [100, 5]}}}
 
     def close(self):
         self.watcher.stop()
@@ -350,6 +351,8 @@ def test_container_life_cycle_and_events(env):
     status = env.containers.status(cid, verbose=True)
     assert status.status.state == api_pb2.CONTAINER_RUNNING and status.status.image.image == "busybox"
     assert status.status.image_ref.startswith("busybox@sha256:") and status.status.image_id == env.images.image.id
+    user = status.status.user.linux
+    assert (user.uid, user.gid, list(user.supplemental_groups)) == (1000, 100, [100, 5])
     env.containers.stop(cid, 5)
     assert ("kill", cid, "SIGQUIT") in env.runtime.calls  # the image's StopSignal
     status = env.containers.status(cid).status
