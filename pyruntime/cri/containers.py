@@ -38,6 +38,7 @@ from pyruntime.errors import (
 )
 from pyruntime.fsutil import atomic_write
 from pyruntime.images.mount import mount_all, unmount
+from pyruntime.runtime import parse_signal
 
 log = logging.getLogger(__name__)
 
@@ -206,15 +207,21 @@ class Containers:
             self._exited.notify_all()
         self._emit(container_id, api_pb2.CONTAINER_STOPPED_EVENT)
 
-    def _stop_signal(self, record: ContainerRecord) -> int | str:
+    def _stop_signal(self, record: ContainerRecord) -> int:
+        """The request's stop signal, else the image's StopSignal, else SIGTERM; an image's signal that is no
+        signal is logged and SIGTERM used, so a bad image can't make a container unstoppable."""
         config = decode_pb(api_pb2.ContainerConfig, record.config)
         if config.stop_signal != api_pb2.SIGNAL_RUNTIME_DEFAULT:
-            return api_pb2.Signal.Name(config.stop_signal).removeprefix("SIGNAL_")
+            return parse_signal(api_pb2.Signal.Name(config.stop_signal).removeprefix("SIGNAL_"))
         try:
             image_signal = self.images.get(record.image_id).config.stop_signal
         except NotFoundError:  # the image was removed since: the runtime's default
             image_signal = ""
-        return image_signal or signal.SIGTERM
+        try:
+            return parse_signal(image_signal) if image_signal else signal.SIGTERM
+        except InvalidArgumentError as e:
+            log.warning("container %s: image StopSignal %r: %s; using SIGTERM", record.id, image_signal, e)
+            return signal.SIGTERM
 
     def _kill(self, container_id: str, sig: int | str, all_processes: bool) -> None:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -354,7 +355,7 @@ def test_container_life_cycle_and_events(env):
     user = status.status.user.linux
     assert (user.uid, user.gid, list(user.supplemental_groups)) == (1000, 100, [100, 5])
     env.containers.stop(cid, 5)
-    assert ("kill", cid, "SIGQUIT") in env.runtime.calls  # the image's StopSignal
+    assert ("kill", cid, signal.SIGQUIT) in env.runtime.calls  # the image's StopSignal
     status = env.containers.status(cid).status
     assert status.state == api_pb2.CONTAINER_EXITED and status.exit_code == 143
     env.containers.stop(cid, 5)  # stopping an exited container is fine
