@@ -137,7 +137,10 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
                                   ("grpc.max_send_message_length", MESSAGE_MAX)])
     api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
     api_pb2_grpc.add_ImageServiceServicer_to_server(_image_servicer(cfg, images), server)
-    server.add_insecure_port(f"unix://{cfg.socket_path}")
+    try:
+        server.add_insecure_port(f"unix://{cfg.socket_path}")
+    except RuntimeError as e:  # grpc's only word for a failed bind
+        raise FailedPreconditionError(f"--listen: unix://{cfg.socket_path}: can't listen: {e}") from e
 
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
