@@ -124,7 +124,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     containers.recover()
     log.info("recovered %d pod sandboxes and %d containers", len(store.sandboxes()), len(store.containers()))
 
-    streaming = _streaming_server(cfg, launcher, layout, store)
+    streaming = _streaming_server(cfg, launcher, layout, store, kernel)
     streaming.start()
     info = {"root": layout.root, "state": layout.state, "cniConfDir": cfg.cni_conf_dir,
             "cniBinDirs": list(cfg.cni_bin_dirs), "cgroupDriver": cfg.cgroup_driver,
@@ -136,7 +136,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
                          options=[("grpc.max_receive_message_length", MESSAGE_MAX),
                                   ("grpc.max_send_message_length", MESSAGE_MAX)])
     api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
-    api_pb2_grpc.add_ImageServiceServicer_to_server(_image_servicer(cfg, images), server)
+    api_pb2_grpc.add_ImageServiceServicer_to_server(_image_servicer(images), server)
     try:
         server.add_insecure_port(f"unix://{cfg.socket_path}")
     except RuntimeError as e:  # grpc's only word for a failed bind
@@ -162,20 +162,20 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
             pass
 
 
-def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: Any) -> Any:
-    """cri-streaming's server over its backend (exec and attach through the launcher and the supervisors'
-    attach sockets, port-forward into the pod's netns)."""
-    from pyruntime.cri.streaming import StreamingServer
-    from pyruntime.cri.streaming.backend import RuntimeBackend
-    return StreamingServer(cfg.stream_address, RuntimeBackend(launcher, layout, store))
+def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: Any, kernel: Any) -> Any:
+    """cri-streaming's server over its backend: exec through the launcher, attach through the supervisors'
+    sockets, port-forward into the pod's pinned netns (None: a hostNetwork pod)."""
+    from pyruntime.cri.streaming.backend import RuntimeStreamBackend
+    from pyruntime.cri.streaming.server import StreamingServer
+    backend = RuntimeStreamBackend(launcher, layout, lambda sandbox_id: store.sandbox(sandbox_id).namespaces.get("net"),
+                                   kernel)
+    return StreamingServer(cfg.stream_address, backend)
 
 
-def _image_servicer(cfg: config.Config, images: Any) -> Any:
-    """cri-spec's ImageService over the image store (registry credentials from the config for pulls that
-    bring none)."""
-    from pyruntime.cri.images import Images
+def _image_servicer(images: Any) -> Any:
+    from pyruntime.cri.images import ImageService
     from pyruntime.cri.service.image import ImageServicer
-    return ImageServicer(Images(images, registry_creds=cfg.registry_creds or None))
+    return ImageServicer(ImageService(images))
 
 
 if __name__ == "__main__":

@@ -152,7 +152,8 @@ class Sandboxes:
                 try:
                     self.network.teardown(record.id, netns if netns and os.path.exists(netns) else None,
                                           name=m.name, namespace=m.namespace, uid=m.uid,
-                                          port_mappings=list(config.port_mappings))
+                                          port_mappings=list(config.port_mappings),
+                                          cgroup_parent=config.linux.cgroup_parent)
                 except (PyRuntimeError, OSError) as e:  # the network releases the addresses regardless
                     log.warning("pod sandbox %s: network teardown: %s", record.id, e)
             record.network_torn_down = True

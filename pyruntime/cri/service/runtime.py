@@ -195,7 +195,17 @@ class RuntimeServicer(api_pb2_grpc.RuntimeServiceServicer):
         return self.stats.sandbox_stats(record, self.store.containers(record.id), self.runtime, self.layout)
 
     def ListMetricDescriptors(self, request: Any, context: Any) -> Any:
-        return api_pb2.ListMetricDescriptorsResponse()
+        return api_pb2.ListMetricDescriptorsResponse(descriptors=self.stats.metric_descriptors())
 
     def ListPodSandboxMetrics(self, request: Any, context: Any) -> Any:
-        return api_pb2.ListPodSandboxMetricsResponse()
+        selected = api_pb2.PodSandboxFilter()
+        selected.state.state = api_pb2.SANDBOX_READY
+        response = api_pb2.ListPodSandboxMetricsResponse()
+        for sandbox in self.sandboxes.list(selected):
+            try:
+                record = self.store.sandbox(sandbox.id)
+            except NotFoundError:  # removed since the listing
+                continue
+            response.pod_metrics.append(self.stats.sandbox_metrics(record, self.store.containers(record.id),
+                                                                   self.runtime, self.layout))
+        return response
