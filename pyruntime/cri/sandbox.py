@@ -146,7 +146,8 @@ class Sandboxes:
 
     def _teardown(self, record: SandboxRecord, config: api_pb2.PodSandboxConfig) -> None:
         if not record.network_torn_down:
-            if config.linux.security_context.namespace_options.network != api_pb2.NODE:
+            # no pause recorded: the run stopped before the network was set up (its pid is saved first)
+            if record.pause_pid and config.linux.security_context.namespace_options.network != api_pb2.NODE:
                 netns = record.namespaces.get("net")
                 m = config.metadata
                 try:

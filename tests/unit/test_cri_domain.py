@@ -279,6 +279,13 @@ def test_same_pod_name_twice_is_already_exists(env):
         run_pod(env)
 
 
+def test_failed_pause_rolls_back_without_cni(env):
+    env.launcher.run_pause = lambda job: (_ for _ in ()).throw(InvalidArgumentError("sysctls: bad"))
+    with pytest.raises(InvalidArgumentError):
+        run_pod(env)
+    assert env.network.teardowns == [] and len(env.released_pauses) == 1 and env.store.sandboxes() == []
+
+
 def test_failed_network_rolls_back_everything(env):
     env.network.fail_setup = InvalidArgumentError("cni: plugin pybridge: no address")
     with pytest.raises(InvalidArgumentError):
