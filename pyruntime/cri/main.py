@@ -34,7 +34,7 @@ STOP_GRACE = 5.0  # seconds in-flight RPCs get at shut-down
 def _options(f: Any) -> Any:
     for option in reversed(config.OPTIONS):
         f = click.option(option.flag, option.key, default=None, multiple=option.multiple, help=option.help,
-                         metavar="LIST" if option.multiple else None)(f)
+                         metavar="DIR" if option.multiple else None)(f)
     return click.option("--config", "config_path", default=None, metavar="FILE",
                         help="TOML file with any of the settings below (flags override it)")(f)
 
