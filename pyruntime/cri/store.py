@@ -132,16 +132,31 @@ class Store:
     # ---- start-up -----------------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Index every record on disk and reserve its name. An unreadable record is logged and left out (one
-        bad file must not keep the daemon down); settling what the records claim is the managers' job."""
+        """Index every record on disk and reserve its name. A record that can't be read or decoded is logged
+        and left out (one bad file must not keep the daemon down, nor fail every List); settling what the
+        records claim is the managers' job (Sandboxes.recover, Containers.recover)."""
         for record in _load_all(os.path.join(self.layout.root, "sandboxes"), SANDBOX_RECORD, SandboxRecord):
-            name = sandbox_name(decode_pb(api_pb2.PodSandboxConfig, record.config))
-            self.reserve(name, record.id, "pod sandbox")
-            self._sandboxes[record.id] = record
+            try:
+                name = sandbox_name(decode_pb(api_pb2.PodSandboxConfig, record.config))
+            except Exception as e:  # base64 or protobuf decoding: a corrupt record
+                log.error("pod sandbox %s: unreadable config in its record: %s", record.id, e)
+                continue
+            self._recovered(self._sandboxes, record, name, "pod sandbox")
         for crecord in _load_all(os.path.join(self.layout.root, "containers"), CONTAINER_RECORD, ContainerRecord):
-            name = container_name(crecord.sandbox_id, decode_pb(api_pb2.ContainerConfig, crecord.config))
-            self.reserve(name, crecord.id, "container")
-            self._containers[crecord.id] = crecord
+            try:
+                name = container_name(crecord.sandbox_id, decode_pb(api_pb2.ContainerConfig, crecord.config))
+            except Exception as e:
+                log.error("container %s: unreadable config in its record: %s", crecord.id, e)
+                continue
+            self._recovered(self._containers, crecord, name, "container")
+
+    def _recovered(self, index: dict, record: SandboxRecord | ContainerRecord, name: str, what: str) -> None:
+        try:
+            self.reserve(name, record.id, what)
+        except AlreadyExistsError as e:  # two records claim one name: both stay visible, for removal
+            log.error("%s %s: %s", what, record.id, e)
+        with self._mutex:
+            index[record.id] = record
 
 
 def _load_all(directory: str, filename: str, cls: type[R]) -> list[R]:

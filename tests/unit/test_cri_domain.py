@@ -433,6 +433,20 @@ def test_recover_after_restart(env):
     assert sorted(c.id for c in env.containers.list(None)) == sorted([running, lost])
 
 
+def test_recover_skips_a_corrupt_record(env):
+    sid = run_pod(env)
+    good = create(env, sid, "good")
+    bad = create(env, sid, "bad")
+    path = os.path.join(env.layout.container_dir(bad), "container.json")
+    record = ContainerRecord.load(path)
+    record.config = "!!not base64!!"
+    record.dump(path)
+    env.watcher.stop()
+    env.build()
+    env.store.recover()
+    assert [c.id for c in env.containers.list(None)] == [good]
+
+
 def test_list_containers_filters(env):
     a, b = run_pod(env, "a"), run_pod(env, "b")
     ca, cb = create(env, a, "x"), create(env, b, "y")
