@@ -29,7 +29,7 @@ BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",
-         "images/store.py"}
+         "images/store.py", "cri/main.py"}
 
 
 def _modules() -> list[tuple[str, ast.Module]]:
