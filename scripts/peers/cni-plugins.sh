@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the reference CNI plugins (bridge, host-local, loopback) at v1.10.0 into $PEERS_BIN/cni for the
+# Builds the reference CNI plugins (bridge, host-local, loopback, portmap) at v1.10.0 into $PEERS_BIN/cni for the
 # differential tests and the benchmark, and crictl into $PEERS_BIN for the containerd interop test, all
 # from the Go module proxy. Each is skipped when its output exists.
 set -euo pipefail
@@ -9,7 +9,7 @@ bin="${PEERS_BIN:-$HOME/.cache/pynode/bin}"
 out="$bin/cni"
 export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 mkdir -p "$out"
-for p in main/bridge ipam/host-local main/loopback; do
+for p in main/bridge ipam/host-local main/loopback meta/portmap; do
   [ -x "$out/$(basename "$p")" ] && continue
   GOBIN="$out" go install "github.com/containernetworking/plugins/plugins/$p@$VERSION"
 done
