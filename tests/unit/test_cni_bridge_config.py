@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cni_plugins import bridge_config, ipmasq, skel
+from cni_plugins import bridge_config, ipmasq, iptables, skel
 from cni_plugins.install import install
 
 
@@ -54,7 +54,7 @@ def test_invalid(conf: dict, code: int, word: str) -> None:
 
 def test_chain_name_matches_reference_format() -> None:
     # utils.FormatChainName: "CNI-" + hex(sha512(name + id)) cut to 28 characters
-    chain = ipmasq.chain_name("mynet", "abc123")
+    chain = iptables.chain_name("mynet", "abc123")
     assert len(chain) == 28 and chain.startswith("CNI-")
     assert chain == "CNI-" + __import__("hashlib").sha512(b"mynetabc123").hexdigest()[:24]
     assert ipmasq.comment("mynet", "abc123") == 'name: "mynet" id: "abc123"'
@@ -62,7 +62,7 @@ def test_chain_name_matches_reference_format() -> None:
 
 def test_install_writes_lean_launchers(tmp_path: Path) -> None:
     paths = install(tmp_path / "bin")
-    assert sorted(p.name for p in paths) == ["pybridge", "pyhost-local", "pyloopback"]
+    assert sorted(p.name for p in paths) == ["pybridge", "pyhost-local", "pyloopback", "pyportmap"]
     text = (tmp_path / "bin" / "pybridge").read_text()
     assert text.startswith("#!") and " -IS\n" in text.splitlines()[0] + "\n"
     assert os.access(tmp_path / "bin" / "pybridge", os.X_OK)
