@@ -14,7 +14,7 @@ import pytest
 
 from proto import api_pb2
 from pyruntime import errors
-from pyruntime.cri.network import Network, parse_conf, pod_ips
+from pyruntime.cri.network import Network, PluginError, parse_conf, pod_ips
 
 FAKE = """#!{python}
 import json, os, sys, time
@@ -40,6 +40,7 @@ if cmd == "ADD":
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     bin_dir, conf_dir, cache = tmp_path / "bin", tmp_path / "net.d", tmp_path / "cache"
+    conf_dir_, cache_ = conf_dir, cache
     bin_dir.mkdir()
     conf_dir.mkdir()
     for name in ("fakebr", "fakepm", "pyloopback"):
@@ -50,6 +51,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("CNI_COMMAND", "stale")  # the runtime's own CNI_* never leak into a call
 
     class World:
+        conf_dir, cache = conf_dir_, cache_
         net = Network(str(conf_dir), [str(tmp_path / "nothing"), str(bin_dir)], str(cache), timeout=5)
 
         @staticmethod
@@ -69,7 +71,6 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             log.unlink()
             return out
 
-    World.conf_dir, World.cache = conf_dir, cache
     return World
 
 
@@ -185,6 +186,7 @@ def test_a_failing_del_still_runs_the_others_keeps_the_cache_and_reports_the_cni
     with pytest.raises(errors.UnavailableError) as err:
         world.net.teardown("sb1", None)
     assert "'fakepm' DEL" in str(err.value) and "code 11: busy: iptables lock" in str(err.value)
+    assert isinstance(err.value, PluginError)
     assert (err.value.code, err.value.msg, err.value.details) == (11, "busy", "iptables lock")
     assert [c["type"] for c in world.calls()] == ["fakepm", "fakebr", "pyloopback"], "IPAM ran all the same"
     assert (world.cache / "results" / "fakenet-sb1-eth0").exists(), "kept for the retry"
