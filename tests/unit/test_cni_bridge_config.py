@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cni_plugins import bridge_config, ipmasq, iptables, skel
-from cni_plugins.install import install
+from cni_plugins.install import install, install_conf
 
 
 def load(**conf) -> bridge_config.BridgeConf:
@@ -69,6 +69,17 @@ def test_install_writes_lean_launchers(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "cni_plugins", "install", "--dir", str(tmp_path / "other")],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
     assert "pyloopback" in out.stdout
+
+
+def test_install_conf_writes_the_default_network_only_into_an_empty_conf_dir(tmp_path: Path) -> None:
+    written = install_conf(tmp_path / "net.d")
+    assert written == tmp_path / "net.d" / "10-pynode.conflist"
+    conf = json.loads(written.read_text())
+    assert [p["type"] for p in conf["plugins"]] == ["pybridge", "pyportmap"]
+    assert conf["plugins"][0]["ipam"]["type"] == "pyhost-local" and conf["plugins"][0]["isDefaultGateway"]
+    assert conf["plugins"][1]["capabilities"] == {"portMappings": True}
+    written.write_text("{}")
+    assert install_conf(tmp_path / "net.d") is None and written.read_text() == "{}", "an existing config stays"
 
 
 def test_launcher_imports_nothing_heavy(tmp_path: Path) -> None:
