@@ -28,7 +28,7 @@ import os
 import re
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from pyruntime.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from proto import api_pb2
+    from pyruntime.linux.syscalls import Syscalls
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,15 @@ NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
 PROTOCOLS = {0: "tcp", 1: "udp", 2: "sctp"}  # api_pb2.Protocol
 ERR_UNKNOWN_CONTAINER = 3
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}  # plugins exec iptables
 
 
-class PluginError(PyRuntimeError):
-    """A plugin's error result (the spec's code, msg, details); the subclass says the kind."""
+class PluginError:
+    """What a plugin's error result said (the spec's code, msg, details), on each of the error classes below:
+    `except PluginError` catches them all, the kind (their other base) says what the caller should do."""
 
     def __init__(self, message: str, code: int, msg: str, details: str) -> None:
-        super().__init__(message)
+        super().__init__(message)  # type: ignore[call-arg]  # the next class in the MRO is the kind (an Exception)
         self.code = code
         self.msg = msg
         self.details = details
@@ -91,7 +94,7 @@ class PluginInternalError(PluginError, InternalError):
     """Any other failure (I/O, 999, plugin-specific codes)."""
 
 
-ERROR_KINDS: dict[int, type[PluginError]] = {1: PluginConfigError, 2: PluginConfigError, 6: PluginConfigError,
+ERROR_KINDS: dict[int, type[PyRuntimeError]] = {1: PluginConfigError, 2: PluginConfigError, 6: PluginConfigError,
                                              7: PluginConfigError, 3: PluginUnknownContainerError,
                                              4: PluginArgumentError, 11: PluginUnavailableError,
                                              50: PluginUnavailableError, 51: PluginUnavailableError}
@@ -208,22 +211,20 @@ def _port_mappings(port_mappings: Iterable[api_pb2.PortMapping]) -> list[dict[st
     return out
 
 
-def _netns_alive(path: str) -> bool:
-    from pyruntime.linux.syscalls import CLONE_NEWNET, LinuxSyscalls
-    try:
-        return LinuxSyscalls().ns_type(path) == CLONE_NEWNET
-    except OSError:
-        return False
-
-
 class Network:
-    """The pod network of one pyruntime-cri: thread-safe (calls for different sandboxes run in parallel)."""
+    """The pod network of one pyruntime-cri: thread-safe (calls for different sandboxes run in parallel).
 
-    def __init__(self, conf_dir: str, bin_dirs: Sequence[str], cache_dir: str, *,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+    `env` is the environment every plugin runs with, besides the CNI_* variables (default: PATH only, so
+    the daemon's own environment never reaches a plugin unless the daemon passes it); `kernel` tells a
+    live netns from a gone one."""
+
+    def __init__(self, conf_dir: str, bin_dirs: Sequence[str], cache_dir: str, *, kernel: Syscalls,
+                 env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.conf_dir = conf_dir
         self.bin_dirs = list(bin_dirs)
         self.cache_dir = cache_dir
+        self.kernel = kernel
+        self.env = dict(DEFAULT_ENV if env is None else env)
         self.timeout = timeout
         self._lock = threading.Lock()
         self._loaded = False
@@ -303,7 +304,7 @@ class Network:
                    if on and cap in att.capability_args}
         if runtime:
             conf["runtimeConfig"] = runtime
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CNI_")}
+        env = {k: v for k, v in self.env.items() if not k.startswith("CNI_")}
         env.update(CNI_COMMAND=command, CNI_CONTAINERID=att.container_id, CNI_NETNS=att.netns,
                    CNI_IFNAME=att.ifname, CNI_ARGS=";".join(f"{k}={v}" for k, v in att.cni_args),
                    CNI_PATH=os.pathsep.join(self.bin_dirs))
@@ -374,6 +375,13 @@ class Network:
                 log.warning("CNI cache %s unreadable, removed: %s", path, e)
                 _remove(path)
         return found
+
+    def _netns_alive(self, path: str) -> bool:
+        from pyruntime.linux.syscalls import CLONE_NEWNET
+        try:
+            return self.kernel.ns_type(path) == CLONE_NEWNET
+        except OSError:
+            return False
 
     # the operations
     def _loopback(self) -> NetworkList | None:
@@ -447,7 +455,7 @@ class Network:
                  port_mappings: Iterable[api_pb2.PortMapping] = (), cgroup_parent: str = "") -> None:
         """Detaches the pod and releases its addresses; idempotent. Runs with what ADD ran with (the cache);
         without a cache entry, with the current network and these arguments. A gone netns is no error."""
-        live = netns if netns and _netns_alive(netns) else ""
+        live = netns if netns and self._netns_alive(netns) else ""
         failures: list[PyRuntimeError] = []
         mappings = list(port_mappings)
         for ifname in (IFNAME, "lo"):

@@ -4,6 +4,7 @@ answer, host ports that work, and a teardown that releases the address however t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from cni_plugins.install import DEFAULT_CONFLIST
 from proto import api_pb2
 from pyruntime import errors
 from pyruntime.cri.network import Network
+from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.integration.cni_helpers import CNIEnv, hostport_chains, ping, remove_hostport_chains, tcp_roundtrip
 
 pytestmark = pytest.mark.usefixtures("restore_forwarding")
@@ -27,7 +29,9 @@ class Node:
         self.conf_dir = tmp_path / "net.d"
         self.conf_dir.mkdir()
         self.cache = tmp_path / "cache"
-        self.net = Network(str(self.conf_dir), [str(cni.bin_dir)], str(self.cache))
+        env = {"PATH": os.environ["PATH"], "PYCNI_HELPER": "auto", "PYCNI_HELPER_SOCKET": cni.helper_name,
+               "PYCNI_HELPER_LOG": str(cni.helper_log)}
+        self.net = Network(str(self.conf_dir), [str(cni.bin_dir)], str(self.cache), kernel=LinuxSyscalls(), env=env)
 
     def write_conf(self) -> Path:
         conf = json.loads(DEFAULT_CONFLIST.read_text())
@@ -49,11 +53,8 @@ class Node:
 
 
 @pytest.fixture
-def node(cni: CNIEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def node(cni: CNIEnv, tmp_path: Path):
     """The plugins run as a CRI server runs them, through the resident helper (the test's own, stopped by cni)."""
-    monkeypatch.setenv("PYCNI_HELPER", "auto")
-    monkeypatch.setenv("PYCNI_HELPER_SOCKET", cni.helper_name)
-    monkeypatch.setenv("PYCNI_HELPER_LOG", str(cni.helper_log))
     shared = hostport_chains()
     try:
         yield Node(cni, tmp_path)

@@ -15,6 +15,7 @@ import pytest
 from proto import api_pb2
 from pyruntime import errors
 from pyruntime.cri.network import Network, PluginError, parse_conf, pod_ips
+from pyruntime.linux.syscalls import LinuxSyscalls
 
 FAKE = """#!{python}
 import json, os, sys, time
@@ -38,7 +39,7 @@ if cmd == "ADD":
 
 
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def world(tmp_path: Path):
     bin_dir, conf_dir, cache = tmp_path / "bin", tmp_path / "net.d", tmp_path / "cache"
     conf_dir_, cache_ = conf_dir, cache
     bin_dir.mkdir()
@@ -46,13 +47,12 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in ("fakebr", "fakepm", "pyloopback"):
         (bin_dir / name).write_text(FAKE.format(python=sys.executable))
         (bin_dir / name).chmod(0o755)
-    log = tmp_path / "calls.log"
-    monkeypatch.setenv("FAKE_LOG", str(log))
-    monkeypatch.setenv("CNI_COMMAND", "stale")  # the runtime's own CNI_* never leak into a call
+    log = tmp_path / "calls.log"  # (the stale CNI_COMMAND in the env given: the call's own CNI_* win)
 
     class World:
         conf_dir, cache = conf_dir_, cache_
-        net = Network(str(conf_dir), [str(tmp_path / "nothing"), str(bin_dir)], str(cache), timeout=5)
+        net = Network(str(conf_dir), [str(tmp_path / "nothing"), str(bin_dir)], str(cache), kernel=LinuxSyscalls(),
+                      env={"PATH": os.environ["PATH"], "FAKE_LOG": str(log), "CNI_COMMAND": "stale"}, timeout=5)
 
         @staticmethod
         def conf(name: str = "10-a.conflist", **plugin_opts) -> Path:
