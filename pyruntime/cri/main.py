@@ -104,7 +104,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     kernel = LinuxSyscalls()
     runtime = Runtime(settings, kernel=kernel)
     images = ImageStore(layout.images, hosts_dir=Path(cfg.registry_config_dir), kernel=kernel)
-    network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache)
+    network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel)
     store = Store(layout)
     events = EventHub()
     containers = Containers(
