@@ -89,7 +89,7 @@ def test_credentials_from_auth_config():
     assert credentials(hub, "busybox") == Credentials("u", "p")
     local = api_pb2.AuthConfig(username="u", password="p", server_address="127.0.0.1:5000")
     assert credentials(local, "127.0.0.1:5000/x:1") == Credentials("u", "p")
-    with pytest.raises(InvalidArgumentError, match="auth.auth"):
+    with pytest.raises(InvalidArgumentError, match=r"auth\.auth"):
         credentials(api_pb2.AuthConfig(auth="!!"), "busybox")
 
 
