@@ -39,7 +39,11 @@ def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None
         return None
     if auth.server_address:
         server = auth.server_address.split("://", 1)[-1].split("/", 1)[0]
-        if refs.parse(ref).domain != refs.parse(f"{server}/x").domain:
+        try:
+            domain = refs.parse(f"{server}/x").domain
+        except refs.ReferenceFormatError as e:
+            raise InvalidArgumentError(f"auth.server_address: {auth.server_address!r} is not a registry") from e
+        if refs.parse(ref).domain != domain:
             return None
     if auth.username:
         return Credentials(auth.username, auth.password)
