@@ -52,13 +52,18 @@ HOST_DEV_SKIP = ("/dev/pts", "/dev/shm", "/dev/fd", "/dev/mqueue", "/dev/console
 
 TargetResolver = Callable[[str], str]
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
+
 
 def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sandbox_config: api_pb2.PodSandboxConfig,
                    image: dict, rootfs: str, *, layout: Layout, cgroup_driver: str, container_id: str,
-                   target_pid_ns: TargetResolver | None = None) -> dict:
+                   kernel: Syscalls, target_pid_ns: TargetResolver | None = None) -> dict:
     """The config.json of a container (root.path is `rootfs`). `image`: the OCI image config blob
-    ({"config": {...}}). `cgroup_driver`: "cgroupfs" or "systemd". `target_pid_ns(container_id)`: the pid
-    namespace path of another container, for a NamespaceOption pid mode of TARGET."""
+    ({"config": {...}}). `cgroup_driver`: "cgroupfs" or "systemd". `kernel`: the syscall layer the image's
+    /etc/passwd and /etc/group are opened through. `target_pid_ns(container_id)`: the pid namespace path
+    of another container, for a NamespaceOption pid mode of TARGET."""
     img = image.get("config") or {}
     sc = config.linux.security_context
     privileged = sc.privileged
@@ -74,7 +79,7 @@ def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sand
     }
     if not process["cwd"].startswith("/"):
         raise InvalidArgumentError(f"config.working_dir: {process['cwd']!r} must be an absolute path")
-    user, home = resolve_user(sc, img.get("User") or "", rootfs)
+    user, home = resolve_user(sc, img.get("User") or "", rootfs, kernel)
     process["user"] = user
     if not any(e.startswith("HOME=") for e in env):
         env.append(f"HOME={home}")
@@ -174,13 +179,13 @@ def _oom_score_adj(requested: int) -> int:
 
 # ---- user ---------------------------------------------------------------------------------------------------
 
-def _read_in_root(rootfs: str, path: str) -> list[list[str]]:
+def _read_in_root(rootfs: str, path: str, kernel: Syscalls) -> list[list[str]]:
     """The colon-separated entries of `path` inside the image; a missing file has none."""
     from pyruntime.linux.resolve import open_in_root
-    from pyruntime.linux.syscalls import LinuxSyscalls, SyscallError
+    from pyruntime.linux.syscalls import SyscallError
     root_fd = os.open(rootfs, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = open_in_root(LinuxSyscalls(), root_fd, path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_in_root(kernel, root_fd, path, os.O_RDONLY | os.O_CLOEXEC)
     except SyscallError:
         return []
     finally:
@@ -199,7 +204,8 @@ def _id(text: str) -> int | None:
     return int(text) if text.isdigit() and int(text) < 2**32 else None
 
 
-def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, rootfs: str) -> tuple[dict, str]:
+def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, rootfs: str,
+                 kernel: Syscalls) -> tuple[dict, str]:
     """process.user and HOME for a container: the request's run_as_username / run_as_user / run_as_group, else
     the image's USER, names looked up in the image; the supplemental groups per the policy (Merge: the user's
     groups in the image's /etc/group too)."""
@@ -221,7 +227,7 @@ def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, roo
     if not name and image_user:
         name, _, group = image_user.partition(":")
         where = group_where = "image config User"
-    passwd = _read_in_root(rootfs, "/etc/passwd")
+    passwd = _read_in_root(rootfs, "/etc/passwd", kernel)
     uid = _id(name) if name else 0
     entry = None
     if uid is None:
@@ -237,7 +243,7 @@ def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, roo
     if group:
         gid = _id(group)
         if gid is None:
-            groups = _read_in_root(rootfs, "/etc/group")
+            groups = _read_in_root(rootfs, "/etc/group", kernel)
             found = next((g for g in groups if len(g) >= 3 and g[0] == group and _id(g[2]) is not None), None)
             if found is None:
                 raise InvalidArgumentError(f"{group_where}: no group {group!r} in the image's /etc/group")
@@ -246,7 +252,7 @@ def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, roo
     additional = [gid]
     if sc.supplemental_groups_policy != api_pb2.Strict and entry is not None:
         username = entry[0]
-        for g in groups if groups is not None else _read_in_root(rootfs, "/etc/group"):
+        for g in groups if groups is not None else _read_in_root(rootfs, "/etc/group", kernel):
             member_gid = _id(g[2]) if len(g) >= 4 and g[0] != username and username in g[3].split(",") else None
             if member_gid is not None:
                 additional.append(member_gid)

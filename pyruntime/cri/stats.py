@@ -183,14 +183,14 @@ def container_stats(record: ContainerRecord, runtime: Runtime, layout: Layout) -
     return _container_stats(record, runtime, layout)[0]
 
 
-def _pod_cgroup_data(parent: str) -> dict | None:
-    """The pod cgroup's figures read with the runtime's own cgroup reader; None without a pod cgroup."""
-    if not parent or "/" not in parent:  # none, or a systemd slice name pyruntime does not place cgroups by
+def _pod_cgroup_data(parent: str, runtime: Runtime) -> dict | None:
+    """The pod cgroup's figures read with the runtime's own cgroup reader (through the runtime's syscall
+    layer); None without a pod cgroup, or a runtime that was given no syscall layer."""
+    if not parent or "/" not in parent or runtime.kernel is None:  # "/" not in: a systemd slice name
         return None
     from pyruntime.linux.cgroups import CgroupError, manager
-    from pyruntime.linux.syscalls import LinuxSyscalls
     try:
-        cgroup = manager(parent if parent.startswith("/") else "/" + parent, "pod", LinuxSyscalls())
+        cgroup = manager(parent if parent.startswith("/") else "/" + parent, "pod", runtime.kernel)
         return cgroup.stats() if cgroup.exists() else None
     except (CgroupError, ValueError):
         return None
@@ -259,7 +259,7 @@ def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], run
         linux.containers.append(stats)
         if data is not None:
             datas.append(data)
-    pod = _pod_cgroup_data(sandbox.cgroup_parent)
+    pod = _pod_cgroup_data(sandbox.cgroup_parent, runtime)
     if pod is None:
         pod = _sum(datas)
     linux.cpu.CopyFrom(cpu_usage("pod:" + sandbox.id, pod, now))

@@ -8,6 +8,7 @@ import time
 from proto import api_pb2
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.ocispec import container_spec
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.spec import parse
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
@@ -52,10 +53,10 @@ def test_spec_runs_as_asked(tmp_path):
     pod = api_pb2.PodSandboxConfig(hostname="pod")
     sandbox = SandboxRecord(id="sb1", config="", created_at=1)
     spec = container_spec(config, sandbox, pod, {"config": {"Env": ["FOO=image"]}}, str(rootfs), layout=layout,
-                          cgroup_driver="cgroupfs", container_id="cri-spec-run")
+                          cgroup_driver="cgroupfs", container_id="cri-spec-run", kernel=LinuxSyscalls())
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    rt = Runtime(Settings.from_env({}, root=str(tmp_path / "rtstate")))
+    rt = Runtime(Settings.from_env({}, root=str(tmp_path / "rtstate")), kernel=LinuxSyscalls())
     try:
         rt.create("cri-spec-run", str(bundle), spec=parse(spec, str(bundle)))
         rt.start("cri-spec-run")

@@ -8,6 +8,7 @@ import time
 from proto import api_pb2
 from pyruntime.cri import stats
 from pyruntime.cri.model import ContainerRecord, Layout, SandboxRecord, encode_pb
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.spec import load_bundle
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
@@ -15,7 +16,7 @@ from tests.kit.runtime import bundle_config
 
 
 def test_container_and_pod_stats(tmp_path, rootfs, make_bundle):
-    rt = Runtime(Settings.from_env({}, root=str(tmp_path / "state")))
+    rt = Runtime(Settings.from_env({}, root=str(tmp_path / "state")), kernel=LinuxSyscalls())
     layout = Layout(str(tmp_path / "root"), str(tmp_path / "state"))
     upper = os.path.join(layout.images, "containers", "c1", "upper")
     os.makedirs(upper)

@@ -76,7 +76,7 @@ IMAGE = {"config": {"Entrypoint": ["/entry"], "Cmd": ["serve", "--port=80"], "En
 
 def build(cfg, rootfs, layout, image=IMAGE, sb=None, podc=None, driver="cgroupfs", **kw) -> dict:
     return ocispec.container_spec(cfg, sb or sandbox(), podc or pod(), image, rootfs, layout=layout,
-                                  cgroup_driver=driver, container_id="c1", **kw)
+                                  cgroup_driver=driver, container_id="c1", kernel=FakeSyscalls(), **kw)
 
 
 def refused(*args, **kw) -> str:
