@@ -90,7 +90,7 @@ def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sand
     ipc_host = "ipc" not in sandbox.namespaces
     linux: dict = {
         "namespaces": _namespaces(sc, sandbox, privileged, target_pid_ns),
-        "resources": _resources(config.linux.resources, privileged),
+        "resources": linux_resources(config.linux.resources),
         "cgroupsPath": cgroups_path(sandbox.cgroup_parent, container_id, cgroup_driver),
         "maskedPaths": [] if privileged else list(sc.masked_paths or MASKED_PATHS),
         "readonlyPaths": [] if privileged else list(sc.readonly_paths or READONLY_PATHS),
@@ -591,8 +591,10 @@ def _swap_available() -> bool:
     return os.path.exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 
 
-def _resources(r: api_pb2.LinuxContainerResources, privileged: bool) -> dict:
-    where = "config.linux.resources"
+def linux_resources(r: api_pb2.LinuxContainerResources, where: str = "config.linux.resources") -> dict:
+    """The OCI linux.resources of CRI resources (CreateContainer, and UpdateContainerResources with
+    `where` = "linux"); containerd's rules: zero means unset, the swap limit follows the memory limit
+    where swap is accounted, so a container does not swap by default."""
     out: dict = {}
     cpu: dict = {}
     for key, value, lo in (("period", r.cpu_period, 0), ("quota", r.cpu_quota, -1), ("shares", r.cpu_shares, 0)):

@@ -501,6 +501,14 @@ def test_resources(rootfs, layout, monkeypatch):
     assert "swap" not in build(cfg, rootfs, layout)["linux"]["resources"]["memory"]
 
 
+def test_linux_resources_for_update(monkeypatch):
+    monkeypatch.setattr(ocispec, "_swap_available", lambda: False)
+    r = api_pb2.LinuxContainerResources(cpu_quota=20000, memory_limit_in_bytes=1 << 30)
+    assert ocispec.linux_resources(r, "linux") == {"cpu": {"quota": 20000}, "memory": {"limit": 1 << 30}}
+    with pytest.raises(InvalidArgumentError, match=r"^linux\.cpu_shares:"):
+        ocispec.linux_resources(api_pb2.LinuxContainerResources(cpu_shares=-2), "linux")
+
+
 def test_cgroups_path():
     assert ocispec.cgroups_path("/kubepods/pod1", "c1", "cgroupfs") == "/kubepods/pod1/c1"
     assert ocispec.cgroups_path("", "c1", "cgroupfs") == "/pyruntime/c1"
