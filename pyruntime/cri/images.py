@@ -64,9 +64,12 @@ def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None
 class ImageService:
     """`pinned`: references (or ids) of images the kubelet's image GC must not remove, e.g. the sandbox image."""
 
+    FS_INFO_TTL = 10.0  # seconds an ImageFsInfo walk is reused: the kubelet asks every few seconds
+
     def __init__(self, store: ImageStore, *, pinned: Iterable[str] = ()) -> None:
         self.store = store
         self.pinned = tuple(pinned)
+        self._fs_info: tuple[float, api_pb2.ImageFsInfoResponse] | None = None
 
     def _pinned_ids(self) -> set[str]:
         ids = set()
@@ -130,11 +133,17 @@ class ImageService:
                 pass
 
     def fs_info(self) -> api_pb2.ImageFsInfoResponse:
-        """The bytes and inodes the store uses on its filesystem (blobs, snapshots, writable layers)."""
+        """The bytes and inodes the store uses on its filesystem (blobs, snapshots, writable layers), walked at
+        most once per FS_INFO_TTL as containerd samples it in the background."""
+        cached = self._fs_info
+        if cached is not None and time.monotonic() - cached[0] < self.FS_INFO_TTL:
+            return cached[1]
         from pyruntime.cri.stats import disk_usage
         used, inodes = disk_usage(str(self.store.root))
         usage = api_pb2.FilesystemUsage(timestamp=time.time_ns(),
                                         fs_id=api_pb2.FilesystemIdentifier(mountpoint=str(self.store.root)))
         usage.used_bytes.value = used
         usage.inodes_used.value = inodes
-        return api_pb2.ImageFsInfoResponse(image_filesystems=[usage])
+        response = api_pb2.ImageFsInfoResponse(image_filesystems=[usage])
+        self._fs_info = (time.monotonic(), response)
+        return response
