@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proto import api_pb2
+from pyruntime.cri import stats
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, decode_pb, encode_pb
 from pyruntime.cri.store import Store, container_name
@@ -125,7 +126,8 @@ class Containers:
         self._mount_rootfs(image.id, container_id, rootfs)
         image_config = json.loads(self.images.content.read(image.config_digest))
         spec = self.container_spec(config, sandbox, sandbox_config, image_config, rootfs, layout=self.layout,
-                                   cgroup_driver=self.cgroup_driver, container_id=container_id)
+                                   cgroup_driver=self.cgroup_driver, container_id=container_id,
+                                   kernel=self.kernel, target_pid_ns=self._pid_namespace_of)
         atomic_write(os.path.join(bundle, "config.json"), json.dumps(spec).encode(), mode=0o600)
         if log_path:
             os.makedirs(os.path.dirname(log_path), mode=0o755, exist_ok=True)
@@ -258,6 +260,14 @@ class Containers:
             self.store.release(container_name(record.sandbox_id, config), record.id)
         self._emit(record.id, api_pb2.CONTAINER_DELETED_EVENT, record=record)
 
+    def _pid_namespace_of(self, container_id: str) -> str:
+        """The pid namespace a TARGET-mode container joins: that of the running container it names."""
+        try:
+            record = self.running(container_id)
+        except FailedPreconditionError as e:
+            raise FailedPreconditionError(f"config.linux.security_context.namespace_options.target_id: {e}") from e
+        return f"/proc/{record.init_pid}/ns/pid"
+
     def _dismantle(self, container_id: str) -> None:
         """Every step tolerates its object being gone already, so a half-made or half-removed container
         comes apart the same way."""
@@ -267,6 +277,7 @@ class Containers:
         shutil.rmtree(self.layout.supervisor_dir(container_id), ignore_errors=True)
         shutil.rmtree(self.layout.container_dir(container_id), ignore_errors=True)
         self.store.forget_container(container_id)
+        stats.forget(container_id)
 
     # ---- supervisors ending -------------------------------------------------------------------------------
 

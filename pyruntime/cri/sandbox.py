@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proto import api_pb2
+from pyruntime.cri import stats
 from pyruntime.cri.containers import Containers
 from pyruntime.cri.model import Layout, SandboxRecord, decode_pb, encode_pb
 from pyruntime.cri.store import Store, sandbox_name
@@ -177,6 +178,7 @@ class Sandboxes:
         shutil.rmtree(os.path.dirname(self.layout.ns_dir(sandbox_id)), ignore_errors=True)
         shutil.rmtree(self.layout.sandbox_dir(sandbox_id), ignore_errors=True)
         self.store.forget_sandbox(sandbox_id)
+        stats.forget("pod:" + sandbox_id)
 
     # ---- recovery -----------------------------------------------------------------------------------------
 

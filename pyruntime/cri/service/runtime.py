@@ -57,6 +57,7 @@ class RuntimeServicer(api_pb2_grpc.RuntimeServiceServicer):
             api_pb2.RuntimeCondition(type="RuntimeReady", status=True),
             api_pb2.RuntimeCondition(type="NetworkReady", status=ready, reason=reason, message=message)]))
         response.runtime_handlers.add(name="")
+        response.features.supplemental_groups_policy = True  # ocispec applies Strict and Merge
         if request.verbose:
             response.info["config"] = json.dumps(dict(self.info, podCIDR=self.pod_cidr))
         return response
