@@ -26,6 +26,8 @@ the helper opened while the process was its unreaped child (no pid reuse can red
 """
 from __future__ import annotations
 
+import array
+import importlib
 import itertools
 import json
 import os
@@ -98,9 +100,20 @@ def send_message(sock: socket.socket, message: dict, fds: Sequence[int] = ()) ->
     socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
 
 
+def recv_with_fds(sock: socket.socket) -> tuple[bytes, list[int], int]:
+    """socket.recv_fds, but with the fds close-on-exec (it drops its `flags`): the launcher forks all
+    the time, and an fd a child inherits by accident holds a pipe or a pty open for good."""
+    data, ancdata, flags, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds), flags
+
+
 def recv_message(sock: socket.socket) -> tuple[dict, list[int]] | None:
     """One message and its fds (close-on-exec); None when the peer closed its end."""
-    data, fds, flags, _ = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
+    data, fds, flags = recv_with_fds(sock)
     if not data and not fds:
         return None
     try:
@@ -225,7 +238,7 @@ class Launcher:
     # -- requests
 
     def run_pause(self, job: PauseJob) -> PauseInfo:
-        check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
+        """Returns once the pause runs with its namespaces pinned; a failure leaves no pin, cgroup or process."""
         reply, _ = self._call("pause", asdict(job))
         return PauseInfo(**reply)
 
@@ -435,16 +448,23 @@ class _Server:
                 cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent), job.sandbox_id, self.kernel)
             except ValueError as e:
                 raise InvalidArgumentError(f"cgroup_parent: {e}") from e
-            cgroup.create()
-        self._fork(rid, "pause", job, lambda report: become_pause(job, self.kernel, report, cgroup),
-                   extra={"cgroup": cgroup})
+        try:
+            if cgroup is not None:
+                cgroup.create()
+            self._fork(rid, "pause", job, lambda report: become_pause(job, self.kernel, report, cgroup),
+                       extra={"cgroup": cgroup})
+        except BaseException:
+            if cgroup is not None:
+                cgroup.destroy()
+            raise
 
     def _start_create(self, rid: int, raw: dict, _stdio) -> None:
         job = ContainerJob(**raw)
 
         def child(report: socket.socket) -> None:
-            from pyruntime.cri.supervisor import supervise
-            supervise(self.runtime, job, report.fileno())
+            # by name: cri/supervisor.py is built beside this module, which type-checks without it
+            supervisor = importlib.import_module("pyruntime.cri.supervisor")
+            supervisor.supervise(self.runtime, job, report.fileno())
 
         pending = self._fork(rid, "create", job, child)
         pending.extra["start_time"] = process_start_time(pending.pid) or 0  # now, while it can't be reaped
@@ -465,7 +485,7 @@ class _Server:
 
     def _on_report(self, p: _Pending) -> None:
         try:
-            data, fds, _flags, _ = socket.recv_fds(p.report, MAX_MESSAGE, MAX_FDS, socket.MSG_CMSG_CLOEXEC)
+            data, fds, _flags = recv_with_fds(p.report)
         except OSError:
             data, fds = b"", []
         p.fds += fds
