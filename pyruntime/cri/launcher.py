@@ -380,7 +380,11 @@ class _Server:
                         break
             self._reap()
             if self.sock.fileno() in ready:
-                got = recv_message(self.sock)
+                try:
+                    got = recv_message(self.sock)
+                except InternalError as e:  # no id to answer to; the caller's own wait tells it
+                    print(f"pyruntime-cri launcher: {e}", file=sys.stderr, flush=True)
+                    continue
                 if got is None:
                     return
                 self._on_request(*got)
