@@ -143,6 +143,13 @@ def send_error(sock: socket.socket, error: BaseException) -> None:
         pass  # the reader is gone; its side reports the missing answer
 
 
+def wait_readable(fd: int, timeout: float | None) -> bool:
+    """poll(2), not select(2): the daemon's fds go past FD_SETSIZE with a few hundred pods."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+
+
 def raise_reported(message: dict, what: str) -> None:
     """Re-raises a reported failure as the same pyruntime.errors kind; any other message passes."""
     if "error" not in message:
@@ -171,8 +178,7 @@ class ExecHandle:
                 return self._code
             if self._exit_fd < 0:
                 raise FailedPreconditionError(f"exec {self.pid}: handle closed")
-            ready, _, _ = select.select([self._exit_fd], [], [], timeout)
-            if not ready:
+            if not wait_readable(self._exit_fd, timeout):
                 return None
             data = b""
             while b"\n" not in data and (chunk := os.read(self._exit_fd, 4096)):
@@ -260,7 +266,10 @@ class Launcher:
         """Ends the server (it leaves its children running) and reaps it."""
         with self._send_lock:
             if self._sock.fileno() >= 0:
-                self._sock.shutdown(socket.SHUT_RDWR)
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # the launcher is gone already
         try:
             os.waitpid(self.pid, 0)
         except ChildProcessError:
@@ -303,9 +312,9 @@ class Launcher:
                 self._reading = True
             try:
                 got = recv_message(self._sock)
-            except OSError as e:
+            except (OSError, InternalError) as e:  # a launcher that speaks garbage is as good as gone
                 got = None
-                reason = f"receive: {e.strerror}"
+                reason = f"receive: {e.strerror if isinstance(e, OSError) else e}"
             else:
                 reason = "exited"
             with self._cond:
@@ -339,7 +348,7 @@ class _Pending:
 class _Server:
     def __init__(self, sock: socket.socket, settings: Settings, layout: Layout) -> None:
         self.sock = sock
-        self.layout = layout
+        self.exec_dir = os.path.join(layout.state, "exec")  # exec helpers' console sockets
         self.pending: dict[int, _Pending] = {}  # by report fd
         os.setsid()  # the daemon's terminal signals (^C) don't reach the launcher or its children
         # the container code every child needs, loaded once here rather than once per child
@@ -363,11 +372,10 @@ class _Server:
 
     def serve(self) -> None:
         while True:
-            watched = [self.sock.fileno(), self.wake_r, *self.pending]
-            try:
-                ready, _, _ = select.select(watched, [], [])
-            except InterruptedError:
-                continue
+            poller = select.poll()
+            for fd in (self.sock.fileno(), self.wake_r, *self.pending):
+                poller.register(fd, select.POLLIN)
+            ready = {fd for fd, _events in poller.poll()}
             for fd in ready:
                 if fd in self.pending:
                     self._on_report(self.pending[fd])
@@ -477,7 +485,8 @@ class _Server:
         job = ExecJob(**raw)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         try:
-            self._fork(rid, "exec", job, lambda report: _exec_helper(self.runtime, job, stdio, report, exit_w),
+            self._fork(rid, "exec", job,
+                       lambda report: _exec_helper(self.runtime, job, stdio, report, exit_w, self.exec_dir),
                        extra={"exit_fd": exit_r}, keep=(exit_w, *(fd for fd in stdio if fd is not None)))
         except BaseException:
             os.close(exit_r)
@@ -546,7 +555,7 @@ def _close_fds_except(keep: set[int]) -> None:
 
 
 def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report: socket.socket,
-                 exit_w: int) -> None:
+                 exit_w: int, exec_dir: str) -> None:
     """The exec helper: the exec'd process's stdio and subreaper (runc exec's role in a shim). Reports
     {"pid"} with the pidfd (and the pty master) on `report`, then {"exit_code"} on exit_w."""
     os.setsid()
@@ -566,7 +575,7 @@ def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report
     if job.user is not None:
         process["user"] = job.user
     fds: list[int] = []
-    pid = _start_exec(runtime, job, process, fds)
+    pid = _start_exec(runtime, job, process, fds, exec_dir)
     send_message(report, {"pid": pid}, fds)
     for fd in fds:
         os.close(fd)
@@ -585,7 +594,7 @@ def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report
     os._exit(0)
 
 
-def _start_exec(runtime: Runtime, job: ExecJob, process: dict, fds: list[int]) -> int:
+def _start_exec(runtime: Runtime, job: ExecJob, process: dict, fds: list[int], exec_dir: str) -> int:
     """Runtime.exec, then the pidfd (and the pty master) into `fds`; a process started but not handed
     over is killed, so a failed request leaves nothing running."""
     if not job.tty:
@@ -596,7 +605,8 @@ def _start_exec(runtime: Runtime, job: ExecJob, process: dict, fds: list[int]) -
     import tempfile
 
     from pyruntime.container import console
-    where = tempfile.mkdtemp(prefix="pyruntime-cri-exec-")
+    os.makedirs(exec_dir, mode=0o700, exist_ok=True)
+    where = tempfile.mkdtemp(dir=exec_dir)
     pid = 0
     try:
         with console.listen(os.path.join(where, "console.sock")) as server:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import os
-import select
 import signal
 import socket
 from dataclasses import dataclass, field
@@ -243,6 +242,7 @@ def _kill_if_same(pid: int, start: int) -> None:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return
-        select.select([pidfd], [], [], EXIT_WAIT)
+        from pyruntime.cri.launcher import wait_readable
+        wait_readable(pidfd, EXIT_WAIT)
     finally:
         os.close(pidfd)

@@ -277,6 +277,11 @@ def test_concurrent_execs_get_their_own_answers(launcher, container):
     for t in threads:
         t.join(60)
     assert results == {n: n for n in range(8)}
+    _eventually(lambda: _children(launcher.pid) == [])  # every exec helper reaped: no zombie stays
+
+
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
 
 
 # ---------------------------------------------------------------------------------------------------------------
