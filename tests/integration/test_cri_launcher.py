@@ -289,16 +289,17 @@ def _children(pid: int) -> list[str]:
 
 
 def _container_job(layout: Layout, cid: str, bundle: Path) -> ContainerJob:
-    return ContainerJob(cid, str(bundle), log_path=os.path.join(layout.root, "logs", f"{cid}.log"), tty=False,
-                        stdin=False, stdin_once=False, exit_path=layout.exit_record(cid),
-                        supervisor_dir=layout.supervisor_dir(cid))
+    """A job with the directories the daemon makes before it asks (the kubelet makes the log's)."""
+    job = ContainerJob(cid, str(bundle), log_path=os.path.join(layout.root, "logs", f"{cid}.log"), tty=False,
+                       stdin=False, stdin_once=False, exit_path=layout.exit_record(cid),
+                       supervisor_dir=layout.supervisor_dir(cid))
+    for d in (os.path.dirname(job.log_path), layout.container_dir(cid), job.supervisor_dir):
+        os.makedirs(d, exist_ok=True)
+    return job
 
 
 def test_create_container_returns_once_created(launcher, runtime, layout, make_bundle):
     bundle = make_bundle(["sleep", "100"])
-    for d in (os.path.dirname(_container_job(layout, "c2", bundle).log_path), layout.container_dir("c2"),
-              layout.supervisor_dir("c2")):
-        os.makedirs(d, exist_ok=True)
     info = launcher.create_container(_container_job(layout, "c2", bundle))
     assert _alive(info.pid, info.start_time)
     state = runtime.state("c2")
@@ -320,3 +321,25 @@ def test_create_container_failure_is_its_kind_and_leaves_nothing(launcher, runti
     with pytest.raises(AlreadyExistsError):
         launcher.create_container(_container_job(layout, container, make_bundle(["true"])))
     assert runtime.state(container)["status"] == "running"
+
+
+def test_a_slow_create_does_not_hold_up_an_exec(launcher, runtime, layout, make_bundle, container, busybox):
+    bundle = make_bundle(["sleep", "100"], hooks={"createRuntime": [{"path": busybox,
+                                                                     "args": ["busybox", "sleep", "2"]}]})
+    created: list = []
+    creator = threading.Thread(target=lambda: created.append(launcher.create_container(
+        _container_job(layout, "c4", bundle))))
+    creator.start()
+    try:
+        time.sleep(0.2)  # the create is in its hook now
+        started = time.monotonic()
+        handle = launcher.exec(ExecJob(container, ["true"]), None, None, None)
+        assert handle.wait(10) == 0
+        handle.close()
+        assert time.monotonic() - started < 1.0
+        assert creator.is_alive()
+    finally:
+        creator.join(30)
+    assert runtime.state("c4")["status"] == "created"
+    runtime("delete", "--force", "c4")
+    _eventually(lambda: not _alive(created[0].pid, created[0].start_time))
