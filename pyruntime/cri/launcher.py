@@ -17,6 +17,10 @@ socket and goes back to its loop; the reply is sent when the child reports, so a
 daemon's threads over the one socket by request id: a thread sends under a lock, and whichever waiting
 thread finds no reader becomes the reader until its own reply arrives, handing the others theirs.
 
+Children: a pause (pause.py), a supervisor (pyruntime.cri.supervisor.supervise(runtime, job, report_fd),
+which calls setsid itself and writes one JSON line, {"pid": init_pid} or {"error": kind, "message"}),
+or an exec helper (below). Each starts with only fds 0-2 and its report socket open.
+
 Lifetime: the server reaps its children (SIGCHLD, WNOHANG) so none stays a zombie, and exits when the
 daemon's end closes (close(), or the daemon died). Its children stay: the pause processes and the
 supervisors are in sessions of their own and are found again by a restarted daemon from the records.

@@ -23,7 +23,7 @@ import signal
 import socket
 from dataclasses import dataclass, field
 
-from pyruntime.errors import InvalidArgumentError, NotFoundError
+from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.oci.state import process_start_time
 
@@ -181,7 +181,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             namespaces["pid"] = f"/proc/{pid}/ns/pid"
         start = process_start_time(pid)
         if start is None:
-            raise NotFoundError(f"pause {pid}: exited during its set-up")
+            raise InternalError(f"pause {pid}: exited during its set-up")
         launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
                                        "cgroup": pause_cgroup(job.cgroup_parent)})
     except BaseException as e:
