@@ -327,8 +327,14 @@ def test_a_slow_create_does_not_hold_up_an_exec(launcher, runtime, layout, make_
     bundle = make_bundle(["sleep", "100"], hooks={"createRuntime": [{"path": busybox,
                                                                      "args": ["busybox", "sleep", "2"]}]})
     created: list = []
-    creator = threading.Thread(target=lambda: created.append(launcher.create_container(
-        _container_job(layout, "c4", bundle))))
+
+    def create() -> None:
+        try:
+            created.append(launcher.create_container(_container_job(layout, "c4", bundle)))
+        except Exception as e:  # re-raised by the test, not lost in the thread
+            created.append(e)
+
+    creator = threading.Thread(target=create)
     creator.start()
     try:
         time.sleep(0.2)  # the create is in its hook now
@@ -340,6 +346,8 @@ def test_a_slow_create_does_not_hold_up_an_exec(launcher, runtime, layout, make_
         assert creator.is_alive()
     finally:
         creator.join(30)
+    if isinstance(created[0], Exception):
+        raise created[0]
     assert runtime.state("c4")["status"] == "created"
     runtime("delete", "--force", "c4")
     _eventually(lambda: not _alive(created[0].pid, created[0].start_time))
