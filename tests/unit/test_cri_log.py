@@ -45,7 +45,7 @@ def test_lines_are_full_entries_with_nanosecond_utc_stamps(tmp_path):
     entries = parse(read(tmp_path / "pod" / "c.log"))
     assert [(s, t, x) for _, s, t, x in entries] == [
         ("stdout", "F", b"one\n"), ("stderr", "F", b"err\n"), ("stdout", "F", b"two\n"), ("stdout", "F", b"\n")]
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     assert all(abs((now - when).total_seconds()) < 60 for when, *_ in entries)
     assert os.stat(tmp_path / "pod" / "c.log").st_mode & 0o777 == 0o640
 
