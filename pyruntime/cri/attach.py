@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import selectors
 import socket
 import struct
@@ -170,13 +171,19 @@ def attach(sock_path: str, *, stdin: Stream | None = None, stdout: Stream | None
         helper = threading.Thread(target=_send_resizes, args=(sock, lock, resize, done), daemon=True,
                                   name=f"attach-resize {os.path.basename(os.path.dirname(sock_path))}")
         helper.start()
-    sel = selectors.DefaultSelector()
+    # poll, not a selector: an output registered for no event still reports POLLHUP/POLLERR, which is how
+    # a client that went away (a closed socket or pipe reader) is noticed while the container is silent
+    poller = select.poll()
+    stdin_fd = _fd(stdin) if stdin is not None else None
+    outputs = {_fd(t) for t in (stdout, stderr) if t is not None}
+
+    def watch(fd: int) -> None:
+        poller.register(fd, (select.POLLIN if fd in (sock.fileno(), stdin_fd) else 0))
+    for fd in {sock.fileno(), *outputs, *([stdin_fd] if stdin_fd is not None else [])}:
+        watch(fd)
+    targets = {STDOUT: stdout, STDERR: stderr}
+    buf = bytearray(rest)
     try:
-        sel.register(sock, selectors.EVENT_READ, "sock")
-        if stdin is not None:
-            sel.register(_fd(stdin), selectors.EVENT_READ, "stdin")
-        targets = {STDOUT: stdout, STDERR: stderr}
-        buf = bytearray(rest)
         while True:
             while len(buf) >= FRAME.size:
                 kind, size = FRAME.unpack_from(buf)
@@ -189,26 +196,32 @@ def attach(sock_path: str, *, stdin: Stream | None = None, stdout: Stream | None
                     except OSError:
                         return  # the client went away
                 del buf[:FRAME.size + size]
-            for key, _ in sel.select():
-                if key.data == "stdin":
+            for fd, events in poller.poll():
+                if fd == sock.fileno():
+                    chunk = sock.recv(1 << 16)
+                    if not chunk:
+                        return  # the output ended
+                    buf += chunk
+                elif fd == stdin_fd:
                     try:
-                        data = os.read(key.fd, 65536)
+                        data = os.read(fd, 65536)
+                    except BlockingIOError:
+                        continue
                     except OSError:
                         data = b""
                     with lock:
                         sock.sendall(frame(STDIN, data) if data else frame(CLOSE_STDIN))
                     if not data:
-                        sel.unregister(key.fd)
-                else:
-                    chunk = sock.recv(1 << 16)
-                    if not chunk:
-                        return  # the output ended
-                    buf += chunk
+                        stdin_fd = None
+                        poller.unregister(fd)
+                        if fd in outputs:
+                            watch(fd)
+                elif events & (select.POLLHUP | select.POLLERR):
+                    return  # the client went away
     except (BrokenPipeError, ConnectionResetError):
         return  # the supervisor went away with the container
     finally:
         done.set()
-        sel.close()
         with lock:
             sock.close()
         if helper is not None:

@@ -89,13 +89,13 @@ def _write_report(fd: int, message: dict) -> None:
 
 
 class _Supervisor:
-    log: CriLogWriter  # set by _start, in this order
+    sel: selectors.BaseSelector  # set by _start, in this order
+    log: CriLogWriter
     server: attach.AttachServer
 
     def __init__(self, runtime: Runtime, job) -> None:
         self.runtime, self.job = runtime, job
         self.id = job.container_id
-        self.sel = selectors.DefaultSelector()
         self.outputs: dict[int, str] = {}  # the container's output descriptors -> CRI stream name
         self.master: int | None = None
         self.init_pid = 0
@@ -120,6 +120,7 @@ class _Supervisor:
 
     def _start(self) -> None:
         job = self.job
+        self.sel = selectors.DefaultSelector()  # after _keep_only, which closed what came before
         os.setsid()
         become_subreaper(self.runtime.kernel)
         self.bundle = os.path.abspath(job.bundle)
@@ -157,7 +158,12 @@ class _Supervisor:
         self.ooms = oom_count(self.runtime.store, self.id)
         for fd in [*self.outputs, *([stdin_w] if stdin_w is not None else [])]:
             os.set_blocking(fd, False)
-        self.server = attach.AttachServer(os.path.join(job.supervisor_dir, SOCKET), self.sel, tty=job.tty,
+        sock = os.path.join(job.supervisor_dir, SOCKET)
+        try:
+            os.unlink(sock)  # left by a supervisor of an earlier container of this id: ours is live now
+        except FileNotFoundError:
+            pass
+        self.server = attach.AttachServer(sock, self.sel, tty=job.tty,
                                           stdin_fd=stdin_w, stdin_once=job.stdin_once,
                                           on_reopen=self._reopen_log, on_resize=self._resize)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
