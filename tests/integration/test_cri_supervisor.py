@@ -97,9 +97,10 @@ def job(tmp_path, rootfs):
         bundle = tmp_path / f"bundle{n}"
         bundle.mkdir()
         (bundle / "config.json").write_text(json.dumps(config))
-        values: dict[str, Any] = dict(container_id=f"sup{n}", bundle=str(bundle), log_path=str(tmp_path / "logs" / f"c{n}.log"),
-                      tty=False, stdin=False, stdin_once=False, exit_path=str(tmp_path / f"exit{n}.json"),
-                      supervisor_dir=str(tmp_path / "run" / f"c{n}"))
+        values: dict[str, Any] = {
+            "container_id": f"sup{n}", "bundle": str(bundle), "log_path": str(tmp_path / "logs" / f"c{n}.log"),
+            "tty": False, "stdin": False, "stdin_once": False, "exit_path": str(tmp_path / f"exit{n}.json"),
+            "supervisor_dir": str(tmp_path / "run" / f"c{n}")}
         values.update(fields)
         return Job(**values)
     return make
@@ -251,21 +252,21 @@ def test_stdin_stays_open_for_the_next_client_without_stdin_once(rt, job):
         in_r, in_w = os.pipe()
         os.write(in_w, word + b"\n")
         os.close(in_w)
-        out = socket.socketpair()
-        done = threading.Thread(target=attach.attach, args=(j.sock,), kwargs={"stdin": in_r, "stdout": out[0]})
+        ours, theirs = socket.socketpair()
+        done = threading.Thread(target=attach.attach, args=(j.sock,), kwargs={"stdin": in_r, "stdout": ours})
         done.start()
-        until(lambda: select.select([out[1]], [], [], 0)[0])
-        assert out[1].recv(100) == b"got " + word + b"\n"
+        until(lambda peer=theirs: select.select([peer], [], [], 0)[0])
+        assert theirs.recv(100) == b"got " + word + b"\n"
         if word == b"one":
-            assert rt.state(j.container_id).status == "running"  # the first client left, stdin stayed
-            attach_stopped = done.is_alive()
-            assert attach_stopped  # blocked on the output, which goes on
-            out[1].close()  # the client goes away
-            os.close(in_r)
+            # the client's stdin ended, the container's stays open for the next one and the attach
+            # waits for more output until the client goes away
+            assert rt.state(j.container_id).status == "running" and done.is_alive()
+            theirs.close()
         done.join(10)
         assert not done.is_alive()
-        for s in out:
-            s.close()
+        os.close(in_r)
+        ours.close()
+        theirs.close()
     record = finished(rt, j, report)
     assert record.exit_code == 0
 
@@ -281,8 +282,8 @@ def test_attach_to_a_container_without_stdin_asking_for_it_fails(rt, job):
 
 
 def test_tty_resize_and_attach(rt, job):
-    j = job(["sh", "-c", "read a; stty size; while [ \"$(stty size)\" != '50 120' ]; do sleep 0.05; done; echo resized"],
-            tty=True, stdin=True, stdin_once=True)
+    script = "read a; stty size; while [ \"$(stty size)\" != '50 120' ]; do sleep 0.05; done; echo resized"
+    j = job(["sh", "-c", script], tty=True, stdin=True, stdin_once=True)
     report = supervise(rt, j)
     rt.start(j.container_id)
     attach.resize(j.sock, 100, 40)
