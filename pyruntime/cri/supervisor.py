@@ -45,6 +45,7 @@ CONSOLE_SOCKET = "console.sock"
 DRAIN_GRACE = 2.0  # seconds the output may stay open after the init exited
 CLIENT_GRACE = 2.0  # seconds attached clients get to take the last output
 _CHUNK = 1 << 16
+_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def supervise(runtime: Runtime, job, report: int) -> NoReturn:
@@ -174,14 +175,16 @@ class _Supervisor:
             self.sel.register(fd, selectors.EVENT_READ, lambda _m, fd=fd: self._read(fd))
 
     def _create(self, console_socket: str | None) -> None:
-        # Python ignores SIGPIPE and an ignored signal stays ignored across execve: the container's
-        # processes would not die writing to a closed pipe, as they expect to
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: the
+        # container's processes would not die writing to a closed pipe or past RLIMIT_FSIZE, as they expect
+        for sig in _PYTHON_IGNORES:
+            signal.signal(sig, signal.SIG_DFL)
         try:
             state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
             self.created, self.init_pid = True, state.pid
         finally:
-            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            for sig in _PYTHON_IGNORES:
+                signal.signal(sig, signal.SIG_IGN)
 
     def _create_with_terminal(self) -> int:
         """The runtime sends the pty master over a console socket during create (the connection waits in
