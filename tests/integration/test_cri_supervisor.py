@@ -154,8 +154,9 @@ def finished(rt: Runtime, job: Job, report: dict) -> ExitRecord:
 
 
 def test_output_goes_to_the_cri_log_and_the_exit_is_recorded(rt, job):
-    j = job(["sh", "-c", f"echo out; echo err >&2; grep SigIgn /proc/self/status; head -c {2 * MAX_LINE + 10} /dev/zero | tr '\\0' x; echo;"
-             "printf partial; exit 3"])
+    script = (f"echo out; echo err >&2; grep SigIgn /proc/self/status; head -c {2 * MAX_LINE + 10} /dev/zero"
+              " | tr '\\0' x; echo; printf partial; exit 3")
+    j = job(["sh", "-c", script])
     report = supervise(rt, j)
     assert report["pid"] > 0 and rt.state(j.container_id).status == "created"
     assert os.stat(j.sock).st_mode & 0o777 == 0o600
@@ -166,9 +167,11 @@ def test_output_goes_to_the_cri_log_and_the_exit_is_recorded(rt, job):
     got = entries(j.log_path)
     assert ("stdout", "F", b"out") in got and ("stderr", "F", b"err") in got
     stdout = [(tag, text) for stream, tag, text in got if stream == "stdout"]
-    # Python's ignored SIGPIPE did not leak into the container
-    assert stdout == [("F", b"out"), ("F", b"SigIgn:\t0000000000000000"), ("P", b"x" * MAX_LINE), ("P", b"x" * MAX_LINE), ("F", b"x" * 10),
-                      ("P", b"partial")]
+    assert stdout == [
+        ("F", b"out"),
+        ("F", b"SigIgn:\t0000000000000000"),  # Python's ignored SIGPIPE and SIGXFSZ did not leak in
+        ("P", b"x" * MAX_LINE), ("P", b"x" * MAX_LINE), ("F", b"x" * 10),
+        ("P", b"partial")]
 
 
 @pytest.mark.parametrize("script, signal, code, reason", [("exit 0", None, 0, "Completed"),
