@@ -149,7 +149,9 @@ class _Supervisor:
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)  # inheritable: the init's stdio
         if job.tty:
-            stdin_w = self._create_with_terminal()
+            master = self._create_with_terminal()
+            if job.stdin:  # a dup: the selector takes each descriptor once, and the master is the output
+                stdin_w = os.dup(master)
         else:
             self._create(None)
         for target in (0, 1, 2):
@@ -188,8 +190,7 @@ class _Supervisor:
 
     def _create_with_terminal(self) -> int:
         """The runtime sends the pty master over a console socket during create (the connection waits in
-        the backlog until we accept). Returns a descriptor for the container's stdin: a dup of the master,
-        the selector taking each descriptor once."""
+        the backlog until we accept)."""
         path = os.path.join(self.job.supervisor_dir, CONSOLE_SOCKET)
         try:
             os.unlink(path)
@@ -204,7 +205,7 @@ class _Supervisor:
                 server.close()
                 os.unlink(address)
         self.outputs = {self.master: "stdout"}
-        return os.dup(self.master)
+        return self.master
 
     def _undo(self) -> None:
         """A failed set-up leaves nothing: Runtime.create undoes its own steps; what came after it goes here."""
