@@ -190,12 +190,10 @@ def test_port_forward(server, transport):
                 assert conn.recv(10) == b""
             except ConnectionResetError:
                 pass
+        proc.wait(timeout=30)  # stdin still open: the client ends on its own
     finally:
-        try:
-            _, err = proc.communicate(timeout=30)  # EOF on its stdin stops it
-        finally:
-            proc.kill()
-            proc.wait()
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
     # client-go drops the whole session after a failed connection (kubectl's "lost connection to pod")
     assert proc.returncode == 100 and b"lost connection to pod" in err, err
     assert b"error forwarding port 9 to pod pod1, uid : port forward to pod pod1 port 9: connection refused" in err
