@@ -169,6 +169,7 @@ def test_port_forward(server, transport):
     proc = subprocess.Popen([str(CLIENT), "portforward", url, transport, "0:8080", "0:9"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        assert proc.stdout is not None and proc.stderr is not None
         line = proc.stdout.readline().decode().split()
         assert line[0] == "ready", proc.stderr.read() if proc.poll() is not None else line
         good, bad = int(line[1]), int(line[2])

@@ -42,7 +42,7 @@ def test_decodes_client_go_syn_stream():
     (spdy.Settings([(0, 7, 65536)]), "80030004 0000000c 00000001 00000007 00010000"),
     (spdy.WindowUpdate(1, 1024), "80030009 00000008 00000001 00000400"),
 ])
-def test_fixed_frames(frame, wire):
+def test_fixed_frames(frame: spdy.Frame, wire: str):
     raw = bytes.fromhex(wire.replace(" ", ""))
     assert spdy.Framer().encode(frame) == raw
     assert spdy.Framer().feed(raw) == [frame]
@@ -175,10 +175,10 @@ def server():
 
 
 @pytest.mark.parametrize("req, message", [
-    (api_pb2.ExecRequest(cmd=["ls"], stdout=True), "exec.container_id"),
+    (api_pb2.ExecRequest(cmd=["ls"], stdout=True), r"exec\.container_id"),
     (api_pb2.ExecRequest(container_id="c", cmd=["ls"], tty=True, stderr=True), "tty and stderr"),
     (api_pb2.ExecRequest(container_id="c", cmd=["ls"]), "one of stdin, stdout, or stderr"),
-    (api_pb2.ExecRequest(container_id="c", stdout=True), "exec.cmd"),
+    (api_pb2.ExecRequest(container_id="c", stdout=True), r"exec\.cmd"),
 ])
 def test_bad_exec_requests(server, req, message):
     with pytest.raises(InvalidArgumentError, match=message):
@@ -186,7 +186,7 @@ def test_bad_exec_requests(server, req, message):
 
 
 def test_bad_attach_and_port_forward_requests(server):
-    with pytest.raises(InvalidArgumentError, match="attach.container_id"):
+    with pytest.raises(InvalidArgumentError, match=r"attach\.container_id"):
         server.get_attach(api_pb2.AttachRequest(stdout=True))
     with pytest.raises(InvalidArgumentError, match="pod_sandbox_id"):
         server.get_port_forward(api_pb2.PortForwardRequest(port=[80]))

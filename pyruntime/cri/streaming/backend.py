@@ -90,7 +90,7 @@ def _follow_resize(resize: Resize, apply: Callable[[int, int], None]) -> None:
             return
 
 
-def socket_in_netns(netns: str, syscalls: Syscalls) -> socket.socket:
+def socket_in_netns(netns: str, kernel: Syscalls) -> socket.socket:
     """A TCP socket created inside the network namespace pinned at `netns` (by this thread, which goes
     back to its own namespace before returning)."""
     from pyruntime.linux.syscalls import CLONE_NEWNET
@@ -103,14 +103,14 @@ def socket_in_netns(netns: str, syscalls: Syscalls) -> socket.socket:
         except FileNotFoundError as e:
             raise UnavailableError(f"port forward: network namespace {netns}: gone") from e
         try:
-            syscalls.setns(target, CLONE_NEWNET, netns)
+            kernel.setns(target, CLONE_NEWNET, netns)
         finally:
             os.close(target)
         try:
             return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         finally:
             try:
-                syscalls.setns(own, CLONE_NEWNET, own_path)
+                kernel.setns(own, CLONE_NEWNET, own_path)
             except OSError as e:
                 # never let this thread serve anything else from inside a pod
                 log.critical("port forward: thread %d stuck in %s: %s", threading.get_native_id(), netns, e)
@@ -132,11 +132,11 @@ class RuntimeStreamBackend:
     NotFoundError for an unknown one: the daemon passes a lookup in its store."""
 
     def __init__(self, launcher: ExecLauncher, layout: Layout, sandbox_netns: Callable[[str], str | None],
-                 syscalls: Syscalls | None = None) -> None:
+                 kernel: Syscalls) -> None:
         self._launcher = launcher
         self._layout = layout
         self._sandbox_netns = sandbox_netns
-        self._syscalls = syscalls
+        self._kernel = kernel
 
     def exec(self, container_id: str, cmd: list[str], *, tty: bool, stdin: int | None, stdout: int | None,
              stderr: int | None, resize: Resize) -> int:
@@ -176,13 +176,7 @@ class RuntimeStreamBackend:
 
     def port_forward(self, sandbox_id: str, port: int) -> socket.socket:
         netns = self._sandbox_netns(sandbox_id)
-        if netns:
-            if self._syscalls is None:
-                from pyruntime.linux.syscalls import LinuxSyscalls
-                self._syscalls = LinuxSyscalls()
-            sock = socket_in_netns(netns, self._syscalls)
-        else:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket_in_netns(netns, self._kernel) if netns else socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.settimeout(CONNECT_TIMEOUT)
             sock.connect(("127.0.0.1", port))
