@@ -34,14 +34,17 @@ def test_decodes_client_go_syn_stream():
     assert frames == [spdy.SynStream(1, {"streamtype": ["error"]})]
 
 
-@pytest.mark.parametrize("frame, wire", [
+FIXED: list[tuple[spdy.Frame, str]] = [
     (spdy.Data(1, b"hi", spdy.FLAG_FIN), "00000001 01000002 6869"),
     (spdy.RstStream(3, spdy.CANCEL), "80030003 00000008 00000003 00000005"),
     (spdy.Ping(7), "80030006 00000004 00000007"),
     (spdy.GoAway(5), "80030007 00000008 00000005 00000000"),
     (spdy.Settings([(0, 7, 65536)]), "80030004 0000000c 00000001 00000007 00010000"),
     (spdy.WindowUpdate(1, 1024), "80030009 00000008 00000001 00000400"),
-])
+]
+
+
+@pytest.mark.parametrize("frame, wire", FIXED)
 def test_fixed_frames(frame: spdy.Frame, wire: str):
     raw = bytes.fromhex(wire.replace(" ", ""))
     assert spdy.Framer().encode(frame) == raw
