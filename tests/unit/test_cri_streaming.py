@@ -53,8 +53,9 @@ def test_fixed_frames(frame: spdy.Frame, wire: str):
 
 def test_header_frames_round_trip_and_share_one_zlib_stream():
     a, b = spdy.Framer(), spdy.Framer()
-    frames: list[spdy.Frame] = [spdy.SynReply(1, {}), spdy.SynStream(3, {"port": ["80"], "streamtype": ["data"], "x": ["1", "2"]}),
-              spdy.HeadersFrame(3, {"a": ["b"]}, spdy.FLAG_FIN)]
+    frames: list[spdy.Frame] = [
+        spdy.SynReply(1, {}), spdy.SynStream(3, {"port": ["80"], "streamtype": ["data"], "x": ["1", "2"]}),
+        spdy.HeadersFrame(3, {"a": ["b"]}, spdy.FLAG_FIN)]
     wire = b"".join(a.encode(f) for f in frames)
     assert b.feed(wire) == frames
     assert b.feed(a.encode(spdy.SynReply(5, {"port": ["80"]}))) == [spdy.SynReply(5, {"port": ["80"]})]
