@@ -3,11 +3,18 @@ client-go's executor), the one-shot token cache, the status JSON that kubectl an
 resize stream, and the HTTP answers to bad requests."""
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
+import struct
+import threading
 import zlib
 
 import pytest
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, TextMessage
+from wsproto.events import Request as WsRequest
 
 from proto import api_pb2
 from pyruntime.cri.streaming import remotecommand, spdy
@@ -240,3 +247,100 @@ def test_spdy_handshake_errors(server):
 
 def test_garbage_is_a_400(server):
     assert _http(server, "NOT HTTP\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+
+
+# --- the websocket protocols client-go no longer speaks (older kubectl, other clients) ---------------
+
+class EchoBackend:
+    """exec: echoes one read of stdin to stdout, exits 2 (before v5 a client can't end stdin alone);
+    port_forward: a socketpair whose far end echoes."""
+
+    def exec(self, container_id, cmd, *, tty, stdin, stdout, stderr, resize):
+        os.write(stdout, os.read(stdin, 65536))
+        return 2
+
+    def port_forward(self, sandbox_id, port):
+        if port == 9:
+            raise UnavailableError("connection refused")
+        ours, theirs = socket.socketpair()
+
+        def echo() -> None:
+            with theirs:
+                while data := theirs.recv(65536):
+                    theirs.sendall(data)
+        threading.Thread(target=echo, daemon=True).start()
+        return ours
+
+
+class WsClient:
+    def __init__(self, url: str, protocol: str) -> None:
+        host, port = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.ws = WSConnection(ConnectionType.CLIENT)
+        self.sock.sendall(self.ws.send(WsRequest(host=host, target="/" + url.split("/", 3)[3],
+                                                 subprotocols=[protocol])))
+        self.messages: list[bytes | str] = []
+        self.accepted: AcceptConnection | None = None
+        self.closed = False
+        while self.accepted is None:
+            self._pump()
+
+    def _pump(self) -> None:
+        data = self.sock.recv(65536)
+        self.ws.receive_data(data or None)
+        for event in self.ws.events():
+            if isinstance(event, AcceptConnection):
+                self.accepted = event
+            elif isinstance(event, (BytesMessage, TextMessage)):
+                self.messages.append(bytes(event.data) if isinstance(event, BytesMessage) else event.data)
+            elif isinstance(event, CloseConnection):
+                self.closed = True
+                if self.ws.state.name == "REMOTE_CLOSING":
+                    self.sock.sendall(self.ws.send(event.response()))
+        if not data:
+            self.closed = True
+
+    def send(self, data: bytes | str) -> None:
+        self.sock.sendall(self.ws.send(BytesMessage(data=data) if isinstance(data, bytes) else TextMessage(data=data)))
+
+    def until_closed(self) -> list[bytes | str]:
+        while not self.closed:
+            self._pump()
+        self.sock.close()
+        return self.messages
+
+
+@pytest.fixture
+def echo_server():
+    srv = StreamingServer("127.0.0.1:0", EchoBackend())  # type: ignore[arg-type]  # exec and port_forward only
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_websocket_v4_base64_exec(echo_server):
+    url = echo_server.get_exec(api_pb2.ExecRequest(container_id="c", cmd=["cat"], stdin=True, stdout=True)).url
+    client = WsClient(url, "v4.base64.channel.k8s.io")
+    assert client.accepted is not None and client.accepted.subprotocol == "v4.base64.channel.k8s.io"
+    client.send("0" + base64.b64encode(b"hi there").decode())
+    messages = client.until_closed()
+    assert messages[0] == "1"  # the kubelet's opening empty stdout frame
+    assert "1" + base64.b64encode(b"hi there").decode() in messages
+    status = json.loads(base64.b64decode(messages[-1][1:]))
+    assert messages[-1][0] == "3" and status["reason"] == "NonZeroExitCode"
+    assert status["details"]["causes"] == [{"reason": "ExitCode", "message": "2"}]
+
+
+def test_websocket_v4_port_forward(echo_server):
+    url = echo_server.get_port_forward(api_pb2.PortForwardRequest(pod_sandbox_id="p", port=[80, 9])).url
+    client = WsClient(url, "v4.channel.k8s.io")
+    while len(client.messages) < 4:
+        client._pump()
+    port80, port9 = struct.pack("<H", 80), struct.pack("<H", 9)
+    assert sorted(client.messages[:4]) == sorted([b"\0" + port80, b"\1" + port80, b"\2" + port9, b"\3" + port9])
+    client.send(b"\0ping")
+    refused = b"\3error forwarding port 9 to pod p, uid : connection refused"
+    while b"\0ping" not in client.messages or refused not in client.messages:
+        client._pump()
+    client.sock.sendall(client.ws.send(CloseConnection(code=1000)))
+    client.until_closed()
