@@ -236,9 +236,12 @@ class StreamingServer:
         if request.method not in ("GET", "POST"):
             self._respond(sock, conn, 405, "405 method not allowed\n")
             return
+        from proto import api_pb2
+
         cached = self._cache.consume(token)
-        if cached is None or type(cached).__name__ != {"exec": "ExecRequest", "attach": "AttachRequest",
-                                                        "portforward": "PortForwardRequest"}[kind]:
+        wanted = {"exec": api_pb2.ExecRequest, "attach": api_pb2.AttachRequest,
+                  "portforward": api_pb2.PortForwardRequest}[kind]
+        if not isinstance(cached, wanted):
             self._respond(sock, conn, 404, "404 page not found\n")
             return
         handler(sock, conn, request, cached)
