@@ -199,3 +199,22 @@ def test_port_forward(server, transport):
     assert proc.returncode == 100 and b"lost connection to pod" in err, err
     assert b"error forwarding port 9 to pod pod1, uid : port forward to pod pod1 port 9: connection refused" in err
     assert [c for c in server.backend.calls if c[2] == 8080] == [("port_forward", "pod1", 8080)] * 2
+
+
+@pytest.mark.parametrize("protocol", ["v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"])
+def test_exec_older_spdy_protocols(server, protocol):
+    """Before v4 the error stream carries only a failure's message: client-go reports it as an error."""
+    url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["exit", "4"], stdout=True, stderr=True)).url
+    proc = run_exec(url, "spdy", "-protocol", protocol)
+    assert proc.returncode == 100
+    assert proc.stdout == b"out\n"
+    assert b"error executing command [exit 4], exit code 4" in proc.stderr
+    url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["exit", "0"], stdout=True, stderr=True)).url
+    assert run_exec(url, "spdy", "-protocol", protocol).returncode == 0
+
+
+def test_exec_v3_tty_resize(server):
+    url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["sizes", "1"], tty=True, stdout=True)).url
+    proc = run_exec(url, "spdy", "-tty", "-resize", "100x50", "-protocol", "v3.channel.k8s.io")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"100x50\n"

@@ -1,7 +1,7 @@
 // streamclient drives a CRI streaming server the way crictl and kubectl do, with client-go's own
 // executors and port forwarder, so the Python server is tested against the real protocol code.
 //
-//	streamclient exec URL spdy|websocket [-tty] [-stdin] [-resize 80x24,100x30]
+//	streamclient exec URL spdy|websocket [-tty] [-stdin] [-resize 80x24,100x30] [-protocol v3.channel.k8s.io]
 //	    stdio is the command's; exits with the remote exit code (prints "exit code N" on stderr),
 //	    100 on any other error (printed on stderr).
 //	streamclient portforward URL spdy|websocket LOCAL:REMOTE...
@@ -51,11 +51,18 @@ func execCmd(u *url.URL, transport string, args []string) {
 	tty := fs.Bool("tty", false, "")
 	stdin := fs.Bool("stdin", false, "")
 	resize := fs.String("resize", "", "")
+	protocol := fs.String("protocol", "", "offer only this SPDY protocol (default: client-go's list)")
 	fs.Parse(args)
 	config := &rest.Config{}
 	var executor remotecommand.Executor
 	var err error
-	if transport == "spdy" {
+	if transport == "spdy" && *protocol != "" {
+		tr, upgrader, err := spdy.RoundTripperFor(config)
+		if err != nil {
+			fail(err)
+		}
+		executor, err = remotecommand.NewSPDYExecutorForProtocols(tr, upgrader, "POST", u, *protocol)
+	} else if transport == "spdy" {
 		executor, err = remotecommand.NewSPDYExecutor(config, "POST", u)
 	} else {
 		executor, err = remotecommand.NewWebSocketExecutor(config, "GET", u.String())
