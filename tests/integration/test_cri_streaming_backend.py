@@ -9,6 +9,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -117,6 +118,7 @@ def test_tty_exec_pumps_the_terminal_and_resizes(monkeypatch):
             applied.set()  # the first size was applied before the backend asked for the next
         return sizes.get()
 
+    threads_before = threading.active_count()
     stdin_r, stdin_w = os.pipe()
     stdout_r, stdout_w = os.pipe()
     backend = RuntimeStreamBackend(PtyLauncher(), layout=None, sandbox_netns=lambda _: None,  # type: ignore[arg-type]  # exec only
@@ -141,3 +143,8 @@ def test_tty_exec_pumps_the_terminal_and_resizes(monkeypatch):
         sizes.put(None)
         for fd in (stdin_r, stdin_w, stdout_r):
             os.close(fd)
+    # the pumps end with their streams (here: stdin closed, terminal gone, no more sizes)
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == threads_before, threading.enumerate()

@@ -93,12 +93,14 @@ def echo_server():
 
 @pytest.fixture
 def server(echo_server):
+    threads_before = threading.active_count()
     backend = FakeBackend(echo_server)
     srv = StreamingServer("127.0.0.1:0", backend)
     srv.start()
     srv.backend = backend  # type: ignore[attr-defined]  # the tests look at the calls
     yield srv
     srv.stop()
+    assert threading.active_count() == threads_before, threading.enumerate()  # every session's thread ended
 
 
 def run_exec(url: str, transport: str, *flags: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
@@ -201,7 +203,7 @@ def test_port_forward(server, transport):
     assert [c for c in server.backend.calls if c[2] == 8080] == [("port_forward", "pod1", 8080)] * 2
 
 
-@pytest.mark.parametrize("protocol", ["v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"])
+@pytest.mark.parametrize("protocol", ["v3.channel.k8s.io", "v2.channel.k8s.io"])
 def test_exec_older_spdy_protocols(server, protocol):
     """Before v4 the error stream carries only a failure's message: client-go reports it as an error."""
     url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["exit", "4"], stdout=True, stderr=True)).url
@@ -211,6 +213,13 @@ def test_exec_older_spdy_protocols(server, protocol):
     assert b"error executing command [exit 4], exit code 4" in proc.stderr
     url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["exit", "0"], stdout=True, stderr=True)).url
     assert run_exec(url, "spdy", "-protocol", protocol).returncode == 0
+
+
+def test_exec_v1_gets_no_status(server):
+    """The kubelet resets a channel.k8s.io client's error stream at once: it never learns an exit code."""
+    url = server.get_exec(api_pb2.ExecRequest(container_id="c1", cmd=["exit", "4"], stdout=True, stderr=True)).url
+    proc = run_exec(url, "spdy", "-protocol", "channel.k8s.io")
+    assert (proc.returncode, proc.stdout) == (0, b"out\n"), proc.stderr
 
 
 def test_exec_v3_tty_resize(server):

@@ -312,10 +312,12 @@ class WsClient:
 
 @pytest.fixture
 def echo_server():
+    threads_before = threading.active_count()
     srv = StreamingServer("127.0.0.1:0", EchoBackend())  # type: ignore[arg-type]  # exec and port_forward only
     srv.start()
     yield srv
     srv.stop()
+    assert threading.active_count() == threads_before, threading.enumerate()
 
 
 def test_websocket_v4_base64_exec(echo_server):

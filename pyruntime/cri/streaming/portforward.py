@@ -73,6 +73,9 @@ def _port_of(stream: Stream) -> int:
 def serve_spdy(session: SpdySession, backend: StreamBackend, sandbox_id: str) -> None:
     """Runs until the client ends the session; every forwarded connection has its own thread."""
     pairs: dict[str, dict[str, Stream]] = {}
+    timers: dict[str, threading.Timer] = {}
+    forwards: list[threading.Thread] = []
+    pod_socks: set[socket.socket] = set()
     lock = threading.Lock()
 
     def request_id(stream: Stream) -> str:
@@ -85,6 +88,7 @@ def serve_spdy(session: SpdySession, backend: StreamBackend, sandbox_id: str) ->
     def expire(rid: str) -> None:
         with lock:
             pair = pairs.pop(rid, None)
+            timers.pop(rid, None)
         if pair is not None:
             log.debug("port forward %s: request %s timed out waiting for streams", sandbox_id, rid)
             for stream in pair.values():
@@ -102,35 +106,52 @@ def serve_spdy(session: SpdySession, backend: StreamBackend, sandbox_id: str) ->
             data.reset()
             error.reset()
             return
+        with lock:
+            pod_socks.add(sock)
         try:
             _splice(sock, data.read, data.write, data.close)
         finally:
+            with lock:
+                pod_socks.discard(sock)
             sock.close()
             error.close()
             session.remove(data)
             session.remove(error)
 
-    while (stream := session.accepted.get()) is not None:
-        rid = request_id(stream)
-        kind = stream.header("streamtype")
-        with lock:
-            pair = pairs.setdefault(rid, {})
-            created = len(pair) == 0
-            if kind in pair:
-                _try_write(stream, f"{kind} stream already assigned for request {rid}".encode())
-                stream.reset()
-                continue
-            pair[kind] = stream
-            complete = len(pair) == 2
-            if complete:
+    try:
+        while (stream := session.accepted.get()) is not None:
+            rid = request_id(stream)
+            kind = stream.header("streamtype")
+            with lock:
+                pair = pairs.setdefault(rid, {})
+                if kind in pair:
+                    _try_write(stream, f"{kind} stream already assigned for request {rid}".encode())
+                    stream.reset()
+                    continue
+                pair[kind] = stream
+                if len(pair) == 1:
+                    timer = timers[rid] = threading.Timer(STREAM_CREATION_TIMEOUT, expire, args=(rid,))
+                    timer.daemon = True
+                    timer.start()
+                    continue
                 del pairs[rid]
-        if created and not complete:
-            timer = threading.Timer(STREAM_CREATION_TIMEOUT, expire, args=(rid,))
-            timer.daemon = True
-            timer.start()
-        if complete:
-            threading.Thread(target=forward, args=(pair["data"], pair["error"]), daemon=True,
-                             name=f"portforward-{rid}").start()
+                timers.pop(rid).cancel()
+            forward_thread = threading.Thread(target=forward, args=(pair["data"], pair["error"]), daemon=True,
+                                              name=f"portforward-{rid}")
+            forwards.append(forward_thread)
+            forward_thread.start()
+    finally:
+        # the client is gone: nothing it opened outlives the session
+        with lock:
+            for timer in timers.values():
+                timer.cancel()
+            for sock in pod_socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        for forward_thread in forwards:
+            forward_thread.join()
 
 
 def accept_stream(stream: Stream) -> bool:

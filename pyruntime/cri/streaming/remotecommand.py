@@ -223,5 +223,7 @@ def run(session: Session, backend: StreamBackend, *, container_id: str, cmd: lis
         for fd in keep:
             os.close(fd)
         session.close()  # ends the stdin pump's read, whatever the client does
+        for thread in threads:
+            thread.join(DRAIN_GRACE)
         os.close(stop_r)
         os.close(stop_w)

@@ -39,6 +39,7 @@ TOKEN_TTL = 60.0
 MAX_IN_FLIGHT = 1000
 TOKEN_LEN = 8
 HEADER_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
 
 
 class RequestCache:
@@ -120,6 +121,7 @@ class StreamingServer:
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._conns: set[socket.socket] = set()
+        self._workers: set[threading.Thread] = set()
         self._lock = threading.Lock()
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -139,7 +141,8 @@ class StreamingServer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stops listening and ends every open session (their backends see their fds close)."""
+        """Stops listening and ends every open session (their backends see their fds close); returns once
+        their threads are done (a backend still blocked is waited for STOP_TIMEOUT at most)."""
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
@@ -156,6 +159,11 @@ class StreamingServer:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        deadline = time.monotonic() + STOP_TIMEOUT
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def base_url(self) -> str:
@@ -191,7 +199,11 @@ class StreamingServer:
                 conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), name="streaming-conn", daemon=True).start()
+            worker = threading.Thread(target=self._serve, args=(conn,), name="streaming-conn", daemon=True)
+            with self._lock:
+                self._workers = {w for w in self._workers if w.is_alive()}
+                self._workers.add(worker)
+            worker.start()
 
     def _serve(self, sock: socket.socket) -> None:
         with self._lock:
@@ -203,6 +215,10 @@ class StreamingServer:
         finally:
             with self._lock:
                 self._conns.discard(sock)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a session's reader still in recv()
+            except OSError:
+                pass
             sock.close()
 
     def _serve_request(self, sock: socket.socket) -> None:
@@ -364,6 +380,9 @@ class StreamingServer:
             else:
                 log.debug("streaming: unexpected stream type %r", kind)
         error = streams.get("error")
+        if protocol == "channel.k8s.io" and error is not None:
+            error.reset()  # as the kubelet does: a v1 client never gets a status
+            error = None
 
         def write_error(data: bytes) -> None:
             if error is not None:
