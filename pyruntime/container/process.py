@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 from collections.abc import Callable
 
 from pyruntime.errors import InvalidArgumentError
@@ -120,6 +119,7 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
     A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
     for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
+    kernel.reset_signals()  # before any seccomp filter, which may not allow rt_sigaction
     close_fds(kernel, keep_fds)
     nnp = proc.no_new_privileges
     if not nnp:
@@ -143,10 +143,6 @@ def execute(profile: Seccomp | None, proc: Process, program: str,
     if proc.no_new_privileges and not _uses_notify(profile):
         load_seccomp(profile)
     env = dict(e.split("=", 1) for e in proc.env)
-    # ignored dispositions survive execve: undo the ones Python set at start-up, or the workload would
-    # never die of SIGPIPE (`yes | head` spinning on EPIPE) as it does under runc
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:

@@ -81,10 +81,10 @@ RESOLVE_IN_ROOT = 0x10
 O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
-    "x86_64": {"pivot_root": 155, "setns": 308, "openat2": 437, "close_range": 436, "move_mount": 429,
-               "fsopen": 430, "fsconfig": 431, "fsmount": 432},
-    "aarch64": {"pivot_root": 41, "setns": 268, "openat2": 437, "close_range": 436, "move_mount": 429,
-                "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+    "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
+               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+    "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
+                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
 }[os.uname().machine]
 
 
@@ -198,6 +198,13 @@ class Syscalls:
         raise NotImplementedError
 
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
+        raise NotImplementedError
+
+    def reset_signals(self) -> None:
+        """Every signal's disposition back to the default, as a freshly exec'd runc init leaves them: an
+        ignored disposition survives execve, and Python (SIGPIPE, SIGXFSZ) or whatever started us (GNU make
+        ignores 32 and 33) would pass it on to the workload. The raw rt_sigaction, since glibc refuses to
+        touch the two signals it reserves."""
         raise NotImplementedError
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
@@ -330,6 +337,14 @@ class LinuxSyscalls(Syscalls):
         nr = _SYSCALL_NR["close_range"]
         if libc.syscall(nr, ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
+
+    def reset_signals(self) -> None:
+        default = (ctypes.c_ulong * 4)()  # struct kernel_sigaction, all zero: SIG_DFL, no flags, empty mask
+        for sig in range(1, 65):
+            if sig in (9, 19):  # SIGKILL, SIGSTOP: theirs can't change
+                continue
+            if libc.syscall(_SYSCALL_NR["rt_sigaction"], sig, ctypes.byref(default), None, 8) != 0:
+                raise _fail(f"rt_sigaction({sig}, SIG_DFL)")
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)
