@@ -90,6 +90,17 @@ def require_single_thread(call: str) -> None:
             "another thread held); call it from a single-threaded process such as a fork server")
 
 
+def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None) -> None:
+    """runc's refusals, with its words: a container sharing a cgroup would be killed, frozen and removed
+    with another's, and an init forked into a frozen cgroup would stop before it could report, hanging
+    `create`."""
+    where = f"linux.cgroupsPath {path!r}: " if path else ""
+    if cg.pids():
+        raise FailedPreconditionError(f"{where}container's cgroup is not empty")
+    if cg.state() == cgroups.FROZEN:
+        raise FailedPreconditionError(f"{where}container's cgroup unexpectedly frozen")
+
+
 def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
            pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False,
            kernel: Syscalls | None = None) -> ContainerState:
@@ -114,8 +125,10 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
     parent, child = Channel.pair()
     try:
         store.save(state)
-        cg = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
-        cg.create()
+        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
+        made.create()
+        _refuse_used_cgroup(made, spec.linux.cgroups_path)
+        cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
         for name in (FIFO, EXEC_FIFO):
             os.mkfifo(store.path(cid, name), 0o600)

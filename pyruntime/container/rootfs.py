@@ -77,6 +77,8 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
     source = _source(m, bundle)
     if m.type == "cgroup":
         return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
+    if m.type in ("proc", "sysfs"):
+        _require_plain_dir(kernel, root_fd, m)
     if _is_bind(m, opts):
         try:
             src_is_dir = os.path.isdir(source or "")
@@ -106,6 +108,23 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 os.close(fresh)
     finally:
         os.close(target)
+
+
+def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
+    """A proc or sysfs mount point the image made a symlink (or a file) is refused, as runc does: followed,
+    it would put the kernel's view where the image chose (CVE-2019-19921, CVE-2023-27561)."""
+    try:
+        fd = paths.open_in_root(kernel, root_fd, m.destination, nofollow=True)
+    except SyscallError as e:
+        if e.errno == errno.ENOENT:
+            return
+        raise
+    try:
+        if not paths.is_dir_fd(fd):
+            raise SyscallError(errno.ENOTDIR, f"mount {m.destination}: filesystem {m.type!r} must be mounted on "
+                                              "ordinary directory")
+    finally:
+        os.close(fd)
 
 
 def _cgroup_hierarchies() -> list[tuple[str, str, str]]:

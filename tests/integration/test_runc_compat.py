@@ -1,0 +1,109 @@
+"""Behaviour that users and tools of runc rely on, found by runc's own integration suite
+(`make conformance-runc`): each test here is what a user would check by hand."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyruntime.linux import cgroups
+from pyruntime.linux.syscalls import LinuxSyscalls
+
+
+def _config(bundle: Path) -> dict:
+    return json.loads((bundle / "config.json").read_text())
+
+
+def _save(bundle: Path, config: dict) -> None:
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def _run_on_pty(runtime, bundle: Path, cid: str, timeout: float = 20) -> tuple[int, bytes]:
+    """`pyruntime run` in the foreground on a terminal of its own, as a user at a shell runs it."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "run", "--bundle", str(bundle), cid],
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        while select.select([master], [], [], timeout)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every holder of the slave side is gone
+                break
+            if not chunk:
+                break
+            out += chunk
+        return proc.wait(timeout=timeout), out
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+
+
+def test_rootfs_whose_proc_is_a_symlink_is_refused(runtime, make_bundle, tmp_path, rootfs):
+    """A /proc that the image made a symlink would put procfs where the image points (CVE-2019-19921)."""
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "proc").rmdir()
+    (own / "bad-proc").mkdir()
+    (own / "proc").symlink_to("/bad-proc")
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False, timeout=30)
+    assert done.returncode == 1
+    assert "must be mounted on ordinary directory" in done.stderr
+    assert not list((own / "bad-proc").iterdir())
+
+
+@pytest.mark.parametrize("occupied", ["frozen", "not empty"])
+def test_create_into_a_frozen_or_occupied_cgroup_is_refused_and_leaves_it(runtime, make_bundle, occupied):
+    """A shared cgroup would be killed and removed with the container; a frozen one hangs its init."""
+    path = f"/pynode-test-used-{os.getpid()}"
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["cgroupsPath"] = path
+    _save(bundle, config)
+    cg = cgroups.manager(path, "x", LinuxSyscalls())
+    cg.create()
+    holder = None
+    try:
+        if occupied == "frozen":
+            cg.freeze()
+        else:
+            runtime("run", "-d", "--bundle", str(bundle), "first")
+            holder = runtime.state("first")["pid"]
+        done = runtime("create", "--bundle", str(bundle), "second", check=False, timeout=30)
+        assert done.returncode == 1
+        word = "unexpectedly frozen" if occupied == "frozen" else "is not empty"
+        assert f"container's cgroup {word}" in done.stderr
+        assert cg.exists()
+        if holder:
+            os.kill(holder, 0)  # the first container was left alone
+            assert runtime.state("first")["status"] == "running"
+    finally:
+        runtime("delete", "-f", "first", check=False)
+        if cg.exists():
+            cg.thaw()
+            cg.destroy()
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+def test_terminal_belongs_to_the_process_user_and_keeps_newlines(runtime, make_bundle, uid):
+    """Output through a container's terminal arrives byte for byte (no CRLF), and a non-root process owns
+    its terminal (group tty), as with runc."""
+    bundle = make_bundle(["sh", "-c", "stat -c %u:%g $(tty); printf 'a\\nb\\n'"])
+    config = _config(bundle)
+    config["process"]["terminal"] = True
+    config["process"]["user"] = {"uid": uid, "gid": 100 if uid else 0}
+    _save(bundle, config)
+    code, out = _run_on_pty(runtime, bundle, "c1")
+    assert code == 0, out
+    # the runtime puts its own terminal in raw mode, so any \r would be the container's terminal's
+    assert out == f"{uid}:5\na\nb\n".encode()
