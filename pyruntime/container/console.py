@@ -13,6 +13,10 @@ import termios
 
 from pyruntime.errors import FailedPreconditionError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
+
 
 class ConsoleError(FailedPreconditionError):
     """The terminal could not be handed over: nothing listens on the console socket, none was given, or
@@ -29,7 +33,7 @@ def connect(path: str) -> socket.socket:
     return sock
 
 
-def become_terminal(sock: socket.socket | None, size: tuple[int, int] | None, uid: int) -> None:
+def become_terminal(kernel: Syscalls, sock: socket.socket | None, size: tuple[int, int] | None, uid: int) -> None:
     """Opens a pty from the container's devpts, sends its master away and makes the slave our stdio.
 
     As runc's: the slave belongs to the process's user (its group stays devpts' gid=, the tty group), so a
@@ -40,7 +44,7 @@ def become_terminal(sock: socket.socket | None, size: tuple[int, int] | None, ui
     master, slave = os.openpty()
     try:
         name = os.ttyname(slave)
-        os.fchown(slave, uid, -1)
+        kernel.chown(slave, uid, -1)
         attrs = termios.tcgetattr(slave)
         attrs[1] &= ~termios.ONLCR
         termios.tcsetattr(slave, termios.TCSANOW, attrs)

@@ -67,7 +67,7 @@ def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Chan
         chan.recv(sync.PID_RECEIVED)
         if proc.terminal:
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
-            console.become_terminal(console_sock, proc.console_size, proc.user.uid)
+            console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
         program = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
         chan.send(sync.READY)
         chan.close()

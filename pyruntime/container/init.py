@@ -154,7 +154,7 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
             kernel.setdomainname(spec.domainname)
         if proc.terminal:
             from pyruntime.container import console as console_mod
-            console_mod.become_terminal(console, proc.console_size, proc.user.uid)
+            console_mod.become_terminal(kernel, console, proc.console_size, proc.user.uid)
         keep = {chan.fileno(), *fifo_fds} | set(range(3, 3 + preserve_fds))
         sent: list[int] = []
 

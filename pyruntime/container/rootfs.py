@@ -79,6 +79,8 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
         return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
     if m.type in ("proc", "sysfs"):
         _require_plain_dir(kernel, root_fd, m)
+    if m.type == "tmpfs":
+        opts = _tmpfs_options(kernel, root_fd, m, opts)
     if _is_bind(m, opts):
         try:
             src_is_dir = os.path.isdir(source or "")
@@ -108,6 +110,40 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 os.close(fresh)
     finally:
         os.close(target)
+
+
+def _tmpfs_options(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions) -> MountOptions:
+    """As runc's: a tmpfs over an existing directory takes that directory's mode unless mode= is given (a
+    0710 directory stays 0710 once mounted over), and /dev is mounted writable, to be filled with devices,
+    then made read-only (finish_dev)."""
+    flags, data = opts.flags, opts.data
+    if not any(o.startswith("mode=") for o in data.split(",")):
+        try:
+            fd = paths.open_in_root(kernel, root_fd, m.destination)
+        except SyscallError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        else:
+            try:
+                data = ",".join(filter(None, (f"mode={stat.S_IMODE(os.fstat(fd).st_mode):o}", data)))
+            finally:
+                os.close(fd)
+    if paths.clean(m.destination) == "/dev":
+        flags &= ~sc.MS_RDONLY
+    return MountOptions(flags, opts.propagation, data)
+
+
+def finish_dev(kernel: Syscalls, root_fd: int, mounts: tuple[Mount, ...]) -> None:
+    """A read-only /dev tmpfs becomes read-only once its devices and links are made."""
+    for m in mounts:
+        if paths.clean(m.destination) == "/dev" and m.type == "tmpfs" and parse_options(m.options).flags & sc.MS_RDONLY:
+            fd = paths.open_in_root(kernel, root_fd, "/dev")
+            try:
+                where = paths.fd_path(fd)
+                kernel.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY
+                             | _locked_flags(kernel, where), None)
+            finally:
+                os.close(fd)
 
 
 def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
@@ -324,6 +360,7 @@ def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_p
                                                 if d.path not in {x.path for x in DEFAULT_DEVICES}):
                 create_device(kernel, root_fd, dev, in_userns)
             _dev_symlinks(kernel, root_fd)
+        finish_dev(kernel, root_fd, spec.mounts)
         if spec.linux.masked_paths:
             mask_paths(kernel, root_fd, spec.linux.masked_paths)
         if spec.linux.readonly_paths:

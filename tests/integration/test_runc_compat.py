@@ -107,3 +107,33 @@ def test_terminal_belongs_to_the_process_user_and_keeps_newlines(runtime, make_b
     assert code == 0, out
     # the runtime puts its own terminal in raw mode, so any \r would be the container's terminal's
     assert out == f"{uid}:5\na\nb\n".encode()
+
+
+def test_read_only_dev_is_made_after_its_devices(runtime, make_bundle):
+    bundle = make_bundle(["sh", "-c", "grep '^tmpfs /dev ' /proc/mounts; test -c /dev/null && test -d /dev/pts"])
+    config = _config(bundle)
+    for m in config["mounts"]:
+        if m["destination"] == "/dev":
+            m["options"].append("ro")
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert " ro," in done.stdout
+
+
+@pytest.mark.parametrize(("options", "mode"), [([], "710"), (["mode=1500"], "1500")])
+def test_tmpfs_over_a_directory_keeps_its_mode_unless_given(runtime, make_bundle, tmp_path, rootfs, options, mode):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "tmpfs").mkdir(mode=0o710)
+    os.chmod(own / "tmpfs", 0o710)
+    bundle = make_bundle(["stat", "-c", "%a", "/tmpfs", "/fresh"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["mounts"] += [{"destination": "/tmpfs", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", *options]},
+                         {"destination": "/fresh", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]}]
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [mode, "1777"]
+    assert oct(os.stat(own / "tmpfs").st_mode & 0o7777) == "0o710"
