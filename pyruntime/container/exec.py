@@ -68,10 +68,10 @@ def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Chan
         if proc.terminal:
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
             console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
-        program = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+        program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
         chan.send(sync.READY)
         chan.close()
-        process.execute(seccomp, proc, program)
+        process.execute(seccomp, proc, program, env)
     except BaseException as e:
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)
 

@@ -137,3 +137,33 @@ def test_tmpfs_over_a_directory_keeps_its_mode_unless_given(runtime, make_bundle
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [mode, "1777"]
     assert oct(os.stat(own / "tmpfs").st_mode & 0o7777) == "0o710"
+
+
+@pytest.mark.parametrize(("uid", "env", "home"), [
+    (0, ["HOME="], "/root"), (0, ["HOME=/override", "HOME="], "/root"), (0, [], "/root"),
+    (0, ["HOME=/override"], "/override"), (4242, [], "/")])
+def test_empty_or_absent_home_comes_from_passwd(runtime, make_bundle, uid, env, home):
+    bundle = make_bundle(["env"])
+    config = _config(bundle)
+    config["process"]["env"] = ["PATH=/bin:/usr/bin", *env]
+    config["process"]["user"] = {"uid": uid, "gid": 0}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == [f"HOME={home}", "PATH=/bin:/usr/bin"]
+
+
+def test_a_user_may_start_in_a_cwd_only_root_can_enter(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "rootonly").mkdir(mode=0o700)
+    os.chmod(own / "rootonly", 0o700)
+    bundle = make_bundle(["sh", "-c", "id -u; pwd"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["process"]["user"] = {"uid": 1000, "gid": 1000}
+    config["process"]["cwd"] = "/rootonly"
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "/rootonly"]
