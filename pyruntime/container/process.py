@@ -6,6 +6,7 @@ namespaces; the interpreter never runs in the container after execve.
 """
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import stat
@@ -51,6 +52,16 @@ def set_rlimits(proc: Process) -> None:
             resource.setrlimit(kind, (r.soft, r.hard))
         except (ValueError, OSError) as e:
             raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from e
+
+
+def reset_affinity(kernel: Syscalls) -> None:
+    """Every CPU, which the kernel narrows to the cgroup's cpuset: the affinity of whoever ran the
+    runtime (`taskset -c 0 pyruntime run`, a pinned shim) is not the container's, as with runc."""
+    try:
+        kernel.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    except SyscallError as e:
+        if e.errno != errno.EINVAL:  # no CPU of ours is in the cpuset: keep what the kernel gave
+            raise
 
 
 def close_fds(kernel: Syscalls, keep: set[int]) -> None:
@@ -154,6 +165,7 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
     A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
     for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
+    reset_affinity(kernel)
     close_fds(kernel, keep_fds)
     env = environment(proc.env, proc.user.uid)
     entered = enter_cwd(proc.cwd, retry_later=True)

@@ -200,6 +200,9 @@ class Syscalls:
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         raise NotImplementedError
 
+    def sched_setaffinity(self, pid: int, cpus: set[int]) -> None:
+        raise NotImplementedError
+
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         raise NotImplementedError
 
@@ -330,6 +333,12 @@ class LinuxSyscalls(Syscalls):
         nr = _SYSCALL_NR["close_range"]
         if libc.syscall(nr, ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)) != 0:
             raise _fail(f"close_range({first}, {last})")
+
+    def sched_setaffinity(self, pid: int, cpus: set[int]) -> None:
+        try:
+            os.sched_setaffinity(pid, cpus)
+        except OSError as e:
+            raise SyscallError(e.errno, f"sched_setaffinity({pid}, {sorted(cpus)}): {e.strerror}") from e
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)

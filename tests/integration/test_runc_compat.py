@@ -167,3 +167,18 @@ def test_a_user_may_start_in_a_cwd_only_root_can_enter(runtime, make_bundle, tmp
     done = runtime("run", "--bundle", str(bundle), "c1", check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1000", "/rootonly"]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+def test_cpu_affinity_of_the_caller_is_not_inherited(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    last = (os.cpu_count() or 1) - 1
+    pinned = {"preexec_fn": lambda: os.sched_setaffinity(0, {0})}
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1", **pinned)
+        pid = runtime.state("c1")["pid"]
+        assert os.sched_getaffinity(pid) == set(range(last + 1))
+        done = runtime("exec", "c1", "grep", "Cpus_allowed_list", "/proc/self/status", **pinned)
+        assert done.stdout.split()[-1] == f"0-{last}"
+    finally:
+        runtime("delete", "-f", "c1", check=False)
