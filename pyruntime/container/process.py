@@ -114,7 +114,7 @@ def enter_cwd(cwd: str, retry_later: bool = False) -> bool:
 def environment(env: tuple[str, ...], uid: int) -> dict[str, str]:
     """The process's environment, the last of repeated names winning; an empty or absent HOME is the
     user's home from the container's /etc/passwd ("/" if it has none), as runc and a login would set it."""
-    out = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+    out = dict(e.partition("=")[::2] for e in env)
     if not out.get("HOME"):
         out["HOME"] = _passwd_home(uid)
     return out

@@ -182,3 +182,57 @@ def test_cpu_affinity_of_the_caller_is_not_inherited(runtime, make_bundle):
         assert done.stdout.split()[-1] == f"0-{last}"
     finally:
         runtime("delete", "-f", "c1", check=False)
+
+
+def test_debug_reports_the_set_up_stages_to_the_log_in_its_format(runtime, make_bundle, tmp_path):
+    bundle = make_bundle(["sleep", "100"])
+    text, as_json = tmp_path / "text.log", tmp_path / "json.log"
+    try:
+        done = runtime("--log", str(text), "--debug", "run", "-d", "--bundle", str(bundle), "c1")
+        assert "level=debug" not in done.stderr
+        assert 'level=debug msg="nsexec container setup"' in text.read_text()
+        assert "init: closing the pipe to signal completion" in text.read_text()
+        runtime("--log", str(as_json), "--log-format", "json", "--debug", "exec", "c1", "true")
+        lines = [json.loads(line) for line in as_json.read_text().splitlines()]
+        assert {"level": "debug", "msg": "setns_init: about to exec"} in [
+            {k: v for k, v in line.items() if k != "time"} for line in lines]
+        assert "level=debug" in runtime("--debug", "exec", "c1", "true").stderr
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_exec_failures_exit_255_and_the_process_status_passes_through(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        assert runtime("exec", "c1", "sh", "-c", "exit 42", check=False).returncode == 42
+        assert runtime("exec", "c1", "no-such-binary", check=False).returncode == 255
+        assert runtime("exec", "no-such-container", "true", check=False).returncode == 255
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_ps_list_and_events_speak_runc(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        table = runtime("ps", "c1").stdout.splitlines()
+        assert table[0].split() == ["UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"]
+        assert [row.split()[1] for row in table[1:]] == [str(pid)]
+        assert runtime("ps", "c1", "-e", "-x").stdout.split()[:4] == ["PID", "TTY", "STAT", "TIME"]
+        assert runtime("list", "--format", "json").stdout.startswith('[{"ociVersion":"')
+        assert runtime("events", "--stats", "c1").stdout.startswith('{"type":"stats","id":"c1",')
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_version_and_help_have_runcs_layout(runtime):
+    version = runtime("-v").stdout.splitlines()
+    assert version[0].startswith("runc version 0.1.0 (pyruntime")
+    assert version[1].startswith("commit: ") and version[2] == "spec: 1.2.1"
+    assert runtime("--help").stdout.splitlines()[:2] == [
+        "NAME:", "   pyruntime - a Python runc - Open Container Initiative runtime"]
+    assert "runc checkpoint" in runtime("checkpoint", "-h").stdout.splitlines()[1]
+    done = runtime("foo", "-h", check=False)
+    assert done.returncode == 1 and "No help topic for 'foo'" in done.stderr
