@@ -37,7 +37,8 @@ EXEC_FLAGS = [Flag(("console-socket",), True), Flag(("cwd",), True), Flag(("env"
                    "the container first"),
               Flag(("pidfd-socket",), True, unsupported=NO_PIDFD)]
 UPDATE_FLAGS = {"memory": ("memory", "limit"), "memory-reservation": ("memory", "reservation"),
-                "memory-swap": ("memory", "swap"), "cpu-shares": ("cpu", "shares"), "cpu-quota": ("cpu", "quota"),
+                "memory-swap": ("memory", "swap"), "cpu-share": ("cpu", "shares"), "cpu-quota": ("cpu", "quota"),
+                "cpu-burst": ("cpu", "burst"), "cpu-idle": ("cpu", "idle"),
                 "cpu-period": ("cpu", "period"), "cpuset-cpus": ("cpu", "cpus"), "cpuset-mems": ("cpu", "mems"),
                 "cpu-rt-runtime": ("cpu", "realtimeRuntime"), "cpu-rt-period": ("cpu", "realtimePeriod"),
                 "pids-limit": ("pids", "limit"), "blkio-weight": ("blockIO", "weight")}
@@ -343,8 +344,25 @@ def cmd_resume(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
+def _bytes(flag: str, text: str) -> int:
+    """A memory size as runc takes it (docker's units): a number of bytes, or with a binary suffix
+    k, m, g, t, p (optionally followed by b or ib, any case): `50M` is 50 MiB; -1 is unlimited."""
+    number = text.lower().removesuffix("ib").removesuffix("b")
+    scale = 1
+    if number and number[-1] in "kmgtp":
+        scale = 1024 ** ("kmgtp".index(number[-1]) + 1)
+        number = number[:-1]
+    try:
+        value = float(number) if "." in number else int(number)
+    except ValueError:
+        raise UsageError(f"update: --{flag}: {text!r} is not a size (bytes, or with k, m, g, t or p)") from None
+    return int(value * scale) if value >= 0 else -1
+
+
 def cmd_update(ctx: Context, argv: list[str]) -> int:
-    p = parse(argv, [Flag(("resources", "r"), True)] + [Flag((n,), True) for n in UPDATE_FLAGS]
+    # runc's flag is --cpu-share; --cpu-shares, the config's field name, is taken too
+    p = parse(argv, [Flag(("resources", "r"), True)] + [Flag((n, "cpu-shares") if n == "cpu-share" else (n,), True)
+                                                        for n in UPDATE_FLAGS]
               + [Flag(("kernel-memory",), True), Flag(("kernel-memory-tcp",), True)])
     cid = _one_id(p.positional, "update")
     raw: dict = {}
@@ -359,9 +377,14 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
         value = p.options[flag]
         if value is not None:
             text = str(value)
-            if key not in ("cpus", "mems") and not text.lstrip("-").isdigit():
+            if key in ("cpus", "mems"):
+                raw.setdefault(section, {})[key] = text
+            elif section == "memory":
+                raw.setdefault(section, {})[key] = _bytes(flag, text)
+            elif text.lstrip("-").isdigit():
+                raw.setdefault(section, {})[key] = int(text)
+            else:
                 raise UsageError(f"update: --{flag}: {text!r} is not a whole number")
-            raw.setdefault(section, {})[key] = text if key in ("cpus", "mems") else int(text)
     ctx.runtime().update(cid, raw)
     return 0
 
@@ -384,13 +407,16 @@ def cmd_events(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_spec(ctx: Context, argv: list[str]) -> int:
+    from pyruntime.linux import cgroups
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.default import default_spec
     p = parse(argv, [Flag(("bundle", "b"), True, default="."), Flag(("rootless",))])
+    v2 = cgroups.detect(LinuxSyscalls()) == "v2"
     path = os.path.join(str(p.options["bundle"]), "config.json")
     if os.path.exists(path):
         raise UsageError(f"File {path} exists. Remove it first")
     with open(path, "w") as f:
-        json.dump(default_spec(bool(p.options["rootless"])), f, indent="\t")
+        json.dump(default_spec(bool(p.options["rootless"]), cgroup_ns=v2), f, indent="\t")
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import select
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,102 @@ def test_version_and_help_have_runcs_layout(runtime):
     assert "runc checkpoint" in runtime("checkpoint", "-h").stdout.splitlines()[1]
     done = runtime("foo", "-h", check=False)
     assert done.returncode == 1 and "No help topic for 'foo'" in done.stderr
+
+
+def test_spec_adds_a_cgroup_namespace_only_on_a_cgroup_v2_host(runtime, tmp_path):
+    runtime("spec", "--bundle", str(tmp_path))
+    kinds = [ns["type"] for ns in _config(tmp_path)["linux"]["namespaces"]]
+    assert ("cgroup" in kinds) == (cgroups.detect(LinuxSyscalls()) == "v2")
+
+
+def _cgroup_file(state_pid: int, controller: str, name: str) -> str:
+    for line in Path(f"/proc/{state_pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return Path(f"/sys/fs/cgroup/{controllers}{path}/{name}").read_text().strip()
+    return Path(f"/sys/fs/cgroup{line.split(':', 2)[2]}/{name}").read_text().strip()  # v2: the last line
+
+
+def test_update_takes_runcs_units_and_flag_names(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    v2 = cgroups.detect(LinuxSyscalls()) == "v2"
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        runtime("update", "c1", "--memory", "50M", "--cpu-share", "200", "--cpu-period", "100000",
+                "--cpu-quota", "50000")
+        limit = _cgroup_file(pid, "memory", "memory.max" if v2 else "memory.limit_in_bytes")
+        assert limit == str(50 * 1024 * 1024)
+        if not v2:
+            assert _cgroup_file(pid, "cpu", "cpu.shares") == "200"
+        burst = "cpu.max.burst" if v2 else "cpu.cfs_burst_us"
+        try:
+            _cgroup_file(pid, "cpu", burst)
+        except FileNotFoundError:
+            return  # a kernel without CFS burst
+        runtime("update", "c1", "--cpu-burst", "20000")
+        assert _cgroup_file(pid, "cpu", burst) == "20000"
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_kill_reaches_every_process_of_a_container_in_the_host_pid_namespace(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["namespaces"] = [ns for ns in config["linux"]["namespaces"] if ns["type"] != "pid"]
+    config["linux"]["cgroupsPath"] = f"/pynode-test-hostpid-{os.getpid()}"
+    _save(bundle, config)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        init = runtime.state("c1")["pid"]
+        runtime("exec", "-d", "--pid-file", str(bundle / "exec.pid"), "c1", "sleep", "100")
+        other = int((bundle / "exec.pid").read_text())
+        os.kill(init, 9)  # the init gone: runc still kills the rest
+        for _ in range(100):
+            if runtime.state("c1")["status"] == "stopped":
+                break
+        runtime("kill", "c1", "KILL")
+        for _ in range(100):
+            try:
+                if "Z" in Path(f"/proc/{other}/stat").read_text().rsplit(")", 1)[1].split()[:1]:
+                    break  # dead; a zombie until its reaper (not us) gets to it
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"exec'd process {other} survived kill KILL")
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+V1_RT = "/sys/fs/cgroup/cpu/cpu.rt_runtime_us"
+
+
+@pytest.mark.skipif(cgroups.detect(LinuxSyscalls()) != "v1" or not os.path.exists(V1_RT),
+                    reason="needs cgroup v1 with realtime group scheduling")
+def test_v1_cpuset_parent_made_by_mkdir_and_rt_period_below_the_runtime():
+    """A pod's parent made with a bare mkdir has an empty cpuset; a lower rt period must follow its runtime."""
+    from pyruntime.linux.cgroups.resources import Cpu, Resources
+    parent = Path(f"/sys/fs/cgroup/cpuset/pynode-test-bare-{os.getpid()}")
+    parent.mkdir()
+    cg = cgroups.manager(f"/{parent.name}/ctr", "ctr", LinuxSyscalls())
+    try:
+        cg.create()
+        assert (parent / "cpuset.cpus").read_text().strip()
+        child = subprocess.Popen(["sleep", "100"], preexec_fn=lambda: cg.add(os.getpid()))
+        try:
+            assert str(child.pid) in (parent / "ctr" / "cgroup.procs").read_text().split()
+        finally:
+            child.kill()
+            child.wait()
+        (Path("/sys/fs/cgroup/cpu") / parent.name / "cpu.rt_runtime_us").write_text("600000")
+        cg.set(Resources(cpu=Cpu(realtime_period=1000000, realtime_runtime=500000)))
+        cg.set(Resources(cpu=Cpu(realtime_period=400000, realtime_runtime=200000)))
+        rt = Path("/sys/fs/cgroup/cpu") / parent.name / "ctr"
+        assert (rt / "cpu.rt_period_us").read_text().strip() == "400000"
+        assert (rt / "cpu.rt_runtime_us").read_text().strip() == "200000"
+    finally:
+        cg.destroy()
+        for base in Path("/sys/fs/cgroup").iterdir():
+            if (base / parent.name).is_dir():
+                (base / parent.name).rmdir()
