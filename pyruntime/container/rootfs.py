@@ -274,6 +274,7 @@ def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
     cover what the container would open, and a symlink could point the mount somewhere else.
     """
     null = _null_device()
+    shared = -1  # the first directory mask's tmpfs, which the others bind, as runc's (one tmpfs, not N)
     try:
         for path in masked:
             try:
@@ -287,14 +288,19 @@ def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
             try:
                 if stat.S_ISLNK(os.fstat(fd).st_mode):
                     raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
-                if paths.is_dir_fd(fd):
+                if paths.is_dir_fd(fd) and shared >= 0:
+                    kernel.mount(paths.fd_path(shared), paths.fd_path(fd), None, sc.MS_BIND, None)
+                elif paths.is_dir_fd(fd):
                     kernel.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
+                    shared = paths.open_in_root(kernel, root_fd, path, nofollow=True)
                 else:
                     kernel.mount(paths.fd_path(null), paths.fd_path(fd), None, sc.MS_BIND, None)
             finally:
                 os.close(fd)
     finally:
         os.close(null)
+        if shared >= 0:
+            os.close(shared)
 
 
 def readonly_paths(kernel: Syscalls, root_fd: int, ro: tuple[str, ...]) -> None:

@@ -336,3 +336,19 @@ def test_v1_cpuset_parent_made_by_mkdir_and_rt_period_below_the_runtime():
         for base in Path("/sys/fs/cgroup").iterdir():
             if (base / parent.name).is_dir():
                 (base / parent.name).rmdir()
+
+
+def test_masked_directories_share_one_read_only_tmpfs(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    for d in ("m1", "m2", "m3"):
+        (own / d).mkdir()
+    bundle = make_bundle(["sh", "-c", "stat -c %d /m1 /m2 /m3; touch /m2/x || echo refused"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["linux"]["maskedPaths"] = ["/m1", "/m2", "/m3"]
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    devices = done.stdout.split()[:3]
+    assert len(set(devices)) == 1 and done.stdout.split()[3] == "refused"
