@@ -169,6 +169,6 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
         os.read(fifo, 1)
         os.close(fifo)
         process.execute(spec.linux.seccomp, proc, program, env, lambda: run_hooks(
-            "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
+            "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running"), env))
     except BaseException as e:
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)

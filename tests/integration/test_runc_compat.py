@@ -352,3 +352,18 @@ def test_masked_directories_share_one_read_only_tmpfs(runtime, make_bundle, tmp_
     assert done.returncode == 0, done.stderr
     devices = done.stdout.split()[:3]
     assert len(set(devices)) == 1 and done.stdout.split()[3] == "refused"
+
+
+def test_hook_errors_name_the_hook_and_start_container_hooks_get_the_process_env(runtime, make_bundle, busybox):
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["hooks"] = {"prestart": [{"path": busybox, "args": ["busybox", "true"]},
+                                    {"path": busybox, "args": ["busybox", "false"]}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 1 and "error running prestart hook #1:" in done.stderr
+    config["process"]["env"] = ["PATH=/bin:/usr/bin", "ONE=two"]
+    config["hooks"] = {"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", '[ "$ONE" = two ]']}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c2", check=False)
+    assert done.returncode == 0, done.stderr
