@@ -355,7 +355,7 @@ def _bytes(flag: str, text: str) -> int:
     try:
         value = float(number) if "." in number else int(number)
     except ValueError:
-        raise UsageError(f"update: --{flag}: {text!r} is not a size (bytes, or with k, m, g, t or p)") from None
+        raise UsageError(f"update: --{flag}: {text!r} is not a whole number of bytes (or with k, m, g, t, p)") from None
     return int(value * scale) if value >= 0 else -1
 
 
