@@ -76,6 +76,13 @@ class Runtime:
         self.kernel = kernel
         self.store = Store(self.settings.root)
 
+    def _trace(self):  # -> Callable[[str], None] | None
+        """With debug on, the reporter of a container's set-up stages (to the log, else stderr)."""
+        if not self.settings.debug:
+            return None
+        from pyruntime.logline import tracer
+        return tracer(self.settings.log, self.settings.log_format)
+
     def create(self, id: str, bundle: str, spec: Spec | None = None, *, console_socket: str | None = None,
                pid_file: str | None = None, preserve_fds: int = 0) -> State:
         """Makes the container from `bundle` (its config.json, or `spec` when the caller validated one with
@@ -84,7 +91,7 @@ class Runtime:
         if preserve_fds < 0:
             raise InvalidArgumentError(f"preserve_fds: must be >= 0, got {preserve_fds}")
         record = create(self.store, id, bundle, spec=spec, console_socket=console_socket, pid_file=pid_file,
-                        preserve_fds=preserve_fds, debug=self.settings.debug, kernel=self.kernel)
+                        preserve_fds=preserve_fds, debug=self.settings.debug, kernel=self.kernel, trace=self._trace())
         return State(record, "created")
 
     def start(self, id: str) -> None:
@@ -144,7 +151,7 @@ class Runtime:
         if preserve_fds < 0:
             raise InvalidArgumentError(f"preserve_fds: must be >= 0, got {preserve_fds}")
         pid = exec_process(self.store, id, process, console_socket=console_socket, preserve_fds=preserve_fds,
-                           debug=self.settings.debug, kernel=self.kernel)
+                           debug=self.settings.debug, kernel=self.kernel, trace=self._trace())
         if pid_file:
             write_pid_file(pid_file, pid)
         return pid

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 from pyruntime.cli.args import Flag, UsageError, parse
 
@@ -38,11 +37,31 @@ EXEC_FLAGS = [Flag(("console-socket",), True), Flag(("cwd",), True), Flag(("env"
                    "the container first"),
               Flag(("pidfd-socket",), True, unsupported=NO_PIDFD)]
 UPDATE_FLAGS = {"memory": ("memory", "limit"), "memory-reservation": ("memory", "reservation"),
-                "memory-swap": ("memory", "swap"), "cpu-shares": ("cpu", "shares"), "cpu-quota": ("cpu", "quota"),
+                "memory-swap": ("memory", "swap"), "cpu-share": ("cpu", "shares"), "cpu-quota": ("cpu", "quota"),
+                "cpu-burst": ("cpu", "burst"), "cpu-idle": ("cpu", "idle"),
                 "cpu-period": ("cpu", "period"), "cpuset-cpus": ("cpu", "cpus"), "cpuset-mems": ("cpu", "mems"),
                 "cpu-rt-runtime": ("cpu", "realtimeRuntime"), "cpu-rt-period": ("cpu", "realtimePeriod"),
                 "pids-limit": ("pids", "limit"), "blkio-weight": ("blockIO", "weight")}
-VERSION = "pyruntime version 0.1.0\nspec: 1.2.1"
+# runc's lines, which tools parse field by field, with pyruntime's own version and what it runs on
+VERSION = "runc version {v} (pyruntime {v})\ncommit: pyruntime-{v}\nspec: 1.2.1\npython: {py}"
+PYRUNTIME_VERSION = "0.1.0"
+# runc's help layout (NAME:, USAGE:), which scripts and the runc suite read; what each command does
+SUMMARIES = {
+    "checkpoint": "checkpoint a running container (not supported by pyruntime: no CRIU)",
+    "create": "create a container",
+    "delete": "delete any resources held by the container often used with detached container",
+    "events": "display container events such as OOM notifications, cpu, memory, and IO usage statistics",
+    "exec": "execute new process inside the container", "features": "show the enabled features",
+    "image": "pull, list, inspect, remove, import, export and prune images (pyruntime's own)",
+    "kill": "kill sends the specified signal (default: SIGTERM) to the container's init process",
+    "list": "lists containers started by runc with the given root",
+    "pause": "pause suspends all processes inside the container",
+    "ps": "ps displays the processes running inside a container",
+    "restore": "restore a container from a previous checkpoint (not supported by pyruntime: no CRIU)",
+    "resume": "resumes all processes that have been previously paused", "run": "create and run a container",
+    "spec": "create a new specification file", "start": "executes the user defined process in a created container",
+    "state": "output the state of a container", "update": "update container resource constraints",
+}
 
 
 class Context:
@@ -71,12 +90,9 @@ class Context:
         (containerd's sandbox runtime gets a read-only /dev/null)."""
         log = self.settings.log
         if log:
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            line = json.dumps({"level": "error", "msg": msg, "time": now}) \
-                if self.settings.log_format == "json" else f"level=error msg={msg!r}"
+            from pyruntime import logline
             try:
-                with open(log, "a") as f:
-                    f.write(line + "\n")
+                logline.write(log, self.settings.log_format, "error", msg)
             except OSError as e:
                 _write_stderr(f"pyruntime: --log {log}: {e.strerror}\n")
         _write_stderr(f"pyruntime: {msg}\n")
@@ -282,7 +298,7 @@ def cmd_list(ctx: Context, argv: list[str]) -> int:
     if p.options["quiet"]:
         print("\n".join(s["id"] for s in states))
     elif p.options["format"] == "json":
-        print(json.dumps(states))
+        print(json.dumps(states, separators=(",", ":")))
     else:
         print(f"{'ID':<20} {'PID':<8} {'STATUS':<10} {'BUNDLE':<40} {'CREATED':<31} OWNER")
         for s in states:
@@ -291,21 +307,30 @@ def cmd_list(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_ps(ctx: Context, argv: list[str]) -> int:
-    p = parse(argv, [Flag(("format", "f"), True, default="table")])
+    """runc's: the host's ps(1) with the given options (default -ef), only the container's rows."""
+    p = parse(argv, [Flag(("format", "f"), True, default="table")], stop_at_positional=True)
     if not p.positional:
         raise UsageError("ps: usage: pyruntime ps [--format table|json] <container-id> [ps options]")
     found = ctx.runtime().pids(p.positional[0])
     if p.options["format"] == "json":
         print(json.dumps(found))
         return 0
-    print(f"{'PID':>8} CMD")
-    for pid in found:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue  # exited since the cgroup was read
-        print(f"{pid:>8} {cmd}")
+    import subprocess
+    argv_ps = ["ps", *(p.positional[1:] or ["-ef"])]
+    try:
+        out = subprocess.run(argv_ps, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise UsageError(f"ps: {' '.join(argv_ps)}: {getattr(e, 'stderr', None) or e}") from e
+    header, *rows = out.splitlines() or [""]
+    if "PID" not in header.split():
+        raise UsageError(f"ps: {' '.join(argv_ps)}: no PID column in its output")
+    column = header.split().index("PID")
+    print(header)
+    wanted = {str(pid) for pid in found}
+    for row in rows:
+        fields = row.split()
+        if len(fields) > column and fields[column] in wanted:
+            print(row)
     return 0
 
 
@@ -319,8 +344,25 @@ def cmd_resume(ctx: Context, argv: list[str]) -> int:
     return 0
 
 
+def _bytes(flag: str, text: str) -> int:
+    """A memory size as runc takes it (docker's units): a number of bytes, or with a binary suffix
+    k, m, g, t, p (optionally followed by b or ib, any case): `50M` is 50 MiB; -1 is unlimited."""
+    number = text.lower().removesuffix("ib").removesuffix("b")
+    scale = 1
+    if number and number[-1] in "kmgtp":
+        scale = 1024 ** ("kmgtp".index(number[-1]) + 1)
+        number = number[:-1]
+    try:
+        value = float(number) if "." in number else int(number)
+    except ValueError:
+        raise UsageError(f"update: --{flag}: {text!r} is not a whole number of bytes (or with k, m, g, t, p)") from None
+    return int(value * scale) if value >= 0 else -1
+
+
 def cmd_update(ctx: Context, argv: list[str]) -> int:
-    p = parse(argv, [Flag(("resources", "r"), True)] + [Flag((n,), True) for n in UPDATE_FLAGS]
+    # runc's flag is --cpu-share; --cpu-shares, the config's field name, is taken too
+    p = parse(argv, [Flag(("resources", "r"), True)] + [Flag((n, "cpu-shares") if n == "cpu-share" else (n,), True)
+                                                        for n in UPDATE_FLAGS]
               + [Flag(("kernel-memory",), True), Flag(("kernel-memory-tcp",), True)])
     cid = _one_id(p.positional, "update")
     raw: dict = {}
@@ -335,9 +377,14 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
         value = p.options[flag]
         if value is not None:
             text = str(value)
-            if key not in ("cpus", "mems") and not text.lstrip("-").isdigit():
+            if key in ("cpus", "mems"):
+                raw.setdefault(section, {})[key] = text
+            elif section == "memory":
+                raw.setdefault(section, {})[key] = _bytes(flag, text)
+            elif text.lstrip("-").isdigit():
+                raw.setdefault(section, {})[key] = int(text)
+            else:
                 raise UsageError(f"update: --{flag}: {text!r} is not a whole number")
-            raw.setdefault(section, {})[key] = text if key in ("cpus", "mems") else int(text)
     ctx.runtime().update(cid, raw)
     return 0
 
@@ -347,7 +394,7 @@ def cmd_events(ctx: Context, argv: list[str]) -> int:
     cid = _one_id(p.positional, "events")
     rt = ctx.runtime()
     if p.options["stats"]:
-        print(json.dumps(rt.stats(cid)))
+        print(json.dumps(rt.stats(cid), separators=(",", ":")))
         return 0
     text = str(p.options["interval"])
     try:
@@ -355,18 +402,21 @@ def cmd_events(ctx: Context, argv: list[str]) -> int:
     except ValueError:
         raise UsageError(f"events: --interval: {text!r} is not a duration in seconds (5s)") from None
     for event in rt.events(cid, interval):
-        print(json.dumps(event), flush=True)
+        print(json.dumps(event, separators=(",", ":")), flush=True)
     return 0
 
 
 def cmd_spec(ctx: Context, argv: list[str]) -> int:
+    from pyruntime.linux import cgroups
+    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.default import default_spec
     p = parse(argv, [Flag(("bundle", "b"), True, default="."), Flag(("rootless",))])
+    v2 = cgroups.detect(LinuxSyscalls()) == "v2"
     path = os.path.join(str(p.options["bundle"]), "config.json")
     if os.path.exists(path):
         raise UsageError(f"File {path} exists. Remove it first")
     with open(path, "w") as f:
-        json.dump(default_spec(bool(p.options["rootless"])), f, indent="\t")
+        json.dump(default_spec(bool(p.options["rootless"]), cgroup_ns=v2), f, indent="\t")
     return 0
 
 
@@ -389,7 +439,14 @@ COMMANDS = {
     "resume": cmd_resume, "update": cmd_update, "events": cmd_events, "spec": cmd_spec, "features": cmd_features,
     "image": cmd_image,
 }
-USAGE = "usage: pyruntime [global options] COMMAND [options] ...\ncommands: " + ", ".join(COMMANDS)
+
+
+def _help() -> str:
+    return ("NAME:\n   pyruntime - a Python runc - Open Container Initiative runtime\n\nUSAGE:\n"
+            "   pyruntime [global options] command [command options] [arguments...]\n\nCOMMANDS:\n"
+            + "".join(f"   {name:<11} {SUMMARIES[name]}\n" for name in sorted(SUMMARIES))
+            + "\nGLOBAL OPTIONS:\n   --root value, --log value, --log-format text|json, --debug, --help, -h, "
+              "--version, -v")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,15 +461,26 @@ def _main(argv: list[str]) -> int:
     try:
         g = parse(argv, GLOBAL_FLAGS, stop_at_positional=True)
         if g.options["version"]:
-            print(VERSION)
+            print(VERSION.format(v=PYRUNTIME_VERSION, py=sys.version.split()[0]))
             return 0
         if not g.positional or g.options["help"]:
-            print(USAGE, file=sys.stderr if not g.options["help"] else sys.stdout)
+            print(_help(), file=sys.stderr if not g.options["help"] else sys.stdout)
             return 0 if g.options["help"] else 1
+        if g.positional[1:2] in (["-h"], ["--help"]) or g.positional[0] == "help":
+            topic = g.positional[1] if g.positional[0] == "help" and len(g.positional) > 1 else g.positional[0]
+            if topic == "help":
+                print(_help())
+                return 0
+            if topic not in SUMMARIES:
+                raise UsageError(f"No help topic for '{topic}'")
+            print(f"NAME:\n   pyruntime {topic} - {SUMMARIES[topic]} (as runc {topic})\n\n"
+                  f"USAGE:\n   pyruntime [global options] {topic} [command options] [arguments...]")
+            return 0
         ctx = Context(g.options)
         command = COMMANDS.get(g.positional[0])
         if command is None:
-            why = "checkpoint/restore are not supported" if g.positional[0] in ("checkpoint", "restore") else USAGE
+            why = ("checkpoint/restore are not supported" if g.positional[0] in ("checkpoint", "restore")
+                   else "see pyruntime --help")
             raise UsageError(f"unknown command {g.positional[0]!r} ({why})")
         name = g.positional[0]
         return command(ctx, g.positional[1:])
@@ -424,6 +492,8 @@ def _main(argv: list[str]) -> int:
             import traceback
             _write_stderr(traceback.format_exc())
         status, line = report(e, name)
+        if name == "exec":
+            status = 255  # runc's exec: its own failures are 255, apart from the process's exit statuses
         if ctx is None:
             _write_stderr(f"pyruntime: {line}\n")  # before --log is known
         else:

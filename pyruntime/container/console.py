@@ -13,6 +13,10 @@ import termios
 
 from pyruntime.errors import FailedPreconditionError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
+
 
 class ConsoleError(FailedPreconditionError):
     """The terminal could not be handed over: nothing listens on the console socket, none was given, or
@@ -29,13 +33,21 @@ def connect(path: str) -> socket.socket:
     return sock
 
 
-def become_terminal(sock: socket.socket | None, size: tuple[int, int] | None) -> None:
-    """Opens a pty from the container's devpts, sends its master away and makes the slave our stdio."""
+def become_terminal(kernel: Syscalls, sock: socket.socket | None, size: tuple[int, int] | None, uid: int) -> None:
+    """Opens a pty from the container's devpts, sends its master away and makes the slave our stdio.
+
+    As runc's: the slave belongs to the process's user (its group stays devpts' gid=, the tty group), so a
+    non-root process can set its own terminal; and output newlines are not turned into CRLF (ONLCR off),
+    so what a container prints reaches a log or a pipe byte for byte."""
     if sock is None:
         raise ConsoleError("process.terminal is true but no --console-socket was given")
     master, slave = os.openpty()
     try:
         name = os.ttyname(slave)
+        kernel.chown(slave, uid, -1)
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
         if size and all(size):
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
         socket.send_fds(sock, [name.encode()], [master])

@@ -97,6 +97,12 @@ def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
     with store.locked(cid):
         state = store.load(cid)
         status = status_of(store, state)
+        private_pidns = "pid" in state.namespaces and state.namespaces["pid"] is None
+        if sig == signal.SIGKILL and not private_pidns:
+            # runc's: without a pid namespace of its own, the init's death does not take the rest with
+            # it, so SIGKILL goes to every process in the cgroup, even once the init is gone
+            _cgroup(state).kill_all(sig)
+            return
         if status == STOPPED and not all_processes:
             raise ContainerError(f"cannot kill container {cid!r}: container not running")
         if all_processes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
@@ -23,6 +24,10 @@ from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Sysc
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 from pyruntime.oci.validate import validate
+
+
+def silent(_msg: str) -> None:
+    pass
 
 
 def _now() -> str:
@@ -90,12 +95,24 @@ def require_single_thread(call: str) -> None:
             "another thread held); call it from a single-threaded process such as a fork server")
 
 
+def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None) -> None:
+    """runc's refusals, with its words: a container sharing a cgroup would be killed, frozen and removed
+    with another's, and an init forked into a frozen cgroup would stop before it could report, hanging
+    `create`."""
+    where = f"linux.cgroupsPath {path!r}: " if path else ""
+    if cg.pids():
+        raise FailedPreconditionError(f"{where}container's cgroup is not empty")
+    if cg.state() == cgroups.FROZEN:
+        raise FailedPreconditionError(f"{where}container's cgroup unexpectedly frozen")
+
+
 def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
            pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False,
-           kernel: Syscalls | None = None) -> ContainerState:
+           kernel: Syscalls | None = None, trace: Callable[[str], None] | None = None) -> ContainerState:
     """`spec`: the bundle's config already parsed by the caller; read from the bundle if None. Validated
     here either way, before the id is claimed. `kernel` is the syscall layer the container is set up
-    through, the real one unless a caller brings its own."""
+    through, the real one unless a caller brings its own. `trace` (--debug) hears of each stage, in runc's words."""
+    trace = trace or silent
     require_single_thread(f"create {cid}")
     kernel = kernel or LinuxSyscalls()
     validate_id(cid)
@@ -114,11 +131,14 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
     parent, child = Channel.pair()
     try:
         store.save(state)
-        cg = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
-        cg.create()
+        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
+        made.create()
+        _refuse_used_cgroup(made, spec.linux.cgroups_path)
+        cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
         for name in (FIFO, EXEC_FIFO):
             os.mkfifo(store.path(cid, name), 0o600)
+        trace("nsexec container setup")
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
@@ -137,6 +157,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
         parent.send(sync.PID_RECEIVED)
+        trace(f"child process in init() (pid {init_pid})")
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
         parent.recv(sync.HOOKS)
         runtime_view = oci_state(state, "creating")
@@ -146,6 +167,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             _hand_over_notify_fd(spec, parent, init_pid, runtime_view)
         parent.recv(sync.READY)
+        trace("init: closing the pipe to signal completion")
         store.save(state)
         if pid_file:
             write_pid_file(pid_file, init_pid)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 
 from pyruntime.container import process, sync
-from pyruntime.container.create import become_subreaper, require_single_thread
+from pyruntime.container.create import become_subreaper, require_single_thread, silent
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
@@ -67,17 +68,18 @@ def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Chan
         chan.recv(sync.PID_RECEIVED)
         if proc.terminal:
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
-            console.become_terminal(console_sock, proc.console_size)
-        program = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+            console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
+        program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
         chan.send(sync.READY)
         chan.close()
-        process.execute(seccomp, proc, program)
+        process.execute(seccomp, proc, program, env)
     except BaseException as e:
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
-                 preserve_fds: int = 0, debug: bool = False, kernel: Syscalls | None = None) -> int:
+                 preserve_fds: int = 0, debug: bool = False, kernel: Syscalls | None = None,
+                 trace: Callable[[str], None] | None = None) -> int:
     """Starts the process in the container and returns its pid (the caller may wait for it).
     `kernel` is the syscall layer, the real one unless a caller brings its own.
 
@@ -93,11 +95,11 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
         status = status_of(store, state)
         if status not in (RUNNING, CREATED):
             raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
-        return _exec(kernel, state, proc, console_socket, preserve_fds, debug)
+        return _exec(kernel, state, proc, console_socket, preserve_fds, debug, trace or silent)
 
 
 def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket: str | None, preserve_fds: int,
-          debug: bool) -> int:
+          debug: bool, trace: Callable[[str], None]) -> int:
     seccomp = state.seccomp_spec()
     # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
     from pyruntime.linux import capabilities  # noqa: F401
@@ -116,6 +118,7 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
     parent, child = Channel.pair()
     stage1_pid = 0
     try:
+        trace("nsexec container setup")
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
@@ -130,11 +133,13 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         os.waitpid(stage1_pid, 0)
         stage1_pid = 0
         parent.send(sync.PID_RECEIVED)
+        trace(f"child process in init() (pid {pid})")
         try:
             parent.recv(sync.READY)
         except ChildError:
             os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
             raise
+        trace("setns_init: about to exec")
         return pid
     finally:
         if stage1_pid:

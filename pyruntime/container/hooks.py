@@ -14,23 +14,27 @@ class HookError(FailedPreconditionError):
     """A hook named in the spec failed, timed out or could not be run: its veto, not the runtime's fault."""
 
 
-def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict) -> None:
+def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict[str, str] | None = None) -> None:
+    """`inherit_env`: the environment of a hook that names none (startContainer hooks get the container
+    process's, as runc's, which runs them from the process about to exec). Errors say which hook by its
+    index, in runc's words (`error running prestart hook #1: ...`)."""
     if not hooks:
         return
     import subprocess
     payload = json.dumps(state).encode()
-    for hook in hooks:
+    for i, hook in enumerate(hooks):
         argv = list(hook.args) or [hook.path]
-        env = dict(e.split("=", 1) for e in hook.env)
+        env = dict(e.split("=", 1) for e in hook.env) if hook.env or inherit_env is None else inherit_env
+        what = f"error running {kind} hook #{i}: {kind} hook {hook.path}"
         try:
             done = subprocess.run(argv, executable=hook.path, input=payload, env=env, timeout=hook.timeout,
                                   capture_output=True)
         except subprocess.TimeoutExpired as e:
-            raise HookError(f"{kind} hook {hook.path}: timed out after {hook.timeout}s") from e
+            raise HookError(f"{what}: timed out after {hook.timeout}s") from e
         except OSError as e:
-            raise HookError(f"{kind} hook {hook.path}: {e.strerror}") from e
+            raise HookError(f"{what}: {e.strerror}") from e
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).decode(errors="replace").strip()[-500:]
             raise HookError(
-                f"{kind} hook {hook.path}: exit status {done.returncode}" + (f": {detail}" if detail else "")
+                f"{what}: exit status {done.returncode}" + (f": {detail}" if detail else "")
             )

@@ -154,21 +154,21 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
             kernel.setdomainname(spec.domainname)
         if proc.terminal:
             from pyruntime.container import console as console_mod
-            console_mod.become_terminal(console, proc.console_size)
+            console_mod.become_terminal(kernel, console, proc.console_size, proc.user.uid)
         keep = {chan.fileno(), *fifo_fds} | set(range(3, 3 + preserve_fds))
         sent: list[int] = []
 
         def notify(fd: int) -> None:
             chan.send_fd(sync.SECCOMP, fd)
             sent.append(fd)
-        program = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify)
+        program, env = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
             chan.send(sync.SECCOMP)
         chan.send(sync.READY)
         chan.close()  # from here on, failures go to stderr: the runtime is gone
         os.read(fifo, 1)
         os.close(fifo)
-        process.execute(spec.linux.seccomp, proc, program, lambda: run_hooks(
-            "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running")))
+        process.execute(spec.linux.seccomp, proc, program, env, lambda: run_hooks(
+            "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running"), env))
     except BaseException as e:
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)

@@ -6,8 +6,10 @@ namespaces; the interpreter never runs in the container after execve.
 """
 from __future__ import annotations
 
+import errno
 import os
 import resource
+import stat
 from collections.abc import Callable
 
 from pyruntime.errors import InvalidArgumentError
@@ -52,6 +54,16 @@ def set_rlimits(proc: Process) -> None:
             raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from e
 
 
+def reset_affinity(kernel: Syscalls) -> None:
+    """Every CPU, which the kernel narrows to the cgroup's cpuset: the affinity of whoever ran the
+    runtime (`taskset -c 0 pyruntime run`, a pinned shim) is not the container's, as with runc."""
+    try:
+        kernel.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+    except SyscallError as e:
+        if e.errno != errno.EINVAL:  # no CPU of ours is in the cpuset: keep what the kernel gave
+            raise
+
+
 def close_fds(kernel: Syscalls, keep: set[int]) -> None:
     """Marks every fd >= 3 except `keep` close-on-exec and closes it now, before cwd is resolved.
 
@@ -80,16 +92,48 @@ def lookup(program: str, env: tuple[str, ...]) -> str:
     raise ProcessError(f"exec: {program!r}: executable file not found in $PATH")
 
 
-def enter_cwd(cwd: str) -> None:
+def enter_cwd(cwd: str, retry_later: bool = False) -> bool:
+    """Returns False, with `retry_later`, when the cwd refused us with EACCES: root is refused where a
+    root-squashing NFS export lets only the user in, so the caller tries again as the user."""
     try:
         os.chdir(cwd)
         here = os.getcwd()
     except FileNotFoundError as e:
         raise ProcessError(f"process.cwd {cwd!r}: does not resolve inside the container's root") from e
+    except PermissionError as e:
+        if retry_later:
+            return False
+        raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from e
     except OSError as e:
         raise ProcessError(f"process.cwd {cwd!r}: chdir: {e.strerror}") from e
     if not here.startswith("/"):
         raise ProcessError(f"process.cwd {cwd!r}: resolves outside the container's root")
+    return True
+
+
+def environment(env: tuple[str, ...], uid: int) -> dict[str, str]:
+    """The process's environment, the last of repeated names winning; an empty or absent HOME is the
+    user's home from the container's /etc/passwd ("/" if it has none), as runc and a login would set it."""
+    out = dict(e.partition("=")[::2] for e in env)
+    if not out.get("HOME"):
+        out["HOME"] = _passwd_home(uid)
+    return out
+
+
+def _passwd_home(uid: int) -> str:
+    try:
+        # non-blocking and regular-only: the image chooses what /etc/passwd is, a fifo included
+        fd = os.open("/etc/passwd", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return "/"
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "/"
+        for line in f.read(1 << 20).decode(errors="replace").splitlines():
+            fields = line.split(":")
+            if len(fields) >= 6 and fields[2] == str(uid) and fields[5]:
+                return fields[5]
+    return "/"
 
 
 def load_seccomp(profile: Seccomp | None, notify: Callable[[int], None] | None = None) -> None:
@@ -113,14 +157,19 @@ def _uses_notify(profile: Seccomp | None) -> bool:
 
 
 def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds: set[int],
-             notify: Callable[[int], None] | None = None) -> str:
-    """Everything up to the exec; returns the resolved program path. Errors name the step.
+             notify: Callable[[int], None] | None = None) -> tuple[str, dict[str, str]]:
+    """Everything up to the exec; returns the resolved program path and the environment. Errors name the
+    step. The cwd is entered as root, before the user and capabilities change (runc's order: a cwd only
+    root can enter works), and again as the user where root was refused.
 
     A filter with notify rules is loaded here even with no_new_privs, while the runtime still listens
     for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
     kernel.reset_signals()  # before any seccomp filter, which may not allow rt_sigaction
+    reset_affinity(kernel)
     close_fds(kernel, keep_fds)
+    env = environment(proc.env, proc.user.uid)
+    entered = enter_cwd(proc.cwd, retry_later=True)
     nnp = proc.no_new_privileges
     if not nnp:
         # without no_new_privs, loading a filter needs CAP_SYS_ADMIN, which the next step may drop
@@ -131,18 +180,18 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
     if nnp and _uses_notify(profile):
         load_seccomp(profile, notify)
     os.umask(proc.user.umask if proc.user.umask is not None else 0o022)
-    enter_cwd(proc.cwd)
-    return lookup(proc.args[0], proc.env)
+    if not entered:
+        enter_cwd(proc.cwd)
+    return lookup(proc.args[0], tuple(f"{k}={v}" for k, v in env.items())), env
 
 
-def execute(profile: Seccomp | None, proc: Process, program: str,
+def execute(profile: Seccomp | None, proc: Process, program: str, env: dict[str, str],
             before_exec: Callable[[], None] | None = None) -> None:
     """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
     if before_exec is not None:
         before_exec()
     if proc.no_new_privileges and not _uses_notify(profile):
         load_seccomp(profile)
-    env = dict(e.split("=", 1) for e in proc.env)
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:

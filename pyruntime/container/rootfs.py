@@ -77,6 +77,10 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
     source = _source(m, bundle)
     if m.type == "cgroup":
         return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
+    if m.type in ("proc", "sysfs"):
+        _require_plain_dir(kernel, root_fd, m)
+    if m.type == "tmpfs":
+        opts = _tmpfs_options(kernel, root_fd, m, opts)
     if _is_bind(m, opts):
         try:
             src_is_dir = os.path.isdir(source or "")
@@ -106,6 +110,57 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 os.close(fresh)
     finally:
         os.close(target)
+
+
+def _tmpfs_options(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions) -> MountOptions:
+    """As runc's: a tmpfs over an existing directory takes that directory's mode unless mode= is given (a
+    0710 directory stays 0710 once mounted over), and /dev is mounted writable, to be filled with devices,
+    then made read-only (finish_dev)."""
+    flags, data = opts.flags, opts.data
+    if not any(o.startswith("mode=") for o in data.split(",")):
+        try:
+            fd = paths.open_in_root(kernel, root_fd, m.destination)
+        except SyscallError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        else:
+            try:
+                data = ",".join(filter(None, (f"mode={stat.S_IMODE(os.fstat(fd).st_mode):o}", data)))
+            finally:
+                os.close(fd)
+    if paths.clean(m.destination) == "/dev":
+        flags &= ~sc.MS_RDONLY
+    return MountOptions(flags, opts.propagation, data)
+
+
+def finish_dev(kernel: Syscalls, root_fd: int, mounts: tuple[Mount, ...]) -> None:
+    """A read-only /dev tmpfs becomes read-only once its devices and links are made."""
+    for m in mounts:
+        if paths.clean(m.destination) == "/dev" and m.type == "tmpfs" and parse_options(m.options).flags & sc.MS_RDONLY:
+            fd = paths.open_in_root(kernel, root_fd, "/dev")
+            try:
+                where = paths.fd_path(fd)
+                kernel.mount(None, where, None, sc.MS_REMOUNT | sc.MS_BIND | sc.MS_RDONLY
+                             | _locked_flags(kernel, where), None)
+            finally:
+                os.close(fd)
+
+
+def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
+    """A proc or sysfs mount point the image made a symlink (or a file) is refused, as runc does: followed,
+    it would put the kernel's view where the image chose (CVE-2019-19921, CVE-2023-27561)."""
+    try:
+        fd = paths.open_in_root(kernel, root_fd, m.destination, nofollow=True)
+    except SyscallError as e:
+        if e.errno == errno.ENOENT:
+            return
+        raise
+    try:
+        if not paths.is_dir_fd(fd):
+            raise SyscallError(errno.ENOTDIR, f"mount {m.destination}: filesystem {m.type!r} must be mounted on "
+                                              "ordinary directory")
+    finally:
+        os.close(fd)
 
 
 def _cgroup_hierarchies() -> list[tuple[str, str, str]]:
@@ -219,6 +274,7 @@ def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
     cover what the container would open, and a symlink could point the mount somewhere else.
     """
     null = _null_device()
+    shared = -1  # the first directory mask's tmpfs, which the others bind, as runc's (one tmpfs, not N)
     try:
         for path in masked:
             try:
@@ -232,14 +288,19 @@ def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
             try:
                 if stat.S_ISLNK(os.fstat(fd).st_mode):
                     raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
-                if paths.is_dir_fd(fd):
+                if paths.is_dir_fd(fd) and shared >= 0:
+                    kernel.mount(paths.fd_path(shared), paths.fd_path(fd), None, sc.MS_BIND, None)
+                elif paths.is_dir_fd(fd):
                     kernel.mount("tmpfs", paths.fd_path(fd), "tmpfs", sc.MS_RDONLY, None)
+                    shared = paths.open_in_root(kernel, root_fd, path, nofollow=True)
                 else:
                     kernel.mount(paths.fd_path(null), paths.fd_path(fd), None, sc.MS_BIND, None)
             finally:
                 os.close(fd)
     finally:
         os.close(null)
+        if shared >= 0:
+            os.close(shared)
 
 
 def readonly_paths(kernel: Syscalls, root_fd: int, ro: tuple[str, ...]) -> None:
@@ -305,6 +366,7 @@ def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_p
                                                 if d.path not in {x.path for x in DEFAULT_DEVICES}):
                 create_device(kernel, root_fd, dev, in_userns)
             _dev_symlinks(kernel, root_fd)
+        finish_dev(kernel, root_fd, spec.mounts)
         if spec.linux.masked_paths:
             mask_paths(kernel, root_fd, spec.linux.masked_paths)
         if spec.linux.readonly_paths:

@@ -207,6 +207,9 @@ class Syscalls:
         touch the two signals it reserves."""
         raise NotImplementedError
 
+    def sched_setaffinity(self, pid: int, cpus: set[int]) -> None:
+        raise NotImplementedError
+
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         raise NotImplementedError
 
@@ -345,6 +348,12 @@ class LinuxSyscalls(Syscalls):
                 continue
             if libc.syscall(_SYSCALL_NR["rt_sigaction"], sig, ctypes.byref(default), None, 8) != 0:
                 raise _fail(f"rt_sigaction({sig}, SIG_DFL)")
+
+    def sched_setaffinity(self, pid: int, cpus: set[int]) -> None:
+        try:
+            os.sched_setaffinity(pid, cpus)
+        except OSError as e:
+            raise SyscallError(e.errno, f"sched_setaffinity({pid}, {sorted(cpus)}): {e.strerror}") from e
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)

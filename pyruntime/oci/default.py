@@ -8,7 +8,9 @@ MASKED = ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/late
 READONLY = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
-def default_spec(rootless: bool = False) -> dict:
+def default_spec(rootless: bool = False, cgroup_ns: bool = True) -> dict:
+    """`cgroup_ns`: runc's `spec` asks for a cgroup namespace only on a cgroup v2 host; on v1 a config that
+    adds its own would then name it twice."""
     spec: dict = {
         "ociVersion": "1.2.1",
         "process": {
@@ -39,7 +41,8 @@ def default_spec(rootless: bool = False) -> dict:
         ],
         "linux": {
             "resources": {"devices": [{"allow": False, "access": "rwm"}]},
-            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")],
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "cgroup")
+                           if t != "cgroup" or cgroup_ns],
             "maskedPaths": list(MASKED),
             "readonlyPaths": list(READONLY),
         },

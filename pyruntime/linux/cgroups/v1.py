@@ -64,7 +64,8 @@ class V1Manager(CgroupManager):
         return path
 
     def create(self) -> None:
-        """Only directories made here get cpuset values; existing ones belong to someone else."""
+        """Every cpuset on the way whose cpus or mems are empty takes its parent's, as runc's: an empty
+        cpuset refuses tasks (ENOSPC), whoever made it (a pod's parent made with a bare mkdir)."""
         for key, base in self._bases.items():
             current = base
             for part in self._parts:
@@ -72,7 +73,7 @@ class V1Manager(CgroupManager):
                 try:
                     os.mkdir(current)
                 except FileExistsError:
-                    continue
+                    pass
                 except FileNotFoundError:
                     makedirs(current)  # a concurrent destroy() removed an empty shared parent
                 except OSError as exc:
@@ -150,10 +151,7 @@ class V1Manager(CgroupManager):
             self._set_cfs(path, c)
             if c.burst is not None:
                 write(os.path.join(path, "cpu.cfs_burst_us"), str(c.burst))
-            if c.realtime_period is not None:
-                write(os.path.join(path, "cpu.rt_period_us"), str(c.realtime_period))
-            if c.realtime_runtime is not None:
-                write(os.path.join(path, "cpu.rt_runtime_us"), str(c.realtime_runtime))
+            self._set_rt(path, c)
             if c.idle is not None:
                 write(os.path.join(path, "cpu.idle"), str(c.idle))
         if c.cpus or c.mems:
@@ -162,6 +160,23 @@ class V1Manager(CgroupManager):
                 write(os.path.join(path, "cpuset.cpus"), c.cpus)
             if c.mems:
                 write(os.path.join(path, "cpuset.mems"), c.mems)
+
+    @staticmethod
+    def _set_rt(path: str, c: Cpu) -> None:
+        """A period below the current runtime is refused until the runtime is lowered, so then the
+        runtime goes first, as runc does."""
+        period, runtime = os.path.join(path, "cpu.rt_period_us"), os.path.join(path, "cpu.rt_runtime_us")
+        if c.realtime_period is not None:
+            try:
+                write(period, str(c.realtime_period))
+            except CgroupError:
+                if c.realtime_runtime is None:
+                    raise
+                write(runtime, str(c.realtime_runtime))
+                write(period, str(c.realtime_period))
+                return
+        if c.realtime_runtime is not None:
+            write(runtime, str(c.realtime_runtime))
 
     @staticmethod
     def _set_cfs(path: str, c: Cpu) -> None:

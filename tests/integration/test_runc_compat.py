@@ -1,0 +1,369 @@
+"""Behaviour that users and tools of runc rely on, found by runc's own integration suite
+(`make conformance-runc`): each test here is what a user would check by hand."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from pyruntime.linux import cgroups
+from pyruntime.linux.syscalls import LinuxSyscalls
+
+
+def _config(bundle: Path) -> dict:
+    return json.loads((bundle / "config.json").read_text())
+
+
+def _save(bundle: Path, config: dict) -> None:
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def _run_on_pty(runtime, bundle: Path, cid: str, timeout: float = 20) -> tuple[int, bytes]:
+    """`pyruntime run` in the foreground on a terminal of its own, as a user at a shell runs it."""
+    master, slave = os.openpty()
+    proc = subprocess.Popen([runtime.binary, "--root", str(runtime.root), "run", "--bundle", str(bundle), cid],
+                            stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        while select.select([master], [], [], timeout)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: every holder of the slave side is gone
+                break
+            if not chunk:
+                break
+            out += chunk
+        return proc.wait(timeout=timeout), out
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+
+
+def test_rootfs_whose_proc_is_a_symlink_is_refused(runtime, make_bundle, tmp_path, rootfs):
+    """A /proc that the image made a symlink would put procfs where the image points (CVE-2019-19921)."""
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "proc").rmdir()
+    (own / "bad-proc").mkdir()
+    (own / "proc").symlink_to("/bad-proc")
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False, timeout=30)
+    assert done.returncode == 1
+    assert "must be mounted on ordinary directory" in done.stderr
+    assert not list((own / "bad-proc").iterdir())
+
+
+@pytest.mark.parametrize("occupied", ["frozen", "not empty"])
+def test_create_into_a_frozen_or_occupied_cgroup_is_refused_and_leaves_it(runtime, make_bundle, occupied):
+    """A shared cgroup would be killed and removed with the container; a frozen one hangs its init."""
+    path = f"/pynode-test-used-{os.getpid()}"
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["cgroupsPath"] = path
+    _save(bundle, config)
+    cg = cgroups.manager(path, "x", LinuxSyscalls())
+    cg.create()
+    holder = None
+    try:
+        if occupied == "frozen":
+            cg.freeze()
+        else:
+            runtime("run", "-d", "--bundle", str(bundle), "first")
+            holder = runtime.state("first")["pid"]
+        done = runtime("create", "--bundle", str(bundle), "second", check=False, timeout=30)
+        assert done.returncode == 1
+        word = "unexpectedly frozen" if occupied == "frozen" else "is not empty"
+        assert f"container's cgroup {word}" in done.stderr
+        assert cg.exists()
+        if holder:
+            os.kill(holder, 0)  # the first container was left alone
+            assert runtime.state("first")["status"] == "running"
+    finally:
+        runtime("delete", "-f", "first", check=False)
+        if cg.exists():
+            cg.thaw()
+            cg.destroy()
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+def test_terminal_belongs_to_the_process_user_and_keeps_newlines(runtime, make_bundle, uid):
+    """Output through a container's terminal arrives byte for byte (no CRLF), and a non-root process owns
+    its terminal (group tty), as with runc."""
+    bundle = make_bundle(["sh", "-c", "stat -c %u:%g $(tty); printf 'a\\nb\\n'"])
+    config = _config(bundle)
+    config["process"]["terminal"] = True
+    config["process"]["user"] = {"uid": uid, "gid": 100 if uid else 0}
+    _save(bundle, config)
+    code, out = _run_on_pty(runtime, bundle, "c1")
+    assert code == 0, out
+    # the runtime puts its own terminal in raw mode, so any \r would be the container's terminal's
+    assert out == f"{uid}:5\na\nb\n".encode()
+
+
+def test_read_only_dev_is_made_after_its_devices(runtime, make_bundle):
+    bundle = make_bundle(["sh", "-c", "grep '^tmpfs /dev ' /proc/mounts; test -c /dev/null && test -d /dev/pts"])
+    config = _config(bundle)
+    for m in config["mounts"]:
+        if m["destination"] == "/dev":
+            m["options"].append("ro")
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert " ro," in done.stdout
+
+
+@pytest.mark.parametrize(("options", "mode"), [([], "710"), (["mode=1500"], "1500")])
+def test_tmpfs_over_a_directory_keeps_its_mode_unless_given(runtime, make_bundle, tmp_path, rootfs, options, mode):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "tmpfs").mkdir(mode=0o710)
+    os.chmod(own / "tmpfs", 0o710)
+    bundle = make_bundle(["stat", "-c", "%a", "/tmpfs", "/fresh"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["mounts"] += [{"destination": "/tmpfs", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", *options]},
+                         {"destination": "/fresh", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]}]
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [mode, "1777"]
+    assert oct(os.stat(own / "tmpfs").st_mode & 0o7777) == "0o710"
+
+
+@pytest.mark.parametrize(("uid", "env", "home"), [
+    (0, ["HOME="], "/root"), (0, ["HOME=/override", "HOME="], "/root"), (0, [], "/root"),
+    (0, ["HOME=/override"], "/override"), (4242, [], "/")])
+def test_empty_or_absent_home_comes_from_passwd(runtime, make_bundle, uid, env, home):
+    bundle = make_bundle(["env"])
+    config = _config(bundle)
+    config["process"]["env"] = ["PATH=/bin:/usr/bin", *env]
+    config["process"]["user"] = {"uid": uid, "gid": 0}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == [f"HOME={home}", "PATH=/bin:/usr/bin"]
+
+
+def test_a_user_may_start_in_a_cwd_only_root_can_enter(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "rootonly").mkdir(mode=0o700)
+    os.chmod(own / "rootonly", 0o700)
+    bundle = make_bundle(["sh", "-c", "id -u; pwd"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["process"]["user"] = {"uid": 1000, "gid": 1000}
+    config["process"]["cwd"] = "/rootonly"
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "/rootonly"]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+def test_cpu_affinity_of_the_caller_is_not_inherited(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    last = (os.cpu_count() or 1) - 1
+    pinned = {"preexec_fn": lambda: os.sched_setaffinity(0, {0})}
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1", **pinned)
+        pid = runtime.state("c1")["pid"]
+        assert os.sched_getaffinity(pid) == set(range(last + 1))
+        done = runtime("exec", "c1", "grep", "Cpus_allowed_list", "/proc/self/status", **pinned)
+        assert done.stdout.split()[-1] == f"0-{last}"
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_debug_reports_the_set_up_stages_to_the_log_in_its_format(runtime, make_bundle, tmp_path):
+    bundle = make_bundle(["sleep", "100"])
+    text, as_json = tmp_path / "text.log", tmp_path / "json.log"
+    try:
+        done = runtime("--log", str(text), "--debug", "run", "-d", "--bundle", str(bundle), "c1")
+        assert "level=debug" not in done.stderr
+        assert 'level=debug msg="nsexec container setup"' in text.read_text()
+        assert "init: closing the pipe to signal completion" in text.read_text()
+        runtime("--log", str(as_json), "--log-format", "json", "--debug", "exec", "c1", "true")
+        lines = [json.loads(line) for line in as_json.read_text().splitlines()]
+        assert {"level": "debug", "msg": "setns_init: about to exec"} in [
+            {k: v for k, v in line.items() if k != "time"} for line in lines]
+        assert "level=debug" in runtime("--debug", "exec", "c1", "true").stderr
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_exec_failures_exit_255_and_the_process_status_passes_through(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        assert runtime("exec", "c1", "sh", "-c", "exit 42", check=False).returncode == 42
+        assert runtime("exec", "c1", "no-such-binary", check=False).returncode == 255
+        assert runtime("exec", "no-such-container", "true", check=False).returncode == 255
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_ps_list_and_events_speak_runc(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        table = runtime("ps", "c1").stdout.splitlines()
+        assert table[0].split() == ["UID", "PID", "PPID", "C", "STIME", "TTY", "TIME", "CMD"]
+        assert [row.split()[1] for row in table[1:]] == [str(pid)]
+        assert runtime("ps", "c1", "-e", "-x").stdout.split()[:4] == ["PID", "TTY", "STAT", "TIME"]
+        assert runtime("list", "--format", "json").stdout.startswith('[{"ociVersion":"')
+        assert runtime("events", "--stats", "c1").stdout.startswith('{"type":"stats","id":"c1",')
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_version_and_help_have_runcs_layout(runtime):
+    version = runtime("-v").stdout.splitlines()
+    assert version[0].startswith("runc version 0.1.0 (pyruntime")
+    assert version[1].startswith("commit: ") and version[2] == "spec: 1.2.1"
+    assert runtime("--help").stdout.splitlines()[:2] == [
+        "NAME:", "   pyruntime - a Python runc - Open Container Initiative runtime"]
+    assert "runc checkpoint" in runtime("checkpoint", "-h").stdout.splitlines()[1]
+    done = runtime("foo", "-h", check=False)
+    assert done.returncode == 1 and "No help topic for 'foo'" in done.stderr
+
+
+def test_spec_adds_a_cgroup_namespace_only_on_a_cgroup_v2_host(runtime, tmp_path):
+    runtime("spec", "--bundle", str(tmp_path))
+    kinds = [ns["type"] for ns in _config(tmp_path)["linux"]["namespaces"]]
+    assert ("cgroup" in kinds) == (cgroups.detect(LinuxSyscalls()) == "v2")
+
+
+def _cgroup_file(state_pid: int, controller: str, name: str) -> str:
+    for line in Path(f"/proc/{state_pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return Path(f"/sys/fs/cgroup/{controllers}{path}/{name}").read_text().strip()
+    return Path(f"/sys/fs/cgroup{line.split(':', 2)[2]}/{name}").read_text().strip()  # v2: the last line
+
+
+def test_update_takes_runcs_units_and_flag_names(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    v2 = cgroups.detect(LinuxSyscalls()) == "v2"
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        runtime("update", "c1", "--memory", "50M", "--cpu-share", "200", "--cpu-period", "100000",
+                "--cpu-quota", "50000")
+        limit = _cgroup_file(pid, "memory", "memory.max" if v2 else "memory.limit_in_bytes")
+        assert limit == str(50 * 1024 * 1024)
+        if not v2:
+            assert _cgroup_file(pid, "cpu", "cpu.shares") == "200"
+        burst = "cpu.max.burst" if v2 else "cpu.cfs_burst_us"
+        try:
+            _cgroup_file(pid, "cpu", burst)
+        except FileNotFoundError:
+            return  # a kernel without CFS burst
+        runtime("update", "c1", "--cpu-burst", "20000")
+        assert _cgroup_file(pid, "cpu", burst) == "20000"
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_kill_reaches_every_process_of_a_container_in_the_host_pid_namespace(runtime, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["namespaces"] = [ns for ns in config["linux"]["namespaces"] if ns["type"] != "pid"]
+    config["linux"]["cgroupsPath"] = f"/pynode-test-hostpid-{os.getpid()}"
+    _save(bundle, config)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        init = runtime.state("c1")["pid"]
+        runtime("exec", "-d", "--pid-file", str(bundle / "exec.pid"), "c1", "sleep", "100")
+        other = int((bundle / "exec.pid").read_text())
+        os.kill(init, 9)  # the init gone: runc still kills the rest
+        for _ in range(100):
+            if runtime.state("c1")["status"] == "stopped":
+                break
+        runtime("kill", "c1", "KILL")
+        for _ in range(100):
+            try:
+                if "Z" in Path(f"/proc/{other}/stat").read_text().rsplit(")", 1)[1].split()[:1]:
+                    break  # dead; a zombie until its reaper (not us) gets to it
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"exec'd process {other} survived kill KILL")
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+V1_RT = "/sys/fs/cgroup/cpu/cpu.rt_runtime_us"
+
+
+@pytest.mark.skipif(cgroups.detect(LinuxSyscalls()) != "v1" or not os.path.exists(V1_RT),
+                    reason="needs cgroup v1 with realtime group scheduling")
+def test_v1_cpuset_parent_made_by_mkdir_and_rt_period_below_the_runtime():
+    """A pod's parent made with a bare mkdir has an empty cpuset; a lower rt period must follow its runtime."""
+    from pyruntime.linux.cgroups.resources import Cpu, Resources
+    parent = Path(f"/sys/fs/cgroup/cpuset/pynode-test-bare-{os.getpid()}")
+    parent.mkdir()
+    cg = cgroups.manager(f"/{parent.name}/ctr", "ctr", LinuxSyscalls())
+    try:
+        cg.create()
+        assert (parent / "cpuset.cpus").read_text().strip()
+        child = subprocess.Popen(["sleep", "100"], preexec_fn=lambda: cg.add(os.getpid()))
+        try:
+            assert str(child.pid) in (parent / "ctr" / "cgroup.procs").read_text().split()
+        finally:
+            child.kill()
+            child.wait()
+        (Path("/sys/fs/cgroup/cpu") / parent.name / "cpu.rt_runtime_us").write_text("600000")
+        cg.set(Resources(cpu=Cpu(realtime_period=1000000, realtime_runtime=500000)))
+        cg.set(Resources(cpu=Cpu(realtime_period=400000, realtime_runtime=200000)))
+        rt = Path("/sys/fs/cgroup/cpu") / parent.name / "ctr"
+        assert (rt / "cpu.rt_period_us").read_text().strip() == "400000"
+        assert (rt / "cpu.rt_runtime_us").read_text().strip() == "200000"
+    finally:
+        cg.destroy()
+        for base in Path("/sys/fs/cgroup").iterdir():
+            if (base / parent.name).is_dir():
+                (base / parent.name).rmdir()
+
+
+def test_masked_directories_share_one_read_only_tmpfs(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    for d in ("m1", "m2", "m3"):
+        (own / d).mkdir()
+    bundle = make_bundle(["sh", "-c", "stat -c %d /m1 /m2 /m3; touch /m2/x || echo refused"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["linux"]["maskedPaths"] = ["/m1", "/m2", "/m3"]
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    devices = done.stdout.split()[:3]
+    assert len(set(devices)) == 1 and done.stdout.split()[3] == "refused"
+
+
+def test_hook_errors_name_the_hook_and_start_container_hooks_get_the_process_env(runtime, make_bundle, busybox):
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["hooks"] = {"prestart": [{"path": busybox, "args": ["busybox", "true"]},
+                                    {"path": busybox, "args": ["busybox", "false"]}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 1 and "error running prestart hook #1:" in done.stderr
+    config["process"]["env"] = ["PATH=/bin:/usr/bin", "ONE=two"]
+    config["hooks"] = {"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", '[ "$ONE" = two ]']}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c2", check=False)
+    assert done.returncode == 0, done.stderr
