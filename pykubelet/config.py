@@ -156,7 +156,7 @@ def node_ip(value: Any) -> str:
 
 
 # KubeletConfiguration field path -> (Settings attribute, parser). Anything else in a file is refused.
-FILE_FIELDS: dict[str, tuple[str, Any]] = {
+FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "containerRuntimeEndpoint": ("container_runtime_endpoint", endpoint),
     "runtimeRequestTimeout": ("runtime_request_timeout", duration),
     "staticPodPath": ("static_pod_path", path),

@@ -38,6 +38,12 @@ def wait_for_runtime(runtime, stop: threading.Event) -> bool:
     return False
 
 
+def _wake_on(stop: threading.Event, wake: threading.Event) -> None:
+    """Wakes a loop that waits on `wake` (the status loop) once `stop` is set."""
+    stop.wait()
+    wake.set()
+
+
 def run(settings: config.Settings, stop: threading.Event) -> None:
     """Runs the kubelet until `stop` is set."""
     from pykubelet.runtime import CRIRuntime
@@ -62,8 +68,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             lease = NodeLease(client, settings)
             for name, target in (("lease", lease.run), ("node-status", status.run)):
                 threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
-            stop_status = threading.Thread(target=lambda: (stop.wait(), status.changed.set()), daemon=True)
-            threads.append(stop_status)
+            threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
             for t in threads:
                 t.start()
         stop.wait()
@@ -100,7 +105,12 @@ def main(config_file: Path | None, **flags) -> None:
     log.info("starting pykubelet for node %s", settings.node_name)
     log.debug("settings: %s", config.dump(settings))
     stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: (log.info("signal %d: stopping", signum), stop.set()))
+        signal.signal(sig, on_signal)
     run(settings, stop)
     log.info("stopped")

@@ -75,7 +75,7 @@ class Informer:
         with self._lock:
             return self._cache.get(key)
 
-    def list(self) -> list[Any]:
+    def objects(self) -> list[Any]:
         with self._lock:
             return list(self._cache.values())
 
@@ -105,9 +105,11 @@ class Informer:
         return self
 
     def stop(self) -> None:
-        """Stops after the current event (a blocked watch read ends at the server's timeout; the thread is
-        a daemon so it never holds up exit)."""
+        """Stops the loop and ends the open watch (a source with close() drops its connection)."""
         self._stop.set()
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
 
     def backoff(self, failures: int) -> float:
         """Seconds to wait after `failures` consecutive failures: base doubling to the cap, plus up to 100%
@@ -127,6 +129,8 @@ class Informer:
                 log.info("informer %s: resourceVersion %s expired, listing again", self.name, self.resource_version)
                 need_list = True
             except Exception as e:
+                if self._stop.is_set():
+                    return
                 self.failures += 1
                 delay = self.backoff(self.failures)
                 log.warning("informer %s: %s: %s; retrying in %.1f s", self.name, "list" if need_list else "watch",
@@ -185,12 +189,19 @@ class LightkubeSource:
     """list and watch of one resource type through a lightkube Client, with allowWatchBookmarks."""
 
     def __init__(self, client, resource: type, *, namespace: str | None = None,
-                 fields: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                 fields: dict[str, Any] | None = None, labels: dict[str, Any] | None = None,
                  timeout_seconds: int | None = None) -> None:
         self.client, self.resource = client, resource
         self.namespace, self.fields, self.labels = namespace, fields, labels
         # the server ends each watch after this, as client-go's reflector asks (5 to 10 minutes, spread)
         self.timeout_seconds = timeout_seconds or int(300 * (1 + random.random()))
+        self._response: Any = None  # the open watch, for close()
+
+    def close(self) -> None:
+        """Ends the open watch: its reader sees the connection close."""
+        response = self._response
+        if response is not None:
+            response.close()
 
     def _scope(self) -> dict[str, Any]:
         from lightkube.core.resource import NamespacedResource
@@ -216,7 +227,7 @@ class LightkubeSource:
             "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
         }, **self._scope())
         req = generic._client.build_request(br.method, br.url, params=br.params, timeout=generic._watch_timeout)
-        resp = generic.send(req, stream=True)
+        resp = self._response = generic.send(req, stream=True)
         try:
             if resp.status_code == 410:
                 raise Gone(f"watch from resourceVersion {resource_version}")
@@ -230,6 +241,7 @@ class LightkubeSource:
                     raise ApiError(status=status)
                 yield event.type, decoders.decode_object(event.object, self.resource)
         finally:
+            self._response = None
             resp.close()
 
 

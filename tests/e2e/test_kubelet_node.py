@@ -57,11 +57,11 @@ def kubelet(control_plane, containerd, tmp_path_factory):
     work = tmp_path_factory.mktemp("pykubelet")
     config = work / "kubelet.yaml"
     config.write_text(json.dumps(KUBELET_CONFIG))
-    log = open(work / "pykubelet.log", "wb")
-    proc = subprocess.Popen([str(PYKUBELET), "--kubeconfig", str(control_plane.node_kubeconfig(NODE)),
-                             "--config", str(config), "--container-runtime-endpoint", containerd.url,
-                             "--hostname-override", NODE, "--node-ip", NODE_IP, "--root-dir", str(work / "root"),
-                             "--max-pods", str(MAX_PODS), "-v", "1"], stdout=log, stderr=subprocess.STDOUT)
+    with open(work / "pykubelet.log", "wb") as log:
+        proc = subprocess.Popen([str(PYKUBELET), "--kubeconfig", str(control_plane.node_kubeconfig(NODE)),
+                                 "--config", str(config), "--container-runtime-endpoint", containerd.url,
+                                 "--hostname-override", NODE, "--node-ip", NODE_IP, "--root-dir", str(work / "root"),
+                                 "--max-pods", str(MAX_PODS), "-v", "1"], stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = work / "pykubelet.log"  # type: ignore[attr-defined]  # for failure messages
     # past start-up before any test's leak snapshot: a process's state is part of what it records
     wait_for("the node to register", lambda: proc.poll() is not None or node(control_plane))
@@ -70,7 +70,6 @@ def kubelet(control_plane, containerd, tmp_path_factory):
     if proc.poll() is None:
         proc.kill()
     proc.wait()
-    log.close()
 
 
 def node(cp) -> dict:
