@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -111,6 +112,13 @@ class Informer:
         if close is not None:
             close()
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Waits for the thread after stop(); True if it ended."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
     def backoff(self, failures: int) -> float:
         """Seconds to wait after `failures` consecutive failures: base doubling to the cap, plus up to 100%
         jitter."""
@@ -198,10 +206,16 @@ class LightkubeSource:
         self._response: Any = None  # the open watch, for close()
 
     def close(self) -> None:
-        """Ends the open watch: its reader sees the connection close."""
+        """Ends the open watch: its socket is shut down, so the reader blocked on it sees the end at once
+        (closing the response object would wait for that reader)."""
         response = self._response
-        if response is not None:
-            response.close()
+        stream = response.extensions.get("network_stream") if response is not None else None
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
 
     def _scope(self) -> dict[str, Any]:
         from lightkube.core.resource import NamespacedResource

@@ -40,6 +40,11 @@ def pod(cp: ControlPlane, tmp_path, name: str, node: str) -> None:
     cp.kubectl("create", "-f", str(manifest))
 
 
+def labels(inf, key: str) -> dict[str, str]:
+    obj = inf.get(key)
+    return (obj.metadata.labels or {}) if obj is not None else {}
+
+
 def eventually(check, timeout: float = 20):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -66,7 +71,7 @@ def test_pod_informer_sees_only_its_nodes_pods(control_plane, client, tmp_path):
         eventually(lambda: inf.get("default/after") is not None)
         control_plane.kubectl("label", "pod", "after", "step=1")
         control_plane.kubectl("label", "pod", "after", "step=2", "--overwrite")
-        eventually(lambda: (inf.get("default/after").metadata.labels or {}).get("step") == "2")
+        eventually(lambda: (labels(inf, "default/after")).get("step") == "2")
         assert queue.get(timeout=5) == "default/after"  # three events, one key
         queue.done("default/after")
         assert queue.get(timeout=0.2) is None
@@ -77,6 +82,7 @@ def test_pod_informer_sees_only_its_nodes_pods(control_plane, client, tmp_path):
         assert int(inf.resource_version) > 0
     finally:
         inf.stop()
+        assert inf.join(10)
 
 
 def test_node_informer_follows_its_node(control_plane, client):
@@ -88,6 +94,7 @@ def test_node_informer_follows_its_node(control_plane, client):
         assert inf.wait_synced(20)
         assert inf.keys() == [NODE]
         control_plane.kubectl("label", "node", NODE, "zone=a")
-        eventually(lambda: (inf.get(NODE).metadata.labels or {}).get("zone") == "a")
+        eventually(lambda: labels(inf, NODE).get("zone") == "a")
     finally:
         inf.stop()
+        assert inf.join(10)

@@ -26,6 +26,10 @@ class FakeSource:
         self.listed = 0
         self.watched_from: list[str] = []
         self.done = threading.Event()
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
 
     def list(self):
         self.listed += 1
@@ -35,7 +39,7 @@ class FakeSource:
         self.watched_from.append(resource_version)
         if not self.watches:
             self.done.set()
-            threading.Event().wait(10)  # a quiet watch; the informer is stopped meanwhile
+            self.closed.wait(10)  # a quiet watch, until the informer stops
             return
         for item in self.watches.pop(0):
             if isinstance(item, Exception):
@@ -50,6 +54,7 @@ def run(source: FakeSource, **kw) -> tuple[Informer, list]:
     inf.start()
     assert source.done.wait(5)
     inf.stop()
+    assert inf.join(5)
     return inf, events
 
 
@@ -118,6 +123,7 @@ def test_handlers_enqueue_keys_and_bursts_collapse():
     inf.start()
     assert source.done.wait(5)
     inf.stop()
+    assert inf.join(5)
     assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == ["default/p", "kube-system/p", None]
 
 
