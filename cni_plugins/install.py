@@ -1,4 +1,5 @@
-"""Writes the lean plugin launchers into a CNI bin dir (the same `python -IS` shape as scripts/install-launchers.py)."""
+"""Writes the lean plugin launchers into a CNI bin dir (the same `python -IS` shape as scripts/install-launchers.py),
+and the default network (10-pynode.conflist) into a CNI conf dir that has none."""
 from __future__ import annotations
 
 import sys
@@ -8,7 +9,9 @@ from pathlib import Path
 from cni_plugins.fsutil import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
-EXECUTABLES = {"pybridge": "bridge", "pyhost-local": "host_local", "pyloopback": "loopback"}
+DEFAULT_CONFLIST = Path(__file__).resolve().parent / "10-pynode.conflist"
+CONF_EXTENSIONS = (".conf", ".conflist", ".json")  # what a CNI runtime (libcni, go-cni) loads
+EXECUTABLES = {"pybridge": "bridge", "pyhost-local": "host_local", "pyloopback": "loopback", "pyportmap": "portmap"}
 TEMPLATE = """#!{python} -IS
 import sys
 sys.path[:0] = [{repo!r}, {site!r}]
@@ -28,3 +31,14 @@ def install(directory: Path, python: Path | None = None) -> list[Path]:
         atomic_write(path, TEMPLATE.format(python=python, repo=str(REPO), site=site, func=func), 0o755)
         written.append(path)
     return written
+
+
+def install_conf(conf_dir: Path) -> Path | None:
+    """Writes the default network (pybridge pynode0 + pyhost-local 10.85.0.0/16 + pyportmap) into `conf_dir`
+    unless a network config is there already (an administrator's is never replaced); returns its path."""
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    if any(p.suffix in CONF_EXTENSIONS for p in conf_dir.iterdir() if p.is_file()):
+        return None
+    path = conf_dir / DEFAULT_CONFLIST.name
+    atomic_write(path, DEFAULT_CONFLIST.read_text(), 0o644)
+    return path

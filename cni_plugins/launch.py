@@ -174,3 +174,7 @@ def host_local() -> int:
 
 def loopback() -> int:
     return main("pyloopback")
+
+
+def portmap() -> int:
+    return main("pyportmap")

@@ -10,6 +10,7 @@ MODULES = {
     "pybridge": "cni_plugins.bridge",
     "pyhost-local": "cni_plugins.ipam.host_local.plugin",
     "pyloopback": "cni_plugins.loopback",
+    "pyportmap": "cni_plugins.portmap",
 }
 
 

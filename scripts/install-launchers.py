@@ -17,6 +17,7 @@ LAUNCHERS = {
     "pybridge": "cni_plugins.launch:bridge",
     "pyhost-local": "cni_plugins.launch:host_local",
     "pyloopback": "cni_plugins.launch:loopback",
+    "pyportmap": "cni_plugins.launch:portmap",
 }
 
 TEMPLATE = """#!{python} -IS

@@ -56,7 +56,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def leak_check(request: pytest.FixtureRequest):
-    """Fails a root test that leaves a mount, netns, link, cgroup, state dir or process behind."""
+    """Fails a root test that leaves a mount, netns, link, cgroup, state dir, process or iptables rule behind."""
     if not _is_root_test(request.node) or os.environ.get("PYNODE_LEAKCHECK") == "0":
         yield
         return

@@ -7,6 +7,7 @@ see (a process that outlives its test) still fails the run.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,26 @@ def _netns() -> set[str]:
 
 def _links() -> set[str]:
     return set(os.listdir("/sys/class/net"))
+
+
+def _iptables() -> set[str]:
+    """Every chain and rule of every table, IPv4 and IPv6 (counters left out): a CNI plugin's masquerade or
+    portmap chain left behind is a leak like a link."""
+    found: set[str] = set()
+    for tool in ("iptables-save", "ip6tables-save"):
+        try:
+            out = subprocess.run([tool], capture_output=True, text=True, check=False, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        table = ""
+        for line in out.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":"):
+                found.add(f"{tool} {table} chain {line[1:].split()[0]}")
+            elif line.startswith("-A "):
+                found.add(f"{tool} {table} {line}")
+    return found
 
 
 # cgroups that the machine's own process supervisor makes for every command it runs, ours or not
@@ -80,6 +101,7 @@ class Snapshot:
             "cgroups": _cgroups(),
             "state dirs": _state(),
             "processes": _descendants(),
+            "iptables": _iptables(),
         })
 
     def leaked_since(self, before: Snapshot) -> dict[str, list[str]]:

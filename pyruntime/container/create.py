@@ -163,9 +163,10 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         parent.close()
 
 
-def become_subreaper(kernel: Syscalls) -> None:
-    """The init's parent (stage 1) exits at once; as subreaper we inherit it and can wait for its exit."""
-    kernel.prctl(PR_SET_CHILD_SUBREAPER, 1)
+def become_subreaper(kernel: Syscalls | None) -> None:
+    """The init's parent (stage 1) exits at once; as subreaper we inherit it and can wait for its exit.
+    `kernel`: None picks the real one, as `create` does (a Runtime made without one)."""
+    (kernel or LinuxSyscalls()).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
 def wait_exit(pid: int) -> int:

@@ -36,6 +36,8 @@ def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccom
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         chan.recv(sync.GO)
+        if proc.oom_score_adj is not None:  # before the mount namespace: its /proc has no /proc/self for us yet
+            process.set_oom_score_adj(proc.oom_score_adj)
         fds = []
         for kind in JOIN_ORDER:
             if kind not in namespaces:
@@ -50,8 +52,6 @@ def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccom
             if kind == "user":
                 os.setresgid(0, 0, 0)
                 os.setresuid(0, 0, 0)
-        if proc.oom_score_adj is not None:
-            process.set_oom_score_adj(proc.oom_score_adj)
         pid = os.fork()
         if pid == 0:
             _stage2(kernel, seccomp, proc, chan, console_sock, preserve_fds, debug)

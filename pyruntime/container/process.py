@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 from collections.abc import Callable
 
 from pyruntime.errors import InvalidArgumentError
@@ -142,6 +143,10 @@ def execute(profile: Seccomp | None, proc: Process, program: str,
     if proc.no_new_privileges and not _uses_notify(profile):
         load_seccomp(profile)
     env = dict(e.split("=", 1) for e in proc.env)
+    # ignored dispositions survive execve: undo the ones Python set at start-up, or the workload would
+    # never die of SIGPIPE (`yes | head` spinning on EPIPE) as it does under runc
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:

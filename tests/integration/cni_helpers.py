@@ -161,6 +161,31 @@ def remove_chains(network: str) -> None:
             subprocess.run([tool, "-w", "-t", "nat", "-X", chain], check=False, capture_output=True)
 
 
+HOSTPORT_CHAINS = ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ")
+
+
+def hostport_chains() -> set[tuple[str, str]]:
+    """The portmap plugins' shared nat chains present now, as (tool, chain)."""
+    found = set()
+    for tool in ("iptables", "ip6tables"):
+        listing = subprocess.run([tool, "-w", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
+        found |= {(tool, line.split()[1]) for line in listing.splitlines()
+                  if line.startswith("-N ") and line.split()[1] in HOSTPORT_CHAINS}
+    return found
+
+
+def remove_hostport_chains(keep: set[tuple[str, str]]) -> None:
+    """Removes the shared portmap chains not in `keep` and every jump to them (what a test's pods made first)."""
+    for tool, chain in sorted(hostport_chains() - keep):
+        nat = [tool, "-w", "-t", "nat"]
+        listing = subprocess.run([*nat, "-S"], capture_output=True, text=True, check=False).stdout
+        for line in listing.splitlines():
+            if line.startswith("-A ") and line.endswith(f"-j {chain}"):
+                subprocess.run([*nat, "-D", *shlex.split(line)[1:]], check=False, capture_output=True)
+        subprocess.run([*nat, "-F", chain], check=False, capture_output=True)
+        subprocess.run([*nat, "-X", chain], check=False, capture_output=True)
+
+
 def chains_for(network: str) -> list[str]:
     out = []
     for tool in ("iptables", "ip6tables"):
@@ -216,12 +241,14 @@ c, _ = s.accept(); c.sendall(c.recv(64).upper()); c.close()
 """
 TCP_CLIENT = """
 import socket, sys
-c = socket.create_connection((sys.argv[1], 7777), timeout=5); c.sendall(b'hello'); print(c.recv(64).decode())
+port = int(sys.argv[2]) if len(sys.argv) > 2 else 7777
+c = socket.create_connection((sys.argv[1], port), timeout=5); c.sendall(b'hello'); print(c.recv(64).decode())
 """
 
 
-def tcp_roundtrip(server_ns: str, server_ip: str, client_ns: str | None) -> str:
-    """Runs a one-shot TCP echo in `server_ns` and connects from `client_ns` (None: the host)."""
+def tcp_roundtrip(server_ns: str, server_ip: str, client_ns: str | None, via: tuple[str, int] | None = None) -> str:
+    """Runs a one-shot TCP echo in `server_ns` and connects from `client_ns` (None: the host), to the server's
+    address or to `via` (a host port mapped to it)."""
     server = subprocess.Popen(
         ["ip", "netns", "exec", os.path.basename(server_ns), sys.executable, "-c", TCP_SERVER, server_ip],
         stdout=subprocess.PIPE,
@@ -229,7 +256,7 @@ def tcp_roundtrip(server_ns: str, server_ip: str, client_ns: str | None) -> str:
     )
     try:
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        argv = [sys.executable, "-c", TCP_CLIENT, server_ip]
+        argv = [sys.executable, "-c", TCP_CLIENT, *((via[0], str(via[1])) if via else (server_ip,))]
         proc = (
             ns_exec(client_ns, *argv)
             if client_ns

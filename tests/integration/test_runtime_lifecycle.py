@@ -108,6 +108,20 @@ def test_exec_joins_every_namespace_and_the_cgroup(runtime, make_bundle):
     runtime("delete", "--force", "c1")
 
 
+def test_exec_with_an_oom_score_adj(runtime, make_bundle, tmp_path):
+    """The exec'd process gets its oomScoreAdj (as containerd's CRI sets it on every exec), in a container with
+    a pid namespace of its own, whose /proc shows no /proc/self to a process not yet in that namespace."""
+    runtime("run", "-d", "--bundle", str(make_bundle(["sleep", "100"])), "c1")
+    with open("/proc/self/oom_score_adj") as f:
+        ours = int(f.read())
+    proc = {"args": ["cat", "/proc/self/oom_score_adj"], "cwd": "/", "env": ["PATH=/bin"],
+            "user": {"uid": 0, "gid": 0}, "oomScoreAdj": max(ours, 0) + 100}
+    (tmp_path / "p.json").write_text(json.dumps(proc))
+    done = runtime("exec", "--process", str(tmp_path / "p.json"), "c1")
+    assert done.stdout.split() == [str(max(ours, 0) + 100)]
+    runtime("delete", "--force", "c1")
+
+
 def test_exec_with_process_json(runtime, make_bundle, tmp_path):
     runtime("run", "-d", "--bundle", str(make_bundle(["sleep", "100"])), "c1")
     proc = {"args": ["sh", "-c", "id -u; pwd; echo $FOO"], "cwd": "/tmp", "env": ["FOO=bar", "PATH=/bin"],

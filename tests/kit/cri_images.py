@@ -295,11 +295,12 @@ def push_all(registry, workdir: Path) -> list[str]:
 
 def write_hosts_dir(hosts_dir: Path, mirror: str, registries: tuple[str, ...] = MIRRORED_REGISTRIES) -> Path:
     """containerd's certs.d layout (also read by pyruntime's image store) sending each registry to the plain
-    HTTP mirror at host:port `mirror`, for pull and resolve; `_default` covers any other name."""
+    HTTP mirror at host:port `mirror`, for pull and resolve; `_default` covers any other name. The mirror is
+    also each one's `server`, the upstream a client falls back to when the mirror lacks an image: a test
+    must never reach out (not even a DNS lookup) to the real registry."""
     for name in (*registries, "_default"):
         d_ = Path(hosts_dir) / name
         d_.mkdir(parents=True, exist_ok=True)
-        server = "" if name == "_default" else f'server = "https://{name}"\n\n'
-        (d_ / "hosts.toml").write_text(f'{server}[host."http://{mirror}"]\n  capabilities = ["pull", "resolve"]\n'
-                                       f"  skip_verify = true\n")
+        (d_ / "hosts.toml").write_text(f'server = "http://{mirror}"\n\n[host."http://{mirror}"]\n'
+                                       f'  capabilities = ["pull", "resolve"]\n  skip_verify = true\n')
     return Path(hosts_dir)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cni_plugins import bridge_config, ipmasq, skel
-from cni_plugins.install import install
+from cni_plugins import bridge_config, ipmasq, iptables, skel
+from cni_plugins.install import install, install_conf
 
 
 def load(**conf) -> bridge_config.BridgeConf:
@@ -54,7 +54,7 @@ def test_invalid(conf: dict, code: int, word: str) -> None:
 
 def test_chain_name_matches_reference_format() -> None:
     # utils.FormatChainName: "CNI-" + hex(sha512(name + id)) cut to 28 characters
-    chain = ipmasq.chain_name("mynet", "abc123")
+    chain = iptables.chain_name("mynet", "abc123")
     assert len(chain) == 28 and chain.startswith("CNI-")
     assert chain == "CNI-" + __import__("hashlib").sha512(b"mynetabc123").hexdigest()[:24]
     assert ipmasq.comment("mynet", "abc123") == 'name: "mynet" id: "abc123"'
@@ -62,13 +62,24 @@ def test_chain_name_matches_reference_format() -> None:
 
 def test_install_writes_lean_launchers(tmp_path: Path) -> None:
     paths = install(tmp_path / "bin")
-    assert sorted(p.name for p in paths) == ["pybridge", "pyhost-local", "pyloopback"]
+    assert sorted(p.name for p in paths) == ["pybridge", "pyhost-local", "pyloopback", "pyportmap"]
     text = (tmp_path / "bin" / "pybridge").read_text()
     assert text.startswith("#!") and " -IS\n" in text.splitlines()[0] + "\n"
     assert os.access(tmp_path / "bin" / "pybridge", os.X_OK)
     out = subprocess.run([sys.executable, "-m", "cni_plugins", "install", "--dir", str(tmp_path / "other")],
                          capture_output=True, text=True, check=True, cwd=Path(__file__).parents[2])
     assert "pyloopback" in out.stdout
+
+
+def test_install_conf_writes_the_default_network_only_into_an_empty_conf_dir(tmp_path: Path) -> None:
+    written = install_conf(tmp_path / "net.d")
+    assert written == tmp_path / "net.d" / "10-pynode.conflist"
+    conf = json.loads(written.read_text())
+    assert [p["type"] for p in conf["plugins"]] == ["pybridge", "pyportmap"]
+    assert conf["plugins"][0]["ipam"]["type"] == "pyhost-local" and conf["plugins"][0]["isDefaultGateway"]
+    assert conf["plugins"][1]["capabilities"] == {"portMappings": True}
+    written.write_text("{}")
+    assert install_conf(tmp_path / "net.d") is None and written.read_text() == "{}", "an existing config stays"
 
 
 def test_launcher_imports_nothing_heavy(tmp_path: Path) -> None:

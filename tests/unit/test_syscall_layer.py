@@ -27,9 +27,9 @@ RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod
 # that builds and loads a BPF program, not a kernel call; its one kernel call is seccomp_load)
 BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
-# public calls and the image store's constructor
+# public calls, the CRI server's main and fork server, and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",
-         "images/store.py"}
+         "cri/launcher.py", "cri/main.py", "images/store.py"}
 
 
 def _modules() -> list[tuple[str, ast.Module]]:

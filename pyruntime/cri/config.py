@@ -1,0 +1,173 @@
+"""pyruntime-cri's settings: one table, read from a TOML file (`--config`) and overridden by flags.
+
+A daemon that starts with a wrong setting fails late and far from the cause (a CNI bin dir typo shows up as
+"plugin not found" on the first pod, a listen address as a kubelet that never connects). So every value is
+checked here, before anything is made, and a bad one stops start-up with a message naming where it came from
+and the setting (`config.toml: cni_bin_dirs: ...`, `--stream-address: ...`). Unknown keys in the file are
+errors too: a misspelt key silently ignored is a default silently used.
+
+The table below is the one list of settings: main.py derives its click flags from it, so a setting can't
+exist in the file and not as a flag or the other way round.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyruntime.errors import InvalidArgumentError
+from pyruntime.settings import DEFAULT_HOSTS_DIR, Settings
+
+CGROUP_DRIVERS = ("cgroupfs", "systemd")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass
+class Option:
+    """One setting: its TOML key, its flag, its help; `multiple` settings are lists (a repeatable flag)."""
+    key: str
+    flag: str
+    help: str
+    multiple: bool = False
+    secret: bool = False
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", "--listen", "unix://PATH the CRI gRPC server listens on"),
+    Option("root", "--root", "persistent state: records, bundles, images, CNI cache"),
+    Option("state", "--state", "volatile state (under /run): the runtime's state, pinned namespaces, sockets"),
+    Option("cni_conf_dir", "--cni-conf-dir", "CNI network configurations (the first conflist is used)"),
+    Option("cni_bin_dirs", "--cni-bin-dir", "where CNI plugin executables are looked up (repeatable)",
+           multiple=True),
+    Option("registry_config_dir", "--registry-config-dir",
+           "registry hosts directory (containerd's certs.d layout: mirrors, CAs)"),
+    Option("registry_creds", "--registry-creds", "USER:PASSWORD for image pulls without credentials of their own",
+           secret=True),
+    Option("cgroup_driver", "--cgroup-driver", "cgroupfs or systemd"),
+    Option("stream_address", "--stream-address", "HOST:PORT of the exec/attach/port-forward server (port 0 picks one)"),
+    Option("sandbox_image", "--sandbox-image", "a pause image for sandboxes instead of the built-in pause process"),
+    Option("log_level", "--log-level", "debug, info, warning or error"),
+)
+
+
+@dataclass
+class Config:
+    listen: str = "unix:///run/pyruntime/cri.sock"
+    root: str = "/var/lib/pyruntime-cri"
+    state: str = "/run/pyruntime-cri"
+    cni_conf_dir: str = "/etc/cni/net.d"
+    cni_bin_dirs: list[str] = field(default_factory=lambda: ["/opt/cni/bin"])
+    registry_config_dir: str = DEFAULT_HOSTS_DIR
+    registry_creds: str = field(default="", repr=False)  # a repr lands in logs
+    cgroup_driver: str = "cgroupfs"
+    stream_address: str = "127.0.0.1:0"
+    sandbox_image: str = ""
+    log_level: str = "info"
+
+    @property
+    def socket_path(self) -> str:
+        return self.listen.removeprefix("unix://")
+
+    def runtime_settings(self, runtime_root: str, image_root: str) -> Settings:
+        """The pyruntime library's settings for this daemon (the environment's documented overrides apply
+        below the explicit values, as for the CLI)."""
+        return Settings.from_env(root=runtime_root, image_root=image_root, hosts_dir=self.registry_config_dir,
+                                 registry_creds=self.registry_creds or None,
+                                 debug=True if self.log_level == "debug" else None)
+
+
+def _absolute(value: str) -> None:
+    if not value or not os.path.isabs(value):
+        raise ValueError(f"must be an absolute path, got {value!r}")
+
+
+def _check_listen(value: str) -> None:
+    if not value.startswith("unix://"):
+        raise ValueError(f"must be unix://PATH, got {value!r}")
+    _absolute(value.removeprefix("unix://"))
+
+
+def _check_dirs(value: list[str]) -> None:
+    if not value:
+        raise ValueError("must name at least one directory")
+    for item in value:
+        _absolute(item)
+
+
+def _check_choice(choices: tuple[str, ...]) -> Any:
+    def check(value: str) -> None:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+    return check
+
+
+def _check_cgroup_driver(value: str) -> None:
+    _check_choice(CGROUP_DRIVERS)(value)
+    if value == "systemd":
+        raise ValueError("systemd: pyruntime manages cgroups itself (no systemd driver yet); use cgroupfs")
+
+
+def _check_stream_address(value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be HOST:PORT with a port of 0-65535, got {value!r}")
+
+
+def _check_creds(value: str) -> None:
+    if value and ":" not in value:
+        raise ValueError("must be USER:PASSWORD")
+
+
+def _check_image(value: str) -> None:
+    if value:
+        raise ValueError("pause images are not supported yet; leave it unset for the built-in pause process")
+
+
+CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_conf_dir": _absolute,
+          "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
+          "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
+          "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS)}
+
+
+def _typed(option: Option, value: Any) -> Any:
+    if option.multiple:
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a list of strings, got {value!r}")
+        return list(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {value!r}")
+    return value
+
+
+def _apply(values: dict[str, Any], raw: dict[str, Any], name_of: Any) -> None:
+    """`name_of(key)`: how the message names the setting (`config.toml: root`, `--root`)."""
+    by_key = {o.key: o for o in OPTIONS}
+    for key, value in raw.items():
+        option = by_key.get(key)
+        if option is None:
+            raise InvalidArgumentError(f"{name_of(key)}: unknown setting (known: {', '.join(by_key)})")
+        try:
+            values[key] = _typed(option, value)
+            CHECKS[key](values[key])
+        except (ValueError, InvalidArgumentError) as e:
+            raise InvalidArgumentError(f"{name_of(key)}: {e}") from e
+
+
+def load(path: str | None, flags: dict[str, Any]) -> Config:
+    """Defaults, then the TOML file at `path`, then `flags` (setting key -> value; None or an empty tuple is a
+    flag not given). Raises InvalidArgumentError naming the file or flag and the setting."""
+    import tomllib
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except OSError as e:
+            raise InvalidArgumentError(f"--config: {path}: {e.strerror}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise InvalidArgumentError(f"{path}: not valid TOML: {e}") from e
+        _apply(values, raw, lambda key: f"{path}: {key}")
+    flag_of = {o.key: o.flag for o in OPTIONS}
+    given = {k: v for k, v in flags.items() if v is not None and v != ()}
+    _apply(values, given, lambda key: flag_of[key])
+    return Config(**values)

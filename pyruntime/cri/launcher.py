@@ -1,0 +1,626 @@
+"""The fork server: the one process of pyruntime-cri that forks pause processes, container
+supervisors and exec helpers.
+
+Why: a gRPC server has threads, and a fork from a threaded process copies only the calling thread;
+a lock another thread held (malloc, the import lock, a gRPC core thread) stays held for good in the
+child, which hangs in the container's set-up. So `Launcher.spawn` forks this server first, while the
+daemon is still single-threaded and has not imported grpc; it imports the container code once, so
+every child starts warm (no 60 ms `pyruntime` exec per container) and shares its pages copy-on-write.
+
+Wire: a SOCK_SEQPACKET socketpair, one JSON object per message, fds beside it (SCM_RIGHTS). A request
+is {"id", "op", "job", "stdio"}; the reply carries the same id and either "ok" (the result) or
+"error" (a pyruntime.errors kind name) and "message", which the client re-raises as that kind.
+
+Concurrency: the server never blocks on a child. It forks one child per request, hands it a report
+socket and goes back to its loop; the reply is sent when the child reports, so a slow CreateContainer
+(an image's hooks, a big rootfs) does not hold up an exec behind it. The client multiplexes the
+daemon's threads over the one socket by request id: a thread sends under a lock, and whichever waiting
+thread finds no reader becomes the reader until its own reply arrives, handing the others theirs.
+
+Children: a pause (pause.py), a supervisor (pyruntime.cri.supervisor.supervise(runtime, job, report_fd),
+which calls setsid itself and writes one JSON line, {"pid": init_pid} or {"error": kind, "message"}),
+or an exec helper (below). Each starts with only fds 0-2 and its report socket open.
+
+Lifetime: the server reaps its children (SIGCHLD, WNOHANG) so none stays a zombie, and exits when the
+daemon's end closes (close(), or the daemon died). Its children stay: the pause processes and the
+supervisors are in sessions of their own and are found again by a restarted daemon from the records.
+An exec helper reports its process's exit code on a pipe of its own, passed to the daemon, so waiting
+for an exec needs neither the launcher nor a thread, and the exec'd process is killed through a pidfd
+the helper opened while the process was its unreaped child (no pid reuse can redirect the kill).
+"""
+from __future__ import annotations
+
+import array
+import importlib
+import itertools
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from pyruntime import errors
+from pyruntime.cri.pause import PauseInfo, PauseJob, become_pause, check_sysctls, pause_cgroup, release_pause, unpin
+from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError
+from pyruntime.oci.state import process_start_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.cri.model import Layout
+    from pyruntime.runtime import Runtime
+    from pyruntime.settings import Settings
+
+__all__ = ["ContainerJob", "ExecHandle", "ExecJob", "Launcher", "PauseInfo", "PauseJob", "SupervisorInfo",
+           "release_pause"]
+
+MAX_MESSAGE = 1 << 20  # a job's JSON (an exec's argv and env) stays far below this
+MAX_FDS = 8
+
+
+@dataclass
+class ContainerJob:
+    container_id: str
+    bundle: str
+    log_path: str
+    tty: bool
+    stdin: bool
+    stdin_once: bool
+    exit_path: str
+    supervisor_dir: str
+
+
+@dataclass
+class SupervisorInfo:
+    pid: int
+    start_time: int
+    init_pid: int
+
+
+@dataclass
+class ExecJob:
+    """env: NAME=VALUE entries over the container's own environment (runc exec --env); cwd: "" and
+    user: None keep the container's (user: an OCI process.user object)."""
+
+    container_id: str
+    argv: list[str]
+    tty: bool = False
+    env: list[str] = field(default_factory=list)
+    cwd: str = ""
+    user: dict | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# wire protocol
+
+
+def send_message(sock: socket.socket, message: dict, fds: Sequence[int] = ()) -> None:
+    data = json.dumps(message).encode()
+    if len(data) > MAX_MESSAGE:
+        raise InvalidArgumentError(f"launcher request: {len(data)} bytes, more than {MAX_MESSAGE}")
+    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+
+
+def recv_with_fds(sock: socket.socket) -> tuple[bytes, list[int], int]:
+    """socket.recv_fds, but with the fds close-on-exec (it drops its `flags`): the launcher forks all
+    the time, and an fd a child inherits by accident holds a pipe or a pty open for good."""
+    data, ancdata, flags, _ = sock.recvmsg(MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds), flags
+
+
+def recv_message(sock: socket.socket) -> tuple[dict, list[int]] | None:
+    """One message and its fds (close-on-exec); None when the peer closed its end."""
+    data, fds, flags = recv_with_fds(sock)
+    if not data and not fds:
+        return None
+    try:
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            raise InternalError(f"launcher message truncated (flags {flags:#x})")
+        message = json.loads(data)
+        if not isinstance(message, dict):
+            raise InternalError(f"launcher message is not an object: {data[:100]!r}")
+    except (ValueError, InternalError) as e:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(e, InternalError):
+            raise
+        raise InternalError(f"launcher message is not JSON: {data[:100]!r}") from e
+    return message, fds
+
+
+def error_message(error: BaseException) -> dict:
+    """{"error": kind name, "message": ...}: what crosses a process boundary of a failure."""
+    return {"error": errors.kind_of(error).__name__, "message": str(error) or type(error).__name__}
+
+
+def send_error(sock: socket.socket, error: BaseException) -> None:
+    try:
+        send_message(sock, error_message(error))
+    except OSError:
+        pass  # the reader is gone; its side reports the missing answer
+
+
+def wait_readable(fd: int, timeout: float | None) -> bool:
+    """poll(2), not select(2): the daemon's fds go past FD_SETSIZE with a few hundred pods."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+
+
+def raise_reported(message: dict, what: str) -> None:
+    """Re-raises a reported failure as the same pyruntime.errors kind; any other message passes."""
+    if "error" not in message:
+        return
+    kinds = {k.__name__: k for k in errors.KINDS}
+    raise kinds.get(message["error"], InternalError)(message.get("message") or f"{what}: failed")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# client (the daemon's side)
+
+
+class ExecHandle:
+    """pid: the exec'd process (host pid). pty: the terminal's master with a tty exec (closed by close())."""
+
+    def __init__(self, pid: int, exit_fd: int, pidfd: int, pty: int | None) -> None:
+        self.pid, self.pty = pid, pty
+        self._exit_fd, self._pidfd = exit_fd, pidfd
+        self._code: int | None = None
+        self._lock = threading.Lock()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code (128+signal when killed by one); None when `timeout` seconds passed first."""
+        with self._lock:
+            if self._code is not None:
+                return self._code
+            if self._exit_fd < 0:
+                raise FailedPreconditionError(f"exec {self.pid}: handle closed")
+            if not wait_readable(self._exit_fd, timeout):
+                return None
+            data = b""
+            while b"\n" not in data and (chunk := os.read(self._exit_fd, 4096)):
+                data += chunk
+            try:
+                self._code = int(json.loads(data)["exit_code"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise InternalError(f"exec {self.pid}: the exec helper ended without an exit code") from e
+            return self._code
+
+    def kill(self) -> None:
+        """SIGKILL to the exec'd process; no error once it is gone."""
+        if self._pidfd < 0:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def close(self) -> None:
+        for name in ("_exit_fd", "_pidfd", "pty"):
+            fd = getattr(self, name)
+            if fd is not None and fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1 if name != "pty" else None)
+
+
+class Launcher:
+    """The daemon's handle on the fork server (see the module doc); every method is thread-safe."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.pid = pid
+        self._sock = sock
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._replies: dict[int, tuple[dict, list[int]]] = {}
+        self._reading = False
+        self._gone: str | None = None
+
+    @classmethod
+    def spawn(cls, settings: Settings, layout: Layout) -> Launcher:
+        """Forks the server; refuses (FailedPreconditionError) from a process that already has threads."""
+        from pyruntime.container.create import require_single_thread
+        require_single_thread("Launcher.spawn")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ours.close()
+                _Server(theirs, settings, layout).serve()
+                code = 0
+            except BaseException:
+                import traceback
+                traceback.print_exc()  # to the daemon's stderr: its log
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        theirs.close()
+        return cls(ours, pid)
+
+    # -- requests
+
+    def run_pause(self, job: PauseJob) -> PauseInfo:
+        """Returns once the pause runs with its namespaces pinned; a failure leaves no pin, cgroup or process."""
+        reply, _ = self._call("pause", asdict(job))
+        return PauseInfo(**reply)
+
+    def create_container(self, job: ContainerJob) -> SupervisorInfo:
+        """Returns once Runtime.create succeeded in the supervisor; a failure is re-raised as its kind."""
+        reply, _ = self._call("create", asdict(job))
+        return SupervisorInfo(**reply)
+
+    def exec(self, job: ExecJob, stdin: int | None, stdout: int | None, stderr: int | None) -> ExecHandle:
+        """Starts job.argv in the container with these fds as its stdio (None: /dev/null); with job.tty
+        they are ignored and the handle's pty is the terminal's master. A process that can't be started
+        (no such binary) raises, as containerd's exec fails, rather than returning an exit code."""
+        stdio: list[int | None] = [stdin, stdout, stderr] if not job.tty else [None, None, None]
+        reply, fds = self._call("exec", asdict(job), stdio=stdio)
+        pty = fds[2] if job.tty else None
+        return ExecHandle(reply["pid"], fds[0], fds[1], pty)
+
+    def close(self) -> None:
+        """Ends the server (it leaves its children running) and reaps it."""
+        with self._send_lock:
+            if self._sock.fileno() >= 0:
+                try:
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # the launcher is gone already
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        with self._cond:
+            self._gone = self._gone or "closed"
+            if not self._reading:
+                self._sock.close()
+            self._cond.notify_all()
+
+    # -- multiplexing
+
+    def _call(self, op: str, job: dict, stdio: Sequence[int | None] = ()) -> tuple[dict, list[int]]:
+        rid = next(self._ids)
+        fds = [fd for fd in stdio if fd is not None]
+        request = {"id": rid, "op": op, "job": job, "stdio": [fd is not None for fd in stdio]}
+        with self._send_lock:
+            if self._gone or self._sock.fileno() < 0:
+                raise UnavailableError(f"launcher {self.pid}: {self._gone or 'closed'}")
+            try:
+                send_message(self._sock, request, fds)
+            except OSError as e:
+                raise UnavailableError(f"launcher {self.pid}: send {op}: {e.strerror}") from e
+        reply, got = self._await(rid)
+        if "error" in reply:
+            for fd in got:
+                os.close(fd)
+            raise_reported(reply, op)
+        return reply["ok"], got
+
+    def _await(self, rid: int) -> tuple[dict, list[int]]:
+        while True:
+            with self._cond:
+                while rid not in self._replies and self._reading and not self._gone:
+                    self._cond.wait()
+                if rid in self._replies:
+                    return self._replies.pop(rid)
+                if self._gone:
+                    raise UnavailableError(f"launcher {self.pid}: {self._gone} before answering")
+                self._reading = True
+            try:
+                got = recv_message(self._sock)
+            except (OSError, InternalError) as e:  # a launcher that speaks garbage is as good as gone
+                got = None
+                reason = f"receive: {e.strerror if isinstance(e, OSError) else e}"
+            else:
+                reason = "exited"
+            with self._cond:
+                self._reading = False
+                if got is None:
+                    self._gone = self._gone or reason
+                    if self._gone == "closed":
+                        self._sock.close()
+                else:
+                    self._replies[got[0].get("id", 0)] = got
+                self._cond.notify_all()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# server (the launcher process)
+
+
+class _Pending:
+    """A request whose child has not reported yet."""
+
+    def __init__(self, rid: int, op: str, pid: int, report: socket.socket, job, extra: dict) -> None:
+        self.rid, self.op, self.pid, self.report, self.job, self.extra = rid, op, pid, report, job, extra
+        self.fds: list[int] = []
+        self.buffer = b""
+
+    @property
+    def job_id(self) -> str:
+        return str(getattr(self.job, "container_id", None) or getattr(self.job, "sandbox_id", ""))
+
+
+class _Server:
+    def __init__(self, sock: socket.socket, settings: Settings, layout: Layout) -> None:
+        self.sock = sock
+        self.exec_dir = os.path.join(layout.state, "exec")  # exec helpers' console sockets
+        self.pending: dict[int, _Pending] = {}  # by report fd
+        os.setsid()  # the daemon's terminal signals (^C) don't reach the launcher or its children
+        # the container code every child needs, loaded once here rather than once per child
+        import pyruntime.container.console
+        import pyruntime.container.control
+        import pyruntime.container.create
+        import pyruntime.container.exec
+        import pyruntime.linux.capabilities
+        import pyruntime.linux.cgroups
+        import pyruntime.oci.spec  # noqa: F401
+        from pyruntime.linux.syscalls import LinuxSyscalls
+        from pyruntime.runtime import Runtime
+        self.kernel = LinuxSyscalls()
+        self.runtime: Runtime = Runtime(settings, kernel=self.kernel)
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+        _close_fds_except({0, 1, 2, sock.fileno(), self.wake_r, self.wake_w})
+        import gc
+        gc.freeze()  # the children's GC leaves these objects' pages shared
+
+    def serve(self) -> None:
+        while True:
+            poller = select.poll()
+            for fd in (self.sock.fileno(), self.wake_r, *self.pending):
+                poller.register(fd, select.POLLIN)
+            ready = {fd for fd, _events in poller.poll()}
+            for fd in ready:
+                if fd in self.pending:
+                    self._on_report(self.pending[fd])
+            if self.wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(self.wake_r, 4096):
+                            break
+                    except BlockingIOError:
+                        break
+            self._reap()
+            if self.sock.fileno() in ready:
+                try:
+                    got = recv_message(self.sock)
+                except InternalError as e:  # no id to answer to; the caller's own wait tells it
+                    print(f"pyruntime-cri launcher: {e}", file=sys.stderr, flush=True)
+                    continue
+                if got is None:
+                    return
+                self._on_request(*got)
+
+    def _reap(self) -> None:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+    def _reply(self, rid: int, message: dict, fds: Sequence[int] = ()) -> None:
+        try:
+            send_message(self.sock, {"id": rid, **message}, fds)
+        except OSError:
+            pass  # the daemon is gone; the loop sees the end of its socket next
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    # -- requests
+
+    def _on_request(self, request: dict, fds: list[int]) -> None:
+        rid = request.get("id", 0)
+        try:
+            op = request["op"]
+            start = {"pause": self._start_pause, "create": self._start_create, "exec": self._start_exec}.get(op)
+            if start is None:
+                raise InvalidArgumentError(f"launcher: unknown request {op!r}")
+            stdio = iter(fds)
+            start(rid, request["job"], [next(stdio) if present else None for present in request.get("stdio", ())])
+        except BaseException as e:  # a bad request never ends the server
+            self._reply(rid, error_message(e))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _fork(self, rid: int, op: str, job, child, extra: dict | None = None,
+              keep: tuple[int, ...] = ()) -> _Pending:
+        """Forks `child(report_socket)`, which must not return; registers its report."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ours.close()
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _close_fds_except({0, 1, 2, theirs.fileno(), *keep})
+                child(theirs)
+            except BaseException as e:
+                send_error(theirs, e)
+            os._exit(1)
+        theirs.close()
+        pending = _Pending(rid, op, pid, ours, job, extra or {})
+        self.pending[ours.fileno()] = pending
+        return pending
+
+    def _start_pause(self, rid: int, raw: dict, _stdio) -> None:
+        job = PauseJob(**raw)
+        check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
+        cgroup = None
+        if job.cgroup_parent:
+            from pyruntime.linux import cgroups
+            try:
+                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent), job.sandbox_id, self.kernel)
+            except ValueError as e:
+                raise InvalidArgumentError(f"cgroup_parent: {e}") from e
+        try:
+            if cgroup is not None:
+                cgroup.create()
+            self._fork(rid, "pause", job, lambda report: become_pause(job, self.kernel, report, cgroup),
+                       extra={"cgroup": cgroup})
+        except BaseException:
+            if cgroup is not None:
+                cgroup.destroy()
+            raise
+
+    def _start_create(self, rid: int, raw: dict, _stdio) -> None:
+        job = ContainerJob(**raw)
+
+        def child(report: socket.socket) -> None:
+            # by name: cri/supervisor.py is built beside this module, which type-checks without it
+            supervisor = importlib.import_module("pyruntime.cri.supervisor")
+            supervisor.supervise(self.runtime, job, report.fileno())
+
+        pending = self._fork(rid, "create", job, child)
+        pending.extra["start_time"] = process_start_time(pending.pid) or 0  # now, while it can't be reaped
+
+    def _start_exec(self, rid: int, raw: dict, stdio: list[int | None]) -> None:
+        job = ExecJob(**raw)
+        exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self._fork(rid, "exec", job,
+                       lambda report: _exec_helper(self.runtime, job, stdio, report, exit_w, self.exec_dir),
+                       extra={"exit_fd": exit_r}, keep=(exit_w, *(fd for fd in stdio if fd is not None)))
+        except BaseException:
+            os.close(exit_r)
+            raise
+        finally:
+            os.close(exit_w)
+
+    # -- reports
+
+    def _on_report(self, p: _Pending) -> None:
+        try:
+            data, fds, _flags = recv_with_fds(p.report)
+        except OSError:
+            data, fds = b"", []
+        p.fds += fds
+        p.buffer += data
+        if data and b"\n" not in p.buffer and p.op == "create":
+            return  # the supervisor writes a line; a partial one waits for its end
+        del self.pending[p.report.fileno()]
+        p.report.close()
+        try:
+            message = json.loads(p.buffer) if p.buffer.strip() else None
+            if not isinstance(message, dict):
+                raise InternalError(f"{p.op} {p.job_id}: the child (pid {p.pid}) exited without a report")
+            raise_reported(message, p.op)
+            result, fds = getattr(self, f"_{p.op}_done")(p, message)
+        except BaseException as e:
+            for fd in p.fds:
+                os.close(fd)
+            self._failed(p)
+            self._reply(p.rid, error_message(e))
+            return
+        self._reply(p.rid, {"ok": result}, fds)
+
+    def _pause_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
+        return {k: message[k] for k in ("pid", "start_time", "namespaces", "cgroup")}, []
+
+    def _create_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
+        return {"pid": p.pid, "start_time": p.extra["start_time"], "init_pid": int(message["pid"])}, []
+
+    def _exec_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
+        return {"pid": int(message["pid"])}, [p.extra.pop("exit_fd"), *p.fds]
+
+    def _failed(self, p: _Pending) -> None:
+        """Undoes what a failed child's request made here: nothing of a failed request stays."""
+        if "exit_fd" in p.extra:
+            os.close(p.extra.pop("exit_fd"))
+        if p.op != "pause":
+            return
+        try:
+            os.waitpid(p.pid, 0)  # it reported and exits: its cgroup is empty once it is reaped
+        except ChildProcessError:
+            pass
+        unpin(p.job.ns_dir, self.kernel)
+        if p.extra["cgroup"] is not None:
+            p.extra["cgroup"].destroy()
+
+
+def _close_fds_except(keep: set[int]) -> None:
+    last = -1
+    for fd in sorted(keep):
+        if fd > last + 1:  # closerange(n, n) is no empty range: it closes n and everything above
+            os.closerange(last + 1, fd)
+        last = fd
+    os.closerange(last + 1, 1 << 20)
+
+
+def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report: socket.socket,
+                 exit_w: int, exec_dir: str) -> None:
+    """The exec helper: the exec'd process's stdio and subreaper (runc exec's role in a shim). Reports
+    {"pid"} with the pidfd (and the pty master) on `report`, then {"exit_code"} on exit_w."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for target, fd in enumerate(stdio):
+        os.dup2(null if fd is None else fd, target)
+    for fd in {null, *(fd for fd in stdio if fd is not None)} - {0, 1, 2}:
+        os.close(fd)
+    process = runtime.process_of(job.container_id)
+    process["args"] = list(job.argv)
+    process["terminal"] = job.tty
+    if job.env:
+        names = {e.split("=", 1)[0] for e in job.env}
+        process["env"] = [e for e in process.get("env", []) if e.split("=", 1)[0] not in names] + list(job.env)
+    if job.cwd:
+        process["cwd"] = job.cwd
+    if job.user is not None:
+        process["user"] = job.user
+    fds: list[int] = []
+    pid = _start_exec(runtime, job, process, fds, exec_dir)
+    send_message(report, {"pid": pid}, fds)
+    for fd in fds:
+        os.close(fd)
+    report.close()
+    code = 255
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if got == pid:
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            break
+    os.write(exit_w, json.dumps({"exit_code": code}).encode() + b"\n")
+    os._exit(0)
+
+
+def _start_exec(runtime: Runtime, job: ExecJob, process: dict, fds: list[int], exec_dir: str) -> int:
+    """Runtime.exec, then the pidfd (and the pty master) into `fds`; a process started but not handed
+    over is killed, so a failed request leaves nothing running."""
+    if not job.tty:
+        pid = runtime.exec(job.container_id, process)
+        fds.append(os.pidfd_open(pid))
+        return pid
+    import shutil
+    import tempfile
+
+    from pyruntime.container import console
+    os.makedirs(exec_dir, mode=0o700, exist_ok=True)
+    where = tempfile.mkdtemp(dir=exec_dir)
+    pid = 0
+    try:
+        with console.listen(os.path.join(where, "console.sock")) as server:
+            pid = runtime.exec(job.container_id, process, console_socket=os.path.join(where, "console.sock"))
+            fds.append(os.pidfd_open(pid))
+            fds.append(console.receive_master(server))
+        return pid
+    except BaseException:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

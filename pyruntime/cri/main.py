@@ -1,0 +1,182 @@
+"""`pyruntime-cri`: the daemon's start-up and shut-down, and the one place its parts are wired together.
+
+Order matters for safety. The launcher (the fork server that makes pause processes, supervisors and exec
+helpers) is forked first, while this process still has one thread: a fork from a threaded process copies
+locks other threads hold, and a child would hang in them. So grpc is imported, and every thread (gRPC pool,
+supervisor watcher, streaming server, CNI conf watcher) started, only after Launcher.spawn. Then the state on
+disk is recovered, so the first RPC already sees every pod and container, and only then does the socket
+open. SIGTERM and SIGINT stop serving and leave pods and containers running: their supervisors and pause
+processes outlive the daemon, and the next start finds them again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+import click
+
+from pyruntime.cri import config
+from pyruntime.cri.model import Layout
+from pyruntime.errors import FailedPreconditionError, PyRuntimeError
+from pyruntime.settings import Settings
+
+log = logging.getLogger("pyruntime.cri")
+
+GRPC_WORKERS = 64  # each GetContainerEvents subscriber holds one for as long as it listens
+MESSAGE_MAX = 16 * 1024 * 1024  # ExecSync output and big lists (the kubelet's own limit)
+STOP_GRACE = 5.0  # seconds in-flight RPCs get at shut-down
+
+
+def _options(f: Any) -> Any:
+    for option in reversed(config.OPTIONS):
+        f = click.option(option.flag, option.key, default=None, multiple=option.multiple, help=option.help,
+                         metavar="DIR" if option.multiple else None)(f)
+    return click.option("--config", "config_path", default=None, metavar="FILE",
+                        help="TOML file with any of the settings below (flags override it)")(f)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@_options
+def main(config_path: str | None, **flags: Any) -> None:
+    """The CRI v1 server (RuntimeService and ImageService) of pyruntime."""
+    try:
+        cfg = config.load(config_path, flags)
+        serve(cfg)
+    except PyRuntimeError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def claim_socket(path: str) -> None:
+    """Removes a socket left by a daemon that died; refuses when a live one answers on it."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except FileNotFoundError:
+        return
+    except ConnectionRefusedError:
+        log.info("%s: removing the socket of a daemon that is gone", path)
+        os.unlink(path)
+        return
+    finally:
+        probe.close()
+    raise FailedPreconditionError(f"--listen: {path}: another pyruntime-cri is serving on it")
+
+
+def serve(cfg: config.Config) -> None:
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    layout = Layout(cfg.root, cfg.state)
+    for path in (layout.root, layout.state, layout.runtime_root, os.path.dirname(cfg.socket_path)):
+        os.makedirs(path, mode=0o711, exist_ok=True)
+    claim_socket(cfg.socket_path)
+    settings = cfg.runtime_settings(layout.runtime_root, layout.images)
+    from pyruntime.cri.launcher import Launcher
+    launcher = Launcher.spawn(settings, layout)  # before any thread and before grpc is imported
+    try:
+        _serve(cfg, layout, settings, launcher)
+    finally:
+        launcher.close()
+
+
+def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any) -> None:
+    from concurrent import futures
+    from importlib.metadata import version
+    from pathlib import Path
+
+    import grpc
+
+    from proto import api_pb2_grpc
+    from pyruntime.cri import attach, ocispec, stats
+    from pyruntime.cri import launcher as launcher_module
+    from pyruntime.cri.containers import Containers
+    from pyruntime.cri.events import EventHub, SupervisorWatcher
+    from pyruntime.cri.network import Network
+    from pyruntime.cri.sandbox import Sandboxes
+    from pyruntime.cri.service.runtime import RuntimeServicer
+    from pyruntime.cri.store import Store
+    from pyruntime.images.store import ImageStore
+    from pyruntime.linux.syscalls import LinuxSyscalls
+    from pyruntime.runtime import Runtime
+
+    kernel = LinuxSyscalls()
+    runtime = Runtime(settings, kernel=kernel)
+    images = ImageStore(layout.images, hosts_dir=Path(cfg.registry_config_dir), kernel=kernel)
+    network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel)
+    store = Store(layout)
+    events = EventHub()
+    containers = Containers(
+        store, layout, launcher=launcher, runtime=runtime, images=images, events=events,
+        container_spec=ocispec.container_spec, linux_resources=ocispec.linux_resources,
+        reopen_log=attach.reopen_log, job_types=(launcher_module.ContainerJob, launcher_module.ExecJob),
+        kernel=kernel, cgroup_driver=cfg.cgroup_driver)
+    sandboxes = Sandboxes(
+        store, layout, containers, launcher=launcher, pause_job=launcher_module.PauseJob,
+        release_pause=lambda record, ns_dir: launcher_module.release_pause(record, ns_dir, kernel), network=network)
+    watcher = SupervisorWatcher(containers.supervisor_exited)
+    containers.watch = watcher.watch
+
+    store.recover()
+    sandboxes.recover()
+    watcher.start()
+    containers.recover()
+    log.info("recovered %d pod sandboxes and %d containers", len(store.sandboxes()), len(store.containers()))
+
+    streaming = _streaming_server(cfg, launcher, layout, store, kernel)
+    streaming.start()
+    info = {"root": layout.root, "state": layout.state, "cniConfDir": cfg.cni_conf_dir,
+            "cniBinDirs": list(cfg.cni_bin_dirs), "cgroupDriver": cfg.cgroup_driver,
+            "streamAddress": cfg.stream_address}
+    servicer = RuntimeServicer(store, sandboxes, containers, events, network=network, streaming=streaming,
+                               stats=stats, runtime=runtime, layout=layout, cgroup_driver=cfg.cgroup_driver,
+                               version=version("pynode"), info=info)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_WORKERS, thread_name_prefix="cri"),
+                         options=[("grpc.max_receive_message_length", MESSAGE_MAX),
+                                  ("grpc.max_send_message_length", MESSAGE_MAX)])
+    api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
+    api_pb2_grpc.add_ImageServiceServicer_to_server(_image_servicer(images), server)
+    try:
+        server.add_insecure_port(f"unix://{cfg.socket_path}")
+    except RuntimeError as e:  # grpc's only word for a failed bind
+        raise FailedPreconditionError(f"--listen: unix://{cfg.socket_path}: can't listen: {e}") from e
+
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stopping.set())
+    server.start()
+    log.info("serving CRI v1 on unix://%s", cfg.socket_path)
+    try:
+        while not stopping.wait(3600):
+            pass
+    finally:
+        log.info("stopping; pods and containers keep running")
+        events.close()
+        server.stop(STOP_GRACE).wait()
+        streaming.stop()
+        watcher.stop()
+        try:
+            os.unlink(cfg.socket_path)
+        except FileNotFoundError:
+            pass
+
+
+def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: Any, kernel: Any) -> Any:
+    """cri-streaming's server over its backend: exec through the launcher, attach through the supervisors'
+    sockets, port-forward into the pod's pinned netns (None: a hostNetwork pod)."""
+    from pyruntime.cri.streaming.backend import RuntimeStreamBackend
+    from pyruntime.cri.streaming.server import StreamingServer
+    backend = RuntimeStreamBackend(launcher, layout, lambda sandbox_id: store.sandbox(sandbox_id).namespaces.get("net"),
+                                   kernel)
+    return StreamingServer(cfg.stream_address, backend)
+
+
+def _image_servicer(images: Any) -> Any:
+    from pyruntime.cri.images import ImageService
+    from pyruntime.cri.service.image import ImageServicer
+    return ImageServicer(ImageService(images))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""The built-in pause process: what holds a pod's namespaces, without an image or an exec.
+
+A pod's network, IPC and UTS namespaces (and its pid namespace when the pod shares one) must exist
+before its first container and outlive every container restart. CRI-O can run pods without an infra
+container; here the launcher forks a Python process that unshares them, sets the pod's hostname and
+namespaced sysctls, and then only waits for a signal. The namespaces are also pinned by bind mounts
+under Layout.ns_dir, so CNI DEL and a restarted daemon still reach the network namespace after the
+pause is gone (StopPodSandbox must succeed even then).
+
+Threat model: the pause runs as root in the host's mount namespace, so the only host state it may
+change is its own (the pins, its cgroup); a sysctl that is not namespaced, or one whose namespace the
+pod shares with the host, would change the host and is refused. release_pause kills a pause only when
+pid and start time still name the process this module made: a recycled pid is never signalled.
+
+The process is forked from the launcher and shares its pages copy-on-write: after reporting it closes
+every fd, touches no Python objects it does not need and sleeps in sigwait.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+
+from pyruntime.errors import InternalError, InvalidArgumentError
+from pyruntime.linux import syscalls as sc
+from pyruntime.oci.state import process_start_time
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.cri.model import SandboxRecord
+    from pyruntime.linux.cgroups import CgroupManager
+    from pyruntime.linux.syscalls import Syscalls
+
+# kind as /proc/PID/ns names it -> clone flag; the order the pins are made in
+PINNED = (("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_NEWUTS))
+# sysctls a pod may set: namespaced by net or ipc (runc's validator, the kubelet's "safe + unsafe" set)
+IPC_SYSCTLS = ("kernel.shm", "kernel.msg", "fs.mqueue.")
+PAUSE_CGROUP = "pause"  # the pause's leaf below the pod's cgroup parent
+EXIT_WAIT = 5.0  # seconds release_pause waits for a killed pause to be gone
+
+
+@dataclass
+class PauseJob:
+    """cgroup_parent: "" for none; else the pause joins `<cgroup_parent>/pause` (made if missing, as
+    runc makes a container's cgroup). A leaf of its own rather than the parent itself, because on
+    cgroup v2 a cgroup with processes can't enable controllers for the pod's container cgroups."""
+
+    sandbox_id: str
+    ns_dir: str
+    hostname: str = ""
+    new_net: bool = True
+    new_ipc: bool = True
+    new_uts: bool = True
+    share_pid: bool = False
+    sysctls: dict[str, str] = field(default_factory=dict)
+    cgroup_parent: str = ""
+
+
+@dataclass
+class PauseInfo:
+    """namespaces: kind (net, ipc, uts) -> the pinned file; "pid" -> /proc/PID/ns/pid when the pod shares
+    a pid namespace (a pid namespace without processes can't be entered, so pinning it gains nothing).
+    cgroup: the pause's cgroup path ("" for none)."""
+
+    pid: int
+    start_time: int
+    namespaces: dict[str, str]
+    cgroup: str = ""
+
+
+def pause_cgroup(cgroup_parent: str) -> str:
+    return f"{cgroup_parent.rstrip('/')}/{PAUSE_CGROUP}" if cgroup_parent else ""
+
+
+def sysctl_path(name: str) -> str:
+    """/proc/sys path of a sysctl named with dots (net.ipv4.ip_forward) or slashes (net/ipv4/ip_forward)."""
+    return "/proc/sys/" + (name if "/" in name else name.replace(".", "/"))
+
+
+def check_sysctls(sysctls: dict[str, str], *, new_net: bool, new_ipc: bool) -> None:
+    """Refuses, naming it, a sysctl that would change the host: one not namespaced, or one of a
+    namespace the pod shares with the host (hostNetwork, hostIPC)."""
+    for name in sysctls:
+        dotted = name.replace("/", ".")
+        if dotted.startswith("net."):
+            if not new_net:
+                raise InvalidArgumentError(f"sysctls.{name}: not allowed in the host's network namespace")
+        elif dotted.startswith(IPC_SYSCTLS) or dotted == "kernel.sem":
+            if not new_ipc:
+                raise InvalidArgumentError(f"sysctls.{name}: not allowed in the host's IPC namespace")
+        else:
+            raise InvalidArgumentError(f"sysctls.{name}: not a namespaced sysctl (allowed: net.*, kernel.shm*, "
+                                       "kernel.msg*, kernel.sem, fs.mqueue.*)")
+        if ".." in name.split("/") or "\0" in name:
+            raise InvalidArgumentError(f"sysctls.{name}: not a sysctl name")
+
+
+def _write_sysctl(name: str, value: str) -> None:
+    path = sysctl_path(name)
+    try:
+        with open(path, "w") as f:
+            f.write(value)
+    except FileNotFoundError as e:
+        raise InvalidArgumentError(f"sysctls.{name}: no such sysctl ({path})") from e
+    except OSError as e:
+        if e.errno == errno.EINVAL:
+            raise InvalidArgumentError(f"sysctls.{name}: value {value!r} refused: {e.strerror}") from e
+        raise
+
+
+def _pin(job: PauseJob, kernel: Syscalls) -> dict[str, str]:
+    os.makedirs(job.ns_dir, mode=0o700, exist_ok=True)
+    pinned = {}
+    for kind, _flag in PINNED:
+        if not getattr(job, f"new_{kind}"):
+            continue
+        path = os.path.join(job.ns_dir, kind)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        kernel.mount(f"/proc/self/ns/{kind}", path, None, sc.MS_BIND, None)
+        pinned[kind] = path
+    return pinned
+
+
+def unpin(ns_dir: str, kernel: Syscalls) -> None:
+    """Detaches and removes every pin under ns_dir, then ns_dir; a missing one is no error."""
+    try:
+        names = os.listdir(ns_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        path = os.path.join(ns_dir, name)
+        while True:  # a pin made twice (a retried request) is two mounts
+            try:
+                kernel.umount(path, sc.MNT_DETACH)
+            except OSError as e:
+                if e.errno in (errno.EINVAL, errno.ENOENT):
+                    break
+                raise
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(ns_dir)
+    except FileNotFoundError:
+        pass
+
+
+def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
+    """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
+    the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
+    the cgroup once this process is gone)."""
+    from pyruntime.cri import launcher
+    pod_init = 0
+    try:
+        os.setsid()
+        # blocked from the start: a pid namespace's init drops signals it neither handles nor blocks
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
+        if cgroup is not None:
+            cgroup.add(os.getpid())
+        flags = 0
+        for kind, flag in PINNED:
+            if getattr(job, f"new_{kind}"):
+                flags |= flag
+        if flags:
+            kernel.unshare(flags)
+        if job.new_uts and job.hostname:
+            kernel.sethostname(job.hostname)
+        for name, value in job.sysctls.items():
+            _write_sysctl(name, value)
+        namespaces = _pin(job, kernel)
+        pid = os.getpid()
+        if job.share_pid:
+            kernel.unshare(sc.CLONE_NEWPID)
+            pod_init = os.fork()
+            if pod_init == 0:
+                _settle(kernel)
+            pid = pod_init
+            namespaces["pid"] = f"/proc/{pid}/ns/pid"
+        start = process_start_time(pid)
+        if start is None:
+            raise InternalError(f"pause {pid}: exited during its set-up")
+        launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
+                                       "cgroup": pause_cgroup(job.cgroup_parent)})
+    except BaseException as e:
+        if pod_init:
+            os.kill(pod_init, signal.SIGKILL)
+            os.waitpid(pod_init, 0)
+        launcher.send_error(report, e)
+        os._exit(1)
+    if job.share_pid:
+        os._exit(0)  # the pod's init carries on; its parent is the nearest subreaper (or init) from now on
+    _settle(kernel)
+
+
+def _settle(kernel: Syscalls) -> None:
+    """The pause's whole life after set-up: no fds, no allocations beyond the wait, reaping what a pod
+    sharing its pid namespace leaves to pid 1, until SIGTERM or SIGINT."""
+    kernel.close_range(0, 0xFFFFFFFF)
+    waited = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    while True:
+        if signal.sigwait(waited) != signal.SIGCHLD:
+            os._exit(0)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscalls) -> None:
+    """Kills the pause (only if its pid and start time still name it), waits for it to be gone, removes
+    the pins under ns_dir and the pause's cgroup. Idempotent: a pause already gone, pins already removed
+    are no error, so StopPodSandbox can always finish."""
+    if isinstance(pause, PauseInfo):
+        pid, start, cgroup = pause.pid, pause.start_time, pause.cgroup
+    else:
+        pid, start, cgroup = pause.pause_pid, pause.pause_start_time, pause_cgroup(pause.cgroup_parent)
+    if pid > 0:
+        _kill_if_same(pid, start)
+    unpin(ns_dir, kernel)
+    if cgroup:
+        from pyruntime.linux import cgroups
+        manager = cgroups.manager(cgroup, "", kernel)
+        if manager.exists():
+            manager.destroy()
+
+
+def _kill_if_same(pid: int, start: int) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        # checked after the pidfd pins the process: the pid can't be reused between the check and the kill
+        if process_start_time(pid) != start:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        from pyruntime.cri.launcher import wait_readable
+        wait_readable(pidfd, EXIT_WAIT)
+    finally:
+        os.close(pidfd)

@@ -1,0 +1,315 @@
+"""Container and pod figures as the kubelet reads them from a CRI runtime (ContainerStats, PodSandboxStats,
+and the cadvisor-named metrics of ListPodSandboxMetrics).
+
+The figures come from the cgroups (pyruntime's runc-style stats of a container, the same reader on the
+pod's cgroup parent), from /proc/PID/net/dev of the pod's pause process for its network, and from a walk
+of a container's writable layer. The kubelet evicts pods and scales them on these numbers, so they are
+computed as cadvisor and containerd compute them: the working set is usage minus inactive file pages
+(what the kernel can't drop), usage_nano_cores is the CPU time used between this sample and the previous
+one of the same container divided by the wall time between them (no figure on a first sample rather than
+a made-up one). Works on cgroup v1 and v2: the v2 reader reports the same keys, the memory.stat names
+differ and are read by both spellings.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from proto import api_pb2
+from pyruntime.cri.model import ContainerRecord, Layout, SandboxRecord, decode_pb
+from pyruntime.errors import PyRuntimeError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.runtime import Runtime
+
+_samples: dict[str, tuple[int, int]] = {}  # key -> (timestamp ns, cpu usage ns) of the last sample
+_samples_lock = threading.Lock()
+
+
+def disk_usage(path: str) -> tuple[int, int]:
+    """(bytes allocated, inodes) under `path`, each hard-linked inode once, not crossing into other mounts
+    (a mounted rootfs inside is not ours to count); a missing path uses nothing."""
+    try:
+        top = os.lstat(path)
+    except FileNotFoundError:
+        return 0, 0
+    seen: set[int] = set()
+    used = 0
+
+    def count(st: os.stat_result) -> None:
+        nonlocal used
+        if st.st_ino not in seen:
+            seen.add(st.st_ino)
+            used += st.st_blocks * 512
+
+    count(top)
+    for dirpath, dirnames, filenames in os.walk(path):
+        keep = []
+        for name in dirnames + filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            if st.st_dev != top.st_dev:
+                continue
+            count(st)
+            if name in dirnames:
+                keep.append(name)
+        dirnames[:] = keep
+    return used, len(seen)
+
+
+def _u64(message: object, field: str, value: int) -> None:
+    getattr(message, field).value = max(0, int(value))
+
+
+def nano_cores(key: str, timestamp: int, usage: int) -> int | None:
+    """CPU use in billionths of a core since the previous sample of `key`; None on the first one."""
+    with _samples_lock:
+        previous = _samples.get(key)
+        _samples[key] = (timestamp, usage)
+    if previous is None or timestamp <= previous[0] or usage < previous[1]:
+        return None
+    return (usage - previous[1]) * 1_000_000_000 // (timestamp - previous[0])
+
+
+def forget(key: str) -> None:
+    """Drops the previous sample of a removed container or pod."""
+    with _samples_lock:
+        _samples.pop(key, None)
+
+
+def cpu_usage(key: str, data: dict, timestamp: int) -> api_pb2.CpuUsage:
+    """From the `data` of a runc stats record (pyruntime's CgroupManager.stats())."""
+    usage = int(((data.get("cpu") or {}).get("usage") or {}).get("total", 0))
+    out = api_pb2.CpuUsage(timestamp=timestamp)
+    _u64(out, "usage_core_nano_seconds", usage)
+    cores = nano_cores(key, timestamp, usage)
+    if cores is not None:
+        _u64(out, "usage_nano_cores", cores)
+    return out
+
+
+def _limit(value: int) -> int | None:
+    """A memory limit, None when unlimited (v2 "max" reads as UINT64_MAX, v1 as a page-rounded huge number)."""
+    return value if 0 < value < 1 << 62 else None
+
+
+def memory_usage(data: dict, timestamp: int) -> api_pb2.MemoryUsage:
+    memory = data.get("memory") or {}
+    raw = memory.get("raw") or {}
+    usage = int((memory.get("usage") or {}).get("usage", 0))
+
+    def stat(v1: str, v2: str) -> int:
+        return int(raw.get(v1, raw.get(v2, 0)))
+
+    inactive_file = stat("total_inactive_file", "inactive_file")
+    working_set = max(0, usage - inactive_file)
+    out = api_pb2.MemoryUsage(timestamp=timestamp)
+    _u64(out, "usage_bytes", usage)
+    _u64(out, "working_set_bytes", working_set)
+    _u64(out, "rss_bytes", stat("total_rss", "anon"))
+    _u64(out, "page_faults", stat("total_pgfault", "pgfault"))
+    _u64(out, "major_page_faults", stat("total_pgmajfault", "pgmajfault"))
+    limit = _limit(int((memory.get("usage") or {}).get("limit", 0)))
+    if limit is not None:
+        _u64(out, "available_bytes", limit - working_set)
+    return out
+
+
+def swap_usage(data: dict, timestamp: int) -> api_pb2.SwapUsage | None:
+    memory = data.get("memory") or {}
+    swap = memory.get("swap")
+    if not swap:
+        return None
+    usage = int(swap.get("usage", 0))
+    limit = _limit(int(swap.get("limit", 0)))
+    if "raw" in memory and "anon" in memory["raw"]:  # v2: memory.swap.current is swap alone
+        swapped = usage
+    else:  # v1: memsw counts memory plus swap
+        swapped = usage - int((memory.get("usage") or {}).get("usage", 0))
+        limit = None if limit is None else limit - int((memory.get("usage") or {}).get("limit", 0))
+    out = api_pb2.SwapUsage(timestamp=timestamp)
+    _u64(out, "swap_usage_bytes", swapped)
+    if limit is not None:
+        _u64(out, "swap_available_bytes", limit - swapped)
+    return out
+
+
+def writable_layer(container_id: str, layout: Layout, timestamp: int) -> api_pb2.FilesystemUsage:
+    """The container's own writes: the overlay upper dir of its snapshot (the whole copy for the copy
+    snapshotter), under the image store's root."""
+    cdir = os.path.join(layout.images, "containers", container_id)
+    upper = os.path.join(cdir, "upper")
+    used, inodes = disk_usage(upper if os.path.isdir(upper) else os.path.join(cdir, "rootfs"))
+    out = api_pb2.FilesystemUsage(timestamp=timestamp, fs_id=api_pb2.FilesystemIdentifier(mountpoint=layout.images))
+    _u64(out, "used_bytes", used)
+    _u64(out, "inodes_used", inodes)
+    return out
+
+
+def _attributes(record: ContainerRecord) -> api_pb2.ContainerAttributes:
+    config = decode_pb(api_pb2.ContainerConfig, record.config)
+    return api_pb2.ContainerAttributes(id=record.id, metadata=config.metadata, labels=config.labels,
+                                       annotations=config.annotations)
+
+
+def _runtime_data(runtime: Runtime, container_id: str) -> dict | None:
+    """The container's cgroup figures; None when it has no cgroup any more (exited, deleted)."""
+    try:
+        return runtime.stats(container_id).get("data") or {}
+    except PyRuntimeError:
+        return None
+
+
+def _container_stats(record: ContainerRecord, runtime: Runtime,
+                     layout: Layout) -> tuple[api_pb2.ContainerStats, dict | None]:
+    now = time.time_ns()
+    out = api_pb2.ContainerStats(attributes=_attributes(record), writable_layer=writable_layer(record.id, layout, now))
+    data = _runtime_data(runtime, record.id)
+    if data is not None:
+        out.cpu.CopyFrom(cpu_usage(record.id, data, now))
+        out.memory.CopyFrom(memory_usage(data, now))
+        swap = swap_usage(data, now)
+        if swap is not None:
+            out.swap.CopyFrom(swap)
+    return out, data
+
+
+def container_stats(record: ContainerRecord, runtime: Runtime, layout: Layout) -> api_pb2.ContainerStats:
+    """A container's figures; only its attributes and writable layer once it has no cgroup (not running)."""
+    return _container_stats(record, runtime, layout)[0]
+
+
+def _pod_cgroup_data(parent: str, runtime: Runtime) -> dict | None:
+    """The pod cgroup's figures read with the runtime's own cgroup reader (through the runtime's syscall
+    layer); None without a pod cgroup, or a runtime that was given no syscall layer."""
+    if not parent or "/" not in parent or runtime.kernel is None:  # "/" not in: a systemd slice name
+        return None
+    from pyruntime.linux.cgroups import CgroupError, manager
+    try:
+        cgroup = manager(parent if parent.startswith("/") else "/" + parent, "pod", runtime.kernel)
+        return cgroup.stats() if cgroup.exists() else None
+    except (CgroupError, ValueError):
+        return None
+
+
+def _sum(datas: list[dict]) -> dict:
+    """A pod's figures as the sum of its containers', for a pod without a cgroup of its own."""
+    cpu = sum(int(((d.get("cpu") or {}).get("usage") or {}).get("total", 0)) for d in datas)
+    usage = sum(int(((d.get("memory") or {}).get("usage") or {}).get("usage", 0)) for d in datas)
+    raw: dict[str, int] = {}
+    for d in datas:
+        for k, v in ((d.get("memory") or {}).get("raw") or {}).items():
+            raw[k] = raw.get(k, 0) + int(v)
+    pids = sum(int((d.get("pids") or {}).get("current", 0)) for d in datas)
+    return {"cpu": {"usage": {"total": cpu}}, "memory": {"usage": {"usage": usage}, "raw": raw},
+            "pids": {"current": pids}}
+
+
+def network_usage(pid: int, timestamp: int) -> api_pb2.NetworkUsage | None:
+    """The interfaces of the network namespace `pid` lives in (the pod's, through its pause process)."""
+    try:
+        with open(f"/proc/{pid}/net/dev") as f:
+            lines = f.read().splitlines()[2:]
+    except OSError:
+        return None
+    out = api_pb2.NetworkUsage(timestamp=timestamp)
+    for line in lines:
+        name, _, figures = line.partition(":")
+        values = figures.split()
+        name = name.strip()
+        if name == "lo" or len(values) < 16:
+            continue
+        iface = api_pb2.NetworkInterfaceUsage(name=name)
+        _u64(iface, "rx_bytes", int(values[0]))
+        _u64(iface, "rx_errors", int(values[2]))
+        _u64(iface, "tx_bytes", int(values[8]))
+        _u64(iface, "tx_errors", int(values[10]))
+        out.interfaces.append(iface)
+        if name == "eth0" or not out.HasField("default_interface"):
+            out.default_interface.CopyFrom(iface)
+    return out
+
+
+def _pause_alive(sandbox: SandboxRecord) -> bool:
+    """The recorded pause pid names that process still (pid and start time), not a reused pid."""
+    if not sandbox.pause_pid:
+        return False
+    try:
+        with open(f"/proc/{sandbox.pause_pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return not sandbox.pause_start_time or int(fields[19]) == sandbox.pause_start_time
+
+
+def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], runtime: Runtime,
+                  layout: Layout) -> api_pb2.PodSandboxStats:
+    now = time.time_ns()
+    config = decode_pb(api_pb2.PodSandboxConfig, sandbox.config)
+    out = api_pb2.PodSandboxStats(attributes=api_pb2.PodSandboxAttributes(
+        id=sandbox.id, metadata=config.metadata, labels=config.labels, annotations=config.annotations))
+    linux = out.linux
+    datas = []
+    for record in containers:
+        stats, data = _container_stats(record, runtime, layout)
+        linux.containers.append(stats)
+        if data is not None:
+            datas.append(data)
+    pod = _pod_cgroup_data(sandbox.cgroup_parent, runtime)
+    if pod is None:
+        pod = _sum(datas)
+    linux.cpu.CopyFrom(cpu_usage("pod:" + sandbox.id, pod, now))
+    linux.memory.CopyFrom(memory_usage(pod, now))
+    linux.process.timestamp = now
+    _u64(linux.process, "process_count", int((pod.get("pids") or {}).get("current", 0)))
+    if "net" in sandbox.namespaces and _pause_alive(sandbox):
+        network = network_usage(sandbox.pause_pid, now)
+        if network is not None:
+            linux.network.CopyFrom(network)
+    return out
+
+
+# ---- ListMetricDescriptors / ListPodSandboxMetrics: cadvisor's names for the same figures --------------------
+
+LABELS = ["id", "name", "image"]
+_METRICS = (  # name, help, type, how to read it from ContainerStats
+    ("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", api_pb2.COUNTER,
+     lambda s: s.cpu.usage_core_nano_seconds.value // 1_000_000_000 if s.HasField("cpu") else None),
+    ("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it "
+     "was accessed", api_pb2.GAUGE, lambda s: s.memory.usage_bytes.value if s.HasField("memory") else None),
+    ("container_memory_working_set_bytes", "Current working set in bytes.", api_pb2.GAUGE,
+     lambda s: s.memory.working_set_bytes.value if s.HasField("memory") else None),
+    ("container_memory_rss", "Size of RSS in bytes.", api_pb2.GAUGE,
+     lambda s: s.memory.rss_bytes.value if s.HasField("memory") else None),
+    ("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.",
+     api_pb2.GAUGE, lambda s: s.writable_layer.used_bytes.value if s.HasField("writable_layer") else None),
+    ("container_fs_inodes_total", "Number of inodes used by the container on this filesystem.", api_pb2.GAUGE,
+     lambda s: s.writable_layer.inodes_used.value if s.HasField("writable_layer") else None),
+)
+
+
+def metric_descriptors() -> list[api_pb2.MetricDescriptor]:
+    return [api_pb2.MetricDescriptor(name=name, help=text, label_keys=LABELS) for name, text, _, _ in _METRICS]
+
+
+def sandbox_metrics(sandbox: SandboxRecord, containers: list[ContainerRecord], runtime: Runtime,
+                    layout: Layout) -> api_pb2.PodSandboxMetrics:
+    out = api_pb2.PodSandboxMetrics(pod_sandbox_id=sandbox.id)
+    for record in containers:
+        stats = container_stats(record, runtime, layout)
+        labels = [record.id, stats.attributes.metadata.name, record.image_ref]
+        metrics = api_pb2.ContainerMetrics(container_id=record.id)
+        for name, _, kind, read in _METRICS:
+            value = read(stats)
+            if value is None:
+                continue
+            metric = api_pb2.Metric(name=name, timestamp=stats.writable_layer.timestamp, metric_type=kind,
+                                    label_values=labels)
+            metric.value.value = value
+            metrics.metrics.append(metric)
+        out.container_metrics.append(metrics)
+    return out

@@ -1,0 +1,353 @@
+"""The CRI fork server against the real kernel: the built-in pause (namespaces pinned, hostname and
+sysctls inside, shared pid, cgroup parent, release), exec into a running container (pipes, stdin, a
+tty, exit codes, timeout and kill, failures), the container supervisor's creation, and the launcher's
+own life (it ends with its client, its pause children don't)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from pyruntime.cri.launcher import ContainerJob, ExecJob, Launcher, PauseJob, release_pause
+from pyruntime.cri.model import Layout
+from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
+from pyruntime.linux import syscalls as sc
+from pyruntime.linux.syscalls import LinuxSyscalls
+from pyruntime.oci.state import process_start_time
+from pyruntime.settings import Settings
+
+KERNEL = LinuxSyscalls()
+
+
+@pytest.fixture
+def layout(tmp_path) -> Layout:
+    return Layout(str(tmp_path / "root"), str(tmp_path / "state"))
+
+
+@pytest.fixture
+def launcher(layout, runtime):
+    """A launcher whose runtime root is the kit runtime's, so containers made by either are seen by both."""
+    la = Launcher.spawn(Settings(root=str(runtime.root)), layout)
+    yield la
+    la.close()
+
+
+def _alive(pid: int, start: int) -> bool:
+    return process_start_time(pid) == start
+
+
+def _eventually(check, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _nsenter(option: str, pin: str, *cmd: str) -> str:
+    return subprocess.run(["nsenter", f"{option}={pin}", *cmd], check=True, capture_output=True,
+                          text=True, timeout=10).stdout.strip()
+
+
+def _mounts_under(path: str) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(path)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# pause
+
+
+def test_pause_pins_its_namespaces_with_hostname_and_sysctls_inside(launcher, layout):
+    ns_dir = layout.ns_dir("s1")
+    info = launcher.run_pause(PauseJob("s1", ns_dir, hostname="pod-host", sysctls={
+        "net.ipv4.ip_forward": "1", "kernel/shm_rmid_forced": "1", "kernel.msgmax": "4321"}))
+    try:
+        assert _alive(info.pid, info.start_time)
+        assert set(info.namespaces) == {"net", "ipc", "uts"}
+        for kind, flag in (("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_NEWUTS)):
+            pin = info.namespaces[kind]
+            assert pin == os.path.join(ns_dir, kind)
+            assert KERNEL.ns_type(pin) == flag
+            assert os.stat(pin).st_ino == os.stat(f"/proc/{info.pid}/ns/{kind}").st_ino
+            assert os.stat(pin).st_ino != os.stat(f"/proc/self/ns/{kind}").st_ino
+        assert _nsenter("--uts", info.namespaces["uts"], "hostname") == "pod-host"
+        assert _nsenter("--net", info.namespaces["net"], "cat", "/proc/sys/net/ipv4/ip_forward") == "1"
+        assert _nsenter("--ipc", info.namespaces["ipc"], "cat", "/proc/sys/kernel/shm_rmid_forced") == "1"
+        assert _nsenter("--ipc", info.namespaces["ipc"], "cat", "/proc/sys/kernel/msgmax") == "4321"
+        assert _nsenter("--net", info.namespaces["net"], "ip", "-o", "link").count("\n") == 0  # lo only
+        # the pause is small and quiet: no fds, in a session of its own
+        assert os.listdir(f"/proc/{info.pid}/fd") == []
+        assert os.getsid(info.pid) == info.pid
+    finally:
+        release_pause(info, ns_dir, KERNEL)
+    assert not _alive(info.pid, info.start_time)
+    assert not os.path.exists(ns_dir) and _mounts_under(ns_dir) == []
+    release_pause(info, ns_dir, KERNEL)  # idempotent
+
+
+def test_pause_with_a_shared_pid_namespace_is_its_pid_1(launcher, layout):
+    ns_dir = layout.ns_dir("s2")
+    info = launcher.run_pause(PauseJob("s2", ns_dir, new_uts=False, share_pid=True))
+    try:
+        assert set(info.namespaces) == {"net", "ipc", "pid"}
+        assert info.namespaces["pid"] == f"/proc/{info.pid}/ns/pid"
+        assert KERNEL.ns_type(info.namespaces["pid"]) == sc.CLONE_NEWPID
+        status = Path(f"/proc/{info.pid}/status").read_text()
+        assert next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[1:] == [
+            str(info.pid), "1"]
+        # pid 1 reaps what is left to it: an orphan of the pod's pid namespace doesn't stay a zombie
+        subprocess.run(["nsenter", f"--pid={info.namespaces['pid']}", "--", "sh", "-c", "sleep 0.1 &"],
+                       check=True, timeout=10)
+        time.sleep(0.4)
+        children = Path(f"/proc/{info.pid}/task/{info.pid}/children").read_text().split()
+        assert children == []
+        assert os.readlink(f"/proc/{info.pid}/ns/uts") == os.readlink("/proc/self/ns/uts")  # shared with the host
+    finally:
+        release_pause(info, ns_dir, KERNEL)
+    assert not _alive(info.pid, info.start_time)
+    assert not os.path.exists(ns_dir)
+
+
+def test_pause_joins_a_leaf_of_its_cgroup_parent(launcher, layout):
+    parent = f"/pynode-test-pod-{uuid.uuid4().hex[:8]}"
+    ns_dir = layout.ns_dir("s3")
+    info = launcher.run_pause(PauseJob("s3", ns_dir, cgroup_parent=parent))
+    try:
+        assert info.cgroup == f"{parent}/pause"
+        own = Path(f"/proc/{info.pid}/cgroup").read_text()
+        assert f"{parent}/pause\n" in own
+    finally:
+        release_pause(info, ns_dir, KERNEL)
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():  # the parent is the caller's (the kubelet's)
+            leftover = hierarchy / parent.lstrip("/")
+            assert not (leftover / "pause").exists()
+            if leftover.is_dir():
+                leftover.rmdir()
+
+
+def test_bad_pause_requests_name_what_is_wrong_and_leave_nothing(launcher, layout):
+    ns_dir = layout.ns_dir("s4")
+    for sysctls, match in (({"kernel.hostname": "x"}, "sysctls.kernel.hostname: not a namespaced sysctl"),
+                           ({"net.ipv4.no_such_thing": "1"}, "sysctls.net.ipv4.no_such_thing: no such sysctl")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            launcher.run_pause(PauseJob("s4", ns_dir, sysctls=sysctls))
+        assert not os.path.exists(ns_dir) and _mounts_under(ns_dir) == []
+    with pytest.raises(InvalidArgumentError, match="not allowed in the host's network namespace"):
+        launcher.run_pause(PauseJob("s4", ns_dir, new_net=False, sysctls={"net.core.somaxconn": "100"}))
+
+
+def test_the_launcher_ends_with_its_client_and_its_pause_survives(layout, tmp_path):
+    launcher = Launcher.spawn(Settings(root=str(tmp_path / "runtime")), layout)
+    ns_dir = layout.ns_dir("s5")
+    info = launcher.run_pause(PauseJob("s5", ns_dir))
+    try:
+        launcher.close()
+        assert not os.path.exists(f"/proc/{launcher.pid}")  # reaped by close()
+        assert _alive(info.pid, info.start_time)
+        assert KERNEL.ns_type(info.namespaces["net"]) == sc.CLONE_NEWNET
+        with pytest.raises(Exception, match="launcher"):
+            launcher.run_pause(PauseJob("s6", layout.ns_dir("s6")))
+    finally:
+        release_pause(info, ns_dir, KERNEL)
+    assert not _alive(info.pid, info.start_time)
+
+
+def test_release_never_kills_a_process_it_did_not_make(layout):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        start = process_start_time(sleeper.pid)
+        assert start is not None
+        from pyruntime.cri.launcher import PauseInfo
+        release_pause(PauseInfo(sleeper.pid, start + 1, {}), layout.ns_dir("s7"), KERNEL)
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# exec
+
+
+@pytest.fixture
+def container(runtime, make_bundle):
+    bundle = make_bundle(["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"])
+    runtime("create", "--bundle", str(bundle), "c1")
+    runtime("start", "c1")
+    return "c1"
+
+
+def _read_all(fd: int, timeout: float = 10) -> bytes:
+    data = b""
+    deadline = time.monotonic() + timeout
+    while select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError as e:  # a pty's master reads EIO once every slave is closed
+            if e.errno != errno.EIO:
+                raise
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_exec_with_pipes_reports_output_and_exit_code(launcher, container):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe()
+    try:
+        handle = launcher.exec(ExecJob(container, ["sh", "-c", "cat; echo err >&2; echo $FOO; exit 3"],
+                                       env=["FOO=bar"]), in_r, out_w, err_w)
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        os.write(in_w, b"from stdin\n")
+        os.close(in_w)
+        assert handle.wait(10) == 3
+        assert _read_all(out_r) == b"from stdin\nbar\n"
+        assert _read_all(err_r) == b"err\n"
+        handle.close()
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+
+
+def test_exec_without_fds_and_signals(launcher, container):
+    handle = launcher.exec(ExecJob(container, ["true"]), None, None, None)
+    assert handle.wait(10) == 0
+    handle.close()
+    handle = launcher.exec(ExecJob(container, ["sleep", "100"]), None, None, None)
+    assert handle.wait(0.2) is None  # timed out
+    handle.kill()
+    assert handle.wait(10) == 128 + signal.SIGKILL
+    handle.kill()  # gone: no error
+    handle.close()
+
+
+def test_an_exec_whose_process_ended_does_not_hang_on_a_child_holding_its_output(launcher, container):
+    out_r, out_w = os.pipe()
+    try:
+        handle = launcher.exec(ExecJob(container, ["sh", "-c", "sleep 30 & echo started"]), None, out_w, None)
+        os.close(out_w)
+        assert handle.wait(10) == 0
+        handle.close()
+        assert os.read(out_r, 100) == b"started\n"
+    finally:
+        os.close(out_r)
+
+
+def test_exec_with_a_tty(launcher, container):
+    handle = launcher.exec(ExecJob(container, ["sh", "-c", "tty; test -t 0 && exit 5"], tty=True), None, None, None)
+    try:
+        assert handle.pty is not None
+        assert handle.wait(10) == 5
+        assert b"/dev/pts/" in _read_all(handle.pty)
+    finally:
+        handle.close()
+
+
+def test_exec_failures_are_errors_of_their_kind(launcher, container):
+    with pytest.raises(InternalError, match="executable file not found"):
+        launcher.exec(ExecJob(container, ["no-such-binary"]), None, None, None)
+    with pytest.raises(NotFoundError):
+        launcher.exec(ExecJob("no-such-container", ["true"]), None, None, None)
+
+
+def test_concurrent_execs_get_their_own_answers(launcher, container):
+    results: dict[int, int | None] = {}
+
+    def one(n: int) -> None:
+        handle = launcher.exec(ExecJob(container, ["sh", "-c", f"exit {n}"]), None, None, None)
+        results[n] = handle.wait(20)
+        handle.close()
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {n: n for n in range(8)}
+    _eventually(lambda: _children(launcher.pid) == [])  # every exec helper reaped: no zombie stays
+
+
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# containers (through pyruntime.cri.supervisor.supervise)
+
+
+def _container_job(layout: Layout, cid: str, bundle: Path) -> ContainerJob:
+    """A job with the directories the daemon makes before it asks (the kubelet makes the log's)."""
+    job = ContainerJob(cid, str(bundle), log_path=os.path.join(layout.root, "logs", f"{cid}.log"), tty=False,
+                       stdin=False, stdin_once=False, exit_path=layout.exit_record(cid),
+                       supervisor_dir=layout.supervisor_dir(cid))
+    for d in (os.path.dirname(job.log_path), layout.container_dir(cid), job.supervisor_dir):
+        os.makedirs(d, exist_ok=True)
+    return job
+
+
+def test_create_container_returns_once_created(launcher, runtime, layout, make_bundle):
+    bundle = make_bundle(["sleep", "100"])
+    info = launcher.create_container(_container_job(layout, "c2", bundle))
+    assert _alive(info.pid, info.start_time)
+    state = runtime.state("c2")
+    assert (state["status"], state["pid"]) == ("created", info.init_pid)
+    runtime("delete", "--force", "c2")
+    _eventually(lambda: not _alive(info.pid, info.start_time))
+
+
+def test_create_container_failure_is_its_kind_and_leaves_nothing(launcher, runtime, layout, tmp_path, container,
+                                                                  make_bundle):
+    with pytest.raises(InvalidArgumentError, match="no-such-bundle"):
+        launcher.create_container(_container_job(layout, "c3", tmp_path / "no-such-bundle"))
+    bad = tmp_path / "bad-bundle"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"ociVersion": "1.0.2", "process": {"args": []}}))
+    with pytest.raises(InvalidArgumentError):
+        launcher.create_container(_container_job(layout, "c3", bad))
+    assert not (Path(runtime.root) / "c3").exists()
+    with pytest.raises(AlreadyExistsError):
+        launcher.create_container(_container_job(layout, container, make_bundle(["true"])))
+    assert runtime.state(container)["status"] == "running"
+
+
+def test_a_slow_create_does_not_hold_up_an_exec(launcher, runtime, layout, make_bundle, container, busybox):
+    bundle = make_bundle(["sleep", "100"], hooks={"createRuntime": [{"path": busybox,
+                                                                     "args": ["busybox", "sleep", "2"]}]})
+    created: list = []
+
+    def create() -> None:
+        try:
+            created.append(launcher.create_container(_container_job(layout, "c4", bundle)))
+        except Exception as e:  # re-raised by the test, not lost in the thread
+            created.append(e)
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        time.sleep(0.2)  # the create is in its hook now
+        started = time.monotonic()
+        handle = launcher.exec(ExecJob(container, ["true"]), None, None, None)
+        assert handle.wait(10) == 0
+        handle.close()
+        assert time.monotonic() - started < 1.0
+        assert creator.is_alive()
+    finally:
+        creator.join(30)
+    if isinstance(created[0], Exception):
+        raise created[0]
+    assert runtime.state("c4")["status"] == "created"
+    runtime("delete", "--force", "c4")
+    _eventually(lambda: not _alive(created[0].pid, created[0].start_time))

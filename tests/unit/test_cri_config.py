@@ -1,0 +1,85 @@
+"""pyruntime-cri's settings: file, flags and their precedence, and a bad setting stopping start-up with a
+message that names it."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from pyruntime.cri import config
+from pyruntime.cri.main import claim_socket, main
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+
+
+def test_defaults_pass_their_own_checks():
+    defaults = config.Config()
+    for key, check in config.CHECKS.items():
+        check(getattr(defaults, key))
+    assert defaults.socket_path == "/run/pyruntime/cri.sock"
+    assert {o.key for o in config.OPTIONS} == set(config.CHECKS) == set(vars(defaults))
+
+
+def test_file_then_flags(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('root = "/srv/cri"\ncni_bin_dirs = ["/a", "/b"]\nlog_level = "debug"\n')
+    cfg = config.load(str(path), {"log_level": "warning", "cni_bin_dirs": (), "state": None})
+    assert cfg.root == "/srv/cri" and cfg.cni_bin_dirs == ["/a", "/b"] and cfg.log_level == "warning"
+    assert cfg.state == "/run/pyruntime-cri"
+    cfg = config.load(str(path), {"cni_bin_dirs": ("/c",)})
+    assert cfg.cni_bin_dirs == ["/c"]
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ('cni_bin_dirs = "/opt/cni/bin"', "config.toml: cni_bin_dirs: must be a list of strings"),
+    ('cni_bin_dirs = ["relative"]', "config.toml: cni_bin_dirs: must be an absolute path"),
+    ('listen = "tcp://127.0.0.1:1"', "config.toml: listen: must be unix://PATH"),
+    ('stream_address = "127.0.0.1"', "config.toml: stream_address: must be HOST:PORT"),
+    ('cgroup_driver = "systemd"', "config.toml: cgroup_driver: systemd:"),
+    ('log_level = "loud"', "config.toml: log_level: must be one of"),
+    ('listne = "unix:///x"', "config.toml: listne: unknown setting"),
+    ("root = [", "config.toml: not valid TOML"),
+])
+def test_bad_file_setting_is_named(tmp_path, text, named):
+    path = tmp_path / "config.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(InvalidArgumentError) as e:
+        config.load(str(path), {})
+    assert str(e.value).startswith(f"{tmp_path}/{named}")
+
+
+def test_bad_flag_is_named():
+    with pytest.raises(InvalidArgumentError, match=r"^--stream-address: must be HOST:PORT"):
+        config.load(None, {"stream_address": "nowhere:99999"})
+
+
+def test_registry_creds_never_in_repr():
+    cfg = config.load(None, {"registry_creds": "user:secret"})
+    assert "secret" not in repr(cfg)
+    assert cfg.runtime_settings("/r", "/i").registry_creds == "user:secret"
+
+
+def test_cli_stops_on_a_bad_setting_naming_it(tmp_path):
+    result = CliRunner().invoke(main, ["--root", "relative/dir"])
+    assert result.exit_code == 1
+    assert "--root: must be an absolute path" in result.output
+    result = CliRunner().invoke(main, ["--config", str(tmp_path / "missing.toml")])
+    assert result.exit_code == 1 and "--config:" in result.output
+
+
+def test_claim_socket_removes_a_stale_one_and_refuses_a_live_one(tmp_path):
+    path = str(tmp_path / "cri.sock")
+    claim_socket(path)  # nothing there
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(path)
+    stale.close()  # bound, never listening: what a killed daemon leaves
+    claim_socket(path)
+    assert not (tmp_path / "cri.sock").exists()
+    live = socket.socket(socket.AF_UNIX)
+    live.bind(path)
+    live.listen()
+    try:
+        with pytest.raises(FailedPreconditionError, match="another pyruntime-cri"):
+            claim_socket(path)
+    finally:
+        live.close()

@@ -1,0 +1,99 @@
+"""cri/stats.py's arithmetic on cgroup v1 and v2 figures, and cri/images.py's reading of a CRI AuthConfig."""
+from __future__ import annotations
+
+import base64
+import os
+
+import pytest
+
+from proto import api_pb2
+from pyruntime.cri import stats
+from pyruntime.cri.images import _uid_and_name, credentials
+from pyruntime.errors import InvalidArgumentError
+from pyruntime.images.registry import Credentials
+
+V1 = {"cpu": {"usage": {"total": 5_000_000_000}},
+      "memory": {"usage": {"usage": 100 << 20, "limit": 256 << 20},
+                 "swap": {"usage": 110 << 20, "limit": 512 << 20},
+                 "raw": {"total_inactive_file": 30 << 20, "total_rss": 50 << 20, "total_pgfault": 7,
+                         "total_pgmajfault": 2, "inactive_file": 1}},
+      "pids": {"current": 3}}
+V2 = {"cpu": {"usage": {"total": 7_000}},
+      "memory": {"usage": {"usage": 40 << 20, "limit": 2**64 - 1}, "swap": {"usage": 1 << 20, "limit": 2**64 - 1},
+                 "raw": {"inactive_file": 10 << 20, "anon": 20 << 20, "pgfault": 9, "pgmajfault": 1}},
+      "pids": {"current": 1}}
+
+
+def test_memory_v1():
+    m = stats.memory_usage(V1, 1)
+    assert m.usage_bytes.value == 100 << 20 and m.working_set_bytes.value == 70 << 20
+    assert m.rss_bytes.value == 50 << 20 and m.page_faults.value == 7 and m.major_page_faults.value == 2
+    assert m.available_bytes.value == (256 - 70) << 20
+    swap = stats.swap_usage(V1, 1)
+    assert swap is not None and swap.swap_usage_bytes.value == 10 << 20
+    assert swap.swap_available_bytes.value == ((512 - 256) - 10) << 20
+
+
+def test_memory_v2_unlimited():
+    m = stats.memory_usage(V2, 1)
+    assert m.working_set_bytes.value == 30 << 20 and m.rss_bytes.value == 20 << 20 and m.page_faults.value == 9
+    assert not m.HasField("available_bytes")
+    swap = stats.swap_usage(V2, 1)
+    assert swap is not None and swap.swap_usage_bytes.value == 1 << 20 and not swap.HasField("swap_available_bytes")
+
+
+def test_working_set_never_negative():
+    data = {"memory": {"usage": {"usage": 5}, "raw": {"inactive_file": 10}}}
+    assert stats.memory_usage(data, 1).working_set_bytes.value == 0
+
+
+def test_nano_cores_from_two_samples():
+    stats.forget("k")
+    first = stats.cpu_usage("k", {"cpu": {"usage": {"total": 1_000_000_000}}}, 10_000_000_000)
+    assert first.usage_core_nano_seconds.value == 1_000_000_000 and not first.HasField("usage_nano_cores")
+    second = stats.cpu_usage("k", {"cpu": {"usage": {"total": 1_500_000_000}}}, 11_000_000_000)
+    assert second.usage_nano_cores.value == 500_000_000  # half a core over one second
+    stats.forget("k")
+
+
+def test_disk_usage_counts_hard_links_once(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_bytes(b"x" * 10000)
+    os.link(tmp_path / "d" / "f", tmp_path / "g")
+    used, inodes = stats.disk_usage(str(tmp_path))
+    assert inodes == 3 and used >= 10000
+    assert stats.disk_usage(str(tmp_path / "none")) == (0, 0)
+
+
+def test_network_usage_of_this_process():
+    net = stats.network_usage(os.getpid(), 1)
+    assert net is not None and all(i.name != "lo" for i in net.interfaces)
+    assert stats.network_usage(2**22 + 1, 1) is None
+
+
+def test_metric_descriptors():
+    names = [d.name for d in stats.metric_descriptors()]
+    assert "container_cpu_usage_seconds_total" in names and "container_memory_working_set_bytes" in names
+
+
+def test_credentials_from_auth_config():
+    assert credentials(None, "busybox") is None
+    assert credentials(api_pb2.AuthConfig(), "busybox") is None
+    assert credentials(api_pb2.AuthConfig(username="u", password="p"), "busybox") == Credentials("u", "p")
+    basic = base64.b64encode(b"u:p:q").decode()
+    assert credentials(api_pb2.AuthConfig(auth=basic), "busybox") == Credentials("u", "p:q")
+    assert credentials(api_pb2.AuthConfig(identity_token="t"), "busybox") == Credentials(token="t")
+    other = api_pb2.AuthConfig(username="u", password="p", server_address="https://quay.io")
+    assert credentials(other, "busybox") is None  # a secret goes only to the registry it names
+    hub = api_pb2.AuthConfig(username="u", password="p", server_address="https://index.docker.io/v1/")
+    assert credentials(hub, "busybox") == Credentials("u", "p")
+    local = api_pb2.AuthConfig(username="u", password="p", server_address="127.0.0.1:5000")
+    assert credentials(local, "127.0.0.1:5000/x:1") == Credentials("u", "p")
+    with pytest.raises(InvalidArgumentError, match=r"auth\.auth"):
+        credentials(api_pb2.AuthConfig(auth="!!"), "busybox")
+
+
+def test_image_user():
+    assert _uid_and_name("") == (None, "")
+    assert _uid_and_name("1000:1000") == (1000, "")
+    assert _uid_and_name("nobody") == (None, "nobody")
