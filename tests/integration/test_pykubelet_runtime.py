@@ -19,12 +19,12 @@ def endpoint(request, tmp_path_factory):
             yield e
         return
     (work / "certs.d").mkdir()
-    e = PyruntimeCri(work, work / "certs.d")
-    e.start()
+    cri_server = PyruntimeCri(work, work / "certs.d")
+    cri_server.start()
     try:
-        yield e
+        yield cri_server
     finally:
-        e.stop()
+        cri_server.stop()
 
 
 @pytest.fixture
