@@ -84,10 +84,11 @@ state = "{dir}/state"
 """
 
 
-def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path) -> dict:
-    return {"cniVersion": "1.0.0", "name": NETWORK, "plugins": [
-        {"type": bridge_type, "bridge": BRIDGE, "isGateway": True, "ipMasq": True,
-         "ipam": {"type": ipam_type, "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}],
+def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path, *, name: str = NETWORK,
+             bridge: str = BRIDGE, subnet: str = POD_SUBNET) -> dict:
+    return {"cniVersion": "1.0.0", "name": name, "plugins": [
+        {"type": bridge_type, "bridge": bridge, "isGateway": True, "ipMasq": True,
+         "ipam": {"type": ipam_type, "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}],
                   "dataDir": str(data_dir)}},
         {"type": portmap_type, "capabilities": {"portMappings": True}},
     ]}
@@ -145,6 +146,7 @@ class Endpoint:
 class Containerd(Endpoint):
     """Debian's containerd 1.6 with runc (the runc v2 shim) and the reference CNI plugins v1.10.0."""
     name = "containerd"
+    cni_bin = REFERENCE_CNI
 
     def cni_setup(self) -> None:
         self.cni_conf.mkdir(parents=True, exist_ok=True)
@@ -154,9 +156,23 @@ class Containerd(Endpoint):
     def argv(self) -> list[str]:
         config = self.work / "containerd.toml"
         config.write_text(CONTAINERD_CONFIG.format(dir=self.work, sock=self.sock, sandbox_image=SANDBOX_IMAGE,
-                                                   cni_bin=REFERENCE_CNI, cni_conf=self.cni_conf,
+                                                   cni_bin=self.cni_bin, cni_conf=self.cni_conf,
                                                    hosts=self.hosts_dir))
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
+
+
+def install_our_plugins(bin_dir: Path) -> str:
+    """Our CNI plugins in `bin_dir`, with `loopback` (which a CRI server calls for the sandbox's lo) being
+    pyloopback; returns the type of the portmap plugin to use."""
+    from cni_plugins.install import install
+    install(bin_dir)
+    # until our portmap plugin exists, the reference one serves hostPorts
+    portmap = "pyportmap" if (bin_dir / "pyportmap").exists() else "portmap"
+    if portmap == "portmap":
+        shutil.copy2(REFERENCE_CNI / "portmap", bin_dir / "portmap")
+    if not (bin_dir / "loopback").exists():
+        os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
+    return portmap
 
 
 class PyruntimeCri(Endpoint):
@@ -164,15 +180,7 @@ class PyruntimeCri(Endpoint):
     name = "pyruntime-cri"
 
     def cni_setup(self) -> None:
-        from cni_plugins.install import install
-        bin_dir = self.work / "cni-bin"
-        install(bin_dir)
-        # until our portmap plugin exists, the reference one serves hostPorts
-        portmap = "pyportmap" if (bin_dir / "pyportmap").exists() else "portmap"
-        if portmap == "portmap":
-            shutil.copy2(REFERENCE_CNI / "portmap", bin_dir / "portmap")
-        if not (bin_dir / "loopback").exists():
-            os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
+        portmap = install_our_plugins(self.work / "cni-bin")
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
             conflist("pybridge", "pyhost-local", portmap, self.work / "ipam")))

@@ -1,0 +1,290 @@
+"""The kubelet's settings, built once at start-up and passed down: defaults, then a KubeletConfiguration
+file (kubelet.config.k8s.io/v1beta1, YAML or JSON, `--config`), then command-line flags, each layer over
+the one before, as the stock kubelet merges them.
+
+A typo in a config file must not silently fall back to a default (a node that registers with the wrong
+max-pods or serves without client CA is worse than one that does not start), so any field this kubelet
+does not know stops start-up naming it, and every value is checked here with a message naming the flag
+or the field path. Everything downstream reads a validated Settings object and never re-parses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KIND = "KubeletConfiguration"
+
+
+class ConfigError(Exception):
+    """A setting is unknown or invalid; the message names it (flag or file field path)."""
+
+
+@dataclass
+class Settings:
+    node_name: str = ""  # --hostname-override, else the host name, lower-cased (as the kubelet does)
+    kubeconfig: Path | None = None  # None: standalone mode, static pods only
+    container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
+    runtime_request_timeout: float = 120.0
+    static_pod_path: Path | None = None
+    file_check_frequency: float = 20.0
+    node_ip: str | None = None
+    root_dir: Path = Path("/var/lib/kubelet")
+    address: str = "0.0.0.0"
+    port: int = 10250
+    tls_cert_file: Path | None = None
+    tls_private_key_file: Path | None = None
+    client_ca_file: Path | None = None
+    anonymous_auth: bool = False
+    webhook_authentication: bool = True
+    authorization_mode: str = "Webhook"
+    max_pods: int = 110
+    verbosity: int = 0
+    sync_frequency: float = 60.0
+    node_status_update_frequency: float = 10.0
+    node_status_report_frequency: float = 300.0
+    node_lease_duration_seconds: int = 40
+    cluster_dns: list[str] = field(default_factory=list)
+    cluster_domain: str = ""
+    cgroup_driver: str = "cgroupfs"
+    cgroup_root: str = "/"
+    image_gc_high_threshold_percent: int = 85
+    image_gc_low_threshold_percent: int = 80
+    container_log_max_size: int = 10 * 1024 * 1024
+    container_log_max_files: int = 5
+    serialize_image_pulls: bool = True
+
+
+# --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(value: Any) -> float:
+    """A Go duration ("10s", "1m30s", "100ms") in seconds."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"a duration such as \"10s\" or \"5m\", got {value!r}")
+    if value == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(value):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(value):
+        raise ValueError(f"a duration such as \"10s\" or \"5m\", got {value!r}")
+    return total
+
+
+_QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T|k)?")
+_QUANTITY_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "K": 10**3,
+                   "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity(value: Any) -> int:
+    """A byte quantity ("10Mi", "1G", "4096")."""
+    m = _QUANTITY.fullmatch(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) else None
+    if m is None:
+        raise ValueError(f"a quantity such as \"10Mi\", got {value!r}")
+    return int(m.group(1)) * _QUANTITY_UNITS[m.group(2)]
+
+
+def integer(low: int, high: int | None = None):
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            raise ValueError(f"an integer in [{low}, {high if high is not None else '...'}], got {value!r}")
+        return value
+    return parse
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"true or false, got {value!r}")
+    return value
+
+
+def string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"a string, got {value!r}")
+    return value
+
+
+def path(value: Any) -> Path:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"a path, got {value!r}")
+    return Path(value)
+
+
+def one_of(*choices: str):
+    def parse(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"one of {', '.join(choices)}, got {value!r}")
+        return value
+    return parse
+
+
+def ip_list(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError(f"a list of IP addresses, got {value!r}")
+    return [str(ipaddress.ip_address(v)) for v in value]
+
+
+def endpoint(value: Any) -> str:
+    value = string(value)
+    if not value.startswith("unix://") and not value.startswith("/"):
+        raise ValueError(f"a unix socket (unix:///path), got {value!r}")
+    return value if value.startswith("unix://") else f"unix://{value}"
+
+
+def node_ip(value: Any) -> str:
+    """The kubelet refuses an address no other host can reach it on."""
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"an IP address, got {value!r}") from None
+    if ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_link_local:
+        raise ValueError(f"a routable address (not loopback, unspecified, multicast or link-local), got {value}")
+    return str(ip)
+
+
+# KubeletConfiguration field path -> (Settings attribute, parser). Anything else in a file is refused.
+FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
+    "containerRuntimeEndpoint": ("container_runtime_endpoint", endpoint),
+    "runtimeRequestTimeout": ("runtime_request_timeout", duration),
+    "staticPodPath": ("static_pod_path", path),
+    "fileCheckFrequency": ("file_check_frequency", duration),
+    "address": ("address", lambda v: str(ipaddress.ip_address(v))),
+    "port": ("port", integer(1, 65535)),
+    "tlsCertFile": ("tls_cert_file", path),
+    "tlsPrivateKeyFile": ("tls_private_key_file", path),
+    "authentication.x509.clientCAFile": ("client_ca_file", path),
+    "authentication.anonymous.enabled": ("anonymous_auth", boolean),
+    "authentication.webhook.enabled": ("webhook_authentication", boolean),
+    "authentication.webhook.cacheTTL": (None, duration),
+    "authorization.mode": ("authorization_mode", one_of("Webhook", "AlwaysAllow")),
+    "authorization.webhook.cacheAuthorizedTTL": (None, duration),
+    "authorization.webhook.cacheUnauthorizedTTL": (None, duration),
+    "maxPods": ("max_pods", integer(1)),
+    "syncFrequency": ("sync_frequency", duration),
+    "nodeStatusUpdateFrequency": ("node_status_update_frequency", duration),
+    "nodeStatusReportFrequency": ("node_status_report_frequency", duration),
+    "nodeLeaseDurationSeconds": ("node_lease_duration_seconds", integer(1)),
+    "clusterDNS": ("cluster_dns", ip_list),
+    "clusterDomain": ("cluster_domain", string),
+    "cgroupDriver": ("cgroup_driver", one_of("cgroupfs", "systemd")),
+    "cgroupRoot": ("cgroup_root", string),
+    "imageGCHighThresholdPercent": ("image_gc_high_threshold_percent", integer(0, 100)),
+    "imageGCLowThresholdPercent": ("image_gc_low_threshold_percent", integer(0, 100)),
+    "containerLogMaxSize": ("container_log_max_size", quantity),
+    "containerLogMaxFiles": ("container_log_max_files", integer(2)),
+    "serializeImagePulls": ("serialize_image_pulls", boolean),
+    # settings of the stock kubelet that have no meaning here; accepted so one file serves both
+    "failSwapOn": (None, boolean),
+    "failCgroupV1": (None, boolean),
+}
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and any(f.startswith(name + ".") for f in FILE_FIELDS):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def load_file(path_: Path) -> dict[str, Any]:
+    """The Settings attributes a KubeletConfiguration file sets."""
+    import yaml  # JSON is YAML: one parser for both
+
+    try:
+        doc = yaml.safe_load(path_.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"--config {path_}: {e}") from e
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config {path_}: not a KubeletConfiguration object")
+    if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
+        raise ConfigError(f"--config {path_}: kind/apiVersion must be {KIND} {API_VERSION}, "
+                          f"got {doc.get('kind')!r} {doc.get('apiVersion')!r}")
+    values: dict[str, Any] = {}
+    fields = _flatten({k: v for k, v in doc.items() if k not in ("kind", "apiVersion")})
+    unknown = sorted(set(fields) - set(FILE_FIELDS))
+    if unknown:
+        raise ConfigError(f"--config {path_}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    for name, raw in fields.items():
+        attr, parse = FILE_FIELDS[name]
+        try:
+            value = parse(raw)
+        except ValueError as e:
+            raise ConfigError(f"--config {path_}: {name}: expected {e}") from e
+        if attr is not None:
+            values[attr] = value
+    return values
+
+
+# flag name -> (Settings attribute, parser of the string click hands over)
+FLAGS: dict[str, tuple[str, Any]] = {
+    "kubeconfig": ("kubeconfig", path),
+    "container_runtime_endpoint": ("container_runtime_endpoint", endpoint),
+    "pod_manifest_path": ("static_pod_path", path),
+    "hostname_override": ("node_name", string),
+    "node_ip": ("node_ip", node_ip),
+    "root_dir": ("root_dir", path),
+    "port": ("port", integer(1, 65535)),
+    "tls_cert_file": ("tls_cert_file", path),
+    "tls_private_key_file": ("tls_private_key_file", path),
+    "client_ca_file": ("client_ca_file", path),
+    "max_pods": ("max_pods", integer(1)),
+    "v": ("verbosity", integer(0)),
+}
+
+
+def build(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
+    """Defaults, then `config_file`, then the flags that were given (None: not given)."""
+    values = load_file(config_file) if config_file is not None else {}
+    for name, raw in flags.items():
+        if raw is None:
+            continue
+        attr, parse = FLAGS[name]
+        try:
+            values[attr] = parse(raw)
+        except ValueError as e:
+            raise ConfigError(f"--{name.replace('_', '-')}: expected {e}") from e
+    settings = Settings(**values)
+    if not settings.node_name:
+        settings.node_name = socket.gethostname()
+    settings.node_name = settings.node_name.strip().lower()
+    return _validate(settings)
+
+
+_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _validate(s: Settings) -> Settings:
+    if len(s.node_name) > 253 or not _DNS1123.fullmatch(s.node_name):
+        raise ConfigError(f"--hostname-override: node name {s.node_name!r} is not a DNS-1123 subdomain")
+    if (s.tls_cert_file is None) != (s.tls_private_key_file is None):
+        raise ConfigError("--tls-cert-file and --tls-private-key-file go together: one is missing")
+    if s.image_gc_low_threshold_percent > s.image_gc_high_threshold_percent:
+        raise ConfigError("imageGCLowThresholdPercent must not exceed imageGCHighThresholdPercent")
+    for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
+        p = getattr(s, name)
+        if p is not None and not p.is_file():
+            raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
+    return s
+
+
+def dump(s: Settings) -> str:
+    """The merged settings, for the log at -v 1 and above."""
+    return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(s).items()},
+                      sort_keys=True)

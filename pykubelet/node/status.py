@@ -1,0 +1,218 @@
+"""The Node's status as the kubelet reports it: capacity and allocatable read from the machine, addresses,
+nodeInfo, and the Ready / MemoryPressure / DiskPressure / PIDPressure conditions.
+
+The scheduler places pods by allocatable and skips nodes whose Ready is not True, so this must be
+truthful and timely, yet cheap for the API server: the status is computed every
+nodeStatusUpdateFrequency (10 s) and sent only when something changed, or when nodeStatusReportFrequency
+(5 min) has passed since the last report (the Lease is the frequent heartbeat). Conditions keep their
+lastTransitionTime until their status flips, and Ready says which part failed: "container runtime is
+down" names the CRI endpoint, so a NotReady node tells its operator where to look.
+
+A runtime that answers slowly is not a runtime that is down: only a failed CRI Status call or a runtime
+that says it is not ready turns Ready False, never a slow pod sync (upstream's "PLEG is not healthy").
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pykubelet import runtime as cri
+from pykubelet.config import Settings
+
+log = logging.getLogger(__name__)
+
+KUBELET_VERSION = "v1.37.0+pykubelet"  # the API level it implements; kubectl shows it in `get nodes -o wide`
+EVICTION_MEMORY = 100 * 1024 * 1024  # the kubelet's default evictionHard memory.available<100Mi
+EVICTION_NODEFS_PERCENT = 10  # ... nodefs.available<10%
+EVICTION_PID_PERCENT = 10  # ... pid.available<10% (upstream's default is on allocatable PIDs)
+ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x",
+        "riscv64": "riscv64"}.get(platform.machine(), platform.machine())
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    return out
+
+
+def _read(path: str, default: str = "") -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return default
+
+
+def os_image() -> str:
+    for line in _read("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            return line.partition("=")[2].strip('"')
+    return "Linux"
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def machine_capacity(settings: Settings) -> dict[str, str]:
+    fs = os.statvfs(_existing(settings.root_dir))
+    return {"cpu": str(cpu_count()), "memory": f"{_meminfo()['MemTotal'] // 1024}Ki",
+            "ephemeral-storage": f"{fs.f_blocks * fs.f_frsize // 1024}Ki", "pods": str(settings.max_pods),
+            "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
+
+
+def allocatable(capacity: dict[str, str]) -> dict[str, str]:
+    """Capacity less the hard eviction thresholds (no kube/system reservations are configured)."""
+    out = dict(capacity)
+    memory = int(capacity["memory"].removesuffix("Ki")) * 1024
+    out["memory"] = f"{max(0, memory - EVICTION_MEMORY) // 1024}Ki"
+    storage = int(capacity["ephemeral-storage"].removesuffix("Ki")) * 1024
+    out["ephemeral-storage"] = str(storage * (100 - EVICTION_NODEFS_PERCENT) // 100)
+    return out
+
+
+def _existing(p: Path) -> Path:
+    while not p.exists():
+        p = p.parent
+    return p
+
+
+def node_info(version: Any) -> dict[str, str]:
+    """`version` is the CRI VersionResponse: containerd says runtime_name "containerd", so the node shows
+    "containerd://1.6.20" as the stock kubelet does."""
+    return {"machineID": _read("/etc/machine-id"), "systemUUID": _read("/sys/class/dmi/id/product_uuid").lower(),
+            "bootID": _read("/proc/sys/kernel/random/boot_id"), "kernelVersion": platform.release(),
+            "osImage": os_image(), "containerRuntimeVersion": f"{version.runtime_name}://{version.runtime_version}",
+            "kubeletVersion": KUBELET_VERSION, "operatingSystem": "linux", "architecture": ARCH}
+
+
+def addresses(settings: Settings) -> list[dict[str, str]]:
+    out = [{"type": "InternalIP", "address": settings.node_ip}] if settings.node_ip else []
+    return out + [{"type": "Hostname", "address": settings.node_name}]
+
+
+def runtime_problems(runtime: cri.CRIRuntime, endpoint: str) -> list[str]:
+    """Why the runtime cannot run pods (empty: it can), in the stock kubelet's words."""
+    try:
+        status = runtime.status()
+    except cri.CRIError as e:
+        return [f"container runtime is down: {endpoint}: {e}"]
+    conditions = {c.type: c for c in status.status.conditions}
+    problems = []
+    for kind, what in (("RuntimeReady", "container runtime not ready"),
+                       ("NetworkReady", "container runtime network not ready")):
+        c = conditions.get(kind)
+        if c is None or not c.status:
+            detail = f"reason:{c.reason} message:{c.message}" if c is not None else "not reported"
+            problems.append(f"{what}: {kind}=false {detail}")
+    return problems
+
+
+def pressure(settings: Settings) -> dict[str, bool]:
+    mem = _meminfo()
+    fs = os.statvfs(_existing(settings.root_dir))
+    pid_max = int(_read("/proc/sys/kernel/pid_max", "4194304"))
+    pids = sum(1 for name in os.listdir("/proc") if name.isdigit())
+    return {"MemoryPressure": mem.get("MemAvailable", mem["MemFree"]) < EVICTION_MEMORY,
+            "DiskPressure": fs.f_bavail * 100 < fs.f_blocks * EVICTION_NODEFS_PERCENT,
+            "PIDPressure": (pid_max - pids) * 100 < pid_max * EVICTION_PID_PERCENT}
+
+
+CONDITION_TEXT = {  # type -> (reason, message) when fine, (reason, message) under pressure
+    "MemoryPressure": (("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                       ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available")),
+    "DiskPressure": (("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                     ("KubeletHasDiskPressure", "kubelet has disk pressure")),
+    "PIDPressure": (("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                    ("KubeletHasInsufficientPID", "kubelet has insufficient PID available")),
+}
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeStatus:
+    """Computes the node's status and reports it; run() is the kubelet's status loop."""
+
+    def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client, self.runtime, self.settings = client, runtime, settings
+        self._clock = clock
+        self._transitions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
+        self._last_sent: dict | None = None
+        self._last_report = 0.0
+        self._runtime_version: Any = None
+        self.changed = threading.Event()  # set() by anyone who knows the status changed: report now
+
+    def version(self) -> Any:
+        if self._runtime_version is None:
+            self._runtime_version = self.runtime.version()
+        return self._runtime_version
+
+    def conditions(self) -> list[dict[str, str]]:
+        now = now_rfc3339()
+        out = []
+        for kind, under in pressure(self.settings).items():
+            reason, message = CONDITION_TEXT[kind][under]
+            out.append(self._condition(kind, "True" if under else "False", reason, message, now))
+        problems = runtime_problems(self.runtime, self.settings.container_runtime_endpoint)
+        if problems:
+            out.append(self._condition("Ready", "False", "KubeletNotReady", "; ".join(problems), now))
+        else:
+            out.append(self._condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", now))
+        return out
+
+    def _condition(self, kind: str, status: str, reason: str, message: str, now: str) -> dict[str, str]:
+        before = self._transitions.get(kind)
+        since = before[1] if before and before[0] == status else now
+        self._transitions[kind] = (status, since)
+        return {"type": kind, "status": status, "reason": reason, "message": message,
+                "lastHeartbeatTime": now, "lastTransitionTime": since}
+
+    def build(self) -> dict[str, Any]:
+        capacity = machine_capacity(self.settings)
+        status: dict[str, Any] = {"capacity": capacity, "allocatable": allocatable(capacity),
+                                  "addresses": addresses(self.settings), "conditions": self.conditions(),
+                                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}}}
+        try:
+            status["nodeInfo"] = node_info(self.version())
+        except cri.CRIError:
+            pass  # runtime down: Ready says so; nodeInfo keeps what was last reported
+        return status
+
+    @staticmethod
+    def _comparable(status: dict[str, Any]) -> dict[str, Any]:
+        return {**status, "conditions": [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                                         for c in status["conditions"]]}
+
+    def update(self, force: bool = False) -> bool:
+        """Computes the status and patches it when it changed or the report period is over; True if sent."""
+        from lightkube.resources.core_v1 import Node
+        from lightkube.types import PatchType
+
+        status = self.build()
+        due = self._clock() - self._last_report >= self.settings.node_status_report_frequency
+        if not force and not due and self._last_sent == self._comparable(status):
+            return False
+        self.client.patch(Node.Status, self.settings.node_name, {"status": status}, patch_type=PatchType.STRATEGIC)
+        self._last_sent, self._last_report = self._comparable(status), self._clock()
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.update()
+            except Exception as e:
+                log.warning("node status update failed: %s", e)
+            self.changed.wait(self.settings.node_status_update_frequency)
+            self.changed.clear()

@@ -1,0 +1,62 @@
+"""A CRI-enabled containerd 1.6 (Debian's) for the kubelet tests: runc, our CNI plugins (pybridge,
+pyhost-local, pyloopback) and the certs.d mirrors that send registry.k8s.io, docker.io ... to the test
+registry, each run with its own root, state, socket and CNI conf dir under a directory of its own.
+
+It is critest's containerd endpoint (tests/conformance/critest.py) with our plugins instead of the
+reference ones and a bridge and pod subnet of its own, so a kubelet test never meets a critest run or a
+system containerd. stop() ends containerd by pid; what containerd 1.6 keeps outside its directory
+(/run/containerd, where its shims put their sockets whatever the config says) goes when it did not
+exist before. Pods are the kubelet's to remove: a test stops its pods before the runtime.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.conformance.critest import CONTAINERD_RUN, Containerd, conflist, install_our_plugins
+
+BRIDGE = "pyt-kubelet0"
+POD_SUBNET = "10.235.0.0/16"
+NETWORK = "pynode-kubelet"
+
+
+class ContainerdCri(Containerd):
+    name = "containerd-cri"
+
+    def cni_setup(self) -> None:
+        self.cni_bin = self.work / "cni-bin"
+        portmap = install_our_plugins(self.cni_bin)
+        self.cni_conf.mkdir(parents=True, exist_ok=True)
+        (self.cni_conf / "10-pynode.conflist").write_text(json.dumps(conflist(
+            "pybridge", "pyhost-local", portmap, self.work / "ipam", name=NETWORK, bridge=BRIDGE,
+            subnet=POD_SUBNET)))
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed runtime: the socket stays, nobody answers on it."""
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.proc = None
+
+
+@contextlib.contextmanager
+def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[ContainerdCri]:
+    """containerd with CRI on, serving at `.url` (unix://WORK/cri.sock) until the block ends. `hosts_dir`:
+    a certs.d mirror config (tests/kit/cri_images.write_hosts_dir); none: pulls go nowhere."""
+    if hosts_dir is None:
+        hosts_dir = work / "certs.d"
+        hosts_dir.mkdir(parents=True, exist_ok=True)
+    run_dir_existed = CONTAINERD_RUN.exists()
+    endpoint = ContainerdCri(work, hosts_dir)
+    try:
+        endpoint.start()
+        yield endpoint
+    finally:
+        endpoint.stop()
+        if not run_dir_existed:
+            shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)

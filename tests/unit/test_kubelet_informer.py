@@ -1,0 +1,131 @@
+"""pykubelet's informer logic against a fake watch source: the cache follows events, bookmarks move the
+resourceVersion without events, a 410 makes it list again and turn the difference into events (a deletion
+missed while away included), and failures back off with jitter."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from pykubelet.api.informer import ADDED, BOOKMARK, DELETED, MODIFIED, Gone, Informer, key_of
+from pykubelet.api.workqueue import WorkQueue
+
+
+def obj(name: str, rv: str, namespace: str | None = "default"):
+    return SimpleNamespace(metadata=SimpleNamespace(name=name, namespace=namespace, resourceVersion=rv))
+
+
+class FakeSource:
+    """Scripted lists and watches: each watch() plays the next script; a script item that is an exception
+    is raised there."""
+
+    def __init__(self, lists: list[tuple[str, list]], watches: list[list]) -> None:
+        self.lists, self.watches = lists, watches
+        self.listed = 0
+        self.watched_from: list[str] = []
+        self.done = threading.Event()
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+    def list(self):
+        self.listed += 1
+        return self.lists.pop(0)
+
+    def watch(self, resource_version: str) -> Iterator:
+        self.watched_from.append(resource_version)
+        if not self.watches:
+            self.done.set()
+            self.closed.wait(10)  # a quiet watch, until the informer stops
+            return
+        for item in self.watches.pop(0):
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def run(source: FakeSource, **kw) -> tuple[Informer, list]:
+    inf = Informer(source, name="test", rand=lambda: 0.0, backoff_base=0.001, **kw)
+    events: list = []
+    inf.add_handler(lambda kind, old, new: events.append((kind, key_of(new), new.metadata.resourceVersion)))
+    inf.start()
+    assert source.done.wait(5)
+    inf.stop()
+    assert inf.join(5)
+    return inf, events
+
+
+def test_list_then_watch_keeps_the_cache_and_resource_version():
+    source = FakeSource([("10", [obj("a", "5")])], [[
+        (ADDED, obj("b", "11")), (MODIFIED, obj("a", "12")), (DELETED, obj("b", "13"))]])
+    inf, events = run(source)
+    assert events == [(ADDED, "default/a", "5"), (ADDED, "default/b", "11"), (MODIFIED, "default/a", "12"),
+                      (DELETED, "default/b", "13")]
+    a = inf.get("default/a")
+    assert inf.keys() == ["default/a"] and a is not None and a.metadata.resourceVersion == "12"
+    assert inf.resource_version == "13" and inf.has_synced()
+    assert source.watched_from == ["10", "13"]  # the second watch resumes where the first ended
+
+
+def test_bookmark_moves_the_version_without_an_event():
+    source = FakeSource([("10", [])], [[(BOOKMARK, obj("", "50", None))]])
+    _, events = run(source)
+    assert events == []
+    assert source.watched_from == ["10", "50"] and source.listed == 1
+
+
+def test_gone_relists_and_delivers_what_changed_meanwhile():
+    source = FakeSource(
+        [("10", [obj("a", "1"), obj("b", "2"), obj("c", "3")]),
+         ("90", [obj("a", "1"), obj("c", "80"), obj("d", "85")])],
+        [[Gone("too old")]])
+    inf, events = run(source)
+    assert source.listed == 2 and source.watched_from == ["10", "90"]
+    assert events[3:] == [(DELETED, "default/b", "2"), (MODIFIED, "default/c", "80"), (ADDED, "default/d", "85")]
+    assert sorted(inf.keys()) == ["default/a", "default/c", "default/d"]
+
+
+def test_watch_failure_retries_from_the_same_version_without_listing():
+    source = FakeSource([("10", [])], [[ConnectionError("reset")], [(ADDED, obj("a", "11"))]])
+    _, events = run(source)
+    assert source.listed == 1 and source.watched_from == ["10", "10", "11"]
+    assert events == [(ADDED, "default/a", "11")]
+
+
+def test_failed_list_is_retried():
+    class Flaky(FakeSource):
+        def list(self):
+            if self.listed == 0:
+                self.listed += 1
+                raise ConnectionError("refused")
+            return super().list()
+
+    source = Flaky([("10", [obj("a", "1")])], [])
+    inf, _ = run(source)
+    assert source.listed == 2 and inf.keys() == ["default/a"]
+
+
+def test_backoff_doubles_to_the_cap_with_jitter():
+    inf = Informer(FakeSource([], []), rand=lambda: 0.5)
+    assert [inf.backoff(n) for n in (1, 2, 3, 10)] == pytest.approx([1.2, 2.4, 4.8, 45.0])
+    assert Informer(FakeSource([], []), rand=lambda: 0.0).backoff(1) == pytest.approx(0.8)
+
+
+def test_handlers_enqueue_keys_and_bursts_collapse():
+    q = WorkQueue()
+    source = FakeSource([("1", [])], [[(ADDED, obj("p", "2")), (MODIFIED, obj("p", "3")), (MODIFIED, obj("p", "4")),
+                                       (ADDED, obj("p", "5", "kube-system"))]])
+    inf = Informer(source, rand=lambda: 0.0)
+    inf.enqueue_into(q)
+    inf.start()
+    assert source.done.wait(5)
+    inf.stop()
+    assert inf.join(5)
+    assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == ["default/p", "kube-system/p", None]
+
+
+def test_cluster_scoped_keys_are_the_name():
+    assert key_of(obj("node-a", "1", None)) == "node-a"

@@ -1,0 +1,101 @@
+"""pykubelet's node status logic with a fake runtime and client: Ready follows the CRI Status conditions and
+names the runtime when it is down, lastTransitionTime holds until a condition flips, and the status is sent
+only when it changed or the report period is over."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import grpc
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.config import Settings
+from pykubelet.node import status as node_status
+
+
+class FakeRuntime:
+    def __init__(self) -> None:
+        self.ready = {"RuntimeReady": True, "NetworkReady": True}
+        self.down = False
+
+    def status(self) -> api_pb2.StatusResponse:
+        if self.down:
+            raise cri.Unavailable("Status", grpc.StatusCode.UNAVAILABLE, "connection refused")
+        return api_pb2.StatusResponse(status=api_pb2.RuntimeStatus(conditions=[
+            api_pb2.RuntimeCondition(type=k, status=v, reason="" if v else "NetworkPluginNotReady",
+                                     message="" if v else "cni config uninitialized") for k, v in self.ready.items()]))
+
+    def version(self) -> api_pb2.VersionResponse:
+        return api_pb2.VersionResponse(runtime_name="containerd", runtime_version="1.6.20", runtime_api_version="v1")
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.patches: list = []
+
+    def patch(self, res, name, body, patch_type=None):
+        self.patches.append((name, body))
+
+
+def reporter(tmp_path, clock):
+    settings = Settings(node_name="node-a", node_ip="10.201.0.20", root_dir=tmp_path, max_pods=42)
+    client, runtime = FakeClient(), FakeRuntime()
+    return node_status.NodeStatus(client, runtime, settings, clock=clock), client, runtime  # type: ignore[arg-type]  # fakes
+
+
+def ready(status: dict) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+def test_status_content(tmp_path):
+    ns, _, _ = reporter(tmp_path, lambda: 0.0)
+    s = ns.build()
+    assert s["capacity"]["pods"] == "42" and s["allocatable"]["pods"] == "42"
+    assert s["addresses"] == [{"type": "InternalIP", "address": "10.201.0.20"},
+                              {"type": "Hostname", "address": "node-a"}]
+    assert s["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.6.20"
+    assert ready(s)["status"] == "True" and ready(s)["reason"] == "KubeletReady"
+    assert {c["type"] for c in s["conditions"]} == {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
+
+
+def test_allocatable_is_capacity_less_eviction_thresholds():
+    a = node_status.allocatable({"cpu": "2", "memory": "1048576Ki", "ephemeral-storage": "1000Ki", "pods": "9"})
+    assert a == {"cpu": "2", "memory": f"{1048576 - 102400}Ki", "ephemeral-storage": "921600", "pods": "9"}
+
+
+def test_not_ready_names_what_failed(tmp_path):
+    ns, _, runtime = reporter(tmp_path, lambda: 0.0)
+    runtime.ready["NetworkReady"] = False
+    r = ready(ns.build())
+    assert r["status"] == "False" and r["reason"] == "KubeletNotReady"
+    assert "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady" in r["message"]
+    runtime.down = True
+    r = ready(ns.build())
+    assert r["message"].startswith("container runtime is down: unix:///run/containerd/containerd.sock: CRI Status")
+
+
+def test_transition_time_holds_until_the_status_flips(tmp_path, monkeypatch):
+    times = iter(["T1", "T2", "T3", "T4"])
+    monkeypatch.setattr(node_status, "now_rfc3339", lambda: next(times))
+    ns, _, runtime = reporter(tmp_path, lambda: 0.0)
+    assert ready(ns.build())["lastTransitionTime"] == "T1"
+    assert ready(ns.build())["lastTransitionTime"] == "T1"
+    runtime.down = True
+    assert ready(ns.build())["lastTransitionTime"] == "T3"
+    assert ready(ns.build())["lastHeartbeatTime"] == "T4"
+
+
+def test_sent_on_change_or_when_the_report_period_is_over(tmp_path):
+    clock = SimpleNamespace(now=1000.0)
+    ns, client, runtime = reporter(tmp_path, lambda: clock.now)
+    assert ns.update() is True
+    clock.now += 10
+    assert ns.update() is False and len(client.patches) == 1
+    runtime.down = True
+    assert ns.update() is True
+    clock.now += 299
+    assert ns.update() is False
+    clock.now += 1
+    assert ns.update() is True
+    assert ns.update(force=True) is True
+    assert [name for name, _ in client.patches] == ["node-a"] * 4
