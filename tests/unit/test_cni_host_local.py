@@ -88,6 +88,17 @@ def test_round_robin_and_wrap(tmp_path: Path) -> None:
         assert "duplicate" in dup.value.msg
 
 
+def test_release_removes_an_empty_temporary_file_of_a_killed_add(tmp_path: Path) -> None:
+    """A plugin killed between creating its reservation file and writing its content leaves it empty: DEL
+    of that attachment still finds it by name (test_cni_parallel's kill sweep hit this window)."""
+    store = Store(tmp_path / "net")
+    with store.locked():
+        (store.dir / ".reserve.killed.eth0").write_bytes(b"")
+        (store.dir / ".reserve.other.eth0").write_bytes(b"")
+        store.release_by_id("killed", "eth0")
+    assert sorted(p.name for p in store.dir.iterdir()) == [".reserve.other.eth0", "lock"]
+
+
 def test_round_robin_across_ranges(tmp_path: Path) -> None:
     rs = config.RangeSet.parse([{"subnet": "10.0.0.0/30"}, {"subnet": "10.0.1.0/30"}])
     store = Store(tmp_path / "net")

@@ -109,6 +109,8 @@ class Store:
         return out
 
     def release_by_id(self, container_id: str, ifname: str) -> None:
+        # the temporary file by its name too: a plugin killed between creating and writing it left it empty
+        _unlink(self._tmp_path(container_id, ifname))
         for path, cid, name in self.allocations():
             if (cid, name) == (container_id, ifname):
                 _unlink(path)
