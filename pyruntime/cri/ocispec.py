@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from proto import api_pb2
 from pyruntime.cri.model import Layout, SandboxRecord
-from pyruntime.errors import InvalidArgumentError
+from pyruntime.errors import InternalError, InvalidArgumentError
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # containerd's default capability set for a container (oci/spec.go's defaultUnixCaps)
@@ -268,9 +268,21 @@ def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, roo
 # ---- capabilities, seccomp, apparmor -----------------------------------------------------------------------
 
 def _all_caps() -> list[str]:
+    """"ALL" (and privileged) means what this daemon holds, as containerd's cap.Current(): a capability the
+    host withholds from us (CAP_SYS_RESOURCE on some VMs) cannot be granted, and asking for it would put the
+    runtime's warning on the container's stderr."""
     from pyruntime.linux.capabilities import CAPABILITIES, last_cap
     last = last_cap()
-    return [n for n, v in CAPABILITIES.items() if v <= last]
+    held = _bounding_mask()
+    return [n for n, v in CAPABILITIES.items() if v <= last and held >> v & 1]
+
+
+def _bounding_mask() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapBnd:"):
+                return int(line.split()[1], 16)
+    raise InternalError("/proc/self/status: no CapBnd line")
 
 
 def _cap_name(name: str, where: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -534,3 +535,21 @@ def test_pyruntime_accepts_the_spec(rootfs, layout, tmp_path):
     spec = specmod.parse(build(cfg, rootfs, layout, sb=sb), str(tmp_path))
     validate(spec, "v1", FakeSyscalls())
     assert spec.process is not None and spec.process.user.uid == 0 and spec.linux.seccomp is not None
+
+
+def test_all_and_privileged_are_the_capabilities_the_daemon_holds(rootfs, layout, monkeypatch):
+    # a host that withholds CAP_SYS_RESOURCE (bit 24): asking for it would put the runtime's warning on
+    # the container's stderr, as critest's "adding ALL capabilities" spec saw
+    monkeypatch.setattr(ocispec, "_bounding_mask", lambda: ((1 << 41) - 1) & ~(1 << 24))
+    caps = caps_of(rootfs, layout, add=["ALL"])
+    assert "CAP_SYS_RESOURCE" not in caps["bounding"] and "CAP_SYS_ADMIN" in caps["bounding"]
+    cfg = container()
+    cfg.linux.security_context.privileged = True
+    privileged = build(cfg, rootfs, layout, podc=pod(privileged=True))
+    assert "CAP_SYS_RESOURCE" not in privileged["process"]["capabilities"]["effective"]
+
+
+def test_bounding_mask_is_our_own():
+    status = Path("/proc/self/status").read_text()
+    want = int(next(line for line in status.splitlines() if line.startswith("CapBnd:")).split()[1], 16)
+    assert ocispec._bounding_mask() == want
