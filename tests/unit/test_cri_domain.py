@@ -368,6 +368,7 @@ def test_container_life_cycle_and_events(env):
     env.containers.stop(cid, 5)  # stopping an exited container is fine
     env.containers.remove(cid)
     env.containers.remove(cid)
+    env.containers.stop(cid, 5)  # and stopping one that is gone (critest's Idempotence StopContainer)
     assert env.images.released == [cid] and not os.path.exists(env.layout.container_dir(cid))
     with pytest.raises(NotFoundError):
         env.containers.status(cid)
