@@ -100,7 +100,8 @@ def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sand
     if seccomp is not None:
         linux["seccomp"] = seccomp
     mounts = _default_mounts(privileged)
-    cri_mounts, propagation = _cri_mounts(config, layout.sandbox_dir(sandbox.id), ipc_host, sc.readonly_rootfs)
+    cri_mounts, propagation = _cri_mounts(config, layout.sandbox_dir(sandbox.id), ipc_host, sc.readonly_rootfs,
+                                          lambda i: image_volume_dir(layout, container_id, i))
     overridden = {m["destination"] for m in cri_mounts}
     mounts = [m for m in mounts if m["destination"] not in overridden
               and not ("/dev" in overridden and m["destination"].startswith("/dev/"))]
@@ -481,20 +482,44 @@ def _check_propagation(source: str, want: str, where: str) -> None:
                                    "HOST_TO_CONTAINER")
 
 
-def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: bool,
-                readonly_rootfs: bool) -> tuple[list[dict], str]:
+def image_volume_dir(layout: Layout, container_id: str, index: int) -> str:
+    """Where CreateContainer mounts the image of config.mounts[index] (an image volume) for the bind."""
+    return os.path.join(layout.bundle(container_id), f"image-volume-{index}")
+
+
+def _image_volume_source(m: api_pb2.Mount, root: str, where: str) -> str:
+    """The image's root or its image_sub_path, which must lie inside it: a symlink out of the image is refused,
+    not followed to the host."""
+    if not m.readonly:
+        raise InvalidArgumentError(f"{where}.readonly: an image volume must be read-only")
+    if not m.image_sub_path:
+        return root
+    source = os.path.realpath(os.path.join(root, m.image_sub_path.lstrip("/")))
+    if source != root and not source.startswith(root + "/"):
+        raise InvalidArgumentError(f"{where}.image_sub_path: {m.image_sub_path!r} leaves the image")
+    if not os.path.exists(source):
+        raise InvalidArgumentError(f"{where}.image_sub_path: {m.image_sub_path!r} does not exist in image "
+                                   f"{m.image.image}")
+    return source
+
+
+def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: bool, readonly_rootfs: bool,
+                image_volume: Callable[[int], str]) -> tuple[list[dict], str]:
     """The request's mounts and the pod's, shallow first so none hides another; and the rootfs propagation
-    the mounts need ("" for the default)."""
-    indexed = [(f"config.mounts[{i}]", m) for i, m in enumerate(config.mounts)]
-    indexed += [("pod mount " + m.container_path, m) for m in _pod_mounts(config, sandbox_dir, ipc_host,
-                                                                           readonly_rootfs)]
+    the mounts need ("" for the default). `image_volume(i)`: where config.mounts[i]'s image is mounted."""
+    indexed = [(f"config.mounts[{i}]", m, i) for i, m in enumerate(config.mounts)]
+    indexed += [("pod mount " + m.container_path, m, -1) for m in _pod_mounts(config, sandbox_dir, ipc_host,
+                                                                               readonly_rootfs)]
     indexed.sort(key=lambda e: len([p for p in os.path.normpath(e[1].container_path).split("/") if p]))
     out, rootfs_propagation = [], ""
-    for where, m in indexed:
-        if m.HasField("image") and m.image.image:
-            raise InvalidArgumentError(f"{where}.image: image volumes are not supported by pyruntime-cri")
+    for where, m, index in indexed:
         if not m.container_path.startswith("/"):
             raise InvalidArgumentError(f"{where}.container_path: {m.container_path!r} must be an absolute path")
+        if m.HasField("image") and m.image.image and index >= 0:
+            source = _image_volume_source(m, os.path.realpath(image_volume(index)), where)
+            out.append({"destination": os.path.normpath(m.container_path), "type": "bind", "source": source,
+                        "options": ["rbind", "rprivate", "ro", "nosuid", "nodev"]})
+            continue
         if not m.host_path.startswith("/"):
             raise InvalidArgumentError(f"{where}.host_path: {m.host_path!r} must be an absolute path")
         if m.uidMappings or m.gidMappings:
