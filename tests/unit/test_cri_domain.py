@@ -566,6 +566,9 @@ def test_runtime_service_over_grpc(env, tmp_path):
         assert [(c.type, c.status) for c in status.status.conditions] == [("RuntimeReady", True),
                                                                           ("NetworkReady", True)]
         assert json.loads(status.info["config"])["root"] == env.layout.root
+        # what critest reads to run (not skip) its recursive read-only and supplemental groups specs
+        assert status.runtime_handlers[0].features.recursive_read_only_mounts
+        assert status.features.supplemental_groups_policy
         assert stub.RuntimeConfig(api_pb2.RuntimeConfigRequest()).linux.cgroup_driver == api_pb2.CGROUPFS
         events = stub.GetContainerEvents(api_pb2.GetEventsRequest())
         sid = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=pod_config())).pod_sandbox_id
