@@ -12,6 +12,7 @@ differ and are read by both spellings.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.runtime import Runtime
 
+log = logging.getLogger(__name__)
 _samples: dict[str, tuple[int, int]] = {}  # key -> (timestamp ns, cpu usage ns) of the last sample
 _samples_lock = threading.Lock()
 
@@ -431,13 +433,10 @@ def network_samples(pid: int) -> list[Sample]:
 def _container_samples(record: ContainerRecord, stats: api_pb2.ContainerStats, data: dict | None,
                        runtime: Runtime, layout: Layout, now: int) -> list[Sample]:
     device = layout.images
-    fs = os.statvfs(layout.images)
     resources = decode_pb(api_pb2.ContainerConfig, record.config).linux.resources
     out: list[Sample] = [
         ("container_fs_usage_bytes", [device], stats.writable_layer.used_bytes.value),
         ("container_fs_inodes_total", [device], stats.writable_layer.inodes_used.value),
-        ("container_fs_inodes_free", [device], fs.f_favail),
-        ("container_fs_limit_bytes", [device], fs.f_blocks * fs.f_frsize),
         ("container_last_seen", [], now // 1_000_000_000),
         ("container_start_time_seconds", [], record.started_at // 1_000_000_000),
         ("container_spec_cpu_period", [], resources.cpu_period),
@@ -445,6 +444,13 @@ def _container_samples(record: ContainerRecord, stats: api_pb2.ContainerStats, d
         ("container_spec_memory_limit_bytes", [], resources.memory_limit_in_bytes),
         ("container_spec_memory_swap_limit_bytes", [], resources.memory_swap_limit_in_bytes),
     ]
+    if runtime.kernel is not None:  # the filesystem the writable layers live on
+        try:
+            fs = runtime.kernel.statvfs(layout.images)
+            out += [("container_fs_inodes_free", [device], fs.f_favail),
+                    ("container_fs_limit_bytes", [device], fs.f_blocks * fs.f_frsize)]
+        except OSError as e:
+            log.warning("statvfs %s: %s", layout.images, e)
     if data is None:  # no cgroup any more: not running
         return out
     out += cgroup_samples(data)
