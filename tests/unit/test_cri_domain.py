@@ -333,6 +333,11 @@ def test_bad_metadata_and_handler(env):
             metadata=api_pb2.PodSandboxMetadata(name="x", namespace="y"))))
     with pytest.raises(NotFoundError, match="runtime_handler"):
         env.sandboxes.run(api_pb2.RunPodSandboxRequest(config=pod_config(), runtime_handler="kata"))
+    userns = pod_config()
+    userns.linux.security_context.namespace_options.userns_options.mode = api_pb2.NamespaceMode.POD
+    with pytest.raises(InvalidArgumentError, match=r"userns_options\.mode: POD: .*\(NODE\)"):
+        env.sandboxes.run(api_pb2.RunPodSandboxRequest(config=userns))
+    assert env.sandboxes.list(api_pb2.PodSandboxFilter()) == []  # nothing made
 
 
 # ---- containers -------------------------------------------------------------------------------------------
