@@ -159,6 +159,12 @@ class Containerd(Endpoint):
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
 
 
+def pyruntime_cri_bin() -> str | None:
+    """This checkout's launcher (next to the interpreter running the harness), else the one on PATH."""
+    own = Path(sys.executable).with_name("pyruntime-cri")
+    return str(own) if own.exists() else shutil.which("pyruntime-cri")
+
+
 class PyruntimeCri(Endpoint):
     """pyruntime-cri with our CNI plugins (installed into its own bin dir, as `make run` does)."""
     name = "pyruntime-cri"
@@ -178,7 +184,7 @@ class PyruntimeCri(Endpoint):
             conflist("pybridge", "pyhost-local", portmap, self.work / "ipam")))
 
     def argv(self) -> list[str]:
-        return [shutil.which("pyruntime-cri") or "pyruntime-cri", "--listen", self.url,
+        return [pyruntime_cri_bin() or "pyruntime-cri", "--listen", self.url,
                 "--root", str(self.work / "root"), "--state", str(self.work / "state"),
                 "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", str(self.work / "cni-bin"),
                 "--registry-config-dir", str(self.hosts_dir)]
@@ -384,7 +390,7 @@ def summary(results: dict[str, dict[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    default = ["containerd"] + (["pyruntime-cri"] if shutil.which("pyruntime-cri") else [])
+    default = ["containerd"] + (["pyruntime-cri"] if pyruntime_cri_bin() else [])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("endpoints", nargs="*", default=default, choices=sorted(ENDPOINTS),
                    help=f"CRI servers to run critest against (default: {' '.join(default)})")
