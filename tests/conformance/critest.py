@@ -392,13 +392,18 @@ def summary(results: dict[str, dict[str, dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     default = ["containerd"] + (["pyruntime-cri"] if pyruntime_cri_bin() else [])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("endpoints", nargs="*", default=default, choices=sorted(ENDPOINTS),
-                   help=f"CRI servers to run critest against (default: {' '.join(default)})")
+    # no `choices`: argparse would check the default list as one value against them and refuse it
+    p.add_argument("endpoints", nargs="*", default=default,
+                   help=f"CRI servers to run critest against: {', '.join(sorted(ENDPOINTS))} "
+                        f"(default: {' '.join(default)})")
     p.add_argument("--parallel", type=int, default=8, help="critest --parallel, as cri-tools' CI (8)")
     p.add_argument("--skip", action="append", default=[], help="more specs to skip (literal substrings)")
     p.add_argument("--focus", default="", help="ginkgo focus regexp")
     p.add_argument("--results", type=Path, default=RESULTS / date.today().isoformat())
     args = p.parse_args(argv)
+    for name in args.endpoints:
+        if name not in ENDPOINTS:
+            p.error(f"endpoint {name!r}: not one of {', '.join(sorted(ENDPOINTS))}")
     if os.geteuid() != 0:
         p.error("critest needs root")
     for needed in (CRITEST, PEERS_BIN / "ginkgo", CRICTL):
