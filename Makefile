@@ -56,7 +56,7 @@ integration: setup
 conformance-runc: setup
 	$(PY) -m tests.conformance.runc_suite $(FILES)
 
-# critest (cri-tools v1.37.0) against containerd 1.6 and, when it is on PATH, pyruntime-cri, side by side
+# critest (cri-tools v1.37.0) against containerd 1.6 and pyruntime-cri (this checkout's, else one on PATH), side by side
 # (long; not part of `test`). It takes the integration lock per endpoint itself: run it without flock.
 # ENDPOINTS="containerd pyruntime-cri" picks the CRI servers; scores go to ~/.cache/pynode/critest-results.
 conformance: setup

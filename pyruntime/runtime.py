@@ -175,6 +175,11 @@ class Runtime:
         from pyruntime.container.control import pids
         return pids(self.store, id)
 
+    def oom_count(self, id: str) -> int:
+        """How many times the kernel's OOM killer killed a process of the container's cgroup."""
+        from pyruntime.container.control import oom_count
+        return oom_count(self.store, id)
+
     def stats(self, id: str) -> dict:
         """runc's `events --stats` record: {"type": "stats", "id": ..., "data": the cgroup's figures}."""
         from pyruntime.container.control import stats

@@ -30,6 +30,7 @@ from proto import api_pb2
 from pyruntime.cri import stats
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, decode_pb, encode_pb
+from pyruntime.cri.ocispec import image_volume_dir
 from pyruntime.cri.store import Store, container_name
 from pyruntime.errors import (
     FailedPreconditionError,
@@ -112,6 +113,7 @@ class Containers:
 
     def _create(self, container_id: str, sandbox: Any, config: api_pb2.ContainerConfig) -> None:
         image = self.images.get(config.image.image)
+        volumes = self._image_volumes(config)
         sandbox_config = decode_pb(api_pb2.PodSandboxConfig, sandbox.config)
         log_path = ""
         if sandbox_config.log_directory and config.log_path:
@@ -124,6 +126,10 @@ class Containers:
         rootfs = os.path.join(bundle, "rootfs")
         os.makedirs(rootfs, mode=0o755, exist_ok=True)
         self._mount_rootfs(image.id, container_id, rootfs)
+        for index, image_id in volumes.items():
+            target = image_volume_dir(self.layout, container_id, index)
+            os.makedirs(target, mode=0o755, exist_ok=True)
+            self._mount_rootfs(image_id, f"{container_id}-{os.path.basename(target)}", target)
         image_config = json.loads(self.images.content.read(image.config_digest))
         spec = self.container_spec(config, sandbox, sandbox_config, image_config, rootfs, layout=self.layout,
                                    cgroup_driver=self.cgroup_driver, container_id=container_id,
@@ -142,9 +148,22 @@ class Containers:
         self.store.save_container(record)
         self.watch(container_id, info.pid, info.start_time)
 
+    def _image_volumes(self, config: api_pb2.ContainerConfig) -> dict[int, str]:
+        """config.mounts index -> image id of each image volume; the id goes into the request's ImageSpec
+        (image_ref), which ContainerStatus reports back as the kubelet expects."""
+        out = {}
+        for index, mount in enumerate(config.mounts):
+            if mount.HasField("image") and mount.image.image:
+                try:
+                    out[index] = mount.image.image_ref = self.images.get(mount.image.image).id
+                except NotFoundError as e:
+                    raise NotFoundError(f"config.mounts[{index}].image: {e}") from e
+        return out
+
     def _mount_rootfs(self, image_id: str, container_id: str, rootfs: str) -> None:
-        """The image store's writable snapshot, mounted at the bundle's rootfs; where the kernel refuses the
-        overlay the store's copy snapshotter stands in (as ImageStore.prepare_rootfs does)."""
+        """The image store's writable snapshot, mounted at the bundle's rootfs (or, for an image volume, at
+        its directory, bound read-only into the container); where the kernel refuses the overlay the store's
+        copy snapshotter stands in (as ImageStore.prepare_rootfs does)."""
         prepared = self.images.prepare_mounts(image_id, container_id)
         try:
             mount_all(prepared.mounts, rootfs, self.kernel)
@@ -183,8 +202,12 @@ class Containers:
 
     def stop(self, container_id: str, timeout: int) -> None:
         """The stop signal, `timeout` seconds, then SIGKILL to every process; returns once the exit is
-        recorded. Stopping an exited container is a success."""
-        record = self.store.container(container_id)
+        recorded. Stopping an exited or unknown container is a success (the CRI: stop is idempotent, and a
+        kubelet retries it after a remove it did not see answered)."""
+        try:
+            record = self.store.container(container_id)
+        except NotFoundError:
+            return
         with self.store.lock(record.id):
             if self.store.exit_of(record.id) is not None:
                 return
@@ -272,8 +295,13 @@ class Containers:
         """Every step tolerates its object being gone already, so a half-made or half-removed container
         comes apart the same way."""
         self.runtime.delete(container_id, force=True)
-        unmount(os.path.join(self.layout.bundle(container_id), "rootfs"), self.kernel)
+        bundle = self.layout.bundle(container_id)
+        unmount(os.path.join(bundle, "rootfs"), self.kernel)
         self.images.release_rootfs(container_id)
+        for name in os.listdir(bundle) if os.path.isdir(bundle) else ():
+            if name.startswith("image-volume-"):
+                unmount(os.path.join(bundle, name), self.kernel)
+                self.images.release_rootfs(f"{container_id}-{name}")
         shutil.rmtree(self.layout.supervisor_dir(container_id), ignore_errors=True)
         shutil.rmtree(self.layout.container_dir(container_id), ignore_errors=True)
         self.store.forget_container(container_id)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from proto import api_pb2
 from pyruntime.cri.model import Layout, SandboxRecord
-from pyruntime.errors import InvalidArgumentError
+from pyruntime.errors import InternalError, InvalidArgumentError
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # containerd's default capability set for a container (oci/spec.go's defaultUnixCaps)
@@ -100,7 +100,8 @@ def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sand
     if seccomp is not None:
         linux["seccomp"] = seccomp
     mounts = _default_mounts(privileged)
-    cri_mounts, propagation = _cri_mounts(config, layout.sandbox_dir(sandbox.id), ipc_host, sc.readonly_rootfs)
+    cri_mounts, propagation = _cri_mounts(config, layout.sandbox_dir(sandbox.id), ipc_host, sc.readonly_rootfs,
+                                          lambda i: image_volume_dir(layout, container_id, i))
     overridden = {m["destination"] for m in cri_mounts}
     mounts = [m for m in mounts if m["destination"] not in overridden
               and not ("/dev" in overridden and m["destination"].startswith("/dev/"))]
@@ -268,9 +269,21 @@ def resolve_user(sc: api_pb2.LinuxContainerSecurityContext, image_user: str, roo
 # ---- capabilities, seccomp, apparmor -----------------------------------------------------------------------
 
 def _all_caps() -> list[str]:
+    """"ALL" (and privileged) means what this daemon holds, as containerd's cap.Current(): a capability the
+    host withholds from us (CAP_SYS_RESOURCE on some VMs) cannot be granted, and asking for it would put the
+    runtime's warning on the container's stderr."""
     from pyruntime.linux.capabilities import CAPABILITIES, last_cap
     last = last_cap()
-    return [n for n, v in CAPABILITIES.items() if v <= last]
+    held = _bounding_mask()
+    return [n for n, v in CAPABILITIES.items() if v <= last and held >> v & 1]
+
+
+def _bounding_mask() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapBnd:"):
+                return int(line.split()[1], 16)
+    raise InternalError("/proc/self/status: no CapBnd line")
 
 
 def _cap_name(name: str, where: str) -> str:
@@ -469,20 +482,44 @@ def _check_propagation(source: str, want: str, where: str) -> None:
                                    "HOST_TO_CONTAINER")
 
 
-def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: bool,
-                readonly_rootfs: bool) -> tuple[list[dict], str]:
+def image_volume_dir(layout: Layout, container_id: str, index: int) -> str:
+    """Where CreateContainer mounts the image of config.mounts[index] (an image volume) for the bind."""
+    return os.path.join(layout.bundle(container_id), f"image-volume-{index}")
+
+
+def _image_volume_source(m: api_pb2.Mount, root: str, where: str) -> str:
+    """The image's root or its image_sub_path, which must lie inside it: a symlink out of the image is refused,
+    not followed to the host."""
+    if not m.readonly:
+        raise InvalidArgumentError(f"{where}.readonly: an image volume must be read-only")
+    if not m.image_sub_path:
+        return root
+    source = os.path.realpath(os.path.join(root, m.image_sub_path.lstrip("/")))
+    if source != root and not source.startswith(root + "/"):
+        raise InvalidArgumentError(f"{where}.image_sub_path: {m.image_sub_path!r} leaves the image")
+    if not os.path.exists(source):
+        raise InvalidArgumentError(f"{where}.image_sub_path: {m.image_sub_path!r} does not exist in image "
+                                   f"{m.image.image}")
+    return source
+
+
+def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: bool, readonly_rootfs: bool,
+                image_volume: Callable[[int], str]) -> tuple[list[dict], str]:
     """The request's mounts and the pod's, shallow first so none hides another; and the rootfs propagation
-    the mounts need ("" for the default)."""
-    indexed = [(f"config.mounts[{i}]", m) for i, m in enumerate(config.mounts)]
-    indexed += [("pod mount " + m.container_path, m) for m in _pod_mounts(config, sandbox_dir, ipc_host,
-                                                                           readonly_rootfs)]
+    the mounts need ("" for the default). `image_volume(i)`: where config.mounts[i]'s image is mounted."""
+    indexed = [(f"config.mounts[{i}]", m, i) for i, m in enumerate(config.mounts)]
+    indexed += [("pod mount " + m.container_path, m, -1) for m in _pod_mounts(config, sandbox_dir, ipc_host,
+                                                                               readonly_rootfs)]
     indexed.sort(key=lambda e: len([p for p in os.path.normpath(e[1].container_path).split("/") if p]))
     out, rootfs_propagation = [], ""
-    for where, m in indexed:
-        if m.HasField("image") and m.image.image:
-            raise InvalidArgumentError(f"{where}.image: image volumes are not supported by pyruntime-cri")
+    for where, m, index in indexed:
         if not m.container_path.startswith("/"):
             raise InvalidArgumentError(f"{where}.container_path: {m.container_path!r} must be an absolute path")
+        if m.HasField("image") and m.image.image and index >= 0:
+            source = _image_volume_source(m, os.path.realpath(image_volume(index)), where)
+            out.append({"destination": os.path.normpath(m.container_path), "type": "bind", "source": source,
+                        "options": ["rbind", "rprivate", "ro", "nosuid", "nodev"]})
+            continue
         if not m.host_path.startswith("/"):
             raise InvalidArgumentError(f"{where}.host_path: {m.host_path!r} must be an absolute path")
         if m.uidMappings or m.gidMappings:

@@ -76,6 +76,14 @@ class Sandboxes:
         for field in ("name", "namespace", "uid"):
             if not getattr(config.metadata, field):
                 raise InvalidArgumentError(f"config.metadata.{field}: must not be empty")
+        ns_options = config.linux.security_context.namespace_options
+        userns = ns_options.userns_options  # absent: NODE (the enum's zero is POD)
+        if ns_options.HasField("userns_options") and userns.mode != api_pb2.NamespaceMode.NODE:
+            # the pause holds no user namespace yet: running the pod in the host's would drop the isolation
+            # asked for (Status does not advertise user_namespaces, so a kubelet does not ask)
+            raise InvalidArgumentError("config.linux.security_context.namespace_options.userns_options.mode: "
+                                       f"{api_pb2.NamespaceMode.Name(userns.mode)}: pyruntime-cri runs pods in "
+                                       "the host's user namespace only (NODE)")
         if req.runtime_handler not in RUNTIME_HANDLERS:
             raise NotFoundError(f"runtime_handler: no runtime handler {req.runtime_handler!r} (this runtime has "
                                 f"{', '.join(repr(h) for h in RUNTIME_HANDLERS)})")

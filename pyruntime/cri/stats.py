@@ -12,6 +12,7 @@ differ and are read by both spellings.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.runtime import Runtime
 
+log = logging.getLogger(__name__)
 _samples: dict[str, tuple[int, int]] = {}  # key -> (timestamp ns, cpu usage ns) of the last sample
 _samples_lock = threading.Lock()
 
@@ -274,42 +276,216 @@ def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], run
 
 
 # ---- ListMetricDescriptors / ListPodSandboxMetrics: cadvisor's names for the same figures --------------------
+# The kubelet's /metrics/cadvisor is built from these when it reads metrics from the runtime, so the names, the
+# label keys and the units are cadvisor's (a CRI value is a uint64: seconds are whole seconds). Every name here
+# is reported for a running container (the pod's network once, on the pod): a descriptor without values
+# leaves a hole in the kubelet's output. Block-device I/O (blkio) is described but has no values: the
+# cgroup reader does not collect it, and cadvisor has none on overlay-on-virtual-disk hosts either.
 
 LABELS = ["id", "name", "image"]
-_METRICS = (  # name, help, type, how to read it from ContainerStats
-    ("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", api_pb2.COUNTER,
-     lambda s: s.cpu.usage_core_nano_seconds.value // 1_000_000_000 if s.HasField("cpu") else None),
-    ("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it "
-     "was accessed", api_pb2.GAUGE, lambda s: s.memory.usage_bytes.value if s.HasField("memory") else None),
-    ("container_memory_working_set_bytes", "Current working set in bytes.", api_pb2.GAUGE,
-     lambda s: s.memory.working_set_bytes.value if s.HasField("memory") else None),
-    ("container_memory_rss", "Size of RSS in bytes.", api_pb2.GAUGE,
-     lambda s: s.memory.rss_bytes.value if s.HasField("memory") else None),
-    ("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.",
-     api_pb2.GAUGE, lambda s: s.writable_layer.used_bytes.value if s.HasField("writable_layer") else None),
-    ("container_fs_inodes_total", "Number of inodes used by the container on this filesystem.", api_pb2.GAUGE,
-     lambda s: s.writable_layer.inodes_used.value if s.HasField("writable_layer") else None),
-)
+_COUNTER, _GAUGE = api_pb2.COUNTER, api_pb2.GAUGE
+_DESCRIPTORS: dict[str, tuple[str, api_pb2.MetricType, list[str]]] = {  # name -> help, type, label keys after LABELS
+    "container_blkio_device_usage_total": ("Blkio Device bytes usage", _COUNTER,
+                                           ["device", "major", "minor", "operation"]),
+    "container_cpu_cfs_periods_total": ("Number of elapsed enforcement period intervals.", _COUNTER, []),
+    "container_cpu_cfs_throttled_periods_total": ("Number of throttled period intervals.", _COUNTER, []),
+    "container_cpu_cfs_throttled_seconds_total": ("Total time duration the container has been throttled.",
+                                                  _COUNTER, []),
+    "container_cpu_system_seconds_total": ("Cumulative system cpu time consumed in seconds.", _COUNTER, []),
+    "container_cpu_usage_seconds_total": ("Cumulative cpu time consumed in seconds.", _COUNTER, []),
+    "container_cpu_user_seconds_total": ("Cumulative user cpu time consumed in seconds.", _COUNTER, []),
+    "container_file_descriptors": ("Number of open file descriptors for the container.", _GAUGE, []),
+    "container_fs_inodes_free": ("Number of available Inodes", _GAUGE, ["device"]),
+    "container_fs_inodes_total": ("Number of Inodes", _GAUGE, ["device"]),
+    "container_fs_limit_bytes": ("Number of bytes that can be consumed by the container on this filesystem.",
+                                 _GAUGE, ["device"]),
+    "container_fs_reads_bytes_total": ("Cumulative count of bytes read", _COUNTER, ["device"]),
+    "container_fs_reads_total": ("Cumulative count of reads completed", _COUNTER, ["device"]),
+    "container_fs_usage_bytes": ("Number of bytes that are consumed by the container on this filesystem.",
+                                 _GAUGE, ["device"]),
+    "container_fs_writes_bytes_total": ("Cumulative count of bytes written", _COUNTER, ["device"]),
+    "container_fs_writes_total": ("Cumulative count of writes completed", _COUNTER, ["device"]),
+    "container_last_seen": ("Last time a container was seen by the exporter", _GAUGE, []),
+    "container_memory_cache": ("Number of bytes of page cache memory.", _GAUGE, []),
+    "container_memory_failcnt": ("Number of memory usage hits limits", _COUNTER, []),
+    "container_memory_failures_total": ("Cumulative count of memory allocation failures.", _COUNTER,
+                                        ["failure_type", "scope"]),
+    "container_memory_kernel_usage": ("Size of kernel memory allocated in bytes.", _GAUGE, []),
+    "container_memory_mapped_file": ("Size of memory mapped files in bytes.", _GAUGE, []),
+    "container_memory_max_usage_bytes": ("Maximum memory usage recorded in bytes", _GAUGE, []),
+    "container_memory_rss": ("Size of RSS in bytes.", _GAUGE, []),
+    "container_memory_swap": ("Container swap usage in bytes.", _GAUGE, []),
+    "container_memory_usage_bytes": ("Current memory usage in bytes, including all memory regardless of when "
+                                     "it was accessed", _GAUGE, []),
+    "container_memory_working_set_bytes": ("Current working set in bytes.", _GAUGE, []),
+    "container_network_receive_bytes_total": ("Cumulative count of bytes received", _COUNTER, ["interface"]),
+    "container_network_receive_errors_total": ("Cumulative count of errors encountered while receiving",
+                                               _COUNTER, ["interface"]),
+    "container_network_receive_packets_dropped_total": ("Cumulative count of packets dropped while receiving",
+                                                        _COUNTER, ["interface"]),
+    "container_network_receive_packets_total": ("Cumulative count of packets received", _COUNTER, ["interface"]),
+    "container_network_transmit_bytes_total": ("Cumulative count of bytes transmitted", _COUNTER, ["interface"]),
+    "container_network_transmit_errors_total": ("Cumulative count of errors encountered while transmitting",
+                                                _COUNTER, ["interface"]),
+    "container_network_transmit_packets_dropped_total": ("Cumulative count of packets dropped while "
+                                                         "transmitting", _COUNTER, ["interface"]),
+    "container_network_transmit_packets_total": ("Cumulative count of packets transmitted", _COUNTER,
+                                                 ["interface"]),
+    "container_oom_events_total": ("Count of out of memory events observed for the container", _COUNTER, []),
+    "container_processes": ("Number of processes running inside the container.", _GAUGE, []),
+    "container_sockets": ("Number of open sockets for the container.", _GAUGE, []),
+    "container_spec_cpu_period": ("CPU period of the container.", _GAUGE, []),
+    "container_spec_cpu_shares": ("CPU share of the container.", _GAUGE, []),
+    "container_spec_memory_limit_bytes": ("Memory limit for the container.", _GAUGE, []),
+    "container_spec_memory_swap_limit_bytes": ("Memory swap limit for the container.", _GAUGE, []),
+    "container_start_time_seconds": ("Start time of the container since unix epoch in seconds.", _GAUGE, []),
+    "container_threads": ("Number of threads running inside the container", _GAUGE, []),
+    "container_threads_max": ("Maximum number of threads allowed inside the container, infinity if value is "
+                              "zero", _GAUGE, []),
+}
+# /proc/net/dev columns: name -> index among the 16 figures after "iface:"
+_NET_DEV = {"receive_bytes": 0, "receive_packets": 1, "receive_errors": 2, "receive_packets_dropped": 3,
+            "transmit_bytes": 8, "transmit_packets": 9, "transmit_errors": 10, "transmit_packets_dropped": 11}
+
+Sample = tuple[str, list[str], int]  # metric name, label values after LABELS, value
 
 
 def metric_descriptors() -> list[api_pb2.MetricDescriptor]:
-    return [api_pb2.MetricDescriptor(name=name, help=text, label_keys=LABELS) for name, text, _, _ in _METRICS]
+    return [api_pb2.MetricDescriptor(name=name, help=text, label_keys=LABELS + extra)
+            for name, (text, _, extra) in _DESCRIPTORS.items()]
+
+
+def process_figures(pids: list[int]) -> tuple[int, int, int]:
+    """(threads, open fds, open sockets) of `pids`; a process that ended meanwhile counts nothing."""
+    threads = fds = sockets = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                threads += next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 0)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                fds += 1
+                try:
+                    sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+                except OSError:
+                    pass
+        except OSError:
+            continue
+    return threads, fds, sockets
+
+
+def cgroup_samples(data: dict) -> list[Sample]:
+    """The figures of a runc stats record's `data` (cgroup v1 or v2 spelling) under cadvisor's names."""
+    cpu = data.get("cpu") or {}
+    usage, throttling = cpu.get("usage") or {}, cpu.get("throttling") or {}
+    memory = data.get("memory") or {}
+    mem_usage, raw = memory.get("usage") or {}, memory.get("raw") or {}
+    v2 = "anon" in raw
+
+    def stat(v1: str, v2_name: str) -> int:
+        return int(raw.get(v1, raw.get(v2_name, 0)))
+
+    kernel = int(raw.get("kernel", 0)) if v2 else int((memory.get("kernel") or {}).get("usage", 0))
+    # v2: memory.swap.current is swap alone; v1's memsw counts memory too, memory.stat has swap alone
+    swapped = int((memory.get("swap") or {}).get("usage", 0)) if v2 else int(raw.get("total_swap", raw.get("swap", 0)))
+    working_set = max(0, int(mem_usage.get("usage", 0)) - stat("total_inactive_file", "inactive_file"))
+    out: list[Sample] = [
+        ("container_cpu_usage_seconds_total", [], int(usage.get("total", 0)) // 1_000_000_000),
+        ("container_cpu_system_seconds_total", [], int(usage.get("kernel", 0)) // 1_000_000_000),
+        ("container_cpu_user_seconds_total", [], int(usage.get("user", 0)) // 1_000_000_000),
+        ("container_cpu_cfs_periods_total", [], int(throttling.get("periods", 0))),
+        ("container_cpu_cfs_throttled_periods_total", [], int(throttling.get("throttledPeriods", 0))),
+        ("container_cpu_cfs_throttled_seconds_total", [], int(throttling.get("throttledTime", 0)) // 1_000_000_000),
+        ("container_memory_usage_bytes", [], int(mem_usage.get("usage", 0))),
+        ("container_memory_working_set_bytes", [], working_set),
+        ("container_memory_rss", [], stat("total_rss", "anon")),
+        ("container_memory_cache", [], int(memory.get("cache", 0))),
+        ("container_memory_mapped_file", [], stat("total_mapped_file", "file_mapped")),
+        ("container_memory_swap", [], max(0, swapped)),
+        ("container_memory_kernel_usage", [], kernel),
+        ("container_memory_max_usage_bytes", [], int(mem_usage.get("max", 0))),
+        ("container_memory_failcnt", [], int(mem_usage.get("failcnt", 0))),
+        ("container_processes", [], int((data.get("pids") or {}).get("current", 0))),
+        ("container_threads_max", [], int((data.get("pids") or {}).get("limit", 0))),
+    ]
+    for kind in ("pgfault", "pgmajfault"):
+        out.append(("container_memory_failures_total", [kind, "container"], int(raw.get(kind, 0))))
+        out.append(("container_memory_failures_total", [kind, "hierarchy"], stat("total_" + kind, kind)))
+    return out
+
+
+def network_samples(pid: int) -> list[Sample]:
+    """Per interface (but lo) of the network namespace `pid` lives in."""
+    try:
+        with open(f"/proc/{pid}/net/dev") as f:
+            lines = f.read().splitlines()[2:]
+    except OSError:
+        return []
+    out: list[Sample] = []
+    for line in lines:
+        name, _, figures = line.partition(":")
+        values, name = figures.split(), name.strip()
+        if name == "lo" or len(values) < 16:
+            continue
+        out += [(f"container_network_{what}_total", [name], int(values[i])) for what, i in _NET_DEV.items()]
+    return out
+
+
+def _container_samples(record: ContainerRecord, stats: api_pb2.ContainerStats, data: dict | None,
+                       runtime: Runtime, layout: Layout, now: int) -> list[Sample]:
+    device = layout.images
+    resources = decode_pb(api_pb2.ContainerConfig, record.config).linux.resources
+    out: list[Sample] = [
+        ("container_fs_usage_bytes", [device], stats.writable_layer.used_bytes.value),
+        ("container_fs_inodes_total", [device], stats.writable_layer.inodes_used.value),
+        ("container_last_seen", [], now // 1_000_000_000),
+        ("container_start_time_seconds", [], record.started_at // 1_000_000_000),
+        ("container_spec_cpu_period", [], resources.cpu_period),
+        ("container_spec_cpu_shares", [], resources.cpu_shares),
+        ("container_spec_memory_limit_bytes", [], resources.memory_limit_in_bytes),
+        ("container_spec_memory_swap_limit_bytes", [], resources.memory_swap_limit_in_bytes),
+    ]
+    if runtime.kernel is not None:  # the filesystem the writable layers live on
+        try:
+            fs = runtime.kernel.statvfs(layout.images)
+            out += [("container_fs_inodes_free", [device], fs.f_favail),
+                    ("container_fs_limit_bytes", [device], fs.f_blocks * fs.f_frsize)]
+        except OSError as e:
+            log.warning("statvfs %s: %s", layout.images, e)
+    if data is None:  # no cgroup any more: not running
+        return out
+    out += cgroup_samples(data)
+    try:
+        pids = runtime.pids(record.id)
+        ooms = runtime.oom_count(record.id)
+    except PyRuntimeError:  # ended since the stats were read
+        return out
+    threads, fds, sockets = process_figures(pids)
+    out += [("container_threads", [], threads), ("container_file_descriptors", [], fds),
+            ("container_sockets", [], sockets), ("container_oom_events_total", [], ooms)]
+    return out
+
+
+def _metrics(samples: list[Sample], labels: list[str], now: int) -> list[api_pb2.Metric]:
+    out = []
+    for name, extra, value in samples:
+        metric = api_pb2.Metric(name=name, timestamp=now, metric_type=_DESCRIPTORS[name][1],
+                                label_values=labels + extra)
+        metric.value.value = max(0, int(value))
+        out.append(metric)
+    return out
 
 
 def sandbox_metrics(sandbox: SandboxRecord, containers: list[ContainerRecord], runtime: Runtime,
                     layout: Layout) -> api_pb2.PodSandboxMetrics:
+    now = time.time_ns()
     out = api_pb2.PodSandboxMetrics(pod_sandbox_id=sandbox.id)
     for record in containers:
-        stats = container_stats(record, runtime, layout)
+        stats, data = _container_stats(record, runtime, layout)
         labels = [record.id, stats.attributes.metadata.name, record.image_ref]
-        metrics = api_pb2.ContainerMetrics(container_id=record.id)
-        for name, _, kind, read in _METRICS:
-            value = read(stats)
-            if value is None:
-                continue
-            metric = api_pb2.Metric(name=name, timestamp=stats.writable_layer.timestamp, metric_type=kind,
-                                    label_values=labels)
-            metric.value.value = value
-            metrics.metrics.append(metric)
-        out.container_metrics.append(metrics)
+        samples = _container_samples(record, stats, data, runtime, layout, now)
+        out.container_metrics.append(api_pb2.ContainerMetrics(container_id=record.id,
+                                                              metrics=_metrics(samples, labels, now)))
+    if "net" in sandbox.namespaces and _pause_alive(sandbox):
+        name = decode_pb(api_pb2.PodSandboxConfig, sandbox.config).metadata.name
+        out.metrics.extend(_metrics(network_samples(sandbox.pause_pid), [sandbox.id, name, ""], now))
     return out

@@ -22,5 +22,7 @@ PROPAGATION_OPTIONS = {
     "rshared": sc.MS_SHARED | sc.MS_REC, "slave": sc.MS_SLAVE, "rslave": sc.MS_SLAVE | sc.MS_REC,
     "unbindable": sc.MS_UNBINDABLE, "runbindable": sc.MS_UNBINDABLE | sc.MS_REC,
 }
+# options applied with mount_setattr(2) to the mount and every mount below it -> the MOUNT_ATTR_* to set
+RECURSIVE_ATTR_OPTIONS = {"rro": sc.MOUNT_ATTR_RDONLY}
 # options that are not flags and not data: runc accepts these and ignores or handles them elsewhere
 IGNORED_OPTIONS = {"tmpcopyup", "idmap", "ridmap", "recursive"}

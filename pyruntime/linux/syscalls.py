@@ -52,6 +52,8 @@ FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 AT_FDCWD = -100
+AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
+MOUNT_ATTR_RDONLY = 0x1
 
 # namespaces
 CLONE_NEWNS = 0x00020000
@@ -82,9 +84,9 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
-               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
-                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
 }[os.uname().machine]
 
 
@@ -118,6 +120,11 @@ def _fd_target(fd: int) -> str:
 
 def _b(value: str | None) -> bytes | None:
     return None if value is None else os.fsencode(value)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
 
 
 class _OpenHow(ctypes.Structure):
@@ -166,6 +173,11 @@ class Syscalls:
     def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
         raise NotImplementedError
 
+    def mount_setattr(self, fd: int, attr_set: int, path: str) -> None:
+        """mount_setattr(2) of the mount `fd` is open on and every mount below it (AT_RECURSIVE); `path`
+        names it in the error."""
+        raise NotImplementedError
+
     def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None:
         raise NotImplementedError
 
@@ -183,6 +195,9 @@ class Syscalls:
         raise NotImplementedError
 
     def statvfs_flags(self, path: str) -> int:
+        raise NotImplementedError
+
+    def statvfs(self, path: str) -> os.statvfs_result:
         raise NotImplementedError
 
     def ns_type(self, path: str) -> int | None:
@@ -246,6 +261,12 @@ class LinuxSyscalls(Syscalls):
         if libc.setdomainname(raw, len(raw)) != 0:
             raise _fail(f"setdomainname({name!r})")
 
+    def mount_setattr(self, fd: int, attr_set: int, path: str) -> None:
+        attr = _MountAttr(attr_set, 0, 0, 0)
+        if libc.syscall(_SYSCALL_NR["mount_setattr"], fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
+                        ctypes.sizeof(attr)) != 0:
+            raise _fail(f"mount_setattr(AT_RECURSIVE, attr_set={attr_set:#x})", path)
+
     def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
         how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
         fd = libc.syscall(_SYSCALL_NR["openat2"], dirfd, _b(path), ctypes.byref(how), ctypes.sizeof(how))
@@ -286,8 +307,11 @@ class LinuxSyscalls(Syscalls):
         return ctypes.c_long.from_buffer(buf).value
 
     def statvfs_flags(self, path: str) -> int:
+        return self.statvfs(path).f_flag
+
+    def statvfs(self, path: str) -> os.statvfs_result:
         try:
-            return os.statvfs(path).f_flag
+            return os.statvfs(path)
         except OSError as e:
             raise _os_fail("statvfs", path, None, e) from e
 

@@ -161,18 +161,19 @@ class Containerd(Endpoint):
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
 
 
-def install_our_plugins(bin_dir: Path) -> str:
+def install_our_plugins(bin_dir: Path) -> None:
     """Our CNI plugins in `bin_dir`, with `loopback` (which a CRI server calls for the sandbox's lo) being
-    pyloopback; returns the type of the portmap plugin to use."""
+    pyloopback."""
     from cni_plugins.install import install
     install(bin_dir)
-    # until our portmap plugin exists, the reference one serves hostPorts
-    portmap = "pyportmap" if (bin_dir / "pyportmap").exists() else "portmap"
-    if portmap == "portmap":
-        shutil.copy2(REFERENCE_CNI / "portmap", bin_dir / "portmap")
     if not (bin_dir / "loopback").exists():
         os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
-    return portmap
+
+
+def pyruntime_cri_bin() -> str | None:
+    """This checkout's launcher (next to the interpreter running the harness), else the one on PATH."""
+    own = Path(sys.executable).with_name("pyruntime-cri")
+    return str(own) if own.exists() else shutil.which("pyruntime-cri")
 
 
 class PyruntimeCri(Endpoint):
@@ -180,13 +181,13 @@ class PyruntimeCri(Endpoint):
     name = "pyruntime-cri"
 
     def cni_setup(self) -> None:
-        portmap = install_our_plugins(self.work / "cni-bin")
+        install_our_plugins(self.work / "cni-bin")
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
-            conflist("pybridge", "pyhost-local", portmap, self.work / "ipam")))
+            conflist("pybridge", "pyhost-local", "pyportmap", self.work / "ipam")))
 
     def argv(self) -> list[str]:
-        return [shutil.which("pyruntime-cri") or "pyruntime-cri", "--listen", self.url,
+        return [pyruntime_cri_bin() or "pyruntime-cri", "--listen", self.url,
                 "--root", str(self.work / "root"), "--state", str(self.work / "state"),
                 "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", str(self.work / "cni-bin"),
                 "--registry-config-dir", str(self.hosts_dir)]
@@ -392,15 +393,20 @@ def summary(results: dict[str, dict[str, dict]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    default = ["containerd"] + (["pyruntime-cri"] if shutil.which("pyruntime-cri") else [])
+    default = ["containerd"] + (["pyruntime-cri"] if pyruntime_cri_bin() else [])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("endpoints", nargs="*", default=default, choices=sorted(ENDPOINTS),
-                   help=f"CRI servers to run critest against (default: {' '.join(default)})")
+    # no `choices`: argparse would check the default list as one value against them and refuse it
+    p.add_argument("endpoints", nargs="*", default=default,
+                   help=f"CRI servers to run critest against: {', '.join(sorted(ENDPOINTS))} "
+                        f"(default: {' '.join(default)})")
     p.add_argument("--parallel", type=int, default=8, help="critest --parallel, as cri-tools' CI (8)")
     p.add_argument("--skip", action="append", default=[], help="more specs to skip (literal substrings)")
     p.add_argument("--focus", default="", help="ginkgo focus regexp")
     p.add_argument("--results", type=Path, default=RESULTS / date.today().isoformat())
     args = p.parse_args(argv)
+    for name in args.endpoints:
+        if name not in ENDPOINTS:
+            p.error(f"endpoint {name!r}: not one of {', '.join(sorted(ENDPOINTS))}")
     if os.geteuid() != 0:
         p.error("critest needs root")
     for needed in (CRITEST, PEERS_BIN / "ginkgo", CRICTL):

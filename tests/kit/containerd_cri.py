@@ -30,10 +30,10 @@ class ContainerdCri(Containerd):
 
     def cni_setup(self) -> None:
         self.cni_bin = self.work / "cni-bin"
-        portmap = install_our_plugins(self.cni_bin)
+        install_our_plugins(self.cni_bin)
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-pynode.conflist").write_text(json.dumps(conflist(
-            "pybridge", "pyhost-local", portmap, self.work / "ipam", name=NETWORK, bridge=BRIDGE,
+            "pybridge", "pyhost-local", "pyportmap", self.work / "ipam", name=NETWORK, bridge=BRIDGE,
             subnet=POD_SUBNET)))
 
     def kill(self) -> None:

@@ -333,6 +333,11 @@ def test_bad_metadata_and_handler(env):
             metadata=api_pb2.PodSandboxMetadata(name="x", namespace="y"))))
     with pytest.raises(NotFoundError, match="runtime_handler"):
         env.sandboxes.run(api_pb2.RunPodSandboxRequest(config=pod_config(), runtime_handler="kata"))
+    userns = pod_config()
+    userns.linux.security_context.namespace_options.userns_options.mode = api_pb2.NamespaceMode.POD
+    with pytest.raises(InvalidArgumentError, match=r"userns_options\.mode: POD: .*\(NODE\)"):
+        env.sandboxes.run(api_pb2.RunPodSandboxRequest(config=userns))
+    assert env.sandboxes.list(api_pb2.PodSandboxFilter()) == []  # nothing made
 
 
 # ---- containers -------------------------------------------------------------------------------------------
@@ -368,6 +373,7 @@ def test_container_life_cycle_and_events(env):
     env.containers.stop(cid, 5)  # stopping an exited container is fine
     env.containers.remove(cid)
     env.containers.remove(cid)
+    env.containers.stop(cid, 5)  # and stopping one that is gone (critest's Idempotence StopContainer)
     assert env.images.released == [cid] and not os.path.exists(env.layout.container_dir(cid))
     with pytest.raises(NotFoundError):
         env.containers.status(cid)
@@ -565,6 +571,9 @@ def test_runtime_service_over_grpc(env, tmp_path):
         assert [(c.type, c.status) for c in status.status.conditions] == [("RuntimeReady", True),
                                                                           ("NetworkReady", True)]
         assert json.loads(status.info["config"])["root"] == env.layout.root
+        # what critest reads to run (not skip) its recursive read-only and supplemental groups specs
+        assert status.runtime_handlers[0].features.recursive_read_only_mounts
+        assert status.features.supplemental_groups_policy
         assert stub.RuntimeConfig(api_pb2.RuntimeConfigRequest()).linux.cgroup_driver == api_pb2.CGROUPFS
         events = stub.GetContainerEvents(api_pb2.GetEventsRequest())
         sid = stub.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=pod_config())).pod_sandbox_id

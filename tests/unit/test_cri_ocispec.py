@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -449,7 +450,8 @@ def test_request_mounts(rootfs, layout, tmp_path):
 
 def test_image_volume_and_relative_paths_refused(rootfs, layout):
     cfg = container(mounts=[api_pb2.Mount(container_path="/v", image=api_pb2.ImageSpec(image="busybox"))])
-    assert refused(cfg, rootfs, layout).startswith("config.mounts[0].image: image volumes are not supported")
+    # image volumes are supported now (see below), read-only only
+    assert refused(cfg, rootfs, layout).startswith("config.mounts[0].readonly: an image volume must be read-only")
     cfg = container(mounts=[api_pb2.Mount(container_path="v", host_path="/tmp")])
     assert refused(cfg, rootfs, layout).startswith("config.mounts[0].container_path:")
 
@@ -534,3 +536,53 @@ def test_pyruntime_accepts_the_spec(rootfs, layout, tmp_path):
     spec = specmod.parse(build(cfg, rootfs, layout, sb=sb), str(tmp_path))
     validate(spec, "v1", FakeSyscalls())
     assert spec.process is not None and spec.process.user.uid == 0 and spec.linux.seccomp is not None
+
+
+def test_all_and_privileged_are_the_capabilities_the_daemon_holds(rootfs, layout, monkeypatch):
+    # a host that withholds CAP_SYS_RESOURCE (bit 24): asking for it would put the runtime's warning on
+    # the container's stderr, as critest's "adding ALL capabilities" spec saw
+    monkeypatch.setattr(ocispec, "_bounding_mask", lambda: ((1 << 41) - 1) & ~(1 << 24))
+    caps = caps_of(rootfs, layout, add=["ALL"])
+    assert "CAP_SYS_RESOURCE" not in caps["bounding"] and "CAP_SYS_ADMIN" in caps["bounding"]
+    cfg = container()
+    cfg.linux.security_context.privileged = True
+    privileged = build(cfg, rootfs, layout, podc=pod(privileged=True))
+    assert "CAP_SYS_RESOURCE" not in privileged["process"]["capabilities"]["effective"]
+
+
+def test_bounding_mask_is_our_own():
+    status = Path("/proc/self/status").read_text()
+    want = int(next(line for line in status.splitlines() if line.startswith("CapBnd:")).split()[1], 16)
+    assert ocispec._bounding_mask() == want
+
+
+# ---- image volumes ---------------------------------------------------------------------------------------
+
+def image_volume(layout, index=0):
+    root = ocispec.image_volume_dir(layout, "c1", index)
+    os.makedirs(os.path.join(root, "etc"))
+    os.symlink("/etc", os.path.join(root, "hostetc"))
+    return root
+
+
+def image_mount(**kw) -> api_pb2.Mount:
+    return api_pb2.Mount(container_path="/mnt/iv", image=api_pb2.ImageSpec(image="busybox:latest"), **kw)
+
+
+def test_image_volume_is_bound_read_only_from_its_mount(rootfs, layout):
+    root = image_volume(layout)
+    m = mounts_of(build(container(mounts=[image_mount(readonly=True)]), rootfs, layout))["/mnt/iv"]
+    assert m["source"] == os.path.realpath(root) and "ro" in m["options"] and "noexec" not in m["options"]
+    m = mounts_of(build(container(mounts=[image_mount(readonly=True, image_sub_path="etc")]), rootfs,
+                        layout))["/mnt/iv"]
+    assert m["source"] == os.path.realpath(os.path.join(root, "etc"))
+
+
+def test_image_volume_refusals(rootfs, layout):
+    image_volume(layout)
+    assert refused(container(mounts=[image_mount()]), rootfs, layout) == \
+        "config.mounts[0].readonly: an image volume must be read-only"
+    missing = container(mounts=[image_mount(readonly=True, image_sub_path="nope")])
+    assert "config.mounts[0].image_sub_path: 'nope' does not exist" in refused(missing, rootfs, layout)
+    escape = container(mounts=[image_mount(readonly=True, image_sub_path="hostetc")])
+    assert refused(escape, rootfs, layout) == "config.mounts[0].image_sub_path: 'hostetc' leaves the image"

@@ -5,7 +5,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from pyruntime.images.registry import endpoints_for
+from tests.conformance import critest
 from tests.conformance.critest import conflist, scores, skip_pattern
 from tests.kit.cri_images import image_set, write_hosts_dir
 
@@ -78,3 +81,14 @@ def test_conflist_maps_host_ports() -> None:
     plugins = conflist("bridge", "host-local", "portmap", Path("/x"))["plugins"]
     assert [p["type"] for p in plugins] == ["bridge", "portmap"]
     assert plugins[1]["capabilities"] == {"portMappings": True}
+
+
+def test_endpoints_default_and_refusal(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make conformance` passes no endpoint: the default list must parse (argparse's choices refused it);
+    # as non-root, main stops right after parsing
+    monkeypatch.setattr(critest.os, "geteuid", lambda: 1000)
+    for argv, error in (([], "critest needs root"),
+                        (["nope"], "endpoint 'nope': not one of containerd, pyruntime-cri")):
+        with pytest.raises(SystemExit):
+            critest.main(argv)
+        assert error in capsys.readouterr().err

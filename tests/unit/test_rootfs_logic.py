@@ -76,6 +76,18 @@ def test_read_only_bind_is_a_bind_then_a_remount(fake, root, tmp_path):
         syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY
 
 
+def test_rro_bind_sets_read_only_on_every_submount(fake, root, tmp_path):
+    # "rro" (the CRI's recursive_read_only): after the bind and its remount, mount_setattr(AT_RECURSIVE)
+    _r, fd = root
+    (tmp_path / "vol").mkdir()
+    rootfs.mount_one(fake, fd, Mount("/vol", "bind", str(tmp_path / "vol"), ("rbind", "ro", "rprivate", "rro")),
+                     "/bundle", False)
+    assert [c[0] for c in fake.calls if c[0] in ("mount", "mount_setattr")][-1] == "mount_setattr"
+    (_, _fd, attr_set, path), = fake.named("mount_setattr")
+    assert (attr_set, path) == (syscalls.MOUNT_ATTR_RDONLY, "/vol")
+    assert rootfs.parse_options(("rro",)).data == ""  # not handed to mount(2) as data
+
+
 def test_relative_bind_source_is_relative_to_the_bundle(fake, root, tmp_path):
     _r, fd = root
     (tmp_path / "data").mkdir()

@@ -56,7 +56,9 @@ class RuntimeServicer(api_pb2_grpc.RuntimeServiceServicer):
         response = api_pb2.StatusResponse(status=api_pb2.RuntimeStatus(conditions=[
             api_pb2.RuntimeCondition(type="RuntimeReady", status=True),
             api_pb2.RuntimeCondition(type="NetworkReady", status=ready, reason=reason, message=message)]))
-        response.runtime_handlers.add(name="")
+        handler = response.runtime_handlers.add(name="")
+        # pyruntime applies "rro" with mount_setattr(2) (Linux >= 5.12), which ocispec asks for
+        handler.features.recursive_read_only_mounts = True
         response.features.supplemental_groups_policy = True  # ocispec applies Strict and Merge
         if request.verbose:
             response.info["config"] = json.dumps(dict(self.info, podCIDR=self.pod_cidr))
