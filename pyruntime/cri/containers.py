@@ -183,8 +183,11 @@ class Containers:
 
     def stop(self, container_id: str, timeout: int) -> None:
         """The stop signal, `timeout` seconds, then SIGKILL to every process; returns once the exit is
-        recorded. Stopping an exited container is a success."""
-        record = self.store.container(container_id)
+        recorded. Stopping an exited or unknown container is a success (the CRI: stop is idempotent)."""
+        try:
+            record = self.store.container(container_id)
+        except NotFoundError:
+            return
         with self.store.lock(record.id):
             if self.store.exit_of(record.id) is not None:
                 return
