@@ -84,18 +84,22 @@ state = "{dir}/state"
 """
 
 
-def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path) -> dict:
+def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path, bridge: str = BRIDGE,
+             subnet: str = POD_SUBNET) -> dict:
     return {"cniVersion": "1.0.0", "name": NETWORK, "plugins": [
-        {"type": bridge_type, "bridge": BRIDGE, "isGateway": True, "ipMasq": True,
-         "ipam": {"type": ipam_type, "ranges": [[{"subnet": POD_SUBNET}]], "routes": [{"dst": "0.0.0.0/0"}],
+        {"type": bridge_type, "bridge": bridge, "isGateway": True, "ipMasq": True,
+         "ipam": {"type": ipam_type, "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}],
                   "dataDir": str(data_dir)}},
         {"type": portmap_type, "capabilities": {"portMappings": True}},
     ]}
 
 
 class Endpoint:
-    """A CRI server under test, with its own root, state and socket under `work`."""
+    """A CRI server under test, with its own root, state and socket under `work`, and its pods on `bridge`
+    in `subnet` (a subclass picks others, so two suites' pods never share a bridge)."""
     name = ""
+    bridge = BRIDGE
+    subnet = POD_SUBNET
 
     def __init__(self, work: Path, hosts_dir: Path) -> None:
         self.work, self.hosts_dir = work, hosts_dir
@@ -149,7 +153,7 @@ class Containerd(Endpoint):
     def cni_setup(self) -> None:
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
-            conflist("bridge", "host-local", "portmap", self.work / "ipam")))
+            conflist("bridge", "host-local", "portmap", self.work / "ipam", self.bridge, self.subnet)))
 
     def argv(self) -> list[str]:
         config = self.work / "containerd.toml"
@@ -175,10 +179,12 @@ class PyruntimeCri(Endpoint):
             os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
-            conflist("pybridge", "pyhost-local", portmap, self.work / "ipam")))
+            conflist("pybridge", "pyhost-local", portmap, self.work / "ipam", self.bridge, self.subnet)))
 
     def argv(self) -> list[str]:
-        return [shutil.which("pyruntime-cri") or "pyruntime-cri", "--listen", self.url,
+        # the venv's launcher when the venv is not on PATH (pytest run as .venv/bin/python -m pytest)
+        daemon = shutil.which("pyruntime-cri") or str(Path(sys.executable).parent / "pyruntime-cri")
+        return [daemon, "--listen", self.url,
                 "--root", str(self.work / "root"), "--state", str(self.work / "state"),
                 "--cni-conf-dir", str(self.cni_conf), "--cni-bin-dir", str(self.work / "cni-bin"),
                 "--registry-config-dir", str(self.hosts_dir)]
