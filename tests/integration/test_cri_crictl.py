@@ -37,12 +37,22 @@ def test_life_cycle(cri_server) -> None:
     c.crictl("pull", BUSYBOX)
     images = c.json("images", "-o", "json")["images"]
     assert any(BUSYBOX in i["repoTags"] for i in images)
-    with c.pod("life") as pod:
+    with c.pod("life", labels={"suite": "crie2e"}) as pod:
         pods = c.json("pods", "-o", "json")["items"]
         assert [p["state"] for p in pods if p["id"] == pod.id] == ["SANDBOX_READY"]
-        cid = c.start_container(pod, "main", command=SLEEPER)
+        assert [p["id"] for p in c.json("pods", "--label", "suite=crie2e", "--state", "ready", "-o", "json")["items"]] \
+            == [pod.id]
+        assert c.json("pods", "--label", "suite=other", "-o", "json")["items"] == []
+        cid = c.start_container(pod, "main", command=SLEEPER, labels={"role": "main"})
+        created = c.start_container(pod, "other", command=SLEEPER)
         ps = c.json("ps", "-o", "json")["containers"]
         assert [x["state"] for x in ps if x["id"] == cid] == ["CONTAINER_RUNNING"]
+        assert [x["id"] for x in c.json("ps", "--label", "role=main", "-o", "json")["containers"]] == [cid]
+        assert [x["id"] for x in c.json("ps", "--pod", pod.id, "--name", "other", "-o", "json")["containers"]] \
+            == [created]
+        c.crictl("stop", "--timeout", "0", created)
+        assert [x["id"] for x in c.json("ps", "--state", "exited", "-o", "json")["containers"]] == [created]
+        c.crictl("rm", created)
         status = c.json("inspect", cid)
         assert status["status"]["state"] == "CONTAINER_RUNNING"
         assert status["status"]["metadata"]["name"] == "main"
@@ -160,6 +170,12 @@ def test_exec(cri_server) -> None:
         assert streamed.returncode == 1 and "exit code 4" in streamed.stderr, streamed.stderr
         assert c.crictl("exec", "-i", cid, "cat", input="from stdin\n").stdout == "from stdin\n"
         assert c.crictl("exec", "-i", cid, "wc", "-c", input="x" * 100000).stdout.strip() == "100000"
+        ws = ("exec", "--transport", "websocket")
+        assert c.crictl(*ws, "-i", cid, "cat", input="over websocket\n").stdout == "over websocket\n"
+        streamed = c.crictl(*ws, cid, "sh", "-c", "exit 5", check=False)
+        assert streamed.returncode == 1 and "exit code 5" in streamed.stderr, streamed.stderr
+        out = run_in_pty(c.argv(*ws, "-it", cid, "sh"), b"echo $((7*7))w; exit\r", b"49w")
+        assert b"49w" in out, out
         missing = c.crictl("exec", cid, "no-such-binary", check=False)
         assert missing.returncode != 0
         out = run_in_pty(c.argv("exec", "-it", cid, "sh"), b"tty; echo $((6*7))x; exit\r", b"42x")
@@ -177,6 +193,8 @@ def test_attach(cri_server) -> None:
         cid = c.start_container(pod, "shell", command=["sh"], stdin=True, tty=True)
         out = run_in_pty(c.argv("attach", "-it", cid), b"echo $((5*5))y\r", b"25y")
         assert b"25y" in out, out
+        out = run_in_pty(c.argv("attach", "--transport", "websocket", "-it", cid), b"echo $((4*4))v\r", b"16v")
+        assert b"16v" in out, out
         assert c.json("inspect", cid)["status"]["state"] == "CONTAINER_RUNNING"  # a detach leaves it running
         c.crictl("stop", "--timeout", "0", cid)
 
@@ -215,7 +233,7 @@ def test_port_forward(cri_server, transport) -> None:
             assert HTTPD_INDEX in http_get(port)  # a second connection over the same session
         finally:
             forward.kill()
-            forward.wait()
+            forward.communicate()
 
 
 def listening(c, cid: str) -> bool:
@@ -331,8 +349,9 @@ def test_bad_requests(cri_server) -> None:
         assert c.json("ps", "-a", "-o", "json")["containers"] == []
         c.crictl("stopp", pod.id)
         c.crictl("stopp", pod.id)
-    for call in (("stop", "a" * 64), ("stopp", "b" * 64), ("rmp", "b" * 64)):
+    for call in (("stop", "a" * 64), ("stopp", "b" * 64)):
         c.crictl(*call)  # what is gone: a success
-    # crictl rm asks ContainerStatus first (cmd/crictl/container.go), whose NotFound it reports
-    gone = c.crictl("rm", "a" * 64, check=False)
-    assert gone.returncode == 1 and "NotFound" in gone.stderr, gone.stderr
+    # crictl rm and rmp ask ContainerStatus / PodSandboxStatus first (cmd/crictl), whose NotFound they report
+    for call in (("rm", "a" * 64), ("rmp", "b" * 64)):
+        gone = c.crictl(*call, check=False)
+        assert gone.returncode == 1 and "NotFound" in gone.stderr, gone.stderr
