@@ -355,3 +355,48 @@ def test_bad_requests(cri_server) -> None:
     for call in (("rm", "a" * 64), ("rmp", "b" * 64)):
         gone = c.crictl(*call, check=False)
         assert gone.returncode == 1 and "NotFound" in gone.stderr, gone.stderr
+
+
+def test_stop_timeout_exec_timeout_and_names(cri_server) -> None:
+    c = cri_server
+    with c.pod("timeouts") as pod:
+        stubborn = c.start_container(pod, "stubborn", command=["sh", "-c", "trap '' TERM; echo ready; "
+                                                                           "while true; do sleep 0.1; done"])
+        wait_for(lambda: "ready" in c.crictl("logs", stubborn).stdout, what="the trap")
+        began = time.monotonic()
+        c.crictl("stop", "--timeout", "2", stubborn)
+        took = time.monotonic() - began
+        status = c.json("inspect", stubborn)["status"]
+        assert (status["exitCode"], status["reason"]) == (137, "Error") and 1.5 < took < 10, (status, took)
+        c.crictl("rm", stubborn)
+        # the name is free again once removed; taken while its container exists
+        first = c.start_container(pod, "stubborn", command=SLEEPER)
+        dup = c.crictl("create", pod.id, str(c.write("dup", c.container_config("stubborn", command=SLEEPER))),
+                       str(pod.config_path), check=False)
+        assert dup.returncode == 1 and "AlreadyExists" in dup.stderr, dup.stderr
+        began = time.monotonic()
+        timed = c.crictl("exec", "-s", "--timeout", "1", first, "sleep", "30", check=False)
+        assert timed.returncode == 1 and "DeadlineExceeded" in timed.stderr, timed.stderr
+        assert time.monotonic() - began < 10
+        assert c.crictl("exec", "-s", first, "echo", "alive").stdout.startswith("alive")
+
+
+def test_rmp_force_of_a_running_pod_and_unknown_handler(cri_server) -> None:
+    c = cri_server
+    config = c.pod_config("forced")
+    path = c.write("pod-forced", config)
+    pod_id = c.crictl("runp", str(path)).stdout.strip()
+    try:
+        cid = c.crictl("create", pod_id, str(c.write("ctr-forced", c.container_config("main", command=SLEEPER))),
+                       str(path)).stdout.strip()
+        c.crictl("start", cid)
+        c.crictl("rmp", "--force", pod_id)
+        assert c.json("pods", "-o", "json")["items"] == []
+        assert c.json("ps", "-a", "-o", "json")["containers"] == []
+    finally:
+        c.remove_all_pods()
+        from tests.kit.cri_server import remove_cgroup
+        remove_cgroup(config["linux"]["cgroup_parent"])
+    bad = c.crictl("runp", "--runtime", "no-such-handler", str(path), check=False)
+    assert bad.returncode == 1 and "no-such-handler" in bad.stderr, bad.stderr
+    assert c.json("pods", "-o", "json")["items"] == []

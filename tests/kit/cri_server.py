@@ -168,6 +168,8 @@ def running_cri(tmp: Path) -> Iterator[CriServer]:
             endpoint.start()
             with server.pod("warm-up"):  # the bridge exists before any test looks
                 pass
+            for image in (BUSYBOX, HTTPD):
+                server.crictl("pull", image)
             yield server
         finally:
             try:
