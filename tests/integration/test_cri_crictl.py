@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.kit.cri_server import BUSYBOX, HTTPD, HTTPD_INDEX, cgroup_file, cri_server  # noqa: F401
+from tests.kit import cri_server as kit
+from tests.kit.cri_server import HTTPD, HTTPD_INDEX, cgroup_file, remove_cgroup
 
-pytestmark = pytest.mark.usefixtures("cri_server")
+cri_server = kit.cri_server  # the module's daemon
 
 SLEEPER = ["sh", "-c", "echo started; exec sleep 3600"]
 
@@ -34,9 +35,9 @@ def wait_for(predicate, timeout: float = 20, what: str = "condition"):
 
 def test_life_cycle(cri_server) -> None:
     c = cri_server
-    c.crictl("pull", BUSYBOX)
+    c.crictl("pull", kit.BUSYBOX)  # pulled by the kit already: a pull of what is there
     images = c.json("images", "-o", "json")["images"]
-    assert any(BUSYBOX in i["repoTags"] for i in images)
+    assert any(kit.BUSYBOX in i["repoTags"] for i in images)
     with c.pod("life", labels={"suite": "crie2e"}) as pod:
         pods = c.json("pods", "-o", "json")["items"]
         assert [p["state"] for p in pods if p["id"] == pod.id] == ["SANDBOX_READY"]
@@ -103,13 +104,12 @@ def test_logs_follow_format_and_reopen(cri_server) -> None:
         cid = c.start_container(pod, "ticker", command=ticker)
         log_path = Path(c.json("inspect", cid)["status"]["logPath"])
         assert str(log_path).startswith(pod.config["log_directory"])
-        follow = subprocess.Popen(c.argv("logs", "-f", cid), stdout=subprocess.PIPE, text=True)
-        try:
-            seen = [follow.stdout.readline().strip() for _ in range(15)]  # lines written after it started too
-        finally:
-            follow.kill()
-            follow.wait()
-            follow.stdout.close()
+        with subprocess.Popen(c.argv("logs", "-f", cid), stdout=subprocess.PIPE, text=True) as follow:
+            assert follow.stdout is not None
+            try:
+                seen = [follow.stdout.readline().strip() for _ in range(15)]  # lines written after it started too
+            finally:
+                follow.kill()
         assert seen == [f"line{i}" for i in range(15)]
         first = log_path.read_text().splitlines()[0]
         stamp, stream, tag, text = first.split(" ", 3)
@@ -215,7 +215,6 @@ def free_port() -> int:
 @pytest.mark.parametrize("transport", ["spdy", "websocket"])
 def test_port_forward(cri_server, transport) -> None:
     c = cri_server
-    c.crictl("pull", HTTPD)
     with c.pod(f"pf-{transport}") as pod:
         c.start_container(pod, "web", image=HTTPD)
         wait_for(lambda: listening(c, pod_container(c, pod.id)), what="httpd listening")
@@ -246,7 +245,6 @@ def pod_container(c, pod_id: str) -> str:
 
 def test_pod_ip_answers_from_host_and_from_another_pod(cri_server) -> None:
     c = cri_server
-    c.crictl("pull", HTTPD)
     with c.pod("server") as server, c.pod("client") as client:
         web = c.start_container(server, "web", image=HTTPD)
         ip = server.ip()
@@ -395,7 +393,6 @@ def test_rmp_force_of_a_running_pod_and_unknown_handler(cri_server) -> None:
         assert c.json("ps", "-a", "-o", "json")["containers"] == []
     finally:
         c.remove_all_pods()
-        from tests.kit.cri_server import remove_cgroup
         remove_cgroup(config["linux"]["cgroup_parent"])
     bad = c.crictl("runp", "--runtime", "no-such-handler", str(path), check=False)
     assert bad.returncode == 1 and "no-such-handler" in bad.stderr, bad.stderr

@@ -74,7 +74,7 @@ class CriServer:
         """A pod config whose containers log under the scratch dir and whose cgroups sit below a parent of
         its own (removed by `pod()` as the kubelet removes a pod's cgroup)."""
         uid = f"uid-{name}-{time.monotonic_ns()}"
-        config = {"metadata": {"name": name, "namespace": "crie2e", "uid": uid, "attempt": 0},
+        config: dict = {"metadata": {"name": name, "namespace": "crie2e", "uid": uid, "attempt": 0},
                   "log_directory": str(self.work / "logs" / uid),
                   "linux": {"cgroup_parent": f"/{CGROUP_PREFIX}-{name}"}}
         for key, value in extra.items():
