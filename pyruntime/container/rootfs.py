@@ -135,7 +135,7 @@ def _tmpfs_options(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions)
                 os.close(fd)
     if paths.clean(m.destination) == "/dev":
         flags &= ~sc.MS_RDONLY
-    return MountOptions(flags, opts.propagation, data)
+    return MountOptions(flags, opts.propagation, data, opts.recursive_attrs)
 
 
 def finish_dev(kernel: Syscalls, root_fd: int, mounts: tuple[Mount, ...]) -> None:

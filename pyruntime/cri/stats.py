@@ -20,6 +20,7 @@ import time
 from proto import api_pb2
 from pyruntime.cri.model import ContainerRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import PyRuntimeError
+from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -237,15 +238,13 @@ def network_usage(pid: int, timestamp: int) -> api_pb2.NetworkUsage | None:
 
 
 def _pause_alive(sandbox: SandboxRecord) -> bool:
-    """The recorded pause pid names that process still (pid and start time), not a reused pid."""
-    if not sandbox.pause_pid:
+    """The recorded pause pid names that process still (pid and start time), not a reused pid. Read by
+    oci.state's reader, as bytes: a comm is any 15 bytes, not always UTF-8 (one that was not made
+    ListPodSandboxStats fail)."""
+    if sandbox.pause_pid <= 0:
         return False
-    try:
-        with open(f"/proc/{sandbox.pause_pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return False
-    return not sandbox.pause_start_time or int(fields[19]) == sandbox.pause_start_time
+    start = process_start_time(sandbox.pause_pid)
+    return start is not None and (not sandbox.pause_start_time or start == sandbox.pause_start_time)
 
 
 def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], runtime: Runtime,

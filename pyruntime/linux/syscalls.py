@@ -206,6 +206,10 @@ class Syscalls:
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         raise NotImplementedError
 
+    def set_process_name(self, name: bytes) -> None:
+        """prctl(PR_SET_NAME): this thread's comm (ps, top), truncated to 15 bytes."""
+        raise NotImplementedError
+
     def capget(self) -> tuple[int, int, int]:
         raise NotImplementedError
 
@@ -338,6 +342,10 @@ class LinuxSyscalls(Syscalls):
         if ret < 0:
             raise _fail(f"prctl({option})")
         return ret
+
+    def set_process_name(self, name: bytes) -> None:
+        buffer = ctypes.create_string_buffer(name[:15])  # alive until prctl returns
+        self.prctl(PR_SET_NAME, ctypes.addressof(buffer))
 
     def capget(self) -> tuple[int, int, int]:
         """(effective, permitted, inheritable) of the calling thread as 64-bit masks."""

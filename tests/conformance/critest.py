@@ -95,8 +95,11 @@ def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path
 
 
 class Endpoint:
-    """A CRI server under test, with its own root, state and socket under `work`."""
+    """A CRI server under test, with its own root, state and socket under `work`, and its pods on `bridge`
+    in `subnet` (a subclass picks others, so two suites' pods never share a bridge)."""
     name = ""
+    bridge = BRIDGE
+    subnet = POD_SUBNET
 
     def __init__(self, work: Path, hosts_dir: Path) -> None:
         self.work, self.hosts_dir = work, hosts_dir
@@ -151,7 +154,8 @@ class Containerd(Endpoint):
     def cni_setup(self) -> None:
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
-            conflist("bridge", "host-local", "portmap", self.work / "ipam")))
+            conflist("bridge", "host-local", "portmap", self.work / "ipam", bridge=self.bridge,
+                     subnet=self.subnet)))
 
     def argv(self) -> list[str]:
         config = self.work / "containerd.toml"
@@ -184,7 +188,8 @@ class PyruntimeCri(Endpoint):
         install_our_plugins(self.work / "cni-bin")
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         (self.cni_conf / "10-critest.conflist").write_text(json.dumps(
-            conflist("pybridge", "pyhost-local", "pyportmap", self.work / "ipam")))
+            conflist("pybridge", "pyhost-local", "pyportmap", self.work / "ipam", bridge=self.bridge,
+                     subnet=self.subnet)))
 
     def argv(self) -> list[str]:
         return [pyruntime_cri_bin() or "pyruntime-cri", "--listen", self.url,
