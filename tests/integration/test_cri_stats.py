@@ -55,7 +55,8 @@ def test_container_and_pod_stats(tmp_path, rootfs, make_bundle):
         [container] = metrics.container_metrics
         by_name = {m.name: m for m in container.metrics}
         assert by_name["container_memory_working_set_bytes"].value.value > 0
-        assert list(by_name["container_fs_usage_bytes"].label_values) == ["c1", "app", "busybox"]
+        # cadvisor's labels (id, name, image) and the metric's own (device: the filesystem of the writable layer)
+        assert list(by_name["container_fs_usage_bytes"].label_values) == ["c1", "app", "busybox", layout.images]
     finally:
         rt.delete("c1", force=True)
     gone = stats.container_stats(record, rt, layout)
