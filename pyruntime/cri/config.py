@@ -120,13 +120,26 @@ def _check_creds(value: str) -> None:
 
 def _check_image(value: str) -> None:
     if value:
-        raise ValueError("pause images are not supported yet; leave it unset for the built-in pause process")
+        from pyruntime.images import reference
+        reference.parse(value)  # its ReferenceFormatError names what is wrong
+
+
+def _check_dirs_exist(value: list[str]) -> None:
+    for item in value:
+        if not os.path.isdir(item):
+            raise ValueError(f"{item}: no such directory (install the CNI plugins there, e.g. "
+                             f"`python -m cni_plugins install --dir {item}`, or name another)")
 
 
 CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_conf_dir": _absolute,
           "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
           "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
           "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS)}
+
+
+# Checked against this machine, on the value in effect (a default too), only when the daemon starts: a
+# config file can be written and checked elsewhere.
+HOST_CHECKS = {"cni_bin_dirs": _check_dirs_exist}
 
 
 def _typed(option: Option, value: Any) -> Any:
@@ -153,9 +166,10 @@ def _apply(values: dict[str, Any], raw: dict[str, Any], name_of: Any) -> None:
             raise InvalidArgumentError(f"{name_of(key)}: {e}") from e
 
 
-def load(path: str | None, flags: dict[str, Any]) -> Config:
+def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> Config:
     """Defaults, then the TOML file at `path`, then `flags` (setting key -> value; None or an empty tuple is a
-    flag not given). Raises InvalidArgumentError naming the file or flag and the setting."""
+    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `on_host`: also
+    the HOST_CHECKS (what must exist on this machine), as the daemon does at start."""
     import tomllib
     values: dict[str, Any] = {}
     if path is not None:
@@ -170,4 +184,12 @@ def load(path: str | None, flags: dict[str, Any]) -> Config:
     flag_of = {o.key: o.flag for o in OPTIONS}
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     _apply(values, given, lambda key: flag_of[key])
-    return Config(**values)
+    cfg = Config(**values)
+    if on_host:
+        for key, check in HOST_CHECKS.items():
+            try:
+                check(getattr(cfg, key))
+            except ValueError as e:
+                where = flag_of[key] if key in given else f"{path}: {key}" if key in values else f"{key} (default)"
+                raise InvalidArgumentError(f"{where}: {e}") from e
+    return cfg
