@@ -95,6 +95,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri.events import EventHub, SupervisorWatcher
     from pyruntime.cri.images import ImageService
     from pyruntime.cri.network import Network
+    from pyruntime.cri.pause_image import Pauses
     from pyruntime.cri.sandbox import Sandboxes
     from pyruntime.cri.service.image import ImageServicer
     from pyruntime.cri.service.runtime import RuntimeServicer
@@ -117,9 +118,10 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
         container_spec=ocispec.container_spec, linux_resources=ocispec.linux_resources,
         reopen_log=attach.reopen_log, job_types=(launcher_module.ContainerJob, launcher_module.ExecJob),
         kernel=kernel, cgroup_driver=cfg.cgroup_driver)
-    sandboxes = Sandboxes(
-        store, layout, containers, launcher=launcher, pause_job=launcher_module.PauseJob,
-        release_pause=lambda record, ns_dir: launcher_module.release_pause(record, ns_dir, kernel), network=network)
+    pauses = Pauses(cfg.sandbox_image, launcher=launcher, runtime=runtime, images=image_service, layout=layout,
+                    kernel=kernel, cgroup_driver=cfg.cgroup_driver)
+    sandboxes = Sandboxes(store, layout, containers, launcher=pauses, pause_job=launcher_module.PauseJob,
+                          release_pause=pauses.release, network=network)
     watcher = SupervisorWatcher(containers.supervisor_exited)
     containers.watch = watcher.watch
 
