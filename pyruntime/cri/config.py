@@ -142,7 +142,11 @@ def _check_auths(value: list[str]) -> None:
         host, eq, creds = item.partition("=")
         if not eq or ":" not in creds:
             raise ValueError(f"{host if eq else '<hidden>'}: must be HOST=USER:PASSWORD")
-        if reference.parse(f"{host}/x").domain != host:
+        try:
+            valid = reference.parse(f"{host}/x").domain == host
+        except reference.ReferenceFormatError:
+            valid = False
+        if not valid:
             raise ValueError(f"{host}: not a registry host (HOST or HOST:PORT)")
 
 

@@ -123,3 +123,21 @@ def test_daemon_names_a_missing_cni_bin_dir_flag(tmp_path):
                              "--cni-bin-dir", str(tmp_path / "bin")], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and f"--cni-bin-dir: {tmp_path}/bin: no such directory" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_registry_auths_per_host_over_the_default():
+    cfg = config.load(None, {"registry_creds": "any:one", "registry_auths": ("r.example:5000=alice:pw:with:colons",)})
+    default, by_host = cfg.pull_credentials()
+    assert (default.username, default.password) == ("any", "one")
+    assert (by_host["r.example:5000"].username, by_host["r.example:5000"].password) == ("alice", "pw:with:colons")
+    assert "alice" not in repr(cfg) and "pw" not in repr(cfg)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("r.example", "<hidden>: must be HOST=USER:PASSWORD"),
+    ("r.example=alice", "r.example: must be HOST=USER:PASSWORD"),
+    ("https://r.example=a:b", "not a registry host"),
+])
+def test_bad_registry_auth_is_named_without_its_secret(value, message):
+    with pytest.raises(InvalidArgumentError, match=f"^--registry-auth: .*{message}"):
+        config.load(None, {"registry_auths": (value,)})
