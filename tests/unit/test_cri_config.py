@@ -128,7 +128,7 @@ def test_daemon_names_a_missing_cni_bin_dir_flag(tmp_path):
 def test_registry_auths_per_host_over_the_default():
     cfg = config.load(None, {"registry_creds": "any:one", "registry_auths": ("r.example:5000=alice:pw:with:colons",)})
     default, by_host = cfg.pull_credentials()
-    assert (default.username, default.password) == ("any", "one")
+    assert default is not None and (default.username, default.password) == ("any", "one")
     assert (by_host["r.example:5000"].username, by_host["r.example:5000"].password) == ("alice", "pw:with:colons")
     assert "alice" not in repr(cfg) and "pw" not in repr(cfg)
 
