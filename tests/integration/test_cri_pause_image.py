@@ -62,6 +62,7 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Registry,
 
 class PauseImageCri(PyruntimeCri):
     """Our plugins with a bare bridge network (no masquerade, no host ports), the pause image, the password."""
+    sandbox_image = PAUSE
 
     def cni_setup(self) -> None:
         from cni_plugins.install import install
@@ -75,13 +76,14 @@ class PauseImageCri(PyruntimeCri):
 
     def argv(self) -> list[str]:
         daemon = str(Path(sys.executable).with_name("pyruntime-cri"))  # this venv's, whatever PATH says
-        return [daemon, *super().argv()[1:], "--sandbox-image", PAUSE,
+        return [daemon, *super().argv()[1:], "--sandbox-image", self.sandbox_image,
                 "--registry-auth", f"registry.k8s.io={USER}:{PASSWORD}"]
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, mirror: tuple[Registry, Path]) -> Iterator[PauseImageCri]:
+def daemon(request: pytest.FixtureRequest, tmp_path: Path, mirror: tuple[Registry, Path]) -> Iterator[PauseImageCri]:
     endpoint = PauseImageCri(tmp_path, mirror[1])
+    endpoint.sandbox_image = getattr(request, "param", PAUSE)
     helper_before = helper_listening(CNI_HELPER)
     try:
         endpoint.start()
@@ -163,6 +165,21 @@ def test_pod_runs_on_the_pause_image_and_leaves_nothing(daemon: PauseImageCri, t
     assert not (Path(daemon.work) / "root" / "sandboxes" / pod_id).exists()
     assert not (Path(daemon.work) / "state" / "runtime" / pod_id).exists()
     assert [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(daemon.work) in m] == []
+
+
+@pytest.mark.parametrize("daemon", ["registry.k8s.io/pause:missing"], indirect=True)
+def test_a_missing_sandbox_image_fails_the_pod_and_leaves_nothing(daemon: PauseImageCri, tmp_path: Path) -> None:
+    pod = tmp_path / "pod.json"
+    pod.write_text(json.dumps({"metadata": {"name": "no-pause", "namespace": "default", "uid": "no-pause-1"}}))
+    result = subprocess.run([str(CRICTL), "--runtime-endpoint", daemon.url, "runp", str(pod)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "pause:missing" in result.stderr
+    assert crictl(daemon, "pods", "-q") == ""
+    for where in ("root/sandboxes", "state/sandboxes", "state/runtime"):
+        assert not list((tmp_path / where).glob("*")), where
+    retry = subprocess.run([str(CRICTL), "--runtime-endpoint", daemon.url, "runp", str(pod)],
+                           capture_output=True, text=True, timeout=120)
+    assert "already" not in retry.stderr and "pause:missing" in retry.stderr
 
 
 def test_configured_credentials_go_to_their_registry_only(tmp_path: Path, mirror: tuple[Registry, Path]) -> None:
