@@ -18,6 +18,10 @@ from typing import Any
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.settings import DEFAULT_HOSTS_DIR, Settings
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.images.registry import Credentials
+
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -30,6 +34,7 @@ class Option:
     help: str
     multiple: bool = False
     secret: bool = False
+    metavar: str | None = None
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -41,8 +46,11 @@ OPTIONS: tuple[Option, ...] = (
            multiple=True),
     Option("registry_config_dir", "--registry-config-dir",
            "registry hosts directory (containerd's certs.d layout: mirrors, CAs)"),
-    Option("registry_creds", "--registry-creds", "USER:PASSWORD for image pulls without credentials of their own",
-           secret=True),
+    Option("registry_creds", "--registry-creds",
+           "USER:PASSWORD for image pulls without credentials of their own, sent to any registry", secret=True),
+    Option("registry_auths", "--registry-auth",
+           "HOST=USER:PASSWORD: credentials for the registry HOST only, over registry_creds (repeatable)",
+           multiple=True, secret=True, metavar="HOST=USER:PASSWORD"),
     Option("cgroup_driver", "--cgroup-driver", "cgroupfs or systemd"),
     Option("stream_address", "--stream-address", "HOST:PORT of the exec/attach/port-forward server (port 0 picks one)"),
     Option("sandbox_image", "--sandbox-image", "a pause image for sandboxes instead of the built-in pause process"),
@@ -59,6 +67,7 @@ class Config:
     cni_bin_dirs: list[str] = field(default_factory=lambda: ["/opt/cni/bin"])
     registry_config_dir: str = DEFAULT_HOSTS_DIR
     registry_creds: str = field(default="", repr=False)  # a repr lands in logs
+    registry_auths: list[str] = field(default_factory=list, repr=False)
     cgroup_driver: str = "cgroupfs"
     stream_address: str = "127.0.0.1:0"
     sandbox_image: str = ""
@@ -67,6 +76,15 @@ class Config:
     @property
     def socket_path(self) -> str:
         return self.listen.removeprefix("unix://")
+
+    def pull_credentials(self) -> tuple[Credentials | None, dict[str, Credentials]]:
+        """What PullImage uses when the request has no AuthConfig: (for any registry, by registry host)."""
+        from pyruntime.images.registry import Credentials  # requests: not for a config check
+        by_host = {}
+        for item in self.registry_auths:
+            host, _, creds = item.partition("=")
+            by_host[host] = Credentials.parse(creds)
+        return (Credentials.parse(self.registry_creds) if self.registry_creds else None), by_host
 
     def runtime_settings(self, runtime_root: str, image_root: str) -> Settings:
         """The pyruntime library's settings for this daemon (the environment's documented overrides apply
@@ -118,15 +136,43 @@ def _check_creds(value: str) -> None:
         raise ValueError("must be USER:PASSWORD")
 
 
+def _check_auths(value: list[str]) -> None:
+    from pyruntime.images import reference
+    for item in value:
+        host, eq, creds = item.partition("=")
+        if not eq or ":" not in creds:
+            raise ValueError(f"{host if eq else '<hidden>'}: must be HOST=USER:PASSWORD")
+        try:
+            valid = reference.parse(f"{host}/x").domain == host
+        except reference.ReferenceFormatError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{host}: not a registry host (HOST or HOST:PORT)")
+
+
 def _check_image(value: str) -> None:
     if value:
-        raise ValueError("pause images are not supported yet; leave it unset for the built-in pause process")
+        from pyruntime.images import reference
+        reference.parse(value)  # its ReferenceFormatError names what is wrong
+
+
+def _check_dirs_exist(value: list[str]) -> None:
+    for item in value:
+        if not os.path.isdir(item):
+            raise ValueError(f"{item}: no such directory (install the CNI plugins there, e.g. "
+                             f"`python -m cni_plugins install --dir {item}`, or name another)")
 
 
 CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_conf_dir": _absolute,
           "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
+          "registry_auths": _check_auths,
           "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
           "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS)}
+
+
+# Checked against this machine, on the value in effect (a default too), only when the daemon starts: a
+# config file can be written and checked elsewhere.
+HOST_CHECKS = {"cni_bin_dirs": _check_dirs_exist}
 
 
 def _typed(option: Option, value: Any) -> Any:
@@ -153,9 +199,10 @@ def _apply(values: dict[str, Any], raw: dict[str, Any], name_of: Any) -> None:
             raise InvalidArgumentError(f"{name_of(key)}: {e}") from e
 
 
-def load(path: str | None, flags: dict[str, Any]) -> Config:
+def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> Config:
     """Defaults, then the TOML file at `path`, then `flags` (setting key -> value; None or an empty tuple is a
-    flag not given). Raises InvalidArgumentError naming the file or flag and the setting."""
+    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `on_host`: also
+    the HOST_CHECKS (what must exist on this machine), as the daemon does at start."""
     import tomllib
     values: dict[str, Any] = {}
     if path is not None:
@@ -170,4 +217,12 @@ def load(path: str | None, flags: dict[str, Any]) -> Config:
     flag_of = {o.key: o.flag for o in OPTIONS}
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     _apply(values, given, lambda key: flag_of[key])
-    return Config(**values)
+    cfg = Config(**values)
+    if on_host:
+        for key, check in HOST_CHECKS.items():
+            try:
+                check(getattr(cfg, key))
+            except ValueError as e:
+                where = flag_of[key] if key in given else f"{path}: {key}" if key in values else f"{key} (default)"
+                raise InvalidArgumentError(f"{where}: {e}") from e
+    return cfg

@@ -62,13 +62,18 @@ def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None
 
 
 class ImageService:
-    """`pinned`: references (or ids) of images the kubelet's image GC must not remove, e.g. the sandbox image."""
+    """`pinned`: references (or ids) of images the kubelet's image GC must not remove, e.g. the sandbox image.
+    `default_auth`, `registry_auths` (registry host -> credentials): the daemon's configured credentials,
+    used for a pull whose request brings none for its registry; a host's own entry wins over the default."""
 
     FS_INFO_TTL = 10.0  # seconds an ImageFsInfo walk is reused: the kubelet asks every few seconds
 
-    def __init__(self, store: ImageStore, *, pinned: Iterable[str] = ()) -> None:
+    def __init__(self, store: ImageStore, *, pinned: Iterable[str] = (), default_auth: Credentials | None = None,
+                 registry_auths: dict[str, Credentials] | None = None) -> None:
         self.store = store
         self.pinned = tuple(pinned)
+        self.default_auth = default_auth
+        self.registry_auths = dict(registry_auths or {})
         self._fs_info: tuple[float, api_pb2.ImageFsInfoResponse] | None = None
 
     def _pinned_ids(self) -> set[str]:
@@ -121,7 +126,10 @@ class ImageService:
         """Returns the image id (the config digest), the image_ref PullImage answers with."""
         if not spec.image:
             raise InvalidArgumentError("image.image: must name an image")
-        return self.store.pull(spec.image, auth=credentials(auth, spec.image)).id
+        creds = credentials(auth, spec.image)
+        if creds is None:
+            creds = self.registry_auths.get(refs.parse(spec.image).domain, self.default_auth)
+        return self.store.pull(spec.image, auth=creds).id
 
     def remove_image(self, spec: api_pb2.ImageSpec) -> None:
         """Removes the image with every name it has, as containerd does; an unknown one is already removed."""

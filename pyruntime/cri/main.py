@@ -34,7 +34,7 @@ STOP_GRACE = 5.0  # seconds in-flight RPCs get at shut-down
 def _options(f: Any) -> Any:
     for option in reversed(config.OPTIONS):
         f = click.option(option.flag, option.key, default=None, multiple=option.multiple, help=option.help,
-                         metavar="DIR" if option.multiple else None)(f)
+                         metavar=option.metavar or ("DIR" if option.multiple else None))(f)
     return click.option("--config", "config_path", default=None, metavar="FILE",
                         help="TOML file with any of the settings below (flags override it)")(f)
 
@@ -44,7 +44,7 @@ def _options(f: Any) -> Any:
 def main(config_path: str | None, **flags: Any) -> None:
     """The CRI v1 server (RuntimeService and ImageService) of pyruntime."""
     try:
-        cfg = config.load(config_path, flags)
+        cfg = config.load(config_path, flags, on_host=True)
         serve(cfg)
     except PyRuntimeError as e:
         raise click.ClickException(str(e)) from e
@@ -93,8 +93,11 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri import launcher as launcher_module
     from pyruntime.cri.containers import Containers
     from pyruntime.cri.events import EventHub, SupervisorWatcher
+    from pyruntime.cri.images import ImageService
     from pyruntime.cri.network import Network
+    from pyruntime.cri.pause_image import Pauses
     from pyruntime.cri.sandbox import Sandboxes
+    from pyruntime.cri.service.image import ImageServicer
     from pyruntime.cri.service.runtime import RuntimeServicer
     from pyruntime.cri.store import Store
     from pyruntime.images.store import ImageStore
@@ -104,6 +107,9 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     kernel = LinuxSyscalls()
     runtime = Runtime(settings, kernel=kernel)
     images = ImageStore(layout.images, hosts_dir=Path(cfg.registry_config_dir), kernel=kernel)
+    default_auth, registry_auths = cfg.pull_credentials()
+    image_service = ImageService(images, pinned=[cfg.sandbox_image] if cfg.sandbox_image else [],
+                                 default_auth=default_auth, registry_auths=registry_auths)
     network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel)
     store = Store(layout)
     events = EventHub()
@@ -112,9 +118,10 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
         container_spec=ocispec.container_spec, linux_resources=ocispec.linux_resources,
         reopen_log=attach.reopen_log, job_types=(launcher_module.ContainerJob, launcher_module.ExecJob),
         kernel=kernel, cgroup_driver=cfg.cgroup_driver)
-    sandboxes = Sandboxes(
-        store, layout, containers, launcher=launcher, pause_job=launcher_module.PauseJob,
-        release_pause=lambda record, ns_dir: launcher_module.release_pause(record, ns_dir, kernel), network=network)
+    pauses = Pauses(cfg.sandbox_image, launcher=launcher, runtime=runtime, images=image_service, layout=layout,
+                    kernel=kernel, cgroup_driver=cfg.cgroup_driver)
+    sandboxes = Sandboxes(store, layout, containers, launcher=pauses, pause_job=launcher_module.PauseJob,
+                          release_pause=pauses.release, network=network)
     watcher = SupervisorWatcher(containers.supervisor_exited)
     containers.watch = watcher.watch
 
@@ -136,7 +143,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
                          options=[("grpc.max_receive_message_length", MESSAGE_MAX),
                                   ("grpc.max_send_message_length", MESSAGE_MAX)])
     api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)
-    api_pb2_grpc.add_ImageServiceServicer_to_server(_image_servicer(images), server)
+    api_pb2_grpc.add_ImageServiceServicer_to_server(ImageServicer(image_service), server)
     try:
         server.add_insecure_port(f"unix://{cfg.socket_path}")
     except RuntimeError as e:  # grpc's only word for a failed bind
@@ -171,11 +178,6 @@ def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: 
                                    kernel)
     return StreamingServer(cfg.stream_address, backend)
 
-
-def _image_servicer(images: Any) -> Any:
-    from pyruntime.cri.images import ImageService
-    from pyruntime.cri.service.image import ImageServicer
-    return ImageServicer(ImageService(images))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,8 @@ def _write_sysctl(name: str, value: str) -> None:
         raise
 
 
-def _pin(job: PauseJob, kernel: Syscalls) -> dict[str, str]:
+def pin(job: PauseJob, kernel: Syscalls, proc: str = "self") -> dict[str, str]:
+    """Bind-mounts the namespaces the job makes, of process `proc` (a pid, or self), under job.ns_dir."""
     os.makedirs(job.ns_dir, mode=0o700, exist_ok=True)
     pinned = {}
     for kind, _flag in PINNED:
@@ -118,7 +119,7 @@ def _pin(job: PauseJob, kernel: Syscalls) -> dict[str, str]:
             continue
         path = os.path.join(job.ns_dir, kind)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        kernel.mount(f"/proc/self/ns/{kind}", path, None, sc.MS_BIND, None)
+        kernel.mount(f"/proc/{proc}/ns/{kind}", path, None, sc.MS_BIND, None)
         pinned[kind] = path
     return pinned
 
@@ -170,7 +171,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             kernel.sethostname(job.hostname)
         for name, value in job.sysctls.items():
             _write_sysctl(name, value)
-        namespaces = _pin(job, kernel)
+        namespaces = pin(job, kernel)
         pid = os.getpid()
         if job.share_pid:
             kernel.unshare(sc.CLONE_NEWPID)

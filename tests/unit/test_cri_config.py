@@ -3,6 +3,9 @@ message that names it."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -83,3 +86,58 @@ def test_claim_socket_removes_a_stale_one_and_refuses_a_live_one(tmp_path):
             claim_socket(path)
     finally:
         live.close()
+
+
+DAEMON = str(Path(sys.executable).with_name("pyruntime-cri"))
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    ('listne = "unix:///x"', "config.toml: listne: unknown setting"),
+    ('listen = "tcp://127.0.0.1:10010"', "config.toml: listen: must be unix://PATH"),
+    ('root = "var/lib/cri"', "config.toml: root: must be an absolute path"),
+    ('cni_bin_dirs = ["{tmp}/no-such-bin"]', "config.toml: cni_bin_dirs: {tmp}/no-such-bin: no such directory"),
+    ('cgroup_driver = "cgroupv2"', "config.toml: cgroup_driver: must be one of cgroupfs, systemd"),
+    ('sandbox_image = "Pause:3.10"', "config.toml: sandbox_image: "),
+    ('registry_creds = "alice"', "config.toml: registry_creds: must be USER:PASSWORD"),
+])
+def test_daemon_with_a_bad_setting_exits_before_making_anything(tmp_path, setting, named):
+    """The real entry point: a non-zero exit, the setting named on stderr, and no directory, socket or
+    launcher made (the other settings point into tmp_path, which must stay as it was)."""
+    cni_bin = tmp_path / "cni-bin"
+    cni_bin.mkdir()
+    key = setting.split(" ", 1)[0]
+    good = {"listen": f'"unix://{tmp_path}/run/cri.sock"', "root": f'"{tmp_path}/root"',
+            "state": f'"{tmp_path}/state"', "cni_bin_dirs": f'["{cni_bin}"]', "cni_conf_dir": f'"{tmp_path}/net.d"'}
+    lines = [f"{k} = {v}" for k, v in good.items() if k != key] + [setting.format(tmp=tmp_path)]
+    path = tmp_path / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = subprocess.run([DAEMON, "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert f"{tmp_path}/{named.format(tmp=tmp_path)}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_daemon_names_a_missing_cni_bin_dir_flag(tmp_path):
+    result = subprocess.run([DAEMON, "--root", str(tmp_path / "root"), "--state", str(tmp_path / "state"),
+                             "--cni-bin-dir", str(tmp_path / "bin")], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and f"--cni-bin-dir: {tmp_path}/bin: no such directory" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_registry_auths_per_host_over_the_default():
+    cfg = config.load(None, {"registry_creds": "any:one", "registry_auths": ("r.example:5000=alice:pw:with:colons",)})
+    default, by_host = cfg.pull_credentials()
+    assert default is not None and (default.username, default.password) == ("any", "one")
+    assert (by_host["r.example:5000"].username, by_host["r.example:5000"].password) == ("alice", "pw:with:colons")
+    assert "alice" not in repr(cfg) and "pw" not in repr(cfg)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("r.example", "<hidden>: must be HOST=USER:PASSWORD"),
+    ("r.example=alice", "r.example: must be HOST=USER:PASSWORD"),
+    ("https://r.example=a:b", "not a registry host"),
+])
+def test_bad_registry_auth_is_named_without_its_secret(value, message):
+    with pytest.raises(InvalidArgumentError, match=f"^--registry-auth: .*{message}"):
+        config.load(None, {"registry_auths": (value,)})
