@@ -64,7 +64,10 @@ class V1Manager(CgroupManager):
         return path
 
     def create(self) -> None:
-        """Only directories made here get cpuset values; existing ones belong to someone else."""
+        """Only directories made here, or left empty, get cpuset values (an existing one with values belongs
+        to someone else). An empty existing cpuset is one a concurrent create() has just made and not filled
+        yet: filled here too (with the same parent values), else the child made below it would inherit
+        nothing and refuse tasks (ENOSPC)."""
         for key, base in self._bases.items():
             current = base
             for part in self._parts:
@@ -72,6 +75,8 @@ class V1Manager(CgroupManager):
                 try:
                     os.mkdir(current)
                 except FileExistsError:
+                    if "cpuset" in key.split(","):
+                        _inherit_cpuset(parent, current)
                     continue
                 except FileNotFoundError:
                     makedirs(current)  # a concurrent destroy() removed an empty shared parent
