@@ -275,11 +275,13 @@ def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], run
 
 
 # ---- ListMetricDescriptors / ListPodSandboxMetrics: cadvisor's names for the same figures --------------------
-# The kubelet's /metrics/cadvisor is built from these when it reads metrics from the runtime, so the names, the
-# label keys and the units are cadvisor's (a CRI value is a uint64: seconds are whole seconds). Every name here
-# is reported for a running container (the pod's network once, on the pod): a descriptor without values
-# leaves a hole in the kubelet's output. Block-device I/O (blkio) is described but has no values: the
-# cgroup reader does not collect it, and cadvisor has none on overlay-on-virtual-disk hosts either.
+# The kubelet's /metrics/cadvisor is built from these when it reads metrics from the runtime, so the names and
+# units are cadvisor's (a CRI value is a uint64: seconds are whole seconds); the labels are the container's
+# (id, name, image) plus, where cadvisor splits a figure, the interface or the page-fault kind and scope.
+# Every name here is reported for a running container (the pod's network once, on the pod): a descriptor
+# without values leaves a hole in the kubelet's output. Block-device I/O (blkio, fs reads/writes) is described
+# but has no values: the cgroup reader does not collect it, and cadvisor has none on overlay-on-virtual-disk
+# hosts either.
 
 LABELS = ["id", "name", "image"]
 _COUNTER, _GAUGE = api_pb2.COUNTER, api_pb2.GAUGE
@@ -294,16 +296,16 @@ _DESCRIPTORS: dict[str, tuple[str, api_pb2.MetricType, list[str]]] = {  # name -
     "container_cpu_usage_seconds_total": ("Cumulative cpu time consumed in seconds.", _COUNTER, []),
     "container_cpu_user_seconds_total": ("Cumulative user cpu time consumed in seconds.", _COUNTER, []),
     "container_file_descriptors": ("Number of open file descriptors for the container.", _GAUGE, []),
-    "container_fs_inodes_free": ("Number of available Inodes", _GAUGE, ["device"]),
-    "container_fs_inodes_total": ("Number of Inodes", _GAUGE, ["device"]),
+    "container_fs_inodes_free": ("Number of available Inodes", _GAUGE, []),
+    "container_fs_inodes_total": ("Number of Inodes", _GAUGE, []),
     "container_fs_limit_bytes": ("Number of bytes that can be consumed by the container on this filesystem.",
-                                 _GAUGE, ["device"]),
-    "container_fs_reads_bytes_total": ("Cumulative count of bytes read", _COUNTER, ["device"]),
-    "container_fs_reads_total": ("Cumulative count of reads completed", _COUNTER, ["device"]),
+                                 _GAUGE, []),
+    "container_fs_reads_bytes_total": ("Cumulative count of bytes read", _COUNTER, []),
+    "container_fs_reads_total": ("Cumulative count of reads completed", _COUNTER, []),
     "container_fs_usage_bytes": ("Number of bytes that are consumed by the container on this filesystem.",
-                                 _GAUGE, ["device"]),
-    "container_fs_writes_bytes_total": ("Cumulative count of bytes written", _COUNTER, ["device"]),
-    "container_fs_writes_total": ("Cumulative count of writes completed", _COUNTER, ["device"]),
+                                 _GAUGE, []),
+    "container_fs_writes_bytes_total": ("Cumulative count of bytes written", _COUNTER, []),
+    "container_fs_writes_total": ("Cumulative count of writes completed", _COUNTER, []),
     "container_last_seen": ("Last time a container was seen by the exporter", _GAUGE, []),
     "container_memory_cache": ("Number of bytes of page cache memory.", _GAUGE, []),
     "container_memory_failcnt": ("Number of memory usage hits limits", _COUNTER, []),
@@ -431,11 +433,10 @@ def network_samples(pid: int) -> list[Sample]:
 
 def _container_samples(record: ContainerRecord, stats: api_pb2.ContainerStats, data: dict | None,
                        runtime: Runtime, layout: Layout, now: int) -> list[Sample]:
-    device = layout.images
     resources = decode_pb(api_pb2.ContainerConfig, record.config).linux.resources
     out: list[Sample] = [
-        ("container_fs_usage_bytes", [device], stats.writable_layer.used_bytes.value),
-        ("container_fs_inodes_total", [device], stats.writable_layer.inodes_used.value),
+        ("container_fs_usage_bytes", [], stats.writable_layer.used_bytes.value),
+        ("container_fs_inodes_total", [], stats.writable_layer.inodes_used.value),
         ("container_last_seen", [], now // 1_000_000_000),
         ("container_start_time_seconds", [], record.started_at // 1_000_000_000),
         ("container_spec_cpu_period", [], resources.cpu_period),
@@ -446,8 +447,8 @@ def _container_samples(record: ContainerRecord, stats: api_pb2.ContainerStats, d
     if runtime.kernel is not None:  # the filesystem the writable layers live on
         try:
             fs = runtime.kernel.statvfs(layout.images)
-            out += [("container_fs_inodes_free", [device], fs.f_favail),
-                    ("container_fs_limit_bytes", [device], fs.f_blocks * fs.f_frsize)]
+            out += [("container_fs_inodes_free", [], fs.f_favail),
+                    ("container_fs_limit_bytes", [], fs.f_blocks * fs.f_frsize)]
         except OSError as e:
             log.warning("statvfs %s: %s", layout.images, e)
     if data is None:  # no cgroup any more: not running

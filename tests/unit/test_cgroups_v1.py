@@ -54,8 +54,8 @@ def populate(mgr: V1Manager) -> dict[str, Path]:
     return {key: Path(path) for key, path in mgr.dirs.items()}
 
 
-def test_create_makes_every_hierarchy_and_fills_cpuset(bases, tmp_path, monkeypatch):
-    mgr = V1Manager(bases, ("pyruntime", "c1"), (("pyruntime",),))
+def cpuset_files_on_mkdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mkdir as cgroupfs does it: a new cpuset directory has empty cpuset.cpus and cpuset.mems."""
     real_mkdir = os.mkdir
 
     def mkdir_like_cgroupfs(path, mode=0o777):
@@ -65,6 +65,11 @@ def test_create_makes_every_hierarchy_and_fills_cpuset(bases, tmp_path, monkeypa
                 Path(path, name).write_text("")
 
     monkeypatch.setattr(os, "mkdir", mkdir_like_cgroupfs)
+
+
+def test_create_makes_every_hierarchy_and_fills_cpuset(bases, tmp_path, monkeypatch):
+    mgr = V1Manager(bases, ("pyruntime", "c1"), (("pyruntime",),))
+    cpuset_files_on_mkdir(tmp_path, monkeypatch)
     (tmp_path / "cpuset" / "pyruntime").mkdir()
     (tmp_path / "cpuset" / "pyruntime" / "cpuset.cpus").write_text("2\n")
     (tmp_path / "cpuset" / "pyruntime" / "cpuset.mems").write_text("0\n")
@@ -74,6 +79,18 @@ def test_create_makes_every_hierarchy_and_fills_cpuset(bases, tmp_path, monkeypa
     assert (tmp_path / "cpuset/pyruntime/c1/cpuset.cpus").read_text() == "2"
     assert (tmp_path / "cpuset/pyruntime/cpuset.cpus").read_text() == "2\n"
     assert (tmp_path / "cpuset/pyruntime/c1/cpuset.mems").read_text() == "0"
+
+
+def test_create_fills_a_shared_parent_a_concurrent_create_made_but_not_filled_yet(bases, tmp_path, monkeypatch):
+    # two containers created at once: the other one made pyruntime/ (empty cpuset, as the kernel makes it)
+    # and has not copied its parent's values yet; ours must not inherit the emptiness (ENOSPC on cgroup.procs)
+    mgr = V1Manager(bases, ("pyruntime", "c2"))
+    cpuset_files_on_mkdir(tmp_path, monkeypatch)
+    os.mkdir(tmp_path / "cpuset" / "pyruntime")
+    mgr.create()
+    assert (tmp_path / "cpuset/pyruntime/cpuset.cpus").read_text() == "0-3"
+    assert (tmp_path / "cpuset/pyruntime/c2/cpuset.cpus").read_text() == "0-3"
+    assert (tmp_path / "cpuset/pyruntime/c2/cpuset.mems").read_text() == "0"
 
 
 def test_set_writes_v1_files(bases):
