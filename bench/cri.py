@@ -272,7 +272,9 @@ def bench(pods: int, vias: list[str], out: Path | None) -> int:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="pynode-bench-cri-registry-", dir="/var/tmp") as tmp, \
             critest.critest_registry(Path(tmp)) as mirror, open(critest.LOCK, "a") as lock:
+        t0 = time.monotonic()
         fcntl.flock(lock, fcntl.LOCK_EX)
+        print(f"bench.cri: images pushed, lock held after {time.monotonic() - t0:.0f} s", file=sys.stderr)
         before = critest.HostState.take()
         work = Path(tempfile.mkdtemp(prefix="pynode-bench-cri-", dir="/var/tmp"))
         run_dir_existed = critest.CONTAINERD_RUN.exists()
@@ -293,6 +295,7 @@ def bench(pods: int, vias: list[str], out: Path | None) -> int:
                 return {"daemon": {n: daemon_memory(n, ep.proc.pid) for n, ep in endpoints.items()},
                         "pod": {n: pod_memory(clients[n], made[n]) for n in endpoints}}
 
+            print(f"bench.cri: daemons up, images pulled", file=sys.stderr)
             # a warm-up pod each, not counted (first-use costs: image snapshot mounts, CNI plugin caches)
             run_round(clients, 1, logs, "warmup")
             if "grpc" in vias:
