@@ -184,15 +184,14 @@ def daemon_memory(name: str, pid: int) -> dict[str, int]:
     rss, pss = memory_kib(pid)
     out = {"rss": rss, "pss": pss}
     if name == "pyruntime-cri":
-        launcher = children(pid)
-        lrss, lpss = (sum(x) for x in zip(*(memory_kib(p) for p in launcher))) if launcher else (0, 0)
-        out |= {"launcher_rss": lrss, "launcher_pss": lpss}
+        launcher = [memory_kib(p) for p in children(pid)]
+        out |= {"launcher_rss": sum(m[0] for m in launcher), "launcher_pss": sum(m[1] for m in launcher)}
     return out
 
 
 def pod_memory(client: Grpc, pods: list[tuple[str, str]]) -> dict[str, float]:
     """Mean over the pods of PSS (and RSS) of the container's parent (supervisor / shim) and the pause."""
-    per = {"pss": [], "rss": [], "parent_pss": [], "pause_pss": []}
+    per: dict[str, list[int]] = {"pss": [], "rss": [], "parent_pss": [], "pause_pss": []}
     for pod_id, cid in pods:
         pause, init = client.pids(pod_id, cid)
         keeper = parent(init)
@@ -206,7 +205,7 @@ def pod_memory(client: Grpc, pods: list[tuple[str, str]]) -> dict[str, float]:
 
 def run_round(clients: dict, pods: int, logs: Path, tag: str, measure: Callable | None = None) -> dict:
     """`pods` pods on every daemon, alternating; then (measure) memory; then every teardown."""
-    times = {name: {op: [] for op in OPS} for name in clients}
+    times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in OPS} for name in clients}
     made: dict[str, list[tuple[str, str]]] = {name: [] for name in clients}
     try:
         for n in range(pods):
@@ -225,12 +224,17 @@ def run_round(clients: dict, pods: int, logs: Path, tag: str, measure: Callable 
     finally:
         for name, client in clients.items():  # what a failed round left: best effort, the cleanup follows
             for pod_id, cid in made[name]:
-                if pod_id:
+                if pod_id and cid:
                     try:
-                        client.teardown(pod_id, cid) if cid else None
+                        client.teardown(pod_id, cid)
                     except Exception:
                         pass
     return {"times": times, "memory": memory}
+
+
+def _pid(endpoint: critest.Endpoint) -> int:
+    assert endpoint.proc is not None  # started
+    return endpoint.proc.pid
 
 
 def report(results: dict, pods: int) -> str:
@@ -243,8 +247,9 @@ def report(results: dict, pods: int) -> str:
         t = result["times"]
         for op in OPS:
             c, p = (sorted(x * 1000 for x in t[n][op]) for n in ("containerd", "pyruntime-cri"))
-            lines.append(f"| {via} | {op} | {statistics.median(c):.1f} | {pct(c, 0.9):.1f} | "
-                         f"{statistics.median(p):.1f} | {pct(p, 0.9):.1f} | {statistics.median(p) / statistics.median(c):.2f} |")
+            cm, pm = statistics.median(c), statistics.median(p)
+            lines.append(f"| {via} | {op} | {cm:.1f} | {pct(c, 0.9):.1f} | {pm:.1f} | {pct(p, 0.9):.1f} "
+                         f"| {pm / cm:.2f} |")
     mem = results["memory"]
     d, pod = mem["daemon"], mem["pod"]
     mib = 1024
@@ -292,10 +297,10 @@ def bench(pods: int, vias: list[str], out: Path | None) -> int:
 
             def measure(made: dict) -> dict:
                 time.sleep(1)  # let the pods settle (shims and supervisors finish their start-up allocations)
-                return {"daemon": {n: daemon_memory(n, ep.proc.pid) for n, ep in endpoints.items()},
+                return {"daemon": {n: daemon_memory(n, _pid(ep)) for n, ep in endpoints.items()},
                         "pod": {n: pod_memory(clients[n], made[n]) for n in endpoints}}
 
-            print(f"bench.cri: daemons up, images pulled", file=sys.stderr)
+            print("bench.cri: daemons up, images pulled", file=sys.stderr)
             # a warm-up pod each, not counted (first-use costs: image snapshot mounts, CNI plugin caches)
             run_round(clients, 1, logs, "warmup")
             if "grpc" in vias:
