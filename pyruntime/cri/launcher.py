@@ -31,7 +31,6 @@ the helper opened while the process was its unreaped child (no pid reuse can red
 from __future__ import annotations
 
 import array
-import importlib
 import itertools
 import json
 import os
@@ -364,7 +363,9 @@ class _Server:
         import pyruntime.linux.capabilities
         import pyruntime.linux.cgroups
         import pyruntime.oci.spec  # noqa: F401
+        from pyruntime.cri import supervisor
         from pyruntime.linux.syscalls import LinuxSyscalls
+        self.supervise = supervisor.supervise  # imported here, not per child: faster create, pages shared
         from pyruntime.runtime import Runtime
         self.kernel = LinuxSyscalls()
         self.runtime: Runtime = Runtime(settings, kernel=self.kernel)
@@ -479,12 +480,7 @@ class _Server:
     def _start_create(self, rid: int, raw: dict, _stdio) -> None:
         job = ContainerJob(**raw)
 
-        def child(report: socket.socket) -> None:
-            # by name: cri/supervisor.py is built beside this module, which type-checks without it
-            supervisor = importlib.import_module("pyruntime.cri.supervisor")
-            supervisor.supervise(self.runtime, job, report.fileno())
-
-        pending = self._fork(rid, "create", job, child)
+        pending = self._fork(rid, "create", job, lambda report: self.supervise(self.runtime, job, report.fileno()))
         pending.extra["start_time"] = process_start_time(pending.pid) or 0  # now, while it can't be reaped
 
     def _start_exec(self, rid: int, raw: dict, stdio: list[int | None]) -> None:
