@@ -267,7 +267,7 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
         security.run_as_group.value = sc["runAsGroup"]
-    env = [api_pb2.KeyValue(key=e["name"], value=e.get("value", "")) for e in container.get("env", [])
+    env = [api_pb2.KeyValue(key=e["name"], value=e.get("value", "").encode()) for e in container.get("env", [])
            if "valueFrom" not in e]
     grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
     return api_pb2.ContainerConfig(

@@ -91,6 +91,13 @@ def containerd(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def runtime(containerd):
+    client = cri.CRIRuntime(containerd.url, timeout=30)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
 def kubelet(control_plane, containerd, tmp_path_factory):
     work = tmp_path_factory.mktemp("pykubelet")
     config = work / "kubelet.yaml"
