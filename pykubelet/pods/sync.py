@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -101,8 +102,33 @@ def observe(runtime: cri.CRIRuntime, uid: str) -> RuntimePod:
     return state
 
 
+# the container fields that need a new container when they change: not resources (resized in place), not
+# probes or lifecycle hooks, and not fields a newer API server might default (that would restart every pod)
+HASHED_FIELDS = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "ports", "securityContext",
+                 "volumeMounts", "stdin", "stdinOnce", "tty")
+
+
 def container_hash(container: dict) -> str:
-    return hashlib.sha256(json.dumps(container, sort_keys=True).encode()).hexdigest()[:16]
+    spec = {k: container[k] for k in HASHED_FIELDS if container.get(k)}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The API's $(VAR) references: to the value of VAR when defined, kept as written when not; $$ is $."""
+    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def plain_env(container: dict) -> dict[str, str]:
+    """The container's env with plain values, each expanded against those before it (valueFrom is resolved
+    by pykubelet/pods/env.py)."""
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        if "valueFrom" not in e:
+            env[e["name"]] = expand(e.get("value", ""), env)
+    return env
 
 
 def restart_count(status: api_pb2.ContainerStatus) -> int:
@@ -267,14 +293,15 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
         security.run_as_group.value = sc["runAsGroup"]
-    env = [api_pb2.KeyValue(key=e["name"], value=e.get("value", "").encode()) for e in container.get("env", [])
-           if "valueFrom" not in e]
+    env = plain_env(container)
     grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
     return api_pb2.ContainerConfig(
         metadata=api_pb2.ContainerMetadata(name=container["name"], attempt=restart),
         image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container["image"]),
-        command=container.get("command", []), args=container.get("args", []),
-        working_dir=container.get("workingDir", ""), envs=env,
+        command=[expand(a, env) for a in container.get("command", [])],
+        args=[expand(a, env) for a in container.get("args", [])],
+        working_dir=container.get("workingDir", ""),
+        envs=[api_pb2.KeyValue(key=k, value=v.encode()) for k, v in env.items()],
         labels={POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"], POD_UID: meta["uid"],
                 CONTAINER_NAME: container["name"]},
         annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),

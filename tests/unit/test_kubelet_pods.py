@@ -110,6 +110,17 @@ def test_container_config_hash_restart_count_resources_and_log_path():
     sc = config.linux.security_context
     assert sc.no_new_privs and list(sc.capabilities.drop_capabilities) == ["ALL"] and "/proc/kcore" in sc.masked_paths
     assert container_hash(c) != container_hash({**c, "image": "img:2"})
+    # resources resize in place, probes and fields a newer API server defaults restart nothing
+    assert container_hash(c) == container_hash({**c, "resources": {}, "livenessProbe": {"exec": {}},
+                                                "terminationMessagePolicy": "File"})
+
+
+def test_env_references_expand_as_the_api_says():
+    c = {"name": "c", "image": "i", "command": ["echo", "$(A)-$(B)", "$$(A)", "$(MISSING)"],
+         "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)y"}]}
+    config = container_config(pod(containers=[c]), c, "i", 0, sandbox_config(pod(containers=[c]), Settings()))
+    assert list(config.command) == ["echo", "x-xy", "$(A)", "$(MISSING)"]
+    assert [(e.key, e.value) for e in config.envs] == [("A", b"x"), ("B", b"xy")]
 
 
 def container(cid: str, state: int, restart: int, exit_code: int = 0, reason: str = "") -> api_pb2.ContainerStatus:
