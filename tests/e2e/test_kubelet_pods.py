@@ -97,31 +97,50 @@ def runtime(containerd):
     client.close()
 
 
+class Kubelet:
+    """The pykubelet process, which a test may kill -9 and start again."""
+
+    def __init__(self, argv: list[str], work: Path) -> None:
+        self.argv, self.log_path, self.pods_dir = argv, work / "pykubelet.log", work / "pods"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="module")
 def kubelet(control_plane, containerd, tmp_path_factory):
     work = tmp_path_factory.mktemp("pykubelet")
     config = work / "kubelet.yaml"
     config.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
                                   "podLogsDir": str(work / "pods"), "syncFrequency": "10s"}))
-    with open(work / "pykubelet.log", "wb") as log:
-        proc = subprocess.Popen([str(PYKUBELET), "--kubeconfig", str(control_plane.node_kubeconfig(NODE)),
-                                 "--config", str(config), "--container-runtime-endpoint", containerd.url,
-                                 "--hostname-override", NODE, "--node-ip", NODE_IP, "--root-dir", str(work / "root"),
-                                 "-v", "1"], stdout=log, stderr=subprocess.STDOUT)
-    proc.log_path = work / "pykubelet.log"  # type: ignore[attr-defined]  # for failure messages
-    proc.pods_dir = work / "pods"  # type: ignore[attr-defined]
-    wait_for("the node to register", lambda: proc.poll() is not None or control_plane.kubectl(
+    k = Kubelet([str(PYKUBELET), "--kubeconfig", str(control_plane.node_kubeconfig(NODE)), "--config", str(config),
+                 "--container-runtime-endpoint", containerd.url, "--hostname-override", NODE, "--node-ip", NODE_IP,
+                 "--root-dir", str(work / "root"), "-v", "1"], work)
+    k.start()
+    assert k.proc is not None
+    wait_for("the node to register", lambda: k.proc.poll() is not None or control_plane.kubectl(
         "get", "node", NODE, check=False).returncode == 0)
-    assert proc.poll() is None, proc.log_path.read_text()[-3000:]  # type: ignore[attr-defined]
-    yield proc
+    assert k.proc.poll() is None, k.log_path.read_text()[-3000:]
+    yield k
     # pods are the kubelet's to remove: whatever a failed test left goes before the kubelet and the runtime
     control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    k.stop()
 
 
 @pytest.fixture
@@ -231,6 +250,27 @@ def test_crash_loop_backs_off_and_restart_count_grows(control_plane, kubelet, ru
         assert 1 <= len(containers) <= 2
     finally:
         delete(control_plane, "crash")
+
+
+def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
+    try:
+        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
+            get_pod(control_plane, "steady")), timeout=60)
+        uid = pod["metadata"]["uid"]
+        before = on_node(runtime, uid)
+        kubelet.kill()
+        kubelet.start()
+        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
+        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
+        time.sleep(5)
+        after = on_node(runtime, uid)
+        assert [s.id for s in after[0]] == [s.id for s in before[0]]
+        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
+        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
+        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
+    finally:
+        delete(control_plane, "steady")
 
 
 def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, containerd, kubepods, tmp_path):
