@@ -123,7 +123,8 @@ def test_env_references_expand_as_the_api_says():
     assert [(e.key, e.value) for e in config.envs] == [("A", b"x"), ("B", b"xy")]
 
 
-def container(cid: str, state: api_pb2.ContainerState, restart: int, exit_code: int = 0, reason: str = "") -> api_pb2.ContainerStatus:
+def container(cid: str, state: api_pb2.ContainerState, restart: int, exit_code: int = 0,
+              reason: str = "") -> api_pb2.ContainerStatus:
     return api_pb2.ContainerStatus(id=cid, state=state, exit_code=exit_code, reason=reason, image_ref="sha256:i",
                                    started_at=1_700_000_000 * 10**9, finished_at=1_700_000_001 * 10**9,
                                    labels={"io.kubernetes.container.name": "c"},
