@@ -169,6 +169,11 @@ class StatusManager:
         log.debug("pod %s/%s: status %s", namespace, name, status["phase"])
         return True
 
+    def last(self, pod_uid: str) -> dict:
+        """The status last patched for the pod ({} if none)."""
+        with self._lock:
+            return self._sent.get(pod_uid, {})
+
     def forget(self, pod_uid: str) -> None:
         with self._lock:
             self._sent.pop(pod_uid, None)

@@ -67,6 +67,13 @@ def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int) -> None:
         _ignore_missing(runtime.remove_pod_sandbox, s.id)
 
 
+def kill_pod_sandbox(runtime: cri.CRIRuntime, state: RuntimePod) -> None:
+    """Stops the sandboxes of a pod whose containers have all ended (its network and IP go)."""
+    for s in state.sandboxes:
+        if s.state == api_pb2.SANDBOX_READY:
+            _ignore_missing(runtime.stop_pod_sandbox, s.id)
+
+
 def cgroup_hierarchies() -> list[Path]:
     """The cgroup v2 root, or each v1 hierarchy (the runtime makes the pod's cgroup in all of them)."""
     if (CGROUP_ROOT / "cgroup.controllers").exists():

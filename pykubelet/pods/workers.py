@@ -28,6 +28,7 @@ from pykubelet.pods.status import StatusManager, pod_status
 from pykubelet.pods.sync import PodSyncer, observe
 
 log = logging.getLogger(__name__)
+TERMINAL = ("Succeeded", "Failed")
 
 
 class PodWorkers:
@@ -66,9 +67,15 @@ class PodWorkers:
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             self._terminate(uid, pod, state)
             return None
+        sent = self.statuses.last(uid)
+        if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
+            pod.setdefault("status", {})["phase"] = sent["phase"]
         result = self.syncer.sync(pod, state)
         state = observe(self.runtime, uid)
         status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name)
+        if status["phase"] in TERMINAL and state.sandbox is not None:
+            # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
+            termination.kill_pod_sandbox(self.runtime, state)
         meta = pod["metadata"]
         self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
                                      current=pod.get("status"))

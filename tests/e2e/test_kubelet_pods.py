@@ -252,6 +252,22 @@ def test_crash_loop_backs_off_and_restart_count_grows(control_plane, kubelet, ru
         delete(control_plane, "crash")
 
 
+def test_finished_pod_succeeds_and_gives_back_its_ip(control_plane, kubelet, runtime, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("once", {"name": "once", "image": BUSYBOX,
+                                                    "command": ["sh", "-c", "echo done"]}, restartPolicy="Never"))
+    try:
+        pod = wait_for("once Succeeded", lambda: (lambda p: p if p.get("status", {}).get("phase") == "Succeeded"
+                                                  else None)(get_pod(control_plane, "once")), timeout=60)
+        (cs,) = pod["status"]["containerStatuses"]
+        assert cs["state"]["terminated"]["exitCode"] == 0 and cs["state"]["terminated"]["reason"] == "Completed"
+        assert cs["restartCount"] == 0
+        sandboxes, containers = wait_for("the sandbox stopped", lambda: (lambda o: o if all(
+            s.state == api_pb2.SANDBOX_NOTREADY for s in o[0]) else None)(on_node(runtime, pod["metadata"]["uid"])))
+        assert len(sandboxes) == 1 and len(containers) == 1  # the container stays, for its logs
+    finally:
+        delete(control_plane, "once")
+
+
 def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
     apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
     try:
