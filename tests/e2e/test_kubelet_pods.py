@@ -114,7 +114,8 @@ class Kubelet:
         self.proc.wait()
 
     def stop(self) -> None:
-        assert self.proc is not None
+        if self.proc is None or self.proc.poll() is not None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(timeout=15)
@@ -268,27 +269,6 @@ def test_finished_pod_succeeds_and_gives_back_its_ip(control_plane, kubelet, run
         delete(control_plane, "once")
 
 
-def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
-    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
-    try:
-        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
-            get_pod(control_plane, "steady")), timeout=60)
-        uid = pod["metadata"]["uid"]
-        before = on_node(runtime, uid)
-        kubelet.kill()
-        kubelet.start()
-        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
-        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
-        time.sleep(5)
-        after = on_node(runtime, uid)
-        assert [s.id for s in after[0]] == [s.id for s in before[0]]
-        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
-        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
-        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
-    finally:
-        delete(control_plane, "steady")
-
-
 def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, containerd, kubepods, tmp_path):
     script = "trap 'echo got SIGTERM; exit 0' TERM; echo ready; while true; do sleep 0.2; done"
     apply(control_plane, tmp_path, pod_spec("term", {"name": "term", "image": BUSYBOX,
@@ -309,3 +289,25 @@ def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime
     reservations = containerd.work / "ipam"
     assert not any(ip in p.name for p in reservations.rglob("*")), list(reservations.rglob("*"))
     assert not [p for h in cgroup_hierarchies() for p in h.glob(f"kubepods/**/pod{uid}")]
+
+
+def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
+    try:
+        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
+            get_pod(control_plane, "steady")), timeout=60)
+        uid = pod["metadata"]["uid"]
+        before = on_node(runtime, uid)
+        kubelet.kill()
+        kubelet.start()
+        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
+        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
+        time.sleep(5)
+        after = on_node(runtime, uid)
+        assert [s.id for s in after[0]] == [s.id for s in before[0]]
+        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
+        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
+        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
+    finally:
+        delete(control_plane, "steady")
+        kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
