@@ -36,6 +36,7 @@ class Settings:
     file_check_frequency: float = 20.0
     node_ip: str | None = None
     root_dir: Path = Path("/var/lib/kubelet")
+    pod_logs_dir: Path = Path("/var/log/pods")  # podLogsDir: containers' logs, NS_NAME_UID/NAME/N.log
     address: str = "0.0.0.0"
     port: int = 10250
     tls_cert_file: Path | None = None
@@ -173,6 +174,7 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "authorization.webhook.cacheAuthorizedTTL": (None, duration),
     "authorization.webhook.cacheUnauthorizedTTL": (None, duration),
     "maxPods": ("max_pods", integer(1)),
+    "podLogsDir": ("pod_logs_dir", path),
     "syncFrequency": ("sync_frequency", duration),
     "nodeStatusUpdateFrequency": ("node_status_update_frequency", duration),
     "nodeStatusReportFrequency": ("node_status_report_frequency", duration),

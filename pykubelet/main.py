@@ -2,9 +2,10 @@
 file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
-before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop and
-the informers; without one, standalone mode (static pods only). SIGTERM or SIGINT stops every loop and
-the process exits 0; pods keep running (a kubelet restart must not touch them).
+before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop,
+the pod informer and the pod workers (pykubelet/pods); without one, standalone mode (static pods only).
+SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
+touch them).
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []
+    informers = []
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -57,24 +59,33 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             log.info("no --kubeconfig: standalone mode, static pods only")
         else:
             from pykubelet.api.client import make_client
+            from pykubelet.api.informer import pod_informer
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
+            from pykubelet.pods.workers import PodWorkers
 
             client = make_client(settings.kubeconfig)
             status = NodeStatus(client, runtime, settings)
             if not register(client, settings, status, stop):
                 return
             lease = NodeLease(client, settings)
-            for name, target in (("lease", lease.run), ("node-status", status.run)):
+            pods = pod_informer(client, settings.node_name)
+            workers = PodWorkers(client, runtime, settings, pods, runtime_name=runtime.version().runtime_name)
+            informers.append(pods.start())
+            for name, target in (("lease", lease.run), ("node-status", status.run), ("pod-workers", workers.run)):
                 threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
             for t in threads:
                 t.start()
         stop.wait()
     finally:
+        for informer in informers:
+            informer.stop()
         for t in threads:
             t.join(timeout=10)
+        for informer in informers:
+            informer.join(timeout=5)
         runtime.close()
 
 

@@ -1,0 +1,179 @@
+"""The status manager: what the API server, and so `kubectl get pods`, the scheduler and the endpoints
+controller, learn of a pod on this node.
+
+The status is computed from the runtime (what runs, exit codes, the sandbox's IP) and the last pass's
+waiting reasons, never from memory, so it is right after a kubelet restart. It goes to pods/status as a
+merge patch only when it differs from what was last sent, so a resync of an unchanged pod costs the API
+server nothing; condition transition times change only when a condition's status flips.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from typing import Any
+
+from proto import api_pb2
+from pykubelet.pods.sync import RuntimePod, SyncResult, restart_count
+
+log = logging.getLogger(__name__)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _time(ns: int) -> str | None:
+    if not ns:
+        return None
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _terminated(s: api_pb2.ContainerStatus, runtime_name: str) -> dict:
+    out = {"exitCode": s.exit_code, "reason": s.reason or ("Completed" if s.exit_code == 0 else "Error"),
+           "startedAt": _time(s.started_at), "finishedAt": _time(s.finished_at),
+           "containerID": f"{runtime_name}://{s.id}"}
+    if s.message:
+        out["message"] = s.message
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def container_status(container: dict, history: list[api_pb2.ContainerStatus], waiting: tuple[str, str] | None,
+                     runtime_name: str, default_waiting: str) -> dict:
+    out: dict[str, Any] = {"name": container["name"], "image": container["image"], "imageID": "",
+                           "restartCount": 0, "ready": False, "started": False}
+    latest = history[0] if history else None
+    previous = next((s for s in history[1:] if s.state == api_pb2.CONTAINER_EXITED), None)
+    if latest is not None:
+        out["restartCount"] = restart_count(latest)
+        out["imageID"] = latest.image_ref
+        out["containerID"] = f"{runtime_name}://{latest.id}"
+        if latest.state == api_pb2.CONTAINER_RUNNING and waiting is None:
+            out["state"] = {"running": {"startedAt": _time(latest.started_at)}}
+            out["ready"] = out["started"] = True
+        elif latest.state == api_pb2.CONTAINER_EXITED and waiting is None:
+            out["state"] = {"terminated": _terminated(latest, runtime_name)}
+        else:
+            if latest.state == api_pb2.CONTAINER_EXITED:
+                previous = latest
+            out["state"] = {"waiting": {"reason": waiting[0] if waiting else default_waiting}}
+            if waiting and waiting[1]:
+                out["state"]["waiting"]["message"] = waiting[1]
+    else:
+        reason, message = waiting or (default_waiting, "")
+        out["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    out["lastState"] = {"terminated": _terminated(previous, runtime_name)} if previous is not None else {}
+    return out
+
+
+def phase(pod: dict, init_done: bool, init_failed: bool, statuses: list[dict]) -> str:
+    """The kubelet's getPhase."""
+    policy = pod["spec"].get("restartPolicy", "Always")
+    if init_failed:
+        return "Failed"
+    if not init_done:
+        return "Pending"
+    running = sum("running" in s["state"] for s in statuses)
+    stopped = [s for s in statuses if "terminated" in s["state"]
+               or ("waiting" in s["state"] and "terminated" in s["lastState"])]
+    waiting = len(statuses) - running - len(stopped)
+    failed = sum((s["state"].get("terminated") or s["lastState"].get("terminated", {})).get("exitCode", 0) != 0
+                 for s in stopped)
+    if waiting > 0:
+        return "Pending"
+    if running > 0:
+        return "Running"
+    if policy == "Always":
+        return "Running"
+    if policy == "Never" and failed:
+        return "Failed"
+    if policy == "OnFailure" and failed:
+        return "Running"
+    return "Succeeded"
+
+
+def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str) -> dict:
+    spec, previous = pod["spec"], pod.get("status", {})
+    init_statuses = []
+    init_done = True
+    for c in spec.get("initContainers", []):
+        history = state.history(c["name"])
+        s = container_status(c, history, result.waiting.get(c["name"]), runtime_name, "PodInitializing")
+        s["ready"] = bool(history) and history[0].state == api_pb2.CONTAINER_EXITED and history[0].exit_code == 0
+        init_done = init_done and s["ready"]
+        init_statuses.append(s)
+    default = "ContainerCreating" if init_done else "PodInitializing"
+    statuses = [container_status(c, state.history(c["name"]), result.waiting.get(c["name"]), runtime_name, default)
+                for c in spec.get("containers", [])]
+    ph = phase(pod, init_done, result.init_failed, statuses)
+    containers_ready = init_done and all(s["ready"] for s in statuses)
+    sandbox_ready = state.sandbox is not None
+    status: dict[str, Any] = {
+        "phase": ph, "qosClass": previous.get("qosClass"),
+        "startTime": previous.get("startTime") or now(),
+        "conditions": [
+            {"type": "PodReadyToStartContainers", "status": str(sandbox_ready)},
+            {"type": "Initialized", "status": str(init_done)},
+            {"type": "Ready", "status": str(containers_ready and ph == "Running"),
+             **({} if containers_ready else {"reason": "ContainersNotReady"})},
+            {"type": "ContainersReady", "status": str(containers_ready),
+             **({} if containers_ready else {"reason": "ContainersNotReady"})},
+            {"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": statuses,
+    }
+    if init_statuses:
+        status["initContainerStatuses"] = init_statuses
+    if host_ip:
+        status["hostIP"], status["hostIPs"] = host_ip, [{"ip": host_ip}]
+    net = state.sandbox_status.network if state.sandbox_status is not None else None
+    if net is not None and net.ip:
+        ips = [net.ip] + [a.ip for a in net.additional_ips]
+        status["podIP"], status["podIPs"] = ips[0], [{"ip": ip} for ip in ips]
+    elif spec.get("hostNetwork") and host_ip:
+        status["podIP"], status["podIPs"] = host_ip, [{"ip": host_ip}]
+    return {k: v for k, v in status.items() if v is not None}
+
+
+class StatusManager:
+    def __init__(self, client) -> None:
+        self.client = client
+        self._sent: dict[str, dict] = {}  # pod uid -> the status last patched
+        self._lock = threading.Lock()
+
+    def _with_transition_times(self, pod_uid: str, status: dict, current: dict) -> dict:
+        last = self._sent.get(pod_uid) or current
+        before = {c["type"]: c for c in last.get("conditions", [])}
+        if last.get("startTime"):
+            status["startTime"] = last["startTime"]
+        for c in status.get("conditions", []):
+            old = before.get(c["type"])
+            c["lastProbeTime"] = None
+            c["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == c["status"] \
+                and old.get("lastTransitionTime") else now()
+        return status
+
+    def set_pod_status(self, pod_uid: str, status: dict, *, namespace: str, name: str,
+                       current: dict | None = None) -> bool:
+        """Patches pods/status of the pod when `status` differs from what was sent; `current` is the pod's
+        status as the API server has it (for the transition times after a restart). True if it patched."""
+        from lightkube.resources.core_v1 import Pod
+        from lightkube.types import PatchType
+
+        with self._lock:
+            status = self._with_transition_times(pod_uid, status, current or {})
+            if self._sent.get(pod_uid) == status:
+                return False
+        self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
+        with self._lock:
+            self._sent[pod_uid] = status
+        log.debug("pod %s/%s: status %s", namespace, name, status["phase"])
+        return True
+
+    def last(self, pod_uid: str) -> dict:
+        """The status last patched for the pod ({} if none)."""
+        with self._lock:
+            return self._sent.get(pod_uid, {})
+
+    def forget(self, pod_uid: str) -> None:
+        with self._lock:
+            self._sent.pop(pod_uid, None)

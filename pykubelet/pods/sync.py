@@ -1,0 +1,485 @@
+"""SyncPod: one level-triggered pass that makes the runtime hold what a pod asks for.
+
+The runtime is the record of what runs, not a memory of this process: every container and sandbox carries
+the kubelet's labels (pod name/namespace/uid, container name) and annotations (the spec hash, the restart
+count), and each pass reads them back and compares. So a kubelet that restarts, or crashes between two
+calls, picks up where it was, and a container whose spec hash did not change is never recreated
+(upstream's kubernetes#23104): only a spec change, an exited container that the restart policy restarts,
+or a sandbox that died makes it act. Each pass does at most what is due now and says when to come back
+(a back-off ending, an init container still running); the PLEG brings it back on container changes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.config import Settings
+from pykubelet.pods.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+POD_NAME = "io.kubernetes.pod.name"
+POD_NAMESPACE = "io.kubernetes.pod.namespace"
+POD_UID = "io.kubernetes.pod.uid"
+CONTAINER_NAME = "io.kubernetes.container.name"
+HASH = "io.kubernetes.container.hash"
+RESTART_COUNT = "io.kubernetes.container.restartCount"
+GRACE = "io.kubernetes.pod.terminationGracePeriod"
+TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+PORTS = "io.kubernetes.container.ports"
+# what the kubelet masks and makes read-only in every unprivileged container (procMount Default)
+MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+                "/sys/devices/virtual/powercap"]
+READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+NAMESPACE_MODE = {True: api_pb2.NODE, False: api_pb2.POD}
+CPU_PERIOD = 100_000
+MIN_SHARES = 2
+
+
+class SyncError(Exception):
+    """A step failed in a way the pod's status shows: `reason` is the container's waiting reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class RuntimePod:
+    """What the runtime has of one pod: its sandboxes and containers, newest first, with statuses."""
+    sandboxes: list[api_pb2.PodSandbox] = field(default_factory=list)
+    containers: list[api_pb2.Container] = field(default_factory=list)
+    statuses: dict[str, api_pb2.ContainerStatus] = field(default_factory=dict)
+    sandbox_status: api_pb2.PodSandboxStatus | None = None
+
+    @property
+    def sandbox(self) -> api_pb2.PodSandbox | None:
+        """The newest ready sandbox: the one the pod's containers run in."""
+        return next((s for s in self.sandboxes if s.state == api_pb2.SANDBOX_READY), None)
+
+    def history(self, name: str) -> list[api_pb2.ContainerStatus]:
+        """The statuses of container `name`, newest first."""
+        return [self.statuses[c.id] for c in self.containers
+                if c.labels.get(CONTAINER_NAME) == name and c.id in self.statuses]
+
+
+@dataclass
+class SyncResult:
+    waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (reason, message)
+    requeue_after: float | None = None
+    init_failed: bool = False
+
+    def again_in(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+
+def observe(runtime: cri.CRIRuntime, uid: str) -> RuntimePod:
+    selector = {POD_UID: uid}
+    sandboxes = runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
+    containers = runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector))
+    state = RuntimePod(sorted(sandboxes, key=lambda s: -s.created_at), sorted(containers, key=lambda c: -c.created_at))
+    for c in state.containers:
+        try:
+            state.statuses[c.id] = runtime.container_status(c.id).status
+        except cri.NotFound:
+            pass  # removed meanwhile
+    if state.sandbox is not None:
+        try:
+            state.sandbox_status = runtime.pod_sandbox_status(state.sandbox.id).status
+        except cri.NotFound:
+            pass
+    return state
+
+
+# the container fields that need a new container when they change: not resources (resized in place), not
+# probes or lifecycle hooks, and not fields a newer API server might default (that would restart every pod)
+HASHED_FIELDS = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "ports", "securityContext",
+                 "volumeMounts", "stdin", "stdinOnce", "tty")
+
+
+def container_hash(container: dict) -> str:
+    spec = {k: container[k] for k in HASHED_FIELDS if container.get(k)}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The API's $(VAR) references: to the value of VAR when defined, kept as written when not; $$ is $."""
+    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def plain_env(container: dict) -> dict[str, str]:
+    """The container's env with plain values, each expanded against those before it (valueFrom is resolved
+    by pykubelet/pods/env.py)."""
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        if "valueFrom" not in e:
+            env[e["name"]] = expand(e.get("value", ""), env)
+    return env
+
+
+def restart_count(status: api_pb2.ContainerStatus) -> int:
+    return int(status.annotations.get(RESTART_COUNT, "0") or 0)
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """A resource quantity ("100m", "1.5", "64Mi", "1G", "1e3") as a number (cores or bytes)."""
+    s = str(value)
+    for suffix, mult in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60),
+                         ("n", Decimal("1e-9")), ("u", Decimal("1e-6")), ("m", Decimal("1e-3")), ("k", 10**3),
+                         ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18)):
+        if s.endswith(suffix):
+            return Decimal(s[: -len(suffix)]) * mult
+    return Decimal(s)
+
+
+def qos_class(pod: dict) -> str:
+    containers = pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
+    requests = [c.get("resources", {}).get("requests", {}) for c in containers]
+    limits = [c.get("resources", {}).get("limits", {}) for c in containers]
+    if not any(requests) and not any(limits):
+        return "BestEffort"
+    if all(lim.get("cpu") and lim.get("memory") and req.get("cpu", lim["cpu"]) == lim["cpu"]
+           and req.get("memory", lim["memory"]) == lim["memory"] for req, lim in zip(requests, limits, strict=True)):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def cgroup_parent(pod: dict, settings: Settings) -> str:
+    """The pod's cgroup under kubepods, by QoS class, as the kubelet names it for each cgroup driver."""
+    qos, uid = qos_class(pod), pod["metadata"]["uid"]
+    if settings.cgroup_driver == "systemd":
+        uid_ = uid.replace("-", "_")
+        if qos == "Guaranteed":
+            return f"kubepods-pod{uid_}.slice"
+        return f"kubepods-{qos.lower()}-pod{uid_}.slice"
+    parts = [settings.cgroup_root.rstrip("/"), "kubepods"] + ([] if qos == "Guaranteed" else [qos.lower()])
+    return "/".join(parts + [f"pod{uid}"])
+
+
+def log_directory(pod: dict, settings: Settings) -> Path:
+    m = pod["metadata"]
+    return settings.pod_logs_dir / f"{m['namespace']}_{m['name']}_{m['uid']}"
+
+
+def linux_resources(container: dict) -> api_pb2.LinuxContainerResources:
+    res = container.get("resources", {})
+    requests, limits = res.get("requests", {}), res.get("limits", {})
+    out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
+    cpu_request = requests.get("cpu", limits.get("cpu"))
+    out.cpu_shares = max(MIN_SHARES, int(parse_quantity(cpu_request) * 1024)) if cpu_request else MIN_SHARES
+    if "cpu" in limits:
+        out.cpu_quota = max(1000, int(parse_quantity(limits["cpu"]) * CPU_PERIOD))
+    if "memory" in limits:
+        out.memory_limit_in_bytes = int(parse_quantity(limits["memory"]))
+    return out
+
+
+def security_context(pod: dict, container: dict | None) -> dict:
+    """The container's securityContext over the pod's (the fields both have)."""
+    merged = {k: v for k, v in pod["spec"].get("securityContext", {}).items()
+              if k in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile")}
+    merged.update((container or {}).get("securityContext", {}))
+    return merged
+
+
+def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
+    profile = sc.get("seccompProfile")
+    if not profile or profile.get("type") == "Unconfined":
+        return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
+    if profile["type"] == "Localhost":
+        return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Localhost,
+                                       localhost_ref=profile.get("localhostProfile", ""))
+    return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault)
+
+
+def namespace_options(pod: dict) -> api_pb2.NamespaceOption:
+    spec = pod["spec"]
+    return api_pb2.NamespaceOption(
+        network=NAMESPACE_MODE[bool(spec.get("hostNetwork"))],
+        pid=api_pb2.NODE if spec.get("hostPID") else
+        (api_pb2.POD if spec.get("shareProcessNamespace") else api_pb2.CONTAINER),
+        ipc=NAMESPACE_MODE[bool(spec.get("hostIPC"))])
+
+
+def dns_config(pod: dict, settings: Settings) -> api_pb2.DNSConfig | None:
+    """ClusterFirst: the cluster DNS and its search path; Default (or no cluster DNS): the runtime's (the
+    host's); None: only the pod's dnsConfig, which is merged over the others as the kubelet does."""
+    spec = pod["spec"]
+    policy = spec.get("dnsPolicy", "ClusterFirst")
+    if policy == "ClusterFirst" and spec.get("hostNetwork"):
+        policy = "Default"
+    if policy == "ClusterFirstWithHostNet":
+        policy = "ClusterFirst"
+    servers: list[str] = []
+    searches: list[str] = []
+    options: list[str] = []
+    if policy == "ClusterFirst" and settings.cluster_dns:
+        domain, ns = settings.cluster_domain, pod["metadata"]["namespace"]
+        servers = list(settings.cluster_dns)
+        searches = [f"{ns}.svc.{domain}", f"svc.{domain}", domain] if domain else []
+        options = ["ndots:5"]
+    extra = spec.get("dnsConfig") or {}
+    servers += [s for s in extra.get("nameservers", []) if s not in servers]
+    searches += [s for s in extra.get("searches", []) if s not in searches]
+    for opt in extra.get("options", []):
+        text = f"{opt['name']}:{opt['value']}" if opt.get("value") is not None else opt["name"]
+        options = [o for o in options if o.split(":")[0] != opt["name"]] + [text]
+    if not (servers or searches or options):
+        return None
+    return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
+
+
+def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.PodSandboxConfig:
+    meta, spec = pod["metadata"], pod["spec"]
+    hostname = settings.node_name if spec.get("hostNetwork") else (spec.get("hostname") or meta["name"])[:63]
+    ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.get("protocol", "TCP")),
+                                 container_port=p["containerPort"], host_port=p["hostPort"],
+                                 host_ip=p.get("hostIP", ""))
+             for c in spec.get("containers", []) for p in c.get("ports", []) if p.get("hostPort")]
+    sc = spec.get("securityContext", {})
+    privileged = any(c.get("securityContext", {}).get("privileged")
+                     for c in spec.get("containers", []) + spec.get("initContainers", []))
+    security = api_pb2.LinuxSandboxSecurityContext(
+        namespace_options=namespace_options(pod), privileged=privileged,
+        supplemental_groups=sc.get("supplementalGroups", []), seccomp=seccomp(security_context(pod, None)))
+    if "runAsUser" in sc:
+        security.run_as_user.value = sc["runAsUser"]
+    if "runAsGroup" in sc:
+        security.run_as_group.value = sc["runAsGroup"]
+    linux = api_pb2.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent(pod, settings), security_context=security,
+                                          sysctls={s["name"]: s["value"] for s in sc.get("sysctls", [])})
+    config = api_pb2.PodSandboxConfig(
+        metadata=api_pb2.PodSandboxMetadata(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                                            attempt=attempt),
+        hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
+        labels={**meta.get("labels", {}), POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"],
+                POD_UID: meta["uid"]},
+        annotations=meta.get("annotations", {}), linux=linux)
+    dns = dns_config(pod, settings)
+    if dns is not None:
+        config.dns_config.CopyFrom(dns)
+    return config
+
+
+def container_config(pod: dict, container: dict, image_ref: str, restart: int,
+                     sandbox: api_pb2.PodSandboxConfig) -> api_pb2.ContainerConfig:
+    meta, spec = pod["metadata"], pod["spec"]
+    sc = security_context(pod, container)
+    caps = sc.get("capabilities", {})
+    privileged = bool(sc.get("privileged"))
+    security = api_pb2.LinuxContainerSecurityContext(
+        capabilities=api_pb2.Capability(add_capabilities=caps.get("add", []), drop_capabilities=caps.get("drop", [])),
+        privileged=privileged, namespace_options=sandbox.linux.security_context.namespace_options,
+        readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
+        supplemental_groups=spec.get("securityContext", {}).get("supplementalGroups", []),
+        no_new_privs=sc.get("allowPrivilegeEscalation") is False, seccomp=seccomp(sc),
+        masked_paths=[] if privileged or sc.get("procMount") == "Unmasked" else MASKED_PATHS,
+        readonly_paths=[] if privileged or sc.get("procMount") == "Unmasked" else READONLY_PATHS)
+    if "runAsUser" in sc:
+        security.run_as_user.value = sc["runAsUser"]
+    if "runAsGroup" in sc:
+        security.run_as_group.value = sc["runAsGroup"]
+    env = plain_env(container)
+    grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
+    return api_pb2.ContainerConfig(
+        metadata=api_pb2.ContainerMetadata(name=container["name"], attempt=restart),
+        image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container["image"]),
+        command=[expand(a, env) for a in container.get("command", [])],
+        args=[expand(a, env) for a in container.get("args", [])],
+        working_dir=container.get("workingDir", ""),
+        envs=[api_pb2.KeyValue(key=k, value=v.encode()) for k, v in env.items()],
+        labels={POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"], POD_UID: meta["uid"],
+                CONTAINER_NAME: container["name"]},
+        annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),
+                     TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath", "/dev/termination-log"),
+                     **({PORTS: json.dumps(container["ports"])} if container.get("ports") else {})},
+        log_path=f"{container['name']}/{restart}.log",
+        stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")), tty=bool(container.get("tty")),
+        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
+
+
+class PodSyncer:
+    """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
+
+    def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
+                 image_backoff: Backoff | None = None) -> None:
+        self.runtime, self.settings = runtime, settings
+        self.backoff = backoff or Backoff()
+        self.image_backoff = image_backoff or Backoff()
+        self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
+        self._failed_pulls: dict[str, float] = {}  # image -> when its last pull failed
+
+    # --- images -----------------------------------------------------------------------------------
+
+    def ensure_image(self, container: dict, sandbox: api_pb2.PodSandboxConfig) -> str:
+        image = container["image"]
+        policy = container.get("imagePullPolicy") or (
+            "Always" if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest") else "IfNotPresent")
+        if policy != "Always":
+            present = self.runtime.image_status(image).image
+            if present.ByteSize():
+                return present.id
+            if policy == "Never":
+                raise SyncError("ErrImageNeverPull",
+                                f'Container image "{image}" is not present with pull policy of Never')
+        key = f"image/{image}"
+        wait = self.image_backoff.remaining(key, self._failed_pulls.get(image, 0.0))
+        if wait > 0:
+            raise SyncError("ImagePullBackOff", f'Back-off pulling image "{image}"')
+        try:
+            if self._pull_lock is not None:
+                with self._pull_lock:
+                    ref = self.runtime.pull_image(image, sandbox_config=sandbox)
+            else:
+                ref = self.runtime.pull_image(image, sandbox_config=sandbox)
+        except cri.CRIError as e:
+            self._failed_pulls[image] = time.time()
+            self.image_backoff.restarted(key)
+            raise SyncError("ErrImagePull", f"failed to pull image {image!r}: {e.details}") from e
+        self._failed_pulls.pop(image, None)
+        return ref
+
+    # --- the pass ---------------------------------------------------------------------------------
+
+    def sync(self, pod: dict, state: RuntimePod) -> SyncResult:
+        """One pass over `pod` (a dict of the Pod), given what the runtime has of it."""
+        result = SyncResult()
+        spec, uid = pod["spec"], pod["metadata"]["uid"]
+        sandbox = state.sandbox
+        if sandbox is None:
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                return result  # a finished pod is not brought back
+            for old in state.sandboxes:  # a dead sandbox: its containers go with it
+                self._stop_sandbox(old.id, state)
+            sandbox_cfg = sandbox_config(pod, self.settings, attempt=len(state.sandboxes))
+            log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
+            try:
+                sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
+            except cri.CRIError as e:
+                log.warning("pod %s: RunPodSandbox: %s", pod["metadata"]["name"], e)
+                for c in spec.get("containers", []):
+                    result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e.details}")
+                result.again_in(2.0)
+                return result
+            log.info("pod %s/%s: sandbox %s", pod["metadata"]["namespace"], pod["metadata"]["name"], sandbox_id[:12])
+            state = observe(self.runtime, uid)
+            sandbox = state.sandbox
+            if sandbox is None:
+                result.again_in(1.0)
+                return result
+        else:
+            sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt)
+        policy = spec.get("restartPolicy", "Always")
+        # init containers, one at a time, in order; each must succeed before the next starts
+        for container in spec.get("initContainers", []):
+            history = list(state.history(container["name"]))
+            current = history[0] if history and self._in(state, history[0], sandbox.id) else None
+            if current is not None and current.state == api_pb2.CONTAINER_EXITED and current.exit_code == 0:
+                continue
+            if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
+                return result  # the PLEG brings us back when it exits
+            if current is not None and policy == "Never":
+                result.init_failed = True
+                return result
+            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result)
+            return result
+        for container in spec.get("containers", []):
+            history = state.history(container["name"])
+            current = history[0] if history and self._in(state, history[0], sandbox.id) else None
+            if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
+                if current.annotations.get(HASH) == container_hash(container):
+                    continue
+                log.info("pod %s: container %s changed: recreating", pod["metadata"]["name"], container["name"])
+                self.runtime.stop_container(current.id, int(current.annotations.get(GRACE, "30") or 30))
+                current = self.runtime.container_status(current.id).status
+            elif current is not None and current.state != api_pb2.CONTAINER_CREATED:
+                succeeded = current.exit_code == 0
+                if policy == "Never" or (policy == "OnFailure" and succeeded):
+                    continue
+            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result)
+        self._remove_dead(state)
+        return result
+
+    @staticmethod
+    def _in(state: RuntimePod, status: api_pb2.ContainerStatus, sandbox_id: str) -> bool:
+        return any(c.id == status.id and c.pod_sandbox_id == sandbox_id for c in state.containers)
+
+    def _start_or_back_off(self, pod: dict, container: dict, history: list[api_pb2.ContainerStatus],
+                           current: api_pb2.ContainerStatus | None, sandbox_id: str,
+                           sandbox_cfg: api_pb2.PodSandboxConfig, result: SyncResult) -> None:
+        name, meta = container["name"], pod["metadata"]
+        restart = restart_count(history[0]) + 1 if history else 0
+        if current is not None and current.state == api_pb2.CONTAINER_EXITED:
+            key = f"{meta['uid']}/{name}/{container_hash(container)}"
+            wait = self.backoff.remaining(key, current.finished_at / 1e9)
+            if wait > 0:
+                delay = self.backoff.current(key)
+                result.waiting[name] = ("CrashLoopBackOff", f"back-off {delay:g}s restarting failed container={name} "
+                                        f"pod={meta['name']}_{meta['namespace']}({meta['uid']})")
+                result.again_in(wait)
+                return
+            self.backoff.restarted(key)
+        if current is not None and current.state == api_pb2.CONTAINER_CREATED:
+            self._remove(current.id)  # created but never started: a pass that died half-way
+        try:
+            image_ref = self.ensure_image(container, sandbox_cfg)
+        except SyncError as e:
+            result.waiting[name] = (e.reason, str(e))
+            result.again_in(self.image_backoff.initial)
+            return
+        config = container_config(pod, container, image_ref, restart, sandbox_cfg)
+        try:
+            cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
+        except cri.CRIError as e:
+            result.waiting[name] = ("CreateContainerError", e.details)
+            result.again_in(self.backoff.initial)
+            return
+        try:
+            self.runtime.start_container(cid)
+        except cri.CRIError as e:
+            result.waiting[name] = ("RunContainerError", e.details)
+            result.again_in(self.backoff.initial)
+            return
+        log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
+                 restart)
+
+    def _remove(self, container_id: str) -> None:
+        try:
+            self.runtime.remove_container(container_id)
+        except cri.NotFound:
+            pass
+
+    def _remove_dead(self, state: RuntimePod) -> None:
+        """Keeps the newest container of each name and the newest dead one (`kubectl logs --previous`)."""
+        names = {c.labels.get(CONTAINER_NAME) for c in state.containers}
+        for name in names:
+            history = state.history(name)
+            dead = [s for s in history[1:] if s.state == api_pb2.CONTAINER_EXITED]
+            for s in dead[1:] if history[0].state != api_pb2.CONTAINER_EXITED else dead:
+                self._remove(s.id)
+
+    def _stop_sandbox(self, sandbox_id: str, state: RuntimePod) -> None:
+        for c in state.containers:
+            if c.pod_sandbox_id == sandbox_id and c.state == api_pb2.CONTAINER_RUNNING:
+                try:
+                    self.runtime.stop_container(c.id, 0)
+                except cri.NotFound:
+                    pass
+        try:
+            self.runtime.stop_pod_sandbox(sandbox_id)
+        except cri.NotFound:
+            pass

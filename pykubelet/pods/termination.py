@@ -1,0 +1,121 @@
+"""Graceful termination: a pod leaves the node only through here, and leaves nothing behind.
+
+A deleted pod's containers get their stop signal (SIGTERM, or the image's STOPSIGNAL) and the grace
+period the API server recorded (deletionGracePeriodSeconds: `kubectl delete --grace-period` or the pod's
+terminationGracePeriodSeconds) before the runtime kills them; all containers stop in parallel, as the
+kubelet's. Then the sandbox (its network: the pod IP is released), the containers, the sandbox, the pod's
+cgroup and log directory go. Only then does the kubelet delete the pod object with grace 0: the API
+server's object is the promise that something still runs, so it must outlive everything on the node.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.config import Settings
+from pykubelet.pods.sync import GRACE, POD_NAME, POD_NAMESPACE, RuntimePod, log_directory
+
+log = logging.getLogger(__name__)
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def grace_period(pod: dict | None, state: RuntimePod) -> int:
+    """The pod's grace (what the API server set on deletion, else its spec); for a pod the API server no
+    longer has, what its containers were started with."""
+    if pod is not None:
+        meta, spec = pod["metadata"], pod["spec"]
+        return int(meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30)))
+    graces = [int(c.annotations.get(GRACE, "30") or 30) for c in state.containers]
+    return max(graces, default=30)
+
+
+def _ignore_missing(call, *args) -> None:
+    try:
+        call(*args)
+    except cri.NotFound:
+        pass
+
+
+def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int) -> None:
+    """Stops every container of the pod (in parallel, `grace` seconds each), then removes all of it from
+    the runtime."""
+    running = [c for c in state.containers if c.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED)]
+    errors: list[Exception] = []
+
+    def stop(container_id: str) -> None:
+        try:
+            _ignore_missing(runtime.stop_container, container_id, grace)
+        except cri.CRIError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=stop, args=(c.id,), name=f"stop-{c.id[:12]}") for c in running]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    for s in state.sandboxes:
+        _ignore_missing(runtime.stop_pod_sandbox, s.id)
+    for c in state.containers:
+        _ignore_missing(runtime.remove_container, c.id)
+    for s in state.sandboxes:
+        _ignore_missing(runtime.remove_pod_sandbox, s.id)
+
+
+def kill_pod_sandbox(runtime: cri.CRIRuntime, state: RuntimePod) -> None:
+    """Stops the sandboxes of a pod whose containers have all ended (its network and IP go)."""
+    for s in state.sandboxes:
+        if s.state == api_pb2.SANDBOX_READY:
+            _ignore_missing(runtime.stop_pod_sandbox, s.id)
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """The cgroup v2 root, or each v1 hierarchy (the runtime makes the pod's cgroup in all of them)."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT]
+    return [h for h in CGROUP_ROOT.iterdir() if h.is_dir() and not h.is_symlink()]
+
+
+def clean_node(pod: dict, settings: Settings) -> None:
+    """What the kubelet itself made for the pod: its cgroup (cgroupfs driver) and its log directory."""
+    if settings.cgroup_driver == "cgroupfs":
+        pod_dir = f"pod{pod['metadata']['uid']}"  # under any QoS class: a pod known only by its labels has no spec
+        for hierarchy in cgroup_hierarchies():
+            kubepods = hierarchy / settings.cgroup_root.strip("/") / "kubepods"
+            for cgroup in (kubepods / pod_dir, kubepods / "burstable" / pod_dir, kubepods / "besteffort" / pod_dir):
+                try:
+                    cgroup.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    log.warning("pod %s: removing cgroup %s: %s", pod["metadata"]["name"], cgroup, e)
+    shutil.rmtree(log_directory(pod, settings), ignore_errors=True)
+
+
+def identity(state: RuntimePod, uid: str) -> dict | None:
+    """A pod skeleton (name, namespace, uid, no resources) from the runtime's labels, for a pod the API
+    server no longer has."""
+    for item in list(state.sandboxes) + list(state.containers):
+        if POD_NAME in item.labels:
+            return {"metadata": {"name": item.labels[POD_NAME], "namespace": item.labels.get(POD_NAMESPACE, ""),
+                                 "uid": uid}, "spec": {}}
+    return None
+
+
+def delete_from_api(client, pod: dict) -> None:
+    """The last step: the pod object goes (grace 0), now that nothing of it runs."""
+    from lightkube.core.exceptions import ApiError
+    from lightkube.resources.core_v1 import Pod
+
+    meta = pod["metadata"]
+    try:
+        client.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
+    except ApiError as e:
+        if e.status.code != 404:
+            raise
+    log.info("pod %s/%s: terminated and deleted", meta["namespace"], meta["name"])

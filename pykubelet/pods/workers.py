@@ -1,0 +1,146 @@
+"""Pod workers: the only place a pod is acted on, one sync at a time per pod UID.
+
+Every source of change (the pod informer, the PLEG, a back-off ending, the periodic resync) only puts a
+pod UID into one WorkQueue; a pool of threads takes UIDs from it, and the queue never hands a UID to two
+threads at once (a UID added while it is being synced is synced again after). So each pod has, in
+effect, its own worker, bursts collapse into one sync, and every sync reads the latest desired state (the
+informer's cache) and the latest actual state (the runtime): level-triggered, never a replay of events.
+
+UIDs, not names: a pod deleted and created again under the same name is another pod, whose predecessor's
+containers must go. A UID whose pod the API server no longer has (deleted while the kubelet was away,
+force-deleted) is killed with the grace its containers were started with. Nothing is killed before the
+informer has synced: until then an unknown UID means "not listed yet", not "deleted".
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from pykubelet import runtime as cri
+from pykubelet.api.informer import key_of
+from pykubelet.api.workqueue import ShutDown, WorkQueue
+from pykubelet.config import Settings
+from pykubelet.pods import termination
+from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.pleg import PLEG
+from pykubelet.pods.status import StatusManager, pod_status
+from pykubelet.pods.sync import PodSyncer, observe
+
+log = logging.getLogger(__name__)
+TERMINAL = ("Succeeded", "Failed")
+
+
+class PodWorkers:
+    def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
+                 runtime_name: str = "") -> None:
+        self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
+        self.threads, self.runtime_name = threads, runtime_name
+        self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
+        self.backoff = Backoff()
+        self.syncer = PodSyncer(runtime, settings, self.backoff)
+        self.statuses = StatusManager(client)
+        self.pleg = PLEG(runtime, self.queue.add)
+        self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
+        self._lock = threading.Lock()
+        informer.add_handler(self._on_pod)
+
+    def _on_pod(self, _kind: str, _old: Any, pod: Any) -> None:
+        uid = pod.metadata.uid
+        with self._lock:
+            self._keys[uid] = key_of(pod)
+        self.queue.add(uid)
+
+    def pod(self, uid: str) -> dict | None:
+        """The desired pod of `uid` from the informer's cache, as a dict; None if the API server has none."""
+        with self._lock:
+            key = self._keys.get(uid)
+        obj = self.informer.get(key) if key else None
+        return obj.to_dict() if obj is not None and obj.metadata.uid == uid else None
+
+    # --- one sync ---------------------------------------------------------------------------------
+
+    def sync(self, uid: str) -> float | None:
+        """Syncs pod `uid`; returns when to sync it again (None: when something changes)."""
+        pod = self.pod(uid)
+        state = observe(self.runtime, uid)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            self._terminate(uid, pod, state)
+            return None
+        sent = self.statuses.last(uid)
+        if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
+            pod.setdefault("status", {})["phase"] = sent["phase"]
+        result = self.syncer.sync(pod, state)
+        state = observe(self.runtime, uid)
+        status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name)
+        if status["phase"] in TERMINAL and state.sandbox is not None:
+            # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
+            termination.kill_pod_sandbox(self.runtime, state)
+        meta = pod["metadata"]
+        self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
+                                     current=pod.get("status"))
+        return result.requeue_after
+
+    def _terminate(self, uid: str, pod: dict | None, state) -> None:
+        skeleton = pod or termination.identity(state, uid)
+        if state.sandboxes or state.containers:
+            grace = termination.grace_period(pod, state)
+            log.info("pod %s: stopping (grace %d s)", key_of_dict(skeleton) if skeleton else uid, grace)
+            termination.kill_pod(self.runtime, state, grace)
+        if skeleton is not None:
+            termination.clean_node(skeleton, self.settings)
+        if pod is not None:
+            termination.delete_from_api(self.client, pod)
+        else:
+            with self._lock:
+                self._keys.pop(uid, None)
+            self.statuses.forget(uid)
+            self.backoff.forget_prefix(uid + "/")
+
+    # --- running ----------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            try:
+                uid = str(self.queue.get())
+            except ShutDown:
+                return
+            try:
+                again = self.sync(uid)
+            except Exception as e:
+                delay = self.queue.add_rate_limited(uid)
+                log.warning("pod %s: sync failed: %s; again in %.1f s", self._keys.get(uid, uid), e, delay,
+                            exc_info=not isinstance(e, cri.CRIError))
+            else:
+                self.queue.forget(uid)
+                if again is not None:
+                    self.queue.add_after(uid, again)
+            finally:
+                self.queue.done(uid)
+
+    def _resync(self, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.sync_frequency):
+            with self._lock:
+                uids = list(self._keys)
+            for uid in uids:
+                self.queue.add(uid)
+
+    def run(self, stop: threading.Event) -> None:
+        """Waits for the pod informer's first list, then syncs pods until `stop`."""
+        while not self.informer.wait_synced(0.5):
+            if stop.is_set():
+                return
+        threads = [threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
+                   for i in range(self.threads)]
+        threads += [threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
+                    threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True)]
+        for t in threads:
+            t.start()
+        stop.wait()
+        self.queue.shut_down()
+        for t in threads:
+            t.join(timeout=10)
+
+
+def key_of_dict(pod: dict) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"

@@ -1,0 +1,196 @@
+"""pykubelet's pod logic that needs no runtime: the CrashLoopBackOff schedule, the CRI configs built from a
+pod (labels, annotations, resources, DNS, cgroup parent), and the phase/status computed from what the
+runtime reports."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from proto import api_pb2
+from pykubelet.config import Settings
+from pykubelet.pods import status as pod_status
+from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.sync import (
+    HASH,
+    POD_UID,
+    RESTART_COUNT,
+    RuntimePod,
+    SyncResult,
+    container_config,
+    container_hash,
+    parse_quantity,
+    qos_class,
+    sandbox_config,
+)
+
+UID = "0b5d2e3c-1111-2222-3333-444455556666"
+
+
+def pod(**spec) -> dict:
+    return {"metadata": {"name": "web", "namespace": "ns", "uid": UID, "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "img:1"}], **spec}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_backoff_first_restart_at_once_then_doubles_to_the_cap():
+    clock = Clock()
+    b = Backoff(clock=clock)
+    assert b.remaining("k", finished_at=clock.now) == 0
+    delays = []
+    for _ in range(7):
+        delays.append(b.restarted("k"))
+        clock.now += 1
+    assert delays == [10, 20, 40, 80, 160, 300, 300]
+    assert b.remaining("k", finished_at=clock.now) == 300
+    assert b.remaining("k", finished_at=clock.now - 290) == 10
+
+
+def test_backoff_resets_after_running_twice_the_cap():
+    clock = Clock()
+    b = Backoff(clock=clock)
+    b.restarted("k")
+    b.restarted("k")
+    clock.now += 601
+    assert b.remaining("k", finished_at=clock.now) == 0
+    assert b.restarted("k") == 10
+    b.forget_prefix("k")
+    assert b.current("k") == 0
+
+
+def test_quantities_and_qos():
+    assert parse_quantity("100m") * 1000 == 100 and parse_quantity("64Mi") == 64 * 2**20
+    assert parse_quantity("1G") == 10**9 and parse_quantity("1.5") * 2 == 3
+    assert qos_class(pod()) == "BestEffort"
+    limits = {"cpu": "1", "memory": "64Mi"}
+    assert qos_class(pod(containers=[{"name": "c", "image": "i", "resources": {"limits": limits}}])) == "Guaranteed"
+    assert qos_class(pod(containers=[{"name": "c", "image": "i",
+                                      "resources": {"requests": {"cpu": "100m"}}}])) == "Burstable"
+
+
+def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
+    settings = Settings(node_name="n1", pod_logs_dir=Path("/logs"), cluster_dns=["10.96.0.10"],
+                        cluster_domain="cluster.local")
+    p = pod(containers=[{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
+    config = sandbox_config(p, settings, attempt=2)
+    assert (config.metadata.name, config.metadata.namespace, config.metadata.uid, config.metadata.attempt) == \
+        ("web", "ns", UID, 2)
+    assert config.hostname == "web" and config.log_directory == f"/logs/ns_web_{UID}"
+    assert config.labels[POD_UID] == UID and config.labels["app"] == "web"
+    assert list(config.dns_config.servers) == ["10.96.0.10"] and list(config.dns_config.options) == ["ndots:5"]
+    assert list(config.dns_config.searches) == ["ns.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+    (mapping,) = config.port_mappings
+    assert (mapping.container_port, mapping.host_port, mapping.protocol) == (80, 8080, api_pb2.TCP)
+    assert config.linux.cgroup_parent == f"/kubepods/besteffort/pod{UID}"
+    assert config.linux.security_context.namespace_options.network == api_pb2.POD
+    host = sandbox_config(pod(hostNetwork=True), settings)
+    assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
+    assert not host.HasField("dns_config")  # the host's resolv.conf
+
+
+def test_container_config_hash_restart_count_resources_and_log_path():
+    c = {"name": "c", "image": "img:1", "command": ["sh"], "args": ["-c", "true"], "workingDir": "/w",
+         "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}],
+         "resources": {"limits": {"cpu": "500m", "memory": "32Mi"}},
+         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    p = pod(containers=[c])
+    config = container_config(p, c, "sha256:abc", 3, sandbox_config(p, Settings()))
+    assert config.metadata.attempt == 3 and config.log_path == "c/3.log"
+    assert config.annotations[HASH] == container_hash(c) and config.annotations[RESTART_COUNT] == "3"
+    assert config.image.image == "sha256:abc" and config.image.user_specified_image == "img:1"
+    assert list(config.command) == ["sh"] and list(config.args) == ["-c", "true"] and config.working_dir == "/w"
+    assert [(e.key, e.value) for e in config.envs] == [("A", b"1")]
+    r = config.linux.resources
+    assert (r.cpu_period, r.cpu_quota, r.cpu_shares, r.memory_limit_in_bytes) == (100000, 50000, 512, 32 * 2**20)
+    sc = config.linux.security_context
+    assert sc.no_new_privs and list(sc.capabilities.drop_capabilities) == ["ALL"] and "/proc/kcore" in sc.masked_paths
+    assert container_hash(c) != container_hash({**c, "image": "img:2"})
+    # resources resize in place, probes and fields a newer API server defaults restart nothing
+    assert container_hash(c) == container_hash({**c, "resources": {}, "livenessProbe": {"exec": {}},
+                                                "terminationMessagePolicy": "File"})
+
+
+def test_env_references_expand_as_the_api_says():
+    c = {"name": "c", "image": "i", "command": ["echo", "$(A)-$(B)", "$$(A)", "$(MISSING)"],
+         "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)y"}]}
+    config = container_config(pod(containers=[c]), c, "i", 0, sandbox_config(pod(containers=[c]), Settings()))
+    assert list(config.command) == ["echo", "x-xy", "$(A)", "$(MISSING)"]
+    assert [(e.key, e.value) for e in config.envs] == [("A", b"x"), ("B", b"xy")]
+
+
+def container(cid: str, state: api_pb2.ContainerState, restart: int, exit_code: int = 0,
+              reason: str = "") -> api_pb2.ContainerStatus:
+    return api_pb2.ContainerStatus(id=cid, state=state, exit_code=exit_code, reason=reason, image_ref="sha256:i",
+                                   started_at=1_700_000_000 * 10**9, finished_at=1_700_000_001 * 10**9,
+                                   labels={"io.kubernetes.container.name": "c"},
+                                   annotations={RESTART_COUNT: str(restart)})
+
+
+def runtime_pod(*statuses: api_pb2.ContainerStatus) -> RuntimePod:
+    state = RuntimePod(sandboxes=[api_pb2.PodSandbox(id="s", state=api_pb2.SANDBOX_READY)],
+                       containers=[api_pb2.Container(id=s.id, pod_sandbox_id="s", labels=s.labels) for s in statuses],
+                       statuses={s.id: s for s in statuses})
+    state.sandbox_status = api_pb2.PodSandboxStatus(network=api_pb2.PodSandboxNetworkStatus(ip="10.0.0.5"))
+    return state
+
+
+def test_status_running_and_ready():
+    s = pod_status.pod_status(pod(), runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0)), SyncResult(),
+                              host_ip="10.1.1.1", runtime_name="containerd")
+    assert s["phase"] == "Running" and s["podIP"] == "10.0.0.5" and s["hostIP"] == "10.1.1.1"
+    conditions = {c["type"]: c["status"] for c in s["conditions"]}
+    assert conditions["Ready"] == conditions["ContainersReady"] == conditions["Initialized"] == "True"
+    (cs,) = s["containerStatuses"]
+    assert cs["containerID"] == "containerd://c1" and cs["ready"] and "running" in cs["state"]
+
+
+def test_status_crash_loop_back_off_shows_the_last_termination():
+    result = SyncResult(waiting={"c": ("CrashLoopBackOff", "back-off 10s restarting failed container=c")})
+    state = runtime_pod(container("c2", api_pb2.CONTAINER_EXITED, 1, exit_code=3),
+                        container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=3))
+    s = pod_status.pod_status(pod(), state, result, host_ip=None, runtime_name="containerd")
+    (cs,) = s["containerStatuses"]
+    assert cs["state"]["waiting"]["reason"] == "CrashLoopBackOff" and cs["restartCount"] == 1
+    assert cs["lastState"]["terminated"]["exitCode"] == 3 and cs["lastState"]["terminated"]["reason"] == "Error"
+    assert s["phase"] == "Running" and not cs["ready"]
+
+
+def test_phase_by_restart_policy():
+    done = runtime_pod(container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0, reason="Completed"))
+    failed = runtime_pod(container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=1))
+    assert pod_status.pod_status(pod(restartPolicy="Never"), done, SyncResult(), host_ip=None,
+                                 runtime_name="x")["phase"] == "Succeeded"
+    assert pod_status.pod_status(pod(restartPolicy="Never"), failed, SyncResult(), host_ip=None,
+                                 runtime_name="x")["phase"] == "Failed"
+    assert pod_status.pod_status(pod(restartPolicy="OnFailure"), failed, SyncResult(), host_ip=None,
+                                 runtime_name="x")["phase"] == "Running"
+    nothing = RuntimePod()
+    s = pod_status.pod_status(pod(), nothing, SyncResult(), host_ip=None, runtime_name="x")
+    assert s["phase"] == "Pending"
+    assert s["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.patches: list[dict] = []
+
+    def patch(self, _res, _name, obj, **_kw) -> None:
+        self.patches.append(obj)
+
+
+def test_status_manager_patches_only_changes_and_keeps_transition_times():
+    client = FakeClient()
+    manager = pod_status.StatusManager(client)
+    state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0))
+    first = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x")
+    assert manager.set_pod_status(UID, first, namespace="ns", name="web")
+    again = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x")
+    assert not manager.set_pod_status(UID, again, namespace="ns", name="web")
+    assert len(client.patches) == 1
+    times = {c["type"]: c["lastTransitionTime"] for c in client.patches[0]["status"]["conditions"]}
+    assert all(times.values())
