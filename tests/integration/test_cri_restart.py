@@ -208,3 +208,28 @@ def test_kill9_during_run_pod_sandbox_leaves_nothing_once_removed(node):
     assert node.pod_status(pod).state == api_pb2.SANDBOX_READY and node.pod_status(pod).network.ip
     node.remove_pod(pod)
     assert node.allocated_ips() == set()
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.15, 0.25, 0.35, 0.4, 0.43, 0.46, 0.5])
+def test_kill9_during_create_leaves_nothing_once_removed(node, delay):
+    """No hook to wait in: the daemon is killed `delay` seconds into a RunPodSandbox followed by a
+    CreateContainer, wherever that lands; after the restart the client removes what is listed."""
+    def run():
+        try:
+            pod = node.run_pod("cut")
+            node.run_container(pod, "cut")
+        except grpc.RpcError:
+            pass
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    time.sleep(delay)  # here the first RunPodSandbox takes about 0.4 s (the CNI helper starts), a create 0.07 s
+    node.kill9()
+    caller.join()
+    node.start()
+    for container in node.containers():
+        assert container.state in (api_pb2.CONTAINER_CREATED, api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_EXITED)
+    for pod in node.pods():
+        node.remove_pod(pod.id)
+    assert node.pods() == [] and node.containers() == []
+    assert node.allocated_ips() == set()
