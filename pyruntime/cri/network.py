@@ -291,8 +291,9 @@ class Network:
         return None
 
     def _exec(self, command: str, net: NetworkList, plugin: dict[str, Any], att: Attachment,
-              prev: dict[str, Any] | None) -> dict[str, Any] | None:
-        kind = plugin["type"]
+              prev: dict[str, Any] | None, kind: str = "") -> dict[str, Any] | None:
+        """`kind`: the executable to run with the plugin's config (default: its type)."""
+        kind = kind or plugin["type"]
         what = f"CNI network {net.name!r} plugin {kind!r} {command} for sandbox {att.container_id}"
         path = self._find(kind)
         if path is None:
@@ -449,7 +450,22 @@ class Network:
                 continue
             except PyRuntimeError as e:
                 failures.append(e)
+                self._release_addresses(net, plugin, att, prev, e)
         return failures
+
+    def _release_addresses(self, net: NetworkList, plugin: dict[str, Any], att: Attachment,
+                           prev: dict[str, Any] | None, failure: PyRuntimeError) -> None:
+        """A main plugin whose DEL failed never reached its IPAM: DEL of the IPAM plugin itself, as the main
+        plugin would have delegated it (the same config), so the pod's addresses are not leaked."""
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict) or not isinstance(ipam.get("type"), str) or not ipam["type"]:
+            return
+        try:
+            self._exec("DEL", net, plugin, att, prev, kind=ipam["type"])
+        except PluginUnknownContainerError:
+            pass
+        except PyRuntimeError as e:
+            failure.add_note(f"IPAM {ipam['type']!r} DEL: {e}")
 
     def teardown(self, sandbox_id: str, netns: str | None, *, name: str = "", namespace: str = "", uid: str = "",
                  port_mappings: Iterable[api_pb2.PortMapping] = (), cgroup_parent: str = "") -> None:

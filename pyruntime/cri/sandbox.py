@@ -191,13 +191,27 @@ class Sandboxes:
     # ---- recovery -----------------------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """After store.recover(): a ready sandbox whose pause is gone (killed, or a run cut short) is not ready
-        any more; StopPodSandbox from the kubelet then releases what it holds."""
+        """After store.recover(): a ready sandbox whose pause is gone (killed), or whose run a crash cut short
+        (its pause may live, but it never got its network), is not ready any more; StopPodSandbox from the
+        kubelet then releases what it holds."""
         for record in self.store.sandboxes():
-            if record.ready and not process_alive(record.pause_pid, record.pause_start_time):
+            if not record.ready:
+                continue
+            if not process_alive(record.pause_pid, record.pause_start_time):
                 log.warning("pod sandbox %s: its pause process is gone; marking it not ready", record.id)
-                record.ready = False
-                self.store.save_sandbox(record)
+            elif not self._network_done(record):
+                log.warning("pod sandbox %s: its RunPodSandbox was cut short before the network was set up; "
+                            "marking it not ready", record.id)
+            else:
+                continue
+            record.ready = False
+            self.store.save_sandbox(record)
+
+    @staticmethod
+    def _network_done(record: SandboxRecord) -> bool:
+        """The last step of a run: the pod's IPs recorded (a hostNetwork pod has none to wait for)."""
+        config = decode_pb(api_pb2.PodSandboxConfig, record.config)
+        return bool(record.ips) or config.linux.security_context.namespace_options.network == api_pb2.NODE
 
     # ---- status / list ------------------------------------------------------------------------------------
 
