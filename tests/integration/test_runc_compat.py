@@ -2,6 +2,8 @@
 (`make conformance-runc`): each test here is what a user would check by hand."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import select
@@ -11,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux import cgroups
+from pyruntime.linux import cgroups, seccomp
+from pyruntime.linux.seccomp import Seccomp
 from pyruntime.linux.syscalls import LinuxSyscalls
+from tests.integration.test_seccomp import BUSYBOX, BUSYBOX_START
+from tests.kit.child import run_in_child
 
 
 def _config(bundle: Path) -> dict:
@@ -367,3 +372,22 @@ def test_hook_errors_name_the_hook_and_start_container_hooks_get_the_process_env
     _save(bundle, config)
     done = runtime("run", "--bundle", str(bundle), "c2", check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_syscalls_newer_than_the_seccomp_profile_fail_with_enosys():
+    """libc falls back (clone3 -> clone) only on ENOSYS; a syscall the profile does not name but that
+    is older than its newest one gets the default action."""
+    profile = Seccomp.from_spec({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": [*BUSYBOX_START, "write"], "action": "SCMP_ACT_ALLOW"}]})
+    libc = ctypes.CDLL(None, use_errno=True)
+    numbers = [1000, *(seccomp._lib().seccomp_syscall_resolve_name(n) for n in (b"clone3", b"getpid"))]
+
+    def probe() -> None:
+        seccomp.load(profile)
+        for nr in numbers:
+            libc.syscall(nr, 0, 0)
+            os.write(1, f"{ctypes.get_errno()} ".encode())
+
+    code, out = run_in_child(probe, BUSYBOX, "true")
+    assert code == 0, out
+    assert out.split() == [str(errno.ENOSYS), str(errno.ENOSYS), str(errno.EPERM)]
