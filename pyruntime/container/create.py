@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, Store, validate_id
+from pyruntime.container.store import FIFO, Store, validate_id
 from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
@@ -136,13 +136,12 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         _refuse_used_cgroup(made, spec.linux.cgroups_path)
         cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
-        for name in (FIFO, EXEC_FIFO):
-            os.mkfifo(store.path(cid, name), 0o600)
+        os.mkfifo(store.path(cid, FIFO), 0o600)
         trace("nsexec container setup")
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            init.stage1(kernel, spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)),
+            init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
                         console_socket, preserve_fds, debug)
         child.close()
         userns = spec.linux.namespace("user")

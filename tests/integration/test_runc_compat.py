@@ -391,3 +391,17 @@ def test_syscalls_newer_than_the_seccomp_profile_fail_with_enosys():
     code, out = run_in_child(probe, BUSYBOX, "true")
     assert code == 0, out
     assert out.split() == [str(errno.ENOSYS), str(errno.ENOSYS), str(errno.EPERM)]
+
+
+def test_a_created_containers_init_holds_no_runtime_fd_but_the_exec_fifo(runtime, make_bundle):
+    """Whatever the init holds before `start` the workload could reach through /proc/1/fd (runc's leak check)."""
+    bundle = make_bundle(["true"])
+    try:
+        runtime("create", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        held = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert [target for fd, target in held.items() if fd > 2] == [str(runtime.root / "c1" / "exec.fifo")]
+        runtime("start", "c1")
+        assert not (runtime.root / "c1" / "exec.fifo").exists()
+    finally:
+        runtime("delete", "-f", "c1", check=False)
