@@ -160,8 +160,8 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
         parent.recv(sync.HOOKS)
         runtime_view = oci_state(state, "creating")
-        run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view)
-        run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view)
+        run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view, cwd=bundle)
+        run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view, cwd=bundle)
         parent.send(sync.STATE, state=runtime_view)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             _hand_over_notify_fd(spec, parent, init_pid, runtime_view)

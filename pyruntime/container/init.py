@@ -29,17 +29,20 @@ JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "time", "mount")
 
 
 def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
-    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr;
-    `debug` (the runtime's setting) adds the traceback."""
+    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr as the
+    bare message, as runc's init does; `debug` (the runtime's setting) adds the traceback."""
     try:
-        msg = str(err) or type(err).__name__
+        if chan is None and isinstance(err, OSError) and err.strerror:
+            msg = err.strerror  # without "[Errno N]": the message names the call and the error
+        else:
+            msg = str(err) or type(err).__name__
         if debug:
             import traceback  # debug only; importing it costs every create 2 ms
             msg += "\n" + traceback.format_exc()
         if chan is not None:
             chan.send(sync.ERROR, message=msg)
         else:
-            os.write(2, f"pyruntime: {msg}\n".encode())
+            os.write(2, f"{msg}\n".encode())
     finally:
         os._exit(127 if chan is None else 1)
 
@@ -144,7 +147,7 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
         def before_pivot() -> None:
             chan.send(sync.HOOKS)
             state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
-            run_hooks("createContainer", spec.hooks.get("createContainer", ()), state)
+            run_hooks("createContainer", spec.hooks.get("createContainer", ()), state, cwd=spec.root.path)
 
         rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot)
         if spec.hostname is not None:

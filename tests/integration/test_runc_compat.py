@@ -405,3 +405,33 @@ def test_a_created_containers_init_holds_no_runtime_fd_but_the_exec_fifo(runtime
         assert not (runtime.root / "c1" / "exec.fifo").exists()
     finally:
         runtime("delete", "-f", "c1", check=False)
+
+
+def test_a_failing_execve_reads_as_runcs_one_line(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "run.sh").write_text("#!/mmnnttbb foo bar\nsh\n")
+    os.chmod(own / "run.sh", 0o755)
+    bundle = make_bundle(["/run.sh"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ["exec /run.sh: no such file or directory"]
+
+
+def test_create_time_hooks_run_in_the_bundle_and_create_container_hooks_in_the_rootfs(
+        runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["hooks"] = {"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "pwd > prestart.cwd"]}],
+                       "createContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "pwd > ./container.cwd"]}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert (bundle / "prestart.cwd").read_text().strip() == str(bundle)
+    assert (own / "container.cwd").read_text().strip() == str(own)
