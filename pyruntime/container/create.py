@@ -35,12 +35,20 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
 
 
+def linux_device_rules(spec: Spec) -> tuple[DeviceRule, ...]:
+    if spec.linux.resources is not None and spec.linux.resources.devices:
+        return ()
+    return tuple(DeviceRule(True, d.type if d.type != "u" else "c", d.major, d.minor, "rwm")
+                 for d in spec.linux.devices if d.type in ("c", "b", "u"))
+
+
 def cgroup_resources(spec: Spec) -> Resources:
-    """The configured resources with the devices every container needs allowed after its own rules."""
+    """The configured resources with the devices every container needs allowed after its own rules.
+
+    The devices of linux.devices are allowed only when linux.resources.devices is empty: rules given
+    there are the whole policy, as with runc, so a deny rule holds for a device the container has."""
     res = spec.linux.resources or Resources()
-    extra = tuple(DeviceRule(True, d.type if d.type != "u" else "c", d.major, d.minor, "rwm")
-                  for d in spec.linux.devices if d.type in ("c", "b", "u"))
-    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + extra
+    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + linux_device_rules(spec)
     return Resources(res.memory, res.cpu, res.pids, res.block_io, res.hugepage_limits, rules, res.unified)
 
 
