@@ -52,6 +52,19 @@ FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+# mount_setattr(2) attributes
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+MOUNT_ATTR__ATIME = 0x70
+MOUNT_ATTR_RELATIME = 0x0
+MOUNT_ATTR_NOATIME = 0x10
+MOUNT_ATTR_STRICTATIME = 0x20
+MOUNT_ATTR_NODIRATIME = 0x80
+MOUNT_ATTR_NOSYMFOLLOW = 0x200000
 
 # namespaces
 CLONE_NEWNS = 0x00020000
@@ -82,9 +95,9 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
-               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
-                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432},
+                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
 }[os.uname().machine]
 
 
@@ -211,6 +224,9 @@ class Syscalls:
         raise NotImplementedError
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
+        raise NotImplementedError
+
+    def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
         raise NotImplementedError
 
 
@@ -360,6 +376,13 @@ class LinuxSyscalls(Syscalls):
         if ret < 0:
             raise _fail(what)
         return ret
+
+    def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
+        """Changes the attributes of the mount at `fd` and of every mount below it (mount_setattr(2)
+        with AT_RECURSIVE); `path` names it in errors."""
+        attr = (ctypes.c_uint64 * 4)(attr_set, attr_clr, 0, 0)  # struct mount_attr, without propagation/userns
+        self._new_api("mount_setattr", fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
+                      ctypes.sizeof(attr), what=f"mount_setattr {path} (set {attr_set:#x}, clear {attr_clr:#x})")
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         """A mount through fsopen/fsconfig/fsmount/move_mount, for options too many for mount(2)'s one

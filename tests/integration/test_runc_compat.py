@@ -435,3 +435,44 @@ def test_create_time_hooks_run_in_the_bundle_and_create_container_hooks_in_the_r
     assert done.returncode == 0, done.stderr
     assert (bundle / "prestart.cwd").read_text().strip() == str(bundle)
     assert (own / "container.cwd").read_text().strip() == str(own)
+
+
+def test_device_deny_rules_hold_for_a_device_the_container_has(runtime, make_bundle):
+    """linux.devices makes the node; linux.resources.devices alone decides access (runc's dev.bats), and
+    an access string with runc's ignored "a" ("rwa") is taken."""
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"].setdefault("resources", {})["devices"] = [
+        {"allow": False, "access": "rwm"}, {"allow": False, "type": "c", "major": 1, "minor": 11, "access": "rwa"}]
+    config["linux"]["devices"] = [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]
+    _save(bundle, config)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        for _ in range(2):  # update re-applies the rules
+            done = runtime("exec", "c1", "sh", "-c", "exec 3>/dev/kmsg", check=False)
+            assert done.returncode != 0 and "Operation not permitted" in done.stderr
+            runtime("update", "c1", "--pids-limit", "42")
+        assert runtime("exec", "c1", "sh", "-c", "exec 3>/dev/null").returncode == 0
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_recursive_mount_attributes_reach_every_mount_below(runtime, make_bundle, tmp_path):
+    """`rro` makes a submount read-only too, where `ro` on an rbind does not; `rnoatime` likewise."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(volume)], check=True)
+    try:
+        (volume / "sub").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(volume / "sub")], check=True)
+        bundle = make_bundle(["sh", "-c", "touch /ro/sub/x; touch /rro/sub/x; grep ' /rro/sub ' /proc/mounts"])
+        config = _config(bundle)
+        config["mounts"] += [
+            {"destination": "/ro", "type": "bind", "source": str(volume), "options": ["rbind", "ro"]},
+            {"destination": "/rro", "type": "bind", "source": str(volume), "options": ["rbind", "rro", "rnoatime"]}]
+        _save(bundle, config)
+        done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+        assert done.stderr.count("Read-only file system") == 1 and "/rro/sub/x" in done.stderr, done.stderr
+        assert done.stdout.split()[3].split(",")[:2] == ["ro", "noatime"]
+    finally:
+        subprocess.run(["umount", "-R", str(volume)], check=True)
