@@ -13,7 +13,7 @@ import signal
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, ContainerError, Store
+from pyruntime.container.store import FIFO, ContainerError, Store
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.linux.syscalls import LinuxSyscalls
@@ -67,22 +67,29 @@ def start(store: Store, cid: str) -> None:
         if status != CREATED:
             raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
         fifo_path = store.path(cid, FIFO)
-        execed = os.open(store.path(cid, EXEC_FIFO), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:  # the init's end (read-write) is the only reader: ENXIO once it is gone
+            probe = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as e:
+            raise ContainerError(f"cannot start container {cid!r}: exec fifo {fifo_path}: {e.strerror}") from e
         try:
+            execed = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                fd = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError as e:
-                raise ContainerError(f"cannot start container {cid!r}: start fifo {fifo_path}: {e.strerror}") from e
-            try:
-                os.write(fd, b"0")
+                # a writer opened after our reader: only then does the reader see POLLHUP when the
+                # last writer closes (fs/pipe.c's w_counter), which is the init's end at execve
+                with open(os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), "wb", 0) as go:
+                    go.write(b"0")
+                os.close(probe)
+                probe = -1
+                os.unlink(fifo_path)
+                # no events asked: poll returns on POLLHUP only, not while the byte waits to be read
+                waiter = select.poll()
+                waiter.register(execed, 0)
+                waiter.poll()
             finally:
-                os.close(fd)
-            os.unlink(fifo_path)
-            # readable (EOF) once the init's copy closes at execve, or the init dies
-            select.select([execed], [], [])
+                os.close(execed)
         finally:
-            os.close(execed)
-        os.unlink(store.path(cid, EXEC_FIFO))
+            if probe >= 0:
+                os.close(probe)
         spec_hooks = state.hooks_of("poststart")
         if spec_hooks:
             try:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
-from pyruntime.container.store import EXEC_FIFO, FIFO, Store, validate_id
+from pyruntime.container.store import FIFO, Store, validate_id
 from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
@@ -35,12 +35,20 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e9):09d}Z"
 
 
+def linux_device_rules(spec: Spec) -> tuple[DeviceRule, ...]:
+    if spec.linux.resources is not None and spec.linux.resources.devices:
+        return ()
+    return tuple(DeviceRule(True, d.type if d.type != "u" else "c", d.major, d.minor, "rwm")
+                 for d in spec.linux.devices if d.type in ("c", "b", "u"))
+
+
 def cgroup_resources(spec: Spec) -> Resources:
-    """The configured resources with the devices every container needs allowed after its own rules."""
+    """The configured resources with the devices every container needs allowed after its own rules.
+
+    The devices of linux.devices are allowed only when linux.resources.devices is empty: rules given
+    there are the whole policy, as with runc, so a deny rule holds for a device the container has."""
     res = spec.linux.resources or Resources()
-    extra = tuple(DeviceRule(True, d.type if d.type != "u" else "c", d.major, d.minor, "rwm")
-                  for d in spec.linux.devices if d.type in ("c", "b", "u"))
-    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + extra
+    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + linux_device_rules(spec)
     return Resources(res.memory, res.cpu, res.pids, res.block_io, res.hugepage_limits, rules, res.unified)
 
 
@@ -136,13 +144,12 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         _refuse_used_cgroup(made, spec.linux.cgroups_path)
         cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
-        for name in (FIFO, EXEC_FIFO):
-            os.mkfifo(store.path(cid, name), 0o600)
+        os.mkfifo(store.path(cid, FIFO), 0o600)
         trace("nsexec container setup")
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            init.stage1(kernel, spec, bundle, child, (store.path(cid, FIFO), store.path(cid, EXEC_FIFO)),
+            init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
                         console_socket, preserve_fds, debug)
         child.close()
         userns = spec.linux.namespace("user")
@@ -161,8 +168,8 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
         parent.recv(sync.HOOKS)
         runtime_view = oci_state(state, "creating")
-        run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view)
-        run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view)
+        run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view, cwd=bundle)
+        run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view, cwd=bundle)
         parent.send(sync.STATE, state=runtime_view)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             _hand_over_notify_fd(spec, parent, init_pid, runtime_view)

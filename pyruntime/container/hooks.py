@@ -14,10 +14,13 @@ class HookError(FailedPreconditionError):
     """A hook named in the spec failed, timed out or could not be run: its veto, not the runtime's fault."""
 
 
-def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict[str, str] | None = None) -> None:
+def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict[str, str] | None = None,
+              cwd: str | None = None) -> None:
     """`inherit_env`: the environment of a hook that names none (startContainer hooks get the container
-    process's, as runc's, which runs them from the process about to exec). Errors say which hook by its
-    index, in runc's words (`error running prestart hook #1: ...`)."""
+    process's, as runc's, which runs them from the process about to exec). `cwd`: where the hooks run,
+    the current directory if None; runc runs create-time runtime hooks in the bundle and createContainer
+    hooks in the rootfs, and hooks rely on it with relative paths. Errors say which hook by its index,
+    in runc's words (`error running prestart hook #1: ...`)."""
     if not hooks:
         return
     import subprocess
@@ -28,7 +31,7 @@ def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict
         what = f"error running {kind} hook #{i}: {kind} hook {hook.path}"
         try:
             done = subprocess.run(argv, executable=hook.path, input=payload, env=env, timeout=hook.timeout,
-                                  capture_output=True)
+                                  capture_output=True, cwd=cwd)
         except subprocess.TimeoutExpired as e:
             raise HookError(f"{what}: timed out after {hook.timeout}s") from e
         except OSError as e:

@@ -29,17 +29,20 @@ JOIN_ORDER = ("user", "ipc", "uts", "network", "pid", "cgroup", "time", "mount")
 
 
 def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
-    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr;
-    `debug` (the runtime's setting) adds the traceback."""
+    """Reports a failure to the runtime, or after `ready` (when the runtime is gone) on stderr as the
+    bare message, as runc's init does; `debug` (the runtime's setting) adds the traceback."""
     try:
-        msg = str(err) or type(err).__name__
+        if chan is None and isinstance(err, OSError) and err.strerror:
+            msg = err.strerror  # without "[Errno N]": the message names the call and the error
+        else:
+            msg = str(err) or type(err).__name__
         if debug:
             import traceback  # debug only; importing it costs every create 2 ms
             msg += "\n" + traceback.format_exc()
         if chan is not None:
             chan.send(sync.ERROR, message=msg)
         else:
-            os.write(2, f"pyruntime: {msg}\n".encode())
+            os.write(2, f"{msg}\n".encode())
     finally:
         os._exit(127 if chan is None else 1)
 
@@ -85,13 +88,12 @@ def preload(spec: Spec) -> None:
         import subprocess  # noqa: F401  (run_hooks imports it after pivot_root)
 
 
-def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifos: tuple[str, str],
+def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: str,
            console_socket: str | None, preserve_fds: int, debug: bool = False) -> None:
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         # opened before a user namespace makes us an unmapped stranger to the runtime's own files
-        start_fifo, exec_fifo = (os.open(f, os.O_RDWR | os.O_CLOEXEC) for f in fifos)
-        fifo_fds = (start_fifo, exec_fifo)
+        fifo = os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
         console = None
         if spec.process is not None and spec.process.terminal:
             from pyruntime.container import console as console_mod
@@ -120,7 +122,7 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifos: tupl
             process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()
         if pid == 0:
-            stage2(kernel, spec, bundle, chan, fifo_fds, console, preserve_fds,
+            stage2(kernel, spec, bundle, chan, fifo, console, preserve_fds,
                    spec.linux.namespace("user") is not None, debug)
         chan.send(sync.PID, pid=pid)
         os._exit(0)
@@ -128,14 +130,14 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifos: tupl
         fail(chan, e, debug)
 
 
-def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: tuple[int, int], console,
+def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, console,
            preserve_fds: int, in_userns: bool, debug: bool = False) -> None:
-    """`fifo_fds`: the start fifo, read once `start` writes to it, and the exec fifo, whose closing at
+    """`fifo`: the exec fifo, open for reading and writing (the only fd of the runtime's that the
+    container's init holds): `start` writes the byte this process waits for, and this fd's closing at
     execve tells `start` that the workload runs, so that poststart hooks never run before it."""
     try:
         proc = spec.process
         assert proc is not None
-        fifo, _exec_fifo = fifo_fds
         chan.recv(sync.PID_RECEIVED)  # the channel is shared with stage 1 until the runtime has its report
         write_sysctls(spec)  # oci/validate.py allowed only sysctls of the container's own namespaces
         os.umask(0)
@@ -145,7 +147,7 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
         def before_pivot() -> None:
             chan.send(sync.HOOKS)
             state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
-            run_hooks("createContainer", spec.hooks.get("createContainer", ()), state)
+            run_hooks("createContainer", spec.hooks.get("createContainer", ()), state, cwd=spec.root.path)
 
         rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot)
         if spec.hostname is not None:
@@ -155,7 +157,7 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
         if proc.terminal:
             from pyruntime.container import console as console_mod
             console_mod.become_terminal(kernel, console, proc.console_size, proc.user.uid)
-        keep = {chan.fileno(), *fifo_fds} | set(range(3, 3 + preserve_fds))
+        keep = {chan.fileno(), fifo} | set(range(3, 3 + preserve_fds))
         sent: list[int] = []
 
         def notify(fd: int) -> None:
@@ -167,7 +169,6 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_fds: t
         chan.send(sync.READY)
         chan.close()  # from here on, failures go to stderr: the runtime is gone
         os.read(fifo, 1)
-        os.close(fifo)
         process.execute(spec.linux.seccomp, proc, program, env, lambda: run_hooks(
             "startContainer", spec.hooks.get("startContainer", ()), dict(state, status="running"), env))
     except BaseException as e:

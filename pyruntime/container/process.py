@@ -195,4 +195,6 @@ def execute(profile: Seccomp | None, proc: Process, program: str, env: dict[str,
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:
-        raise SyscallError(e.errno, f"exec {program}: {e.strerror}") from e
+        # runc's (Go's) wording, which tools match: "exec /run.sh: no such file or directory"
+        strerror = e.strerror or os.strerror(e.errno or 0)
+        raise SyscallError(e.errno, f"exec {program}: {strerror[:1].lower()}{strerror[1:]}") from e

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pyruntime.container import paths
 from pyruntime.linux import mountinfo
 from pyruntime.linux import syscalls as sc
-from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_ATTR_OPTIONS
+from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
 from pyruntime.record import record
@@ -42,22 +42,24 @@ class MountOptions:
     flags: int
     propagation: tuple[int, ...]
     data: str
-    recursive_attrs: int  # MOUNT_ATTR_* set on the mount and all below it ("rro")
+    recursive: tuple[int, int] = (0, 0)  # mount_setattr's (set, clear) for this mount and every one below it
 
 
 def parse_options(options: tuple[str, ...]) -> MountOptions:
-    flags, propagation, data, recursive_attrs = 0, [], [], 0
+    flags, propagation, data = 0, [], []
+    attr_set = attr_clr = 0
     for opt in options:
-        if opt in RECURSIVE_ATTR_OPTIONS:
-            recursive_attrs |= RECURSIVE_ATTR_OPTIONS[opt]
-        elif opt in FLAG_OPTIONS:
+        if opt in FLAG_OPTIONS:
             on, off = FLAG_OPTIONS[opt]
             flags = (flags | on) & ~off
         elif opt in PROPAGATION_OPTIONS:
             propagation.append(PROPAGATION_OPTIONS[opt])
+        elif opt in RECURSIVE_OPTIONS:
+            on, off = RECURSIVE_OPTIONS[opt]
+            attr_set, attr_clr = (attr_set & ~off) | on, attr_clr | off
         elif opt not in IGNORED_OPTIONS:
             data.append(opt)
-    return MountOptions(flags, tuple(propagation), ",".join(data), recursive_attrs)
+    return MountOptions(flags, tuple(propagation), ",".join(data), (attr_set, attr_clr))
 
 
 def _locked_flags(kernel: Syscalls, path: str) -> int:
@@ -104,13 +106,13 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 kernel.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
         else:
             kernel.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
-        if opts.propagation or opts.recursive_attrs:
+        if opts.propagation or opts.recursive != (0, 0):
             fresh = paths.open_in_root(kernel, root_fd, m.destination)
             try:
                 for p in opts.propagation:
                     kernel.mount(None, paths.fd_path(fresh), None, p, None)
-                if opts.recursive_attrs:  # after the bind: its submounts are what "recursive" reaches
-                    kernel.mount_setattr(fresh, opts.recursive_attrs, m.destination)
+                if opts.recursive != (0, 0):
+                    kernel.mount_setattr_recursive(fresh, *opts.recursive, m.destination)
             finally:
                 os.close(fresh)
     finally:
@@ -135,7 +137,7 @@ def _tmpfs_options(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions)
                 os.close(fd)
     if paths.clean(m.destination) == "/dev":
         flags &= ~sc.MS_RDONLY
-    return MountOptions(flags, opts.propagation, data, opts.recursive_attrs)
+    return MountOptions(flags, opts.propagation, data, opts.recursive)
 
 
 def finish_dev(kernel: Syscalls, root_fd: int, mounts: tuple[Mount, ...]) -> None:

@@ -27,8 +27,8 @@ DEFAULT_ROOT = "/run/pyruntime"
 # What runc's `^[\w+.-]+$` accepts, checked without `re`, whose import every command would pay.
 _ID_PUNCTUATION = frozenset("_+.-")
 STATE_FILE = "state.json"
-FIFO = "start.fifo"
-EXEC_FIFO = "exec.fifo"
+# the one fifo between `create` and `start`, named as runc names it (tools and runc's tests know the name)
+FIFO = "exec.fifo"
 
 
 class ContainerError(FailedPreconditionError):

@@ -22,7 +22,19 @@ PROPAGATION_OPTIONS = {
     "rshared": sc.MS_SHARED | sc.MS_REC, "slave": sc.MS_SLAVE, "rslave": sc.MS_SLAVE | sc.MS_REC,
     "unbindable": sc.MS_UNBINDABLE, "runbindable": sc.MS_UNBINDABLE | sc.MS_REC,
 }
-# options applied with mount_setattr(2) to the mount and every mount below it -> the MOUNT_ATTR_* to set
-RECURSIVE_ATTR_OPTIONS = {"rro": sc.MOUNT_ATTR_RDONLY}
+# runc's recursive options (mount_setattr with AT_RECURSIVE, after the mount): option -> (set, clear).
+# An access-time mode is a field, not a bit: setting one clears the whole field first (mount_setattr(2)).
+RECURSIVE_OPTIONS: dict[str, tuple[int, int]] = {
+    "rro": (sc.MOUNT_ATTR_RDONLY, 0), "rrw": (0, sc.MOUNT_ATTR_RDONLY),
+    "rnosuid": (sc.MOUNT_ATTR_NOSUID, 0), "rsuid": (0, sc.MOUNT_ATTR_NOSUID),
+    "rnodev": (sc.MOUNT_ATTR_NODEV, 0), "rdev": (0, sc.MOUNT_ATTR_NODEV),
+    "rnoexec": (sc.MOUNT_ATTR_NOEXEC, 0), "rexec": (0, sc.MOUNT_ATTR_NOEXEC),
+    "rnodiratime": (sc.MOUNT_ATTR_NODIRATIME, 0), "rdiratime": (0, sc.MOUNT_ATTR_NODIRATIME),
+    "rrelatime": (sc.MOUNT_ATTR_RELATIME, sc.MOUNT_ATTR__ATIME), "rnorelatime": (0, sc.MOUNT_ATTR_RELATIME),
+    "rnoatime": (sc.MOUNT_ATTR_NOATIME, sc.MOUNT_ATTR__ATIME), "ratime": (0, sc.MOUNT_ATTR_NOATIME),
+    "rstrictatime": (sc.MOUNT_ATTR_STRICTATIME, sc.MOUNT_ATTR__ATIME),
+    "rnostrictatime": (0, sc.MOUNT_ATTR_STRICTATIME),
+    "rnosymfollow": (sc.MOUNT_ATTR_NOSYMFOLLOW, 0), "rsymfollow": (0, sc.MOUNT_ATTR_NOSYMFOLLOW),
+}
 # options that are not flags and not data: runc accepts these and ignores or handles them elsewhere
 IGNORED_OPTIONS = {"tmpcopyup", "idmap", "ridmap", "recursive"}

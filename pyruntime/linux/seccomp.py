@@ -11,12 +11,20 @@ Behaviour follows runc where the spec is silent: syscall names unknown to libsec
 architecture are skipped (reported to ``warn``), a rule whose action equals the default action is
 skipped (libseccomp rejects it), several conditions on the same argument become one rule each (OR,
 which Docker's default profile relies on), and the no_new_privs bit is left to process.noNewPrivileges.
+
+A profile written before a syscall existed must not turn it into EPERM: libc falls back to an older
+call only on ENOSYS (clone3 -> clone, openat2 -> openat, faccessat2 -> faccessat), so a new libc in an
+image with an old profile would break. As runc does (libcontainer/seccomp/patchbpf), unless the default
+action lets syscalls through, a stub in front of libseccomp's program returns ENOSYS for every syscall
+number above the highest one the profile names on that architecture. libseccomp cannot express that
+(its rules name syscalls it knows), so its program is exported and loaded here with seccomp(2).
 """
 from __future__ import annotations
 
 import ctypes
 import errno
 import os
+import struct
 from collections.abc import Callable, Mapping
 from functools import cache
 
@@ -71,15 +79,29 @@ ARCHITECTURES: Mapping[str, str] = {
     "SCMP_ARCH_SH": "sh",
     "SCMP_ARCH_SHEB": "sheb",
 }
-# Spec flag -> libseccomp filter attribute that makes seccomp_load pass it (SCMP_FLTATR_CTL_*).
+# Spec flag -> libseccomp filter attribute (SCMP_FLTATR_CTL_*), which libseccomp grants only when the
+# kernel has the flag: features() asks it.
 FLAGS: Mapping[str, int] = {
     "SECCOMP_FILTER_FLAG_TSYNC": 4,
     "SECCOMP_FILTER_FLAG_LOG": 6,
     "SECCOMP_FILTER_FLAG_SPEC_ALLOW": 7,
     "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV": 10,
 }
-_ATTR_CTL_NNP = 3
-_ATTR_API_SYSRAWRC = 9
+# Spec flag -> seccomp(2)'s flag (linux/seccomp.h).
+_KERNEL_FLAGS: Mapping[str, int] = {
+    "SECCOMP_FILTER_FLAG_TSYNC": 1,
+    "SECCOMP_FILTER_FLAG_LOG": 2,
+    "SECCOMP_FILTER_FLAG_SPEC_ALLOW": 4,
+    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV": 32,
+}
+_FLAG_NEW_LISTENER = 8
+_FLAG_TSYNC_ESRCH = 16
+_SECCOMP_SET_MODE_FILTER = 1
+# Actions under which a syscall unknown to the profile should run (runc's isAllowAction): no stub.
+_LETS_THROUGH = frozenset({"SCMP_ACT_ALLOW", "SCMP_ACT_LOG", "SCMP_ACT_TRACE"})
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_AUDIT_ARCH_X32 = 0x4000003E  # libseccomp's token; the kernel reports x86_64 with this bit in the number
+_X32_SYSCALL_BIT = 0x40000000
 _MAX_ARGS = 6
 _SCM_RIGHTS_NAME = "seccompFd"
 
@@ -206,8 +228,9 @@ def _lib() -> ctypes.CDLL:
         ("seccomp_syscall_resolve_name", ctypes.c_int, [ctypes.c_char_p]),
         ("seccomp_rule_add_array", ctypes.c_int, [ctx, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
                                                   ctypes.POINTER(_ArgCmp)]),
-        ("seccomp_load", ctypes.c_int, [ctx]),
-        ("seccomp_notify_fd", ctypes.c_int, [ctx]),
+        ("seccomp_arch_native", ctypes.c_uint32, []),
+        ("seccomp_syscall_resolve_name_arch", ctypes.c_int, [ctypes.c_uint32, ctypes.c_char_p]),
+        ("seccomp_export_bpf", ctypes.c_int, [ctx, ctypes.c_int]),
         ("seccomp_version", ctypes.POINTER(_Version), []),
     ):
         getattr(lib, fn).restype = restype
@@ -240,6 +263,7 @@ def _action_value(action: str, errno_ret: int | None) -> int:
 
 
 def _set_flag(lib: ctypes.CDLL, ctx: int, flag: str) -> None:
+    """Asks libseccomp, which knows whether this kernel has the flag, before seccomp(2) gets it."""
     rc = lib.seccomp_attr_set(ctx, FLAGS[flag], 1)
     if rc == -errno.EINVAL:
         raise OSError(-rc, f"seccomp_attr_set({flag}): not supported by libseccomp {_libseccomp_version()}")
@@ -267,6 +291,94 @@ def _add_rules(lib: ctypes.CDLL, ctx: int, syscall: Syscall, action: int, warn: 
     return added
 
 
+def enosys_stub(highest: Mapping[int, int]) -> bytes:
+    """The classic-BPF program that returns ENOSYS for a syscall number above highest[arch] (libseccomp
+    arch tokens, which are the kernel's AUDIT_ARCH values) and falls through to the program after it
+    otherwise, as runc's patchbpf stub. x32 shares x86_64's AUDIT_ARCH, told apart by the number's x32 bit."""
+    ld_abs, jeq, jgt, jset, ja, ret = 0x20, 0x15, 0x25, 0x45, 0x05, 0x06
+    # (code, jump-if-true label, jump-if-false label, k); a label is an index into `code` or "end"
+    code: list[tuple[int, object, object, object]] = [(ld_abs, 0, 0, 4)]  # seccomp_data.arch
+    blocks: list[tuple[int, list[tuple[int, object, object, object]]]] = []
+    arches = {(_AUDIT_ARCH_X86_64 if a == _AUDIT_ARCH_X32 else a) for a in highest}
+    for arch in sorted(arches):
+        block: list[tuple[int, object, object, object]] = [(ld_abs, 0, 0, 0)]  # seccomp_data.nr
+        if arch == _AUDIT_ARCH_X86_64:
+            block.append((jset, "x32", None, _X32_SYSCALL_BIT))
+        native = highest.get(arch)
+        block.append((jgt, "enosys", "end", native) if native is not None else (ja, 0, 0, "end"))
+        if arch == _AUDIT_ARCH_X86_64:
+            x32 = highest.get(_AUDIT_ARCH_X32)
+            block.append((jgt, "enosys", "end", x32) if x32 is not None else (ja, 0, 0, "end"))
+        blocks.append((arch, block))
+    for arch, _ in blocks:
+        code.append((jeq, ("block", arch), None, arch))
+    code.append((ja, 0, 0, "end"))  # an architecture the profile does not know: libseccomp's verdict
+    starts = {}
+    for arch, block in blocks:
+        starts[arch] = len(code)
+        code.extend(block)
+    enosys = len(code)
+    code.append((ret, 0, 0, _ERRNO_ACTIONS["SCMP_ACT_ERRNO"] | errno.ENOSYS))
+    end = len(code)
+    out = bytearray()
+    for i, (op, jt, jf, k) in enumerate(code):
+        def target(label: object, here: int = i) -> int:
+            if label is None or label == 0:
+                return here + 1
+            if label == "end":
+                return end
+            if label == "enosys":
+                return enosys
+            if label == "x32":
+                return here + 2  # the x32 comparison follows the native one
+            return starts[label[1]]  # type: ignore[index]
+        if op == ja:
+            jt = jf = 0
+            k = target(k) - i - 1
+        elif op != ld_abs and op != ret:
+            jt, jf = target(jt) - i - 1, target(jf) - i - 1
+        out += struct.pack("=HBBI", op, jt, jf, k)
+    return bytes(out)
+
+
+def _highest_syscalls(lib: ctypes.CDLL, seccomp: Seccomp) -> dict[int, int]:
+    """The highest syscall number the profile names, per architecture of the filter."""
+    arches = {lib.seccomp_arch_native()} | {lib.seccomp_arch_resolve_name(ARCHITECTURES[a].encode())
+                                            for a in seccomp.architectures}
+    names = {n.encode() for syscall in seccomp.syscalls for n in syscall.names}
+    highest: dict[int, int] = {}
+    for arch in arches:
+        numbers = [nr for nr in (lib.seccomp_syscall_resolve_name_arch(arch, n) for n in names) if nr >= 0]
+        if numbers:
+            highest[arch] = max(numbers)
+    return highest
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install(lib: ctypes.CDLL, ctx: int, stub: bytes, flags: int) -> int:
+    """Loads stub + libseccomp's program into the calling thread with seccomp(2); returns its result
+    (the listener fd with SECCOMP_FILTER_FLAG_NEW_LISTENER)."""
+    from pyruntime.linux._libc import libc
+
+    fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
+    try:
+        _check(lib.seccomp_export_bpf(ctx, fd), "seccomp_export_bpf")
+        program = stub + os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
+    nr = lib.seccomp_syscall_resolve_name(b"seccomp")
+    rc = libc.syscall(nr, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog))
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"seccomp(SECCOMP_SET_MODE_FILTER, {flags:#x}): {os.strerror(e)}")
+    return rc
+
+
 def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
     """Loads the filter into the calling thread; returns the notify fd when a SCMP_ACT_NOTIFY rule was loaded.
 
@@ -280,8 +392,6 @@ def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
     if not ctx:
         raise OSError(errno.EINVAL, f"seccomp_init({seccomp.default_action}): failed")
     try:
-        lib.seccomp_attr_set(ctx, _ATTR_API_SYSRAWRC, 1)  # kernel errnos in our errors; libseccomp < 2.5 lacks it
-        _check(lib.seccomp_attr_set(ctx, _ATTR_CTL_NNP, 0), "seccomp_attr_set(SCMP_FLTATR_CTL_NNP, 0)")
         for arch in seccomp.architectures:
             token = lib.seccomp_arch_resolve_name(ARCHITECTURES[arch].encode())
             if token == 0:
@@ -290,18 +400,24 @@ def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
             rc = lib.seccomp_arch_add(ctx, token)
             if rc != -errno.EEXIST:
                 _check(rc, f"seccomp_arch_add({arch})")
-        for flag in seccomp.flags:
-            _set_flag(lib, ctx, flag)
         notify_rules = 0
         for syscall in seccomp.syscalls:
             action = _action_value(syscall.action, syscall.errno_ret)
             if action != default:
                 added = _add_rules(lib, ctx, syscall, action, warn)
                 notify_rules += added if syscall.action == "SCMP_ACT_NOTIFY" else 0
-        _check(lib.seccomp_load(ctx), "seccomp_load")
-        if notify_rules:
-            return _check(lib.seccomp_notify_fd(ctx), "seccomp_notify_fd")
-        return None
+        flags = 0
+        for flag in seccomp.flags:
+            _set_flag(lib, ctx, flag)
+            flags |= _KERNEL_FLAGS[flag]
+        if notify_rules:  # as libseccomp: the listener, and only then killable waits; TSYNC then needs ESRCH
+            flags |= _FLAG_NEW_LISTENER | (_FLAG_TSYNC_ESRCH if flags & _KERNEL_FLAGS["SECCOMP_FILTER_FLAG_TSYNC"]
+                                           else 0)
+        else:
+            flags &= ~_KERNEL_FLAGS["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]
+        stub = b"" if seccomp.default_action in _LETS_THROUGH else enosys_stub(_highest_syscalls(lib, seccomp))
+        fd = _install(lib, ctx, stub, flags)
+        return fd if notify_rules else None
     finally:
         lib.seccomp_release(ctx)
 

@@ -52,8 +52,19 @@ FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 AT_FDCWD = -100
-AT_EMPTY_PATH, AT_RECURSIVE = 0x1000, 0x8000
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+# mount_setattr(2) attributes
 MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+MOUNT_ATTR__ATIME = 0x70
+MOUNT_ATTR_RELATIME = 0x0
+MOUNT_ATTR_NOATIME = 0x10
+MOUNT_ATTR_STRICTATIME = 0x20
+MOUNT_ATTR_NODIRATIME = 0x80
+MOUNT_ATTR_NOSYMFOLLOW = 0x200000
 
 # namespaces
 CLONE_NEWNS = 0x00020000
@@ -122,11 +133,6 @@ def _b(value: str | None) -> bytes | None:
     return None if value is None else os.fsencode(value)
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
-
-
 class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
@@ -171,11 +177,6 @@ class Syscalls:
         raise NotImplementedError
 
     def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
-        raise NotImplementedError
-
-    def mount_setattr(self, fd: int, attr_set: int, path: str) -> None:
-        """mount_setattr(2) of the mount `fd` is open on and every mount below it (AT_RECURSIVE); `path`
-        names it in the error."""
         raise NotImplementedError
 
     def mknod(self, path: str, mode: int, device: int, dir_fd: int | None = None) -> None:
@@ -232,6 +233,9 @@ class Syscalls:
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         raise NotImplementedError
 
+    def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
+        raise NotImplementedError
+
 
 class LinuxSyscalls(Syscalls):
     def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -264,12 +268,6 @@ class LinuxSyscalls(Syscalls):
         raw = name.encode()
         if libc.setdomainname(raw, len(raw)) != 0:
             raise _fail(f"setdomainname({name!r})")
-
-    def mount_setattr(self, fd: int, attr_set: int, path: str) -> None:
-        attr = _MountAttr(attr_set, 0, 0, 0)
-        if libc.syscall(_SYSCALL_NR["mount_setattr"], fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
-                        ctypes.sizeof(attr)) != 0:
-            raise _fail(f"mount_setattr(AT_RECURSIVE, attr_set={attr_set:#x})", path)
 
     def openat2(self, dirfd: int, path: str, flags: int, resolve: int, mode: int = 0) -> int:
         how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
@@ -392,6 +390,13 @@ class LinuxSyscalls(Syscalls):
         if ret < 0:
             raise _fail(what)
         return ret
+
+    def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
+        """Changes the attributes of the mount at `fd` and of every mount below it (mount_setattr(2)
+        with AT_RECURSIVE); `path` names it in errors."""
+        attr = (ctypes.c_uint64 * 4)(attr_set, attr_clr, 0, 0)  # struct mount_attr, without propagation/userns
+        self._new_api("mount_setattr", fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
+                      ctypes.sizeof(attr), what=f"mount_setattr {path} (set {attr_set:#x}, clear {attr_clr:#x})")
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         """A mount through fsopen/fsconfig/fsmount/move_mount, for options too many for mount(2)'s one

@@ -1,7 +1,7 @@
 """`pyruntime features`: what this runtime implements, in the runtime spec's features.json shape."""
 from __future__ import annotations
 
-from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_ATTR_OPTIONS
+from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import Syscalls
 from pyruntime.oci.spec import HOOK_KINDS, NAMESPACE_TYPES
 from pyruntime.oci.state import OCI_VERSION
@@ -15,7 +15,7 @@ def features(kernel: Syscalls) -> dict:
         "ociVersionMin": "1.0.0",
         "ociVersionMax": OCI_VERSION,
         "hooks": list(HOOK_KINDS),
-        "mountOptions": sorted(set(FLAG_OPTIONS) | set(PROPAGATION_OPTIONS) | set(RECURSIVE_ATTR_OPTIONS)
+        "mountOptions": sorted(set(FLAG_OPTIONS) | set(PROPAGATION_OPTIONS) | set(RECURSIVE_OPTIONS)
                                | IGNORED_OPTIONS - {"idmap", "ridmap"}),
         "linux": {
             "namespaces": list(NAMESPACE_TYPES),

@@ -210,7 +210,7 @@ def _cgroup_v2(linux: Linux, where: str) -> None:
         check_devices(res.devices or ())
     except CgroupError as e:
         raise SpecError(str(e)) from e
-    for i, d in enumerate(linux.devices):
+    for i, d in enumerate(() if res.devices else linux.devices):  # allowed only without rules of the spec's
         if d.type == "p":
             continue
         rule = DeviceRule(True, "c" if d.type == "u" else d.type, d.major, d.minor, "rwm")

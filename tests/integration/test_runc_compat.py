@@ -2,6 +2,8 @@
 (`make conformance-runc`): each test here is what a user would check by hand."""
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import select
@@ -11,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux import cgroups
+from pyruntime.linux import cgroups, seccomp
+from pyruntime.linux.seccomp import Seccomp
 from pyruntime.linux.syscalls import LinuxSyscalls
+from tests.integration.test_seccomp import BUSYBOX, BUSYBOX_START
+from tests.kit.child import run_in_child
 
 
 def _config(bundle: Path) -> dict:
@@ -367,3 +372,107 @@ def test_hook_errors_name_the_hook_and_start_container_hooks_get_the_process_env
     _save(bundle, config)
     done = runtime("run", "--bundle", str(bundle), "c2", check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_syscalls_newer_than_the_seccomp_profile_fail_with_enosys():
+    """libc falls back (clone3 -> clone) only on ENOSYS; a syscall the profile does not name but that
+    is older than its newest one gets the default action."""
+    profile = Seccomp.from_spec({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": [*BUSYBOX_START, "write"], "action": "SCMP_ACT_ALLOW"}]})
+    libc = ctypes.CDLL(None, use_errno=True)
+    numbers = [1000, *(seccomp._lib().seccomp_syscall_resolve_name(n) for n in (b"clone3", b"getpid"))]
+
+    def probe() -> None:
+        seccomp.load(profile)
+        for nr in numbers:
+            libc.syscall(nr, 0, 0)
+            os.write(1, f"{ctypes.get_errno()} ".encode())
+
+    code, out = run_in_child(probe, BUSYBOX, "true")
+    assert code == 0, out
+    assert out.split() == [str(errno.ENOSYS), str(errno.ENOSYS), str(errno.EPERM)]
+
+
+def test_a_created_containers_init_holds_no_runtime_fd_but_the_exec_fifo(runtime, make_bundle):
+    """Whatever the init holds before `start` the workload could reach through /proc/1/fd (runc's leak check)."""
+    bundle = make_bundle(["true"])
+    try:
+        runtime("create", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        held = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert [target for fd, target in held.items() if fd > 2] == [str(runtime.root / "c1" / "exec.fifo")]
+        runtime("start", "c1")
+        assert not (runtime.root / "c1" / "exec.fifo").exists()
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_a_failing_execve_reads_as_runcs_one_line(runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "run.sh").write_text("#!/mmnnttbb foo bar\nsh\n")
+    os.chmod(own / "run.sh", 0o755)
+    bundle = make_bundle(["/run.sh"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode != 0
+    assert done.stderr.splitlines() == ["exec /run.sh: no such file or directory"]
+
+
+def test_create_time_hooks_run_in_the_bundle_and_create_container_hooks_in_the_rootfs(
+        runtime, make_bundle, tmp_path, rootfs):
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["hooks"] = {"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "pwd > prestart.cwd"]}],
+                       "createContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "pwd > ./container.cwd"]}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.returncode == 0, done.stderr
+    assert (bundle / "prestart.cwd").read_text().strip() == str(bundle)
+    assert (own / "container.cwd").read_text().strip() == str(own)
+
+
+def test_device_deny_rules_hold_for_a_device_the_container_has(runtime, make_bundle):
+    """linux.devices makes the node; linux.resources.devices alone decides access (runc's dev.bats), and
+    an access string with runc's ignored "a" ("rwa") is taken."""
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"].setdefault("resources", {})["devices"] = [
+        {"allow": False, "access": "rwm"}, {"allow": False, "type": "c", "major": 1, "minor": 11, "access": "rwa"}]
+    config["linux"]["devices"] = [{"path": "/dev/kmsg", "type": "c", "major": 1, "minor": 11}]
+    _save(bundle, config)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        for _ in range(2):  # update re-applies the rules
+            done = runtime("exec", "c1", "sh", "-c", "exec 3>/dev/kmsg", check=False)
+            assert done.returncode != 0 and "Operation not permitted" in done.stderr
+            runtime("update", "c1", "--pids-limit", "42")
+        assert runtime("exec", "c1", "sh", "-c", "exec 3>/dev/null").returncode == 0
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_recursive_mount_attributes_reach_every_mount_below(runtime, make_bundle, tmp_path):
+    """`rro` makes a submount read-only too, where `ro` on an rbind does not; `rnoatime` likewise."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(volume)], check=True)
+    try:
+        (volume / "sub").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(volume / "sub")], check=True)
+        bundle = make_bundle(["sh", "-c", "touch /ro/sub/x; touch /rro/sub/x; grep ' /rro/sub ' /proc/mounts"])
+        config = _config(bundle)
+        config["mounts"] += [
+            {"destination": "/ro", "type": "bind", "source": str(volume), "options": ["rbind", "ro"]},
+            {"destination": "/rro", "type": "bind", "source": str(volume), "options": ["rbind", "rro", "rnoatime"]}]
+        _save(bundle, config)
+        done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+        assert done.stderr.count("Read-only file system") == 1 and "/rro/sub/x" in done.stderr, done.stderr
+        assert done.stdout.split()[3].split(",")[:2] == ["ro", "noatime"]
+    finally:
+        subprocess.run(["umount", "-R", str(volume)], check=True)

@@ -82,9 +82,10 @@ def test_rro_bind_sets_read_only_on_every_submount(fake, root, tmp_path):
     (tmp_path / "vol").mkdir()
     rootfs.mount_one(fake, fd, Mount("/vol", "bind", str(tmp_path / "vol"), ("rbind", "ro", "rprivate", "rro")),
                      "/bundle", False)
-    assert [c[0] for c in fake.calls if c[0] in ("mount", "mount_setattr")][-1] == "mount_setattr"
-    (_, _fd, attr_set, path), = fake.named("mount_setattr")
-    assert (attr_set, path) == (syscalls.MOUNT_ATTR_RDONLY, "/vol")
+    calls = [c[0] for c in fake.calls if c[0] in ("mount", "mount_setattr_recursive")]
+    assert calls[-1] == "mount_setattr_recursive"
+    (_, _fd, attr_set, attr_clr, path), = fake.named("mount_setattr_recursive")
+    assert (attr_set, attr_clr, path) == (syscalls.MOUNT_ATTR_RDONLY, 0, "/vol")
     assert rootfs.parse_options(("rro",)).data == ""  # not handed to mount(2) as data
 
 

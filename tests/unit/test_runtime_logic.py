@@ -65,6 +65,14 @@ def test_mount_options_split_into_flags_propagation_and_data():
     assert opts.data == "mode=755,size=64k"
 
 
+def test_recursive_mount_options_become_mount_setattr_attributes():
+    opts = rootfs.parse_options(("rbind", "rro", "rnoatime", "rsuid", "rnosuid", "rrw"))
+    assert opts.data == "" and opts.flags == syscalls.MS_BIND | syscalls.MS_REC
+    attr_set, attr_clr = opts.recursive
+    assert attr_set == syscalls.MOUNT_ATTR_NOATIME | syscalls.MOUNT_ATTR_NOSUID
+    assert attr_clr == syscalls.MOUNT_ATTR__ATIME | syscalls.MOUNT_ATTR_NOSUID | syscalls.MOUNT_ATTR_RDONLY
+
+
 def test_runc_style_arguments():
     flags = [Flag(("bundle", "b"), True, default="."), Flag(("detach", "d")), Flag(("env", "e"), True, repeat=True)]
     p = parse(["-b", "/x", "--detach", "id", "--env=A=1", "-e", "B=2"], flags)

@@ -135,3 +135,39 @@ def test_import_does_not_load_libseccomp() -> None:
             "assert 'libseccomp' not in maps, 'libseccomp loaded at import'\n"
             "import sys; assert 'pyseccomp' not in sys.modules and 'prctl' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _run_bpf(program: bytes, arch: int, nr: int) -> int | str:
+    """Runs a classic-BPF seccomp program on (arch, nr): its return value, or "next" when it falls off
+    its end (into libseccomp's program)."""
+    import struct
+    code = list(struct.iter_unpack("=HBBI", program))
+    pc, acc = 0, 0
+    while pc < len(code):
+        op, jt, jf, k = code[pc]
+        pc += 1
+        if op == 0x20:
+            acc = {0: nr, 4: arch}[k]
+        elif op == 0x06:
+            return k
+        elif op == 0x05:
+            pc += k
+        else:
+            taken = {0x15: acc == k, 0x25: acc > k, 0x45: bool(acc & k)}[op]
+            pc += jt if taken else jf
+    return "next"
+
+
+def test_enosys_stub_answers_numbers_above_the_profiles_highest_per_arch() -> None:
+    x86_64, x32, i386, arm = 0xC000003E, 0x4000003E, 0x40000003, 0x40000028
+    enosys = 0x00050000 | 38
+    stub = seccomp.enosys_stub({x86_64: 334, x32: 0x40000000 + 300, i386: 400})
+    assert _run_bpf(stub, x86_64, 334) == "next" and _run_bpf(stub, x86_64, 435) == enosys
+    assert _run_bpf(stub, x86_64, 0x40000000 + 300) == "next"
+    assert _run_bpf(stub, x86_64, 0x40000000 + 301) == enosys
+    assert _run_bpf(stub, i386, 400) == "next" and _run_bpf(stub, i386, 1000) == enosys
+    assert _run_bpf(stub, arm, 5000) == "next"  # not in the profile: libseccomp's bad-arch verdict
+    only_native = seccomp.enosys_stub({x86_64: 10})
+    assert _run_bpf(only_native, x86_64, 0x40000000 + 1) == "next"
+    assert _run_bpf(only_native, x86_64, 11) == enosys
+    assert _run_bpf(seccomp.enosys_stub({}), x86_64, 1000) == "next"

@@ -24,7 +24,7 @@ PACKAGE = Path(pyruntime.__file__).parent
 RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod", "symlink", "statvfs",
                 "setns", "unshare"}
 # bindings themselves: the syscall layer with its libc handle, and libseccomp's binding (a library
-# that builds and loads a BPF program, not a kernel call; its one kernel call is seccomp_load)
+# that builds a BPF program; its one kernel call is seccomp(2) loading it)
 BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls, the CRI server's main and fork server, and the image store's constructor

@@ -279,9 +279,11 @@ def _hugepage_limit(o: Obj) -> HugepageLimit:
 
 
 def _device(o: Obj) -> DeviceRule:
-    access = o.str("access") or "rwm"
-    if not set(access) <= set("rwm") or len(set(access)) != len(access):
-        raise SpecError(f"{o.name('access')}: must be a combination of r, w and m, got {shown(access)}")
+    given = o.str("access") or "rwm"
+    # "a" is ignored, as runc ignores it (its own tests write "rwa"); other letters are likely typos
+    access = given.replace("a", "")
+    if not access or not set(access) <= set("rwm") or len(set(access)) != len(access):
+        raise SpecError(f"{o.name('access')}: must be a combination of r, w and m, got {shown(given)}")
     return DeviceRule(
         allow=o.get("allow", bool, required=True),
         type=o.choice("type", ("a", "b", "c"), "device type", "a"),
