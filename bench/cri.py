@@ -44,7 +44,7 @@ OPS = ("runp", "create+start", "teardown")
 def _network(cls: type[critest.Endpoint], types: tuple[str, str, str]) -> type[critest.Endpoint]:
     """The critest endpoint, on a bridge and subnet of its own so both daemons can run at once."""
 
-    class Bench(cls):  # type: ignore[misc,valid-type]
+    class Bench(cls):  # type: ignore[misc,valid-type]  # a subclass of a class passed in, which mypy cannot type
         def cni_setup(self) -> None:
             super().cni_setup()
             bridge, subnet = NETWORKS[self.name]

@@ -331,7 +331,7 @@ def enosys_stub(highest: Mapping[int, int]) -> bytes:
                 return enosys
             if label == "x32":
                 return here + 2  # the x32 comparison follows the native one
-            return starts[label[1]]  # type: ignore[index]
+            return starts[label[1]]  # type: ignore[index]  # label is ("block", arch) here, typed object
         if op == ja:
             jt = jf = 0
             k = target(k) - i - 1
