@@ -297,11 +297,11 @@ def enosys_stub(highest: Mapping[int, int]) -> bytes:
     otherwise, as runc's patchbpf stub. x32 shares x86_64's AUDIT_ARCH, told apart by the number's x32 bit."""
     ld_abs, jeq, jgt, jset, ja, ret = 0x20, 0x15, 0x25, 0x45, 0x05, 0x06
     # (code, jump-if-true label, jump-if-false label, k); a label is an index into `code` or "end"
-    code: list[tuple[int, object, object, int]] = [(ld_abs, 0, 0, 4)]  # seccomp_data.arch
-    blocks: list[tuple[int, list[tuple[int, object, object, int]]]] = []
+    code: list[tuple[int, object, object, object]] = [(ld_abs, 0, 0, 4)]  # seccomp_data.arch
+    blocks: list[tuple[int, list[tuple[int, object, object, object]]]] = []
     arches = {(_AUDIT_ARCH_X86_64 if a == _AUDIT_ARCH_X32 else a) for a in highest}
     for arch in sorted(arches):
-        block: list[tuple[int, object, object, int]] = [(ld_abs, 0, 0, 0)]  # seccomp_data.nr
+        block: list[tuple[int, object, object, object]] = [(ld_abs, 0, 0, 0)]  # seccomp_data.nr
         if arch == _AUDIT_ARCH_X86_64:
             block.append((jset, "x32", None, _X32_SYSCALL_BIT))
         native = highest.get(arch)
