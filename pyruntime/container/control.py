@@ -207,7 +207,9 @@ def update(store: Store, cid: str, raw_resources: dict) -> None:
         state = store.load(cid)
         if status_of(store, state) == STOPPED:
             raise ContainerError(f"cannot update container {cid!r}: it is stopped")
-        _cgroup(state).set(state.resources_spec().merge(new))
+        merged = state.resources_spec().merge(new)
+        # without rules of the spec's, the devices `create` allowed (linux.devices among them) stay as they are
+        _cgroup(state).set(merged.with_device_policy() if merged.devices else merged)
         state.resources = _merge_raw(state.resources, raw_resources)
         store.save(state)
 

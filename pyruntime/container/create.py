@@ -19,7 +19,7 @@ from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
 from pyruntime.linux import cgroups
-from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
+from pyruntime.linux.cgroups.resources import DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
@@ -47,9 +47,7 @@ def cgroup_resources(spec: Spec) -> Resources:
 
     The devices of linux.devices are allowed only when linux.resources.devices is empty: rules given
     there are the whole policy, as with runc, so a deny rule holds for a device the container has."""
-    res = spec.linux.resources or Resources()
-    rules = (res.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + linux_device_rules(spec)
-    return Resources(res.memory, res.cpu, res.pids, res.block_io, res.hugepage_limits, rules, res.unified)
+    return (spec.linux.resources or Resources()).with_device_policy(linux_device_rules(spec))
 
 
 def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:

@@ -149,6 +149,13 @@ class Resources:
             unified=_unified(o),
         )
 
+    def with_device_policy(self, extra: tuple[DeviceRule, ...] = ()) -> Resources:
+        """The resources as applied: the spec's device rules (deny-all if none) followed by the devices
+        every container needs and `extra`. `create` and `update` both apply this, so an update never
+        drops the default devices (a bare deny-all would take /dev/null away)."""
+        rules = (self.devices or (DeviceRule(False),)) + DEFAULT_ALLOWED_DEVICES + extra
+        return Resources(self.memory, self.cpu, self.pids, self.block_io, self.hugepage_limits, rules, self.unified)
+
     def merge(self, update: Resources) -> Resources:
         """The resources after an `update`: every field the update gives replaces the current one.
 
