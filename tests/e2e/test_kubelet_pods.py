@@ -20,7 +20,7 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
 from tests.conformance.critest import critest_registry
-from tests.kit.containerd_cri import BRIDGE, containerd_cri
+from tests.kit.containerd_cri import containerd_cri
 from tests.kit.controlplane import ControlPlane
 
 NODE = "pynode-e2e-pods"
@@ -71,7 +71,6 @@ def containerd(tmp_path_factory):
     not a test's. The CNI helper is off: its process outlives a pod by its idle time."""
     work = tmp_path_factory.mktemp("containerd-cri")
     cgroups_before = kubepods_dirs()
-    bridge_existed = Path(f"/sys/class/net/{BRIDGE}").exists()
     with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
         env.setenv("PYCNI_HELPER", "off")
         with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
@@ -82,11 +81,7 @@ def containerd(tmp_path_factory):
             client.stop_pod_sandbox(warm_up)
             client.remove_pod_sandbox(warm_up)
             client.close()
-            try:
-                yield endpoint
-            finally:
-                if not bridge_existed:
-                    subprocess.run(["ip", "link", "del", BRIDGE], check=False)
+            yield endpoint
     remove_new_cgroups(cgroups_before)
 
 

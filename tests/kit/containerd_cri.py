@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[Contai
         hosts_dir = work / "certs.d"
         hosts_dir.mkdir(parents=True, exist_ok=True)
     run_dir_existed = CONTAINERD_RUN.exists()
+    bridge_existed = os.path.exists(f"/sys/class/net/{BRIDGE}")  # the CNI bridge plugin never removes it
     endpoint = ContainerdCri(work, hosts_dir)
     try:
         endpoint.start()
@@ -60,3 +62,5 @@ def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[Contai
         endpoint.stop()
         if not run_dir_existed:
             shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)
+        if not bridge_existed:
+            subprocess.run(["ip", "link", "del", BRIDGE], check=False, capture_output=True)
