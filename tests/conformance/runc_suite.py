@@ -38,6 +38,10 @@ from pathlib import Path
 import psutil
 
 from tests.kit.busybox import CACHE, build_rootfs, tar_directory
+
+# the users and groups of the docker-library busybox image the suite was written against: some tests
+# look users up by name or rely on their home directories
+from tests.kit.cri_images import BUSYBOX_GROUP, BUSYBOX_PASSWD
 from tests.leakcheck import Snapshot, format_leaks, reap_orphans
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,24 +55,6 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBIAN_TARBALL = CACHE / f"runc-suite-debian-{DEBIAN_SUITE}-minbase.tar.xz"
 BUSYBOX_TARBALL = CACHE / "runc-suite-busybox-hardlinked.tar.xz"
 
-# The users and groups of the docker-library busybox image the suite was written against: some tests
-# look users up by name or rely on their home directories.
-BUSYBOX_PASSWD = """root:x:0:0:root:/root:/bin/sh
-daemon:x:1:1:daemon:/usr/sbin:/bin/false
-bin:x:2:2:bin:/bin:/bin/false
-sys:x:3:3:sys:/dev:/bin/false
-sync:x:4:100:sync:/bin:/bin/sync
-mail:x:8:8:mail:/var/spool/mail:/bin/false
-www-data:x:33:33:www-data:/var/www:/bin/false
-operator:x:37:37:Operator:/var:/bin/false
-nobody:x:65534:65534:nobody:/home:/bin/false
-"""
-BUSYBOX_GROUP = "".join(f"{name}:x:{gid}:{members}\n" for name, gid, members in (
-    ("root", 0, ""), ("daemon", 1, ""), ("bin", 2, ""), ("sys", 3, ""), ("adm", 4, ""), ("tty", 5, ""),
-    ("disk", 6, ""), ("lp", 7, ""), ("mail", 8, ""), ("kmem", 9, ""), ("wheel", 10, "root"), ("cdrom", 11, ""),
-    ("dialout", 18, ""), ("floppy", 19, ""), ("video", 28, ""), ("audio", 29, ""), ("tape", 32, ""),
-    ("www-data", 33, ""), ("operator", 37, ""), ("utmp", 43, ""), ("plugdev", 46, ""), ("staff", 50, ""),
-    ("lock", 54, ""), ("netdev", 82, ""), ("users", 100, ""), ("nogroup", 65534, "")))
 
 PR_SET_CHILD_SUBREAPER = 36
 TAP_RESULT = re.compile(r"^(ok|not ok) (\d+) (.*?)(?: # (skip|timeout)\b.*)?$")
