@@ -60,6 +60,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         else:
             from pykubelet.api.client import make_client
             from pykubelet.api.informer import pod_informer
+            from pykubelet.events import EventRecorder
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
@@ -71,9 +72,12 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                 return
             lease = NodeLease(client, settings)
             pods = pod_informer(client, settings.node_name)
-            workers = PodWorkers(client, runtime, settings, pods, runtime_name=runtime.version().runtime_name)
+            events = EventRecorder(client, settings.node_name)
+            workers = PodWorkers(client, runtime, settings, pods, runtime_name=runtime.version().runtime_name,
+                                 events=events)
             informers.append(pods.start())
-            for name, target in (("lease", lease.run), ("node-status", status.run), ("pod-workers", workers.run)):
+            for name, target in (("lease", lease.run), ("node-status", status.run), ("pod-workers", workers.run),
+                                 ("events", events.run)):
                 threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
             for t in threads:

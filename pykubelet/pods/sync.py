@@ -24,6 +24,7 @@ from typing import Any
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
+from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.pods.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -316,12 +317,17 @@ class PodSyncer:
     """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
-                 image_backoff: Backoff | None = None) -> None:
-        self.runtime, self.settings = runtime, settings
+                 image_backoff: Backoff | None = None, events: EventRecorder | None = None) -> None:
+        self.runtime, self.settings, self.events = runtime, settings, events
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
         self._failed_pulls: dict[str, float] = {}  # image -> when its last pull failed
+
+    def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str,
+              init: bool = False) -> None:
+        if self.events is not None:
+            self.events.event(pod_ref(pod, container, init), type_, reason, message)
 
     # --- images -----------------------------------------------------------------------------------
 
@@ -430,6 +436,8 @@ class PodSyncer:
                 delay = self.backoff.current(key)
                 result.waiting[name] = ("CrashLoopBackOff", f"back-off {delay:g}s restarting failed container={name} "
                                         f"pod={meta['name']}_{meta['namespace']}({meta['uid']})")
+                self.event(pod, name, WARNING, "BackOff", "Back-off restarting failed container "
+                           f"{name} in pod {meta['name']}_{meta['namespace']}({meta['uid']})")
                 result.again_in(wait)
                 return
             self.backoff.restarted(key)
@@ -439,6 +447,7 @@ class PodSyncer:
             image_ref = self.ensure_image(container, sandbox_cfg)
         except SyncError as e:
             result.waiting[name] = (e.reason, str(e))
+            self.event(pod, name, WARNING, "BackOff" if e.reason == "ImagePullBackOff" else "Failed", str(e))
             result.again_in(self.image_backoff.initial)
             return
         config = container_config(pod, container, image_ref, restart, sandbox_cfg)
@@ -446,16 +455,19 @@ class PodSyncer:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
         except cri.CRIError as e:
             result.waiting[name] = ("CreateContainerError", e.details)
+            self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
             return
         try:
             self.runtime.start_container(cid)
         except cri.CRIError as e:
             result.waiting[name] = ("RunContainerError", e.details)
+            self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
             return
         log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
                  restart)
+        self.event(pod, name, NORMAL, "Started", f"Started container {name}")
 
     def _remove(self, container_id: str) -> None:
         try:

@@ -21,6 +21,7 @@ from pykubelet import runtime as cri
 from pykubelet.api.informer import key_of
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
+from pykubelet.events import EventRecorder
 from pykubelet.pods import termination
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
@@ -33,12 +34,12 @@ TERMINAL = ("Succeeded", "Failed")
 
 class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
-                 runtime_name: str = "") -> None:
+                 runtime_name: str = "", events: EventRecorder | None = None) -> None:
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
         self.threads, self.runtime_name = threads, runtime_name
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
-        self.syncer = PodSyncer(runtime, settings, self.backoff)
+        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"

@@ -8,176 +8,24 @@ registry pieces), so nothing leaves the machine."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pytest
 import requests
 
 from proto import api_pb2
-from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
-from tests.conformance.critest import critest_registry
-from tests.kit.containerd_cri import containerd_cri
-from tests.kit.controlplane import ControlPlane
+from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, condition, delete, get_pod, on_node, wait_for
+from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-pods"
 NODE_IP = "10.201.0.21"
-PYKUBELET = Path(sys.executable).parent / "pykubelet"
-HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
-BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
-
-
-def wait_for(what: str, check, timeout: float = 60, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory):
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane")).start()
-    # no controller-manager here to make it; pods opt out of its token volume (volumes are not this test's)
-    cp.kubectl("create", "serviceaccount", "default", "-n", "default")
-    yield cp
-    cp.stop()
-
-
-def kubepods_dirs() -> set[Path]:
-    return {p for h in cgroup_hierarchies() for top in h.glob("kubepods*") for p in [top, *top.rglob("*")]
-            if p.is_dir()}
-
-
-def remove_new_cgroups(before: set[Path]) -> None:
-    """The kubepods cgroups made since `before` (empty by now), deepest first: the kubelet keeps kubepods
-    and its QoS levels, as upstream's, so the test removes them."""
-    for cgroup in sorted(kubepods_dirs() - before, key=lambda p: -len(p.parts)):
-        try:
-            cgroup.rmdir()
-        except OSError:
-            pass
-
-
-@pytest.fixture(scope="module")
-def containerd(tmp_path_factory):
-    """containerd with the pod network already made (a sandbox run and removed): the bridge is the node's,
-    not a test's. The CNI helper is off: its process outlives a pod by its idle time."""
-    work = tmp_path_factory.mktemp("containerd-cri")
-    cgroups_before = kubepods_dirs()
-    with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
-        env.setenv("PYCNI_HELPER", "off")
-        with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
-            client = cri.CRIRuntime(endpoint.url, timeout=60)
-            warm_up = client.run_pod_sandbox(api_pb2.PodSandboxConfig(
-                metadata=api_pb2.PodSandboxMetadata(name="warm-up", namespace="test", uid="warm-up"),
-                linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent="/kubepods/besteffort/podwarm-up")))
-            client.stop_pod_sandbox(warm_up)
-            client.remove_pod_sandbox(warm_up)
-            client.close()
-            yield endpoint
-    remove_new_cgroups(cgroups_before)
-
-
-@pytest.fixture(scope="module")
-def runtime(containerd):
-    client = cri.CRIRuntime(containerd.url, timeout=30)
-    yield client
-    client.close()
-
-
-class Kubelet:
-    """The pykubelet process, which a test may kill -9 and start again."""
-
-    def __init__(self, argv: list[str], work: Path) -> None:
-        self.argv, self.log_path, self.pods_dir = argv, work / "pykubelet.log", work / "pods"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@pytest.fixture(scope="module")
-def kubelet(control_plane, containerd, tmp_path_factory):
-    work = tmp_path_factory.mktemp("pykubelet")
-    config = work / "kubelet.yaml"
-    config.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-                                  "podLogsDir": str(work / "pods"), "syncFrequency": "10s"}))
-    k = Kubelet([str(PYKUBELET), "--kubeconfig", str(control_plane.node_kubeconfig(NODE)), "--config", str(config),
-                 "--container-runtime-endpoint", containerd.url, "--hostname-override", NODE, "--node-ip", NODE_IP,
-                 "--root-dir", str(work / "root"), "-v", "1"], work)
-    k.start()
-    assert k.proc is not None
-    wait_for("the node to register", lambda: k.proc.poll() is not None or control_plane.kubectl(
-        "get", "node", NODE, check=False).returncode == 0)
-    assert k.proc.poll() is None, k.log_path.read_text()[-3000:]
-    yield k
-    # pods are the kubelet's to remove: whatever a failed test left goes before the kubelet and the runtime
-    control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
-    k.stop()
-
-
-@pytest.fixture
-def kubepods():
-    before = kubepods_dirs()
-    yield
-    remove_new_cgroups(before)
-
-
-def apply(cp: ControlPlane, tmp: Path, pod: dict) -> None:
-    manifest = tmp / f"{pod['metadata']['name']}.json"
-    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": "Pod", **pod}))
-    cp.kubectl("apply", "-f", str(manifest))
-
-
-def get_pod(cp: ControlPlane, name: str) -> dict:
-    out = cp.kubectl("get", "pod", name, "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
-
-
-def condition(pod: dict, kind: str) -> str:
-    return next((c["status"] for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), "")
 
 
 def pod_spec(name: str, container: dict, **spec) -> dict:
-    return {"metadata": {"name": name, "namespace": "default"},
-            "spec": {"nodeName": NODE, "containers": [container], "terminationGracePeriodSeconds": 10,
-                     "automountServiceAccountToken": False, **spec}}
+    return kit_pod_spec(NODE, name, container, **spec)
 
 
-def on_node(runtime: cri.CRIRuntime, uid: str) -> tuple[list, list]:
-    selector = {"io.kubernetes.pod.uid": uid}
-    return (runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector)),
-            runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector)))
-
-
-def delete(cp: ControlPlane, name: str) -> None:
-    cp.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s", timeout=90)
-
-
-def test_pod_runs_ready_with_ip_and_answers(control_plane, kubelet, runtime, containerd, kubepods, tmp_path):
+def test_pod_runs_ready_with_ip_and_answers(control_plane, kubelet, runtime, cri, kubepods, tmp_path):
     apply(control_plane, tmp_path, pod_spec("web", {"name": "httpd", "image": HTTPD,
                                                    "ports": [{"containerPort": 80}]}))
     try:
@@ -202,6 +50,11 @@ def test_pod_runs_ready_with_ip_and_answers(control_plane, kubelet, runtime, con
         assert containers[0].annotations["io.kubernetes.container.restartCount"] == "0"
         log_dir = kubelet.pods_dir / f"default_web_{pod['metadata']['uid']}"
         assert (log_dir / "httpd" / "0.log").exists()
+        events = json.loads(control_plane.kubectl("get", "events", "--field-selector",
+                                                  f"involvedObject.uid={pod['metadata']['uid']}", "-o", "json").stdout)
+        started = [e for e in events["items"] if e["reason"] == "Started"]
+        assert started and started[0]["source"] == {"component": "kubelet", "host": NODE}
+        assert started[0]["involvedObject"]["fieldPath"] == "spec.containers{httpd}"
     finally:
         delete(control_plane, "web")
 
@@ -264,7 +117,7 @@ def test_finished_pod_succeeds_and_gives_back_its_ip(control_plane, kubelet, run
         delete(control_plane, "once")
 
 
-def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, containerd, kubepods, tmp_path):
+def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, cri, kubepods, tmp_path):
     script = "trap 'echo got SIGTERM; exit 0' TERM; echo ready; while true; do sleep 0.2; done"
     apply(control_plane, tmp_path, pod_spec("term", {"name": "term", "image": BUSYBOX,
                                                     "command": ["sh", "-c", script]}))
@@ -281,7 +134,7 @@ def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime
     assert took < 8, f"deletion took {took:.1f} s: the container did not end on SIGTERM"
     assert on_node(runtime, uid) == ([], [])
     assert not (kubelet.pods_dir / f"default_term_{uid}").exists()
-    reservations = containerd.work / "ipam"
+    reservations = cri.work / "ipam"
     assert not any(ip in p.name for p in reservations.rglob("*")), list(reservations.rglob("*"))
     assert not [p for h in cgroup_hierarchies() for p in h.glob(f"kubepods/**/pod{uid}")]
 

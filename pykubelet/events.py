@@ -1,0 +1,110 @@
+"""Events: what `kubectl describe pod` and `kubectl get events` show of the kubelet's work (Pulling,
+Started, BackOff, Unhealthy, Killing, a rejected pod's reason).
+
+Recording an event must never slow or fail a pod sync: `event()` only queues it, and one thread sends
+it, dropping it (with a log line) if the API server refuses or is away; events are best effort in the
+stock kubelet too. Repeats of the same event (same object, type, reason and message) within ten minutes
+update the first one's count and lastTimestamp instead of creating new objects, as client-go's
+EventCorrelator does, so a crash-looping container cannot flood etcd.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import queue
+import threading
+import uuid
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+NORMAL, WARNING = "Normal", "Warning"
+COMPONENT = "kubelet"
+AGGREGATE_SECONDS = 600
+QUEUE_SIZE = 1000
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _stamp(t: datetime.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Seen:
+    name: str
+    namespace: str
+    count: int
+    last: datetime.datetime
+
+
+def pod_ref(pod: dict, container: str | None = None, init: bool = False) -> dict:
+    """The involvedObject of an event about `pod` (a Pod dict), or about one of its containers."""
+    meta = pod["metadata"]
+    ref = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+           "uid": meta["uid"]}
+    if meta.get("resourceVersion"):
+        ref["resourceVersion"] = meta["resourceVersion"]
+    if container is not None:
+        ref["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
+    return ref
+
+
+class EventRecorder:
+    """Sends the kubelet's events as `source.component=kubelet, source.host=NODE`."""
+
+    def __init__(self, client, node_name: str) -> None:
+        self.client, self.node_name = client, node_name
+        self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
+        self._seen: dict[tuple, _Seen] = {}
+        self._thread: threading.Thread | None = None
+
+    def event(self, ref: dict, type_: str, reason: str, message: str) -> None:
+        """Queues one event about `ref` (see pod_ref); never blocks and never raises."""
+        try:
+            self._queue.put_nowait((ref, type_, reason, message, _now()))
+        except queue.Full:
+            log.warning("event queue full: dropped %s %s: %s", type_, reason, message)
+
+    def run(self, stop: threading.Event) -> None:
+        """Sends queued events until `stop`."""
+        while not stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self._send(*item)
+            except Exception as e:  # the API server's answer must not end the loop
+                log.info("event %s %s not recorded: %s", item[1], item[2], e)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, args=(stop,), name="events", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def _send(self, ref: dict, type_: str, reason: str, message: str, when: datetime.datetime) -> None:
+        from lightkube.resources.core_v1 import Event
+        from lightkube.types import PatchType
+
+        key = (ref.get("uid"), ref.get("fieldPath"), type_, reason, message)
+        seen = self._seen.get(key)
+        if seen is not None and (when - seen.last).total_seconds() < AGGREGATE_SECONDS:
+            seen.count += 1
+            seen.last = when
+            self.client.patch(Event, seen.name, {"count": seen.count, "lastTimestamp": _stamp(when)},
+                              namespace=seen.namespace, patch_type=PatchType.MERGE)
+            return
+        namespace = ref.get("namespace") or "default"
+        name = f"{ref['name']}.{uuid.uuid4().hex[:16]}"
+        self.client.create(Event.from_dict({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": ref, "type": type_, "reason": reason, "message": message,
+            "source": {"component": COMPONENT, "host": self.node_name}, "count": 1,
+            "firstTimestamp": _stamp(when), "lastTimestamp": _stamp(when),
+            "reportingComponent": COMPONENT, "reportingInstance": self.node_name}), namespace=namespace)
+        self._seen[key] = _Seen(name, namespace, 1, when)
+        for k in [k for k, v in self._seen.items() if (when - v.last).total_seconds() >= AGGREGATE_SECONDS]:
+            del self._seen[k]

@@ -1,0 +1,75 @@
+"""The node the pykubelet pod tests share, one per test module: a stock control plane (etcd and
+kube-apiserver, with the `default` ServiceAccount that no controller-manager makes here), a CRI runtime
+with the pod network made, and a pykubelet registered as the module's NODE (tests/kit/kubelet_node.py).
+
+The runtime is containerd 1.6 with CRI on (tests/kit/containerd_cri.py); images come from the test
+registry through its certs.d mirrors, so nothing leaves the machine."""
+from __future__ import annotations
+
+import pytest
+
+from proto import api_pb2
+from pykubelet import runtime as criapi
+from tests.conformance.critest import critest_registry
+from tests.kit.containerd_cri import containerd_cri
+from tests.kit.controlplane import ControlPlane
+from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups, wait_for
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory):
+    cp = ControlPlane(tmp_path_factory.mktemp("controlplane")).start()
+    cp.kubectl("create", "serviceaccount", "default", "-n", "default")
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="module")
+def cri(tmp_path_factory):
+    """The CRI runtime (`.url`, `.work`, `.kill()`, `.start()`): containerd with the pod network already
+    made (a sandbox run and removed): the bridge is the node's, not a test's. The CNI helper is off: its
+    process outlives a pod by its idle time."""
+    work = tmp_path_factory.mktemp("containerd-cri")
+    cgroups_before = kubepods_dirs()
+    with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
+        env.setenv("PYCNI_HELPER", "off")
+        with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
+            client = criapi.CRIRuntime(endpoint.url, timeout=60)
+            warm_up = client.run_pod_sandbox(api_pb2.PodSandboxConfig(
+                metadata=api_pb2.PodSandboxMetadata(name="warm-up", namespace="test", uid="warm-up"),
+                linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent="/kubepods/besteffort/podwarm-up")))
+            client.stop_pod_sandbox(warm_up)
+            client.remove_pod_sandbox(warm_up)
+            client.close()
+            yield endpoint
+    remove_new_cgroups(cgroups_before)
+
+
+@pytest.fixture(scope="module")
+def runtime(cri):
+    client = criapi.CRIRuntime(cri.url, timeout=30)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def kubelet(request, control_plane, cri, tmp_path_factory):
+    """pykubelet as the module's NODE (with its KUBELET_CONFIG), registered; at the end every pod goes
+    first (they are the kubelet's to remove), then the kubelet."""
+    module = request.module
+    k = Kubelet.for_node(tmp_path_factory.mktemp("pykubelet"), module.NODE, module.NODE_IP, cri.url,
+                         control_plane.node_kubeconfig(module.NODE), getattr(module, "KUBELET_CONFIG", None))
+    k.start()
+    wait_for("the node to register", lambda: not k.running() or control_plane.kubectl(
+        "get", "node", module.NODE, check=False).returncode == 0)
+    assert k.running(), k.log_tail()
+    yield k
+    control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
+    k.stop()
+
+
+@pytest.fixture
+def kubepods():
+    before = kubepods_dirs()
+    yield
+    remove_new_cgroups(before)

@@ -1,0 +1,136 @@
+"""One node for the pykubelet end-to-end tests: the pykubelet process (which a test may kill -9 and start
+again), the kubepods cgroups it makes, and the kubectl steps every pod test takes (apply a pod bound to
+the node, read it back, wait for a condition, see what the runtime holds of it).
+
+The fixtures that put these together (a control plane, a CRI runtime, a kubelet) are in
+tests/e2e/conftest.py; a test module names its node with a module-level NODE and NODE_IP and may add
+KubeletConfiguration fields with KUBELET_CONFIG."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.pods.termination import cgroup_hierarchies
+from tests.kit.controlplane import ControlPlane
+
+PYKUBELET = Path(sys.executable).parent / "pykubelet"
+HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
+BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
+
+
+def wait_for(what: str, check, timeout: float = 60, interval: float = 0.5):
+    """`check()`'s first truthy answer within `timeout`, else a failure naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+
+
+def kubepods_dirs() -> set[Path]:
+    return {p for h in cgroup_hierarchies() for top in h.glob("kubepods*") for p in [top, *top.rglob("*")]
+            if p.is_dir()}
+
+
+def remove_new_cgroups(before: set[Path]) -> None:
+    """The kubepods cgroups made since `before` (empty by now), deepest first: the kubelet keeps kubepods
+    and its QoS levels, as upstream's, so the test removes them."""
+    for cgroup in sorted(kubepods_dirs() - before, key=lambda p: -len(p.parts)):
+        try:
+            cgroup.rmdir()
+        except OSError:
+            pass
+
+
+class Kubelet:
+    """The pykubelet process, which a test may kill -9 and start again."""
+
+    def __init__(self, argv: list[str], work: Path) -> None:
+        self.argv, self.work = argv, work
+        self.log_path, self.pods_dir = work / "pykubelet.log", work / "pods"
+        self.proc: subprocess.Popen | None = None
+
+    @classmethod
+    def for_node(cls, work: Path, node: str, node_ip: str, endpoint: str, kubeconfig: Path | None,
+                 config: dict | None = None, *extra: str) -> Kubelet:
+        """A kubelet for `node` on the CRI `endpoint`, its state and pod logs under `work`, with the
+        KubeletConfiguration fields of `config` over fast test cadences."""
+        work.mkdir(parents=True, exist_ok=True)
+        path = work / "kubelet.yaml"
+        path.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                                    "podLogsDir": str(work / "pods"), "syncFrequency": "10s", **(config or {})}))
+        argv = [str(PYKUBELET), "--config", str(path), "--container-runtime-endpoint", endpoint,
+                "--hostname-override", node, "--node-ip", node_ip, "--root-dir", str(work / "root"), "-v", "1"]
+        if kubeconfig is not None:
+            argv += ["--kubeconfig", str(kubeconfig)]
+        return cls(argv + list(extra), work)
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text()[-chars:] if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def apply(cp: ControlPlane, tmp: Path, obj: dict, kind: str = "Pod") -> None:
+    manifest = tmp / f"{kind.lower()}-{obj['metadata']['name']}.json"
+    manifest.write_text(json.dumps({"apiVersion": "v1", "kind": kind, **obj}))
+    cp.kubectl("apply", "-f", str(manifest))
+
+
+def get_pod(cp: ControlPlane, name: str, namespace: str = "default") -> dict:
+    out = cp.kubectl("get", "pod", name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def condition(pod: dict, kind: str) -> str:
+    return next((c["status"] for c in pod.get("status", {}).get("conditions", []) if c["type"] == kind), "")
+
+
+def wait_pod(cp: ControlPlane, name: str, what: str, check, timeout: float = 90) -> dict:
+    """The pod `name` once `check(pod)` holds."""
+    return wait_for(f"{name}: {what}", lambda: (lambda p: p if p and check(p) else None)(get_pod(cp, name)),
+                    timeout=timeout)
+
+
+def pod_spec(node: str, name: str, container: dict, **spec) -> dict:
+    return {"metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [container], "terminationGracePeriodSeconds": 10,
+                     "automountServiceAccountToken": False, **spec}}
+
+
+def on_node(runtime: cri.CRIRuntime, uid: str) -> tuple[list, list]:
+    selector = {"io.kubernetes.pod.uid": uid}
+    return (runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector)),
+            runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector)))
+
+
+def delete(cp: ControlPlane, name: str) -> None:
+    cp.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s", timeout=90)
