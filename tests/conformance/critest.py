@@ -82,6 +82,18 @@ state = "{dir}/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 """
+RUNC_BINARY = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{oci_runtime}"
+"""
+
+
+def containerd_config(work: Path, sock: Path, cni_bin: Path, cni_conf: Path, hosts: Path | str = "",
+                      sandbox_image: str = "", oci_runtime: Path | None = None) -> str:
+    """containerd 1.6's config with CRI on, its root and state under `work`; `oci_runtime`: the binary its
+    runc shim runs instead of runc."""
+    text = CONTAINERD_CONFIG.format(dir=work, sock=sock, sandbox_image=sandbox_image or SANDBOX_IMAGE,
+                                    cni_bin=cni_bin, cni_conf=cni_conf, hosts=hosts)
+    return text + (RUNC_BINARY.format(oci_runtime=oci_runtime) if oci_runtime else "")
 
 
 def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path, *, name: str = NETWORK,
@@ -159,9 +171,7 @@ class Containerd(Endpoint):
 
     def argv(self) -> list[str]:
         config = self.work / "containerd.toml"
-        config.write_text(CONTAINERD_CONFIG.format(dir=self.work, sock=self.sock, sandbox_image=SANDBOX_IMAGE,
-                                                   cni_bin=self.cni_bin, cni_conf=self.cni_conf,
-                                                   hosts=self.hosts_dir))
+        config.write_text(containerd_config(self.work, self.sock, self.cni_bin, self.cni_conf, self.hosts_dir))
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
 
 

@@ -23,6 +23,7 @@ import pytest
 from cni_plugins import helper
 from cni_plugins.install import install
 from pyruntime.linux import mountinfo
+from tests.conformance.critest import containerd_config
 from tests.integration.cni_helpers import ping
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 
@@ -37,29 +38,6 @@ pytestmark = [
     pytest.mark.usefixtures("restore_forwarding"),
 ]
 
-CONFIG = """version = 2
-root = "{root}"
-state = "{state}"
-[grpc]
-  address = "{sock}"
-[ttrpc]
-  address = "{sock}.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{image}"
-  enable_selinux = false
-  # this VM withholds CAP_SYS_RESOURCE, so the sandbox may not lower its OOM score below ours
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{bin}"
-    conf_dir = "{netd}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{oci_runtime}"
-"""
 
 
 def _cgroup_dirs(parent: str) -> list[Path]:
@@ -149,8 +127,8 @@ def test_containerd_runs_pod_on_our_network(tmp_path: Path, oci_runtime: str) ->
     )
     config = tmp_path / "config.toml"
     ctrd = Containerd(tmp_path)
-    config.write_text(CONFIG.format(root=tmp_path / "root", state=tmp_path / "state", sock=ctrd.sock, image=IMAGE,
-                                    bin=bin_dir, netd=netd, oci_runtime=oci_runtime))
+    config.write_text(containerd_config(tmp_path, ctrd.sock, bin_dir, netd, sandbox_image=IMAGE,
+                                        oci_runtime=oci_runtime))
     helper_name = f"pyt-helper-{suffix}"
     env = {**os.environ, "PYCNI_HELPER_SOCKET": helper_name, "PYCNI_HELPER_LOG": str(tmp_path / "helper.log")}
     layout = tmp_path / "image"

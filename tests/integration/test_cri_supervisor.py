@@ -20,7 +20,9 @@ import pytest
 
 from pyruntime.cri import attach
 from pyruntime.cri.crilog import MAX_LINE
+from pyruntime.cri.launcher import ContainerJob
 from pyruntime.cri.model import ExitRecord
+from pyruntime.cri.supervisor import SOCKET
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
@@ -29,24 +31,13 @@ from tests.kit.runtime import bundle_config
 # the launcher's part: fork, supervise in the child, pass on its report
 DRIVER = """
 import json, os, sys
-from dataclasses import dataclass
+from pyruntime.cri.launcher import ContainerJob
 from pyruntime.cri.supervisor import supervise
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
 
-@dataclass
-class Job:
-    container_id: str
-    bundle: str
-    log_path: str
-    tty: bool
-    stdin: bool
-    stdin_once: bool
-    exit_path: str
-    supervisor_dir: str
-
 runtime = Runtime(Settings.from_env({}, root=sys.argv[1]))
-job = Job(**json.loads(sys.argv[2]))
+job = ContainerJob(**json.loads(sys.argv[2]))
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
@@ -60,19 +51,12 @@ ENTRY = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr) ([P
 
 
 @dataclass
-class Job:
-    container_id: str
-    bundle: str
-    log_path: str
-    tty: bool
-    stdin: bool
-    stdin_once: bool
-    exit_path: str
-    supervisor_dir: str
+class Job(ContainerJob):
+    """The launcher's job, and where its supervisor listens."""
 
     @property
     def sock(self) -> str:
-        return os.path.join(self.supervisor_dir, "supervisor.sock")
+        return os.path.join(self.supervisor_dir, SOCKET)
 
 
 @pytest.fixture

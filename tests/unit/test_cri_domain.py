@@ -10,7 +10,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import grpc
@@ -19,6 +18,7 @@ import pytest
 from proto import api_pb2
 from pyruntime.cri.containers import SUPERVISOR_DIED, Containers, ExecTimeoutError
 from pyruntime.cri.events import EventHub, SupervisorWatcher
+from pyruntime.cri.launcher import ContainerJob, ExecJob, PauseJob
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord
 from pyruntime.cri.sandbox import Sandboxes
 from pyruntime.cri.service import instrument
@@ -34,39 +34,6 @@ from pyruntime.errors import (
 from pyruntime.oci.state import process_start_time
 
 # ---- fakes ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class PauseJob:
-    sandbox_id: str
-    ns_dir: str
-    hostname: str
-    new_net: bool
-    new_ipc: bool
-    new_uts: bool
-    share_pid: bool
-    sysctls: dict
-    cgroup_parent: str
-
-
-@dataclass
-class ContainerJob:
-    container_id: str
-    bundle: str
-    log_path: str
-    tty: bool
-    stdin: bool
-    stdin_once: bool
-    exit_path: str
-    supervisor_dir: str
-
-
-@dataclass
-class ExecJob:
-    container_id: str
-    argv: list
-    tty: bool
-    env: list = field(default_factory=list)
 
 
 class FakeExecHandle:
