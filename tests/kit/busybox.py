@@ -91,30 +91,35 @@ def _binary_in(root: Path) -> Path | None:
     return next((p for p in (root / "bin" / "busybox", root / "usr" / "bin" / "busybox") if p.is_file()), None)
 
 
-@functools.cache
-def static_busybox() -> Path:
-    """A statically linked busybox from the busybox-static .deb, downloaded and extracted once into the cache."""
-    binary = _binary_in(STATIC_ROOT)
+def busybox_from_deb(package: str, root: Path) -> Path:
+    """The busybox binary of Debian's `package`, downloaded and extracted once into `root` (in the cache)."""
+    binary = _binary_in(root)
     if binary is None:
         CACHE.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=CACHE, prefix=".busybox-static-") as tmp:
-            _apt_download("busybox-static", Path(tmp))
-            debs = sorted(Path(tmp).glob("busybox-static_*.deb"))
+        with tempfile.TemporaryDirectory(dir=CACHE, prefix=f".{package}-") as tmp:
+            _apt_download(package, Path(tmp))
+            debs = sorted(Path(tmp).glob(f"{package}_*.deb"))
             if len(debs) != 1:
-                raise RuntimeError(f"apt-get download busybox-static left {len(debs)} .deb files in {tmp}")
+                raise RuntimeError(f"apt-get download {package} left {len(debs)} .deb files in {tmp}")
             extracted = Path(tmp) / "root"
             unpack = subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(extracted)], capture_output=True, text=True)
             if unpack.returncode != 0:
                 raise RuntimeError(f"dpkg-deb -x {debs[0]} {extracted} failed: {unpack.stderr.strip()}")
             try:
-                extracted.rename(STATIC_ROOT)
+                extracted.rename(root)
             except OSError:  # another run extracted it first
-                if _binary_in(STATIC_ROOT) is None:
+                if _binary_in(root) is None:
                     raise
-        binary = _binary_in(STATIC_ROOT)
+        binary = _binary_in(root)
         if binary is None:
-            raise RuntimeError(f"the busybox-static package extracted into {STATIC_ROOT} has no bin/busybox")
-    return require_static(binary)
+            raise RuntimeError(f"the {package} package extracted into {root} has no bin/busybox")
+    return binary
+
+
+@functools.cache
+def static_busybox() -> Path:
+    """A statically linked busybox from the busybox-static .deb."""
+    return require_static(busybox_from_deb("busybox-static", STATIC_ROOT))
 
 
 def applets() -> list[str]:

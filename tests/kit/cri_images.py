@@ -23,11 +23,10 @@ import functools
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.kit.busybox import ARCH, CACHE, _apt_download, _binary_in, tar_directory
+from tests.kit.busybox import ARCH, CACHE, busybox_from_deb, tar_directory
 from tests.kit.images import Entry, add_image, d, f, tar_entries, write_index
 
 DYNAMIC_ROOT = CACHE / "busybox-dynamic"  # the extracted busybox .deb
@@ -121,26 +120,8 @@ def _run(argv: list[str], **kw) -> None:
 
 @functools.cache
 def dynamic_busybox() -> Path:
-    """Debian's dynamically linked busybox, downloaded and extracted once into the cache."""
-    binary = _binary_in(DYNAMIC_ROOT)
-    if binary is None:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=CACHE, prefix=".busybox-dynamic-") as tmp:
-            _apt_download("busybox", Path(tmp))
-            debs = sorted(Path(tmp).glob("busybox_*.deb"))
-            if len(debs) != 1:
-                raise RuntimeError(f"apt-get download busybox left {len(debs)} .deb files in {tmp}")
-            extracted = Path(tmp) / "root"
-            _run(["dpkg-deb", "-x", str(debs[0]), str(extracted)])
-            try:
-                extracted.rename(DYNAMIC_ROOT)
-            except OSError:  # another run extracted it first
-                if _binary_in(DYNAMIC_ROOT) is None:
-                    raise
-        binary = _binary_in(DYNAMIC_ROOT)
-        if binary is None:
-            raise RuntimeError(f"the busybox package extracted into {DYNAMIC_ROOT} has no bin/busybox")
-    return binary
+    """Debian's dynamically linked busybox."""
+    return busybox_from_deb("busybox", DYNAMIC_ROOT)
 
 
 def shared_libraries(binary: Path) -> list[Path]:
