@@ -6,6 +6,7 @@ lets one start (each test gets its own helper socket name and helper log under t
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -13,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +128,18 @@ class CNIEnv:
 
 def bridge_nat_exists() -> bool:
     return subprocess.run(["nft", "list", "table", "bridge", "nat"], capture_output=True, check=False).returncode == 0
+
+
+@contextlib.contextmanager
+def scratch_netns(prefix: str) -> Iterator[str]:
+    """A named network namespace with lo up, deleted (veths first) when the block ends."""
+    name = f"{prefix}-{secrets.token_hex(4)}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        delete_netns(name)
 
 
 def delete_netns(name: str) -> None:

@@ -4,14 +4,13 @@ masquerade rules in that namespace. Nothing of the pod network appears in the ho
 address answers from inside the node."""
 from __future__ import annotations
 
-import secrets
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.conformance.critest import critest_registry
-from tests.integration.cni_helpers import delete_netns
+from tests.integration.cni_helpers import scratch_netns
 from tests.integration.cri_node import HTTPD, CriNode, wait_for
 
 BRIDGE = "pyt-crinet0"
@@ -35,13 +34,8 @@ def _host_network() -> dict[str, str]:
 
 @pytest.fixture
 def netns():
-    name = f"pyt-crinode-{secrets.token_hex(3)}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    with scratch_netns("pyt-crinode") as name:
         yield name
-    finally:
-        delete_netns(name)
 
 
 def test_pods_of_a_node_in_a_netns_stay_in_it(mirror, netns):

@@ -10,14 +10,13 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import pytest
 
 from pyruntime.cri.streaming.backend import RuntimeStreamBackend
 from pyruntime.errors import UnavailableError
 from pyruntime.linux.syscalls import LinuxSyscalls
-from tests.integration.cni_helpers import delete_netns
+from tests.integration.cni_helpers import scratch_netns
 from tests.kit.busybox import static_busybox
 
 ECHO = """
@@ -33,13 +32,8 @@ while data := c.recv(65536):
 
 @pytest.fixture
 def pod_netns():
-    name = f"pynode-pf-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    with scratch_netns("pynode-pf") as name:
         yield name
-    finally:
-        delete_netns(name)
 
 
 def test_port_forward_connects_inside_the_pods_netns(pod_netns):

@@ -203,11 +203,8 @@ def test_kill_all_uses_cgroup_kill_for_sigkill(tree):
     assert (leaf / "cgroup.kill").read_text() == "1"
 
 
-def test_kill_all_other_signal_freezes_around_it(tree):
-    mgr = manager(tree)
-    mgr.create()
-    leaf = make_leaf(mgr)
-    (leaf / "cgroup.events").write_text("frozen 1\n")
+def sigterm_thawed(mgr, leaf) -> None:
+    """kill_all(SIGTERM) reaches a process in `leaf`, and `leaf` is left thawed."""
     child = subprocess.Popen(["sleep", "30"])
     try:
         (leaf / "cgroup.procs").write_text(f"{child.pid}\n")
@@ -217,6 +214,14 @@ def test_kill_all_other_signal_freezes_around_it(tree):
     finally:
         child.kill()
         child.wait()
+
+
+def test_kill_all_other_signal_freezes_around_it(tree):
+    mgr = manager(tree)
+    mgr.create()
+    leaf = make_leaf(mgr)
+    (leaf / "cgroup.events").write_text("frozen 1\n")
+    sigterm_thawed(mgr, leaf)
 
 
 def test_stats_shape(tree):
@@ -283,12 +288,4 @@ def test_kill_all_signals_even_when_freeze_times_out(tree, monkeypatch):
     mgr = manager(tree)
     mgr.create()
     leaf = make_leaf(mgr)
-    child = subprocess.Popen(["sleep", "30"])
-    try:
-        (leaf / "cgroup.procs").write_text(f"{child.pid}\n")
-        mgr.kill_all(signal.SIGTERM)
-        assert child.wait(5) == -signal.SIGTERM
-        assert (leaf / "cgroup.freeze").read_text() == "0"
-    finally:
-        child.kill()
-        child.wait()
+    sigterm_thawed(mgr, leaf)
