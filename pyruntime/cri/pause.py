@@ -17,13 +17,16 @@ every fd, touches no Python objects it does not need and sleeps in sigwait.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import os
 import signal
 import socket
 from dataclasses import dataclass, field
 
 from pyruntime.errors import InternalError, InvalidArgumentError
+from pyruntime.fsutil import atomic_write
 from pyruntime.linux import syscalls as sc
 from pyruntime.oci.state import process_start_time
 
@@ -39,6 +42,7 @@ PINNED = (("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_N
 IPC_SYSCTLS = ("kernel.shm", "kernel.msg", "fs.mqueue.")
 PAUSE_CGROUP = "pause"  # the pause's leaf below the pod's cgroup parent
 EXIT_WAIT = 5.0  # seconds release_pause waits for a killed pause to be gone
+PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
 
 
 @dataclass
@@ -149,6 +153,21 @@ def unpin(ns_dir: str, kernel: Syscalls) -> None:
         pass
 
 
+def pidfile(ns_dir: str) -> str:
+    """Where a pause records itself beside its pins: the daemon saves the pid in the sandbox's record only
+    once the launcher answers, so a daemon killed in between would otherwise lose the pause for good."""
+    return os.path.join(os.path.dirname(ns_dir), PIDFILE)
+
+
+def _recorded_pause(ns_dir: str) -> tuple[int, int]:
+    try:
+        with open(pidfile(ns_dir), "rb") as f:
+            data = json.loads(f.read())
+        return int(data["pid"]), int(data["start_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, 0
+
+
 def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
     """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
     the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
@@ -183,6 +202,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
         start = process_start_time(pid)
         if start is None:
             raise InternalError(f"pause {pid}: exited during its set-up")
+        atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600)
         launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
                                        "cgroup": pause_cgroup(job.cgroup_parent)})
     except BaseException as e:
@@ -220,8 +240,12 @@ def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscall
         pid, start, cgroup = pause.pid, pause.start_time, pause.cgroup
     else:
         pid, start, cgroup = pause.pause_pid, pause.pause_start_time, pause_cgroup(pause.cgroup_parent)
+    if pid <= 0:  # a run cut short before the record had the pid: the pause's own note has it
+        pid, start = _recorded_pause(ns_dir)
     if pid > 0:
         _kill_if_same(pid, start)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(pidfile(ns_dir))
     unpin(ns_dir, kernel)
     if cgroup:
         from pyruntime.linux import cgroups

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pyruntime.cri.launcher import ContainerJob, ExecJob, Launcher, PauseJob, release_pause
-from pyruntime.cri.model import Layout
+from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls
@@ -159,6 +159,20 @@ def test_the_launcher_ends_with_its_client_and_its_pause_survives(layout, tmp_pa
     finally:
         release_pause(info, ns_dir, KERNEL)
     assert not _alive(info.pid, info.start_time)
+
+
+def test_a_pause_whose_pid_never_reached_the_record_is_still_released(launcher, layout):
+    """The daemon records the pause's pid once the launcher answers: killed before that, its sandbox record
+    has no pid, and StopPodSandbox finds the pause through the note it leaves beside its pins."""
+    ns_dir = layout.ns_dir("s8")
+    info = launcher.run_pause(PauseJob("s8", ns_dir))
+    record = SandboxRecord(id="s8", config="", created_at=0)
+    try:
+        assert record.pause_pid == 0 and _alive(info.pid, info.start_time)
+    finally:
+        release_pause(record, ns_dir, KERNEL)
+    assert not _alive(info.pid, info.start_time)
+    assert not os.path.exists(os.path.dirname(ns_dir)) or os.listdir(os.path.dirname(ns_dir)) == []
 
 
 def test_release_never_kills_a_process_it_did_not_make(layout):
