@@ -88,7 +88,7 @@ RUNC_BINARY = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.
 
 
 def containerd_config(work: Path, sock: Path, cni_bin: Path, cni_conf: Path, hosts: Path | str = "",
-                      sandbox_image: str = "", oci_runtime: Path | None = None) -> str:
+                      sandbox_image: str = "", oci_runtime: Path | str = "") -> str:
     """containerd 1.6's config with CRI on, its root and state under `work`; `oci_runtime`: the binary its
     runc shim runs instead of runc."""
     text = CONTAINERD_CONFIG.format(dir=work, sock=sock, sandbox_image=sandbox_image or SANDBOX_IMAGE,
