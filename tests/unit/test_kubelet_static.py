@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lightkube.resources.core_v1 import Pod
@@ -95,6 +96,12 @@ def test_read_manifests_skips_bad_files_once(tmp_path, caplog):
     assert static.read_manifests(tmp_path / "missing", NODE) == {}
 
 
+def got(source, key: str) -> Any:
+    pod = source.get(key)
+    assert pod is not None, key
+    return pod
+
+
 def test_static_pods_source_events(tmp_path):
     (tmp_path / "web.yaml").write_text(WEB)
     source = static.StaticPods(tmp_path, NODE)
@@ -102,13 +109,13 @@ def test_static_pods_source_events(tmp_path):
     source.add_handler(lambda kind, _old, new: seen.append((kind, new.metadata.uid)))
     source.refresh()
     assert source.has_synced()
-    first = source.get("default/web-node-a").metadata.uid
+    first = got(source, "default/web-node-a").metadata.uid
     assert seen == [("ADDED", first)]
     source.refresh()  # unchanged: no event
     assert len(seen) == 1
     (tmp_path / "web.yaml").write_text(WEB.replace("1.36", "1.37"))
     source.refresh()
-    second = source.get("default/web-node-a").metadata.uid
+    second = got(source, "default/web-node-a").metadata.uid
     assert seen[1:] == [("DELETED", first), ("ADDED", second)]
     (tmp_path / "web.yaml").unlink()
     source.refresh()
@@ -151,7 +158,7 @@ def test_sources_hide_mirror_pods_behind_the_static_pod(tmp_path):
     (tmp_path / "web.yaml").write_text(WEB)
     statics = static.StaticPods(tmp_path, NODE)
     statics.refresh()
-    mirror = static.mirror_pod(statics.get("default/web-node-a").to_dict(), "n")
+    mirror = static.mirror_pod(got(statics, "default/web-node-a").to_dict(), "n")
     mirror["metadata"]["uid"] = "mirror-uid"
     other = {"metadata": {"name": "api", "namespace": "default", "uid": "api-uid"},
              "spec": {"containers": [{"name": "c", "image": "i"}]}}
@@ -163,7 +170,7 @@ def test_sources_hide_mirror_pods_behind_the_static_pod(tmp_path):
         h("ADDED", None, api.pods["default/web-node-a"])
         h("ADDED", None, api.pods["default/api"])
     assert seen == ["api"]
-    assert sources.get("default/web-node-a").metadata.uid == statics.get("default/web-node-a").metadata.uid
+    assert got(sources, "default/web-node-a").metadata.uid == got(statics, "default/web-node-a").metadata.uid
     assert sorted(p.metadata.name for p in sources.objects()) == ["api", "web-node-a"]
     assert PodSources(api, None).get("default/web-node-a") is None
 
