@@ -152,7 +152,8 @@ def parse_manifest(text: str, source: Path, node_name: str) -> dict:
     try:
         model = Pod.from_dict(doc)
     except (msgspec.ValidationError, TypeError, ValueError) as e:
-        raise ManifestError(f"{source}: {str(e).replace('$.', '')}") from e
+        what, _, where = str(e).partition(" - at `$.")  # msgspec: "Expected `str`, got `int` - at `$.a.b`"
+        raise ManifestError(f"{source}: {where.rstrip('`')}: {what}" if where else f"{source}: {what}") from e
     pod = model.to_dict()
     dropped = _dropped(doc, pod, "")
     if dropped:
@@ -382,13 +383,15 @@ class MirrorPods:
             have = (mirror.metadata.annotations or {}).get(CONFIG_MIRROR)
             if have == want and mirror.metadata.deletionTimestamp is None:
                 return
-            if mirror.metadata.deletionTimestamp is None:
-                try:
-                    self.client.delete(Pod, name, namespace=namespace, grace_period=0)
-                    log.info("mirror pod %s deleted (%s)", key, "manifest changed" if want else "manifest gone")
-                except ApiError as e:
-                    if e.status.code != 404:
-                        raise
+            # a mirror pod being deleted (gracefully, by someone) goes now: nothing of it runs to wait for
+            why = "being deleted" if mirror.metadata.deletionTimestamp else (
+                "manifest changed" if want else "manifest gone")
+            try:
+                self.client.delete(Pod, name, namespace=namespace, grace_period=0)
+                log.info("mirror pod %s deleted (%s)", key, why)
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise
             if want is None:
                 return
         if static is None:

@@ -71,7 +71,7 @@ def test_uid_stable_for_same_content_and_new_for_a_change():
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, imag: j}]}\n",
      "spec.containers[0].imag: unknown field"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, ports: [{containerPort: "
-     "abc}]}]}\n", "spec.containers[0].ports[0].containerPort"),
+     "abc}]}]}\n", "spec.containers[0].ports[0].containerPort: Expected `int"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x\nspec: {}\n", "not YAML or JSON"),
 ])
 def test_bad_manifest_names_file_and_field(text, where):
