@@ -34,6 +34,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from proto import api_pb2
 from pykubelet import runtime as cri
@@ -54,6 +55,7 @@ BRIDGE = "pynode-run0"
 SUBNET = "10.89.0.0/16"
 CGROUP_ROOT = "/pynode-run"
 STOP_COMMAND = "make stop"
+T = TypeVar("T")
 
 
 # --- progress -----------------------------------------------------------------------------------------------
@@ -88,7 +90,7 @@ def step(what: str) -> Iterator[None]:
         print(f"  {'ok' if ok else 'FAILED'} {what} ({time.monotonic() - start:.1f} s)", flush=True)
 
 
-def wait_until(what: str, check: Callable[[], object], timeout: float, interval: float = 0.3) -> object:
+def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.3) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = check()
@@ -246,12 +248,12 @@ def up() -> int:
             except TimeoutError:
                 print(kubelet_d.log_tail(), file=sys.stderr)
                 raise
-        ip, container = found  # type: ignore[misc]  # wait_until returns the_pod's (ip, id) tuple
+        ip, container = found
         with step(f"asking http://{ip}/"):
             answer = wait_until(f"an answer from {ip}", lambda: fetch(f"http://{ip}/"), 30)
     finally:
         runtime.close()
-    print(f"\npod {POD} (static pod of {MANIFEST.relative_to(REPO)}) runs, container {str(container)[:12]}")
+    print(f"\npod {POD} (static pod of {MANIFEST.relative_to(REPO)}) runs, container {container[:12]}")
     print(f"pod IP: {ip}")
     print(f"GET http://{ip}/ -> {answer}")
     print(f"\nlogs: {VAR / 'logs'}; crictl --runtime-endpoint {ENDPOINT} pods")
@@ -315,10 +317,11 @@ def down() -> int:
     runtime = cri.CRIRuntime(ENDPOINT, timeout=30) if cri_running else None
     try:
         if runtime is not None and kubelet_d.pid() is not None:
+            live = runtime
             with step(f"removing the static pod {POD} (pykubelet stops and removes it)"):
                 for manifest in (VAR / "manifests").glob("*"):
                     manifest.unlink()
-                wait_until("the pod to go", lambda: not runtime.list_pod_sandbox(), 90)
+                wait_until("the pod to go", lambda: not live.list_pod_sandbox(), 90)
         with step("stopping pykubelet"):
             kubelet_d.stop()
         if runtime is not None:

@@ -275,3 +275,20 @@ def test_cached_keeps_the_last_value_when_a_read_fails():
     cached = admission.Cached(read, ttl=0)
     assert cached() == {"a": "1"}
     assert cached() == {"a": "1"}
+
+
+# --- standalone mode: no API client --------------------------------------------------------------------------
+
+def test_status_manager_and_events_without_api_client(caplog):
+    from pykubelet.events import WARNING, EventRecorder, pod_ref
+    from pykubelet.pods.status import StatusManager
+
+    statuses = StatusManager(None)
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    assert statuses.set_pod_status("u1", dict(status), namespace="default", name="web")
+    assert not statuses.set_pod_status("u1", dict(status, conditions=[{"type": "Ready", "status": "True"}]),
+                                       namespace="default", name="web")
+    assert statuses.last("u1")["phase"] == "Running"
+    with caplog.at_level(logging.INFO):
+        EventRecorder(None, NODE).event(pod_ref(parse()), WARNING, "OutOfcpu", "no room")
+    assert any("OutOfcpu" in r.message and "web-node-a" in r.message for r in caplog.records)
