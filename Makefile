@@ -11,7 +11,7 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run lint test unit integration bench conformance conformance-runc proto clean
+.PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -39,8 +39,13 @@ lint: $(STAMPS)/venv
 	@! git grep --untracked -nE '# type: ignore(\[[a-z, -]+\])? *$$' -- '*.py' || \
 	  { echo 'a `# type: ignore` needs a reason after it on the same line'; exit 1; }
 
+# A node in the background: pyruntime-cri + pykubelet (standalone) running examples/static-web.yaml; idempotent.
 run: setup
-	$(PY) -m tests.kit.demo
+	$(PY) -m tests.kit.demo up
+
+# Removes what `make run` started: the pod, pykubelet, pyruntime-cri, the network and the state; idempotent.
+stop:
+	$(PY) -m tests.kit.demo down
 
 test: setup lint
 	$(PY) -m pytest -p no:cacheprovider -ra tests

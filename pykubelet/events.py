@@ -62,7 +62,12 @@ class EventRecorder:
         self._thread: threading.Thread | None = None
 
     def event(self, ref: dict, type_: str, reason: str, message: str) -> None:
-        """Queues one event about `ref` (see pod_ref); never blocks and never raises."""
+        """Queues one event about `ref` (see pod_ref); never blocks and never raises. Without an API client
+        (standalone mode) the event is only logged."""
+        if self.client is None:
+            log.log(logging.WARNING if type_ == WARNING else logging.INFO, "event %s %s/%s: %s: %s", type_,
+                    ref.get("namespace"), ref.get("name"), reason, message)
+            return
         try:
             self._queue.put_nowait((ref, type_, reason, message, _now()))
         except queue.Full:

@@ -3,7 +3,9 @@ file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
 before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop,
-the pod informer and the pod workers (pykubelet/pods); without one, standalone mode (static pods only).
+the pod informer; then the pod workers (pykubelet/pods) over the pod sources (API pods and the static pods
+of --pod-manifest-path, whose mirror pods it keeps); without a kubeconfig, standalone mode: static pods
+only, no API client, statuses kept in memory and events logged.
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -13,6 +15,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -45,43 +48,100 @@ def _wake_on(stop: threading.Event, wake: threading.Event) -> None:
     wake.set()
 
 
+def _node_labels(client, settings: config.Settings):
+    """The node's labels as the API server has them (an admin may add some), else the kubelet's own."""
+    from pykubelet.node.registration import labels
+
+    if client is None:
+        return lambda: labels(settings)
+
+    def read() -> dict[str, str]:
+        from lightkube.resources.core_v1 import Node
+        return dict(client.get(Node, settings.node_name).metadata.labels or {})
+    return read
+
+
+def _runtime_class_known(client):
+    def known(name: str) -> bool:
+        if client is None:  # standalone: no RuntimeClass objects, so no runtime class is known
+            return False
+        from lightkube.core.exceptions import ApiError
+        from lightkube.resources.node_v1 import RuntimeClass
+        try:
+            client.get(RuntimeClass, name)
+        except ApiError as e:
+            if e.status.code == 404:
+                return False
+            raise
+        return True
+    return known
+
+
+def _admission(client, runtime, settings: config.Settings, sources):
+    from pykubelet.node.status import allocatable, machine_capacity
+    from pykubelet.pods.admission import Admission, Cached
+    from pykubelet.pods.sync import POD_UID
+
+    return Admission(
+        settings.node_name, pods=lambda: [p.to_dict() for p in sources.objects()],
+        on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
+        allocatable=Cached(lambda: allocatable(machine_capacity(settings))),
+        labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client))
+
+
 def run(settings: config.Settings, stop: threading.Event) -> None:
     """Runs the kubelet until `stop` is set."""
     from pykubelet.runtime import CRIRuntime
 
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []
-    informers = []
+    informers: list = []
     try:
         if not wait_for_runtime(runtime, stop):
             return
+        from pykubelet.events import EventRecorder
+        from pykubelet.pods.sources import PodSources
+        from pykubelet.pods.static import MirrorPods, StaticPods
+        from pykubelet.pods.workers import PodWorkers
+
+        client = api_pods = None
+        loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
+            if settings.static_pod_path is None:
+                log.warning("standalone mode without --pod-manifest-path: there is nothing to run")
         else:
             from pykubelet.api.client import make_client
             from pykubelet.api.informer import pod_informer
-            from pykubelet.events import EventRecorder
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
-            from pykubelet.pods.workers import PodWorkers
 
             client = make_client(settings.kubeconfig)
             status = NodeStatus(client, runtime, settings)
             if not register(client, settings, status, stop):
                 return
-            lease = NodeLease(client, settings)
-            pods = pod_informer(client, settings.node_name)
-            events = EventRecorder(client, settings.node_name)
-            workers = PodWorkers(client, runtime, settings, pods, runtime_name=runtime.version().runtime_name,
-                                 events=events)
-            informers.append(pods.start())
-            for name, target in (("lease", lease.run), ("node-status", status.run), ("pod-workers", workers.run),
-                                 ("events", events.run)):
-                threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
+            api_pods = pod_informer(client, settings.node_name)
+            loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run)]
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
-            for t in threads:
-                t.start()
+        static = None
+        if settings.static_pod_path is not None:
+            static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)
+        sources = PodSources(api_pods, static)
+        events = EventRecorder(client, settings.node_name)
+        workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
+                             events=events, admission=_admission(client, runtime, settings, sources))
+        loops.append(("pod-workers", workers.run))
+        if client is not None:
+            loops.append(("events", events.run))
+            if static is not None and api_pods is not None:
+                mirrors = MirrorPods(client, settings.node_name, static, api_pods, on_created=workers.resend_status)
+                loops.append(("mirror-pods", mirrors.run))
+        informers += [s.start() for s in sources.sources]
+        for name, target in loops:
+            threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
+        for t in threads:
+            t.start()
         stop.wait()
     finally:
         for informer in informers:

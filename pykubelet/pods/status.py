@@ -135,6 +135,8 @@ def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str
 
 
 class StatusManager:
+    """`client` None: standalone mode, statuses are only kept (for `last`)."""
+
     def __init__(self, client) -> None:
         self.client = client
         self._sent: dict[str, dict] = {}  # pod uid -> the status last patched
@@ -163,7 +165,18 @@ class StatusManager:
             status = self._with_transition_times(pod_uid, status, current or {})
             if self._sent.get(pod_uid) == status:
                 return False
-        self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
+        if self.client is not None:  # without one (standalone mode) the status is kept here only
+            from lightkube.core.exceptions import ApiError
+            try:
+                self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace,
+                                  patch_type=PatchType.MERGE)
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise
+                # gone from the API server (the informer tells), or a static pod whose mirror pod is not
+                # made yet (it is sent again once it is)
+                log.debug("pod %s/%s: no pod to patch the status of", namespace, name)
+                return False
         with self._lock:
             self._sent[pod_uid] = status
         log.debug("pod %s/%s: status %s", namespace, name, status["phase"])

@@ -21,8 +21,9 @@ from pykubelet import runtime as cri
 from pykubelet.api.informer import key_of
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
-from pykubelet.events import EventRecorder
+from pykubelet.events import WARNING, EventRecorder, pod_ref
 from pykubelet.pods import termination
+from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.status import StatusManager, pod_status
@@ -34,9 +35,12 @@ TERMINAL = ("Succeeded", "Failed")
 
 class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
-                 runtime_name: str = "", events: EventRecorder | None = None) -> None:
+                 runtime_name: str = "", events: EventRecorder | None = None,
+                 admission: Admission | None = None) -> None:
+        # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods)
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
         self.threads, self.runtime_name = threads, runtime_name
+        self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events)
@@ -71,6 +75,8 @@ class PodWorkers:
         sent = self.statuses.last(uid)
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod.setdefault("status", {})["phase"] = sent["phase"]
+        if self.admission is not None and not self._admit(uid, pod, state):
+            return None
         result = self.syncer.sync(pod, state)
         state = observe(self.runtime, uid)
         status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name)
@@ -81,6 +87,27 @@ class PodWorkers:
         self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
                                      current=pod.get("status"))
         return result.requeue_after
+
+    def _admit(self, uid: str, pod: dict, state) -> bool:
+        """False for a pod the node does not run: rejected now (its status and a Warning event say why), or
+        finished before the kubelet started with nothing of it left on the node."""
+        assert self.admission is not None
+        on_node = bool(state.sandboxes or state.containers)
+        if not on_node and (pod.get("status") or {}).get("phase") in TERMINAL:
+            return False
+        verdict = self.admission.admit(pod, on_node)
+        if verdict.admit:
+            return True
+        meta = pod["metadata"]
+        if self.statuses.set_pod_status(uid, rejected_status(pod, verdict), namespace=meta["namespace"],
+                                        name=meta["name"], current=pod.get("status")) and self.events:
+            self.events.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
+        return False
+
+    def resend_status(self, uid: str) -> None:
+        """Sends the pod's status again at its next sync (a static pod's mirror pod was made anew)."""
+        self.statuses.forget(uid)
+        self.queue.add(uid)
 
     def _terminate(self, uid: str, pod: dict | None, state) -> None:
         skeleton = pod or termination.identity(state, uid)
@@ -97,6 +124,8 @@ class PodWorkers:
                 self._keys.pop(uid, None)
             self.statuses.forget(uid)
             self.backoff.forget_prefix(uid + "/")
+            if self.admission is not None:
+                self.admission.forget(uid)
 
     # --- running ----------------------------------------------------------------------------------
 

@@ -1,54 +1,361 @@
-"""`make run`: the main job, end to end on one machine with nothing but Debian's busybox-static.
+"""`make run` and `make stop`: a real node on this machine, with nothing but what `make setup` installed.
 
-It builds the busybox test image as a real OCI image, imports it into pyruntime's image store, makes
-an overlay rootfs from it and runs a container with the `pyruntime` command, printing what it ran.
-Standalone: no registry, no API server.
+`make run` (`python -m tests.kit.demo up`) starts, in the background, pyruntime-cri (the CRI server) and
+pykubelet in standalone mode (no API server) on it, with the static pod manifest examples/static-web.yaml:
+busybox httpd serving a page. The image is the busybox test image built from Debian's busybox-static and
+imported into pyruntime-cri's image store with `pyruntime image import` (the CRI has no import; the
+manifest says imagePullPolicy Never, so no registry is ever asked). It waits until the pod runs, prints its
+IP and the page it gets from it, and leaves it running. A second `make run` finds the node running, changes
+nothing and prints the same.
+
+`make stop` (`... down`) undoes all of it, in the order a node is taken down: the manifest goes and the
+kubelet removes the pod (containers, sandbox and IP, cgroup, logs), then the kubelet stops, then the CRI
+server, then what the pod network left (the bridge) and the node's directories. It is idempotent too.
+
+Everything lives in directories of its own (VAR and RUN below, a CNI conf and bin dir, host-local IPAM
+data, the `/pynode-run` cgroup root), so a run neither needs nor touches /etc/cni, /opt/cni or another
+kubelet's cgroups, and a stop can remove exactly what a run made. A daemon is signalled only when its pid
+file names a live process whose command line is that daemon's.
 """
 from __future__ import annotations
 
+import itertools
 import json
-import shlex
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
-from pyruntime.images.store import ImageStore
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.pods.termination import cgroup_hierarchies
 from tests.kit.busybox import build_busybox_image
-from tests.kit.runtime import PYRUNTIME, bundle_config
 
+REPO = Path(__file__).resolve().parents[2]
+BIN = REPO / ".venv" / "bin"
+VAR = Path("/var/lib/pynode-run")
+RUN = Path("/run/pynode-run")
+SOCKET = RUN / "cri.sock"
+ENDPOINT = f"unix://{SOCKET}"
+NODE = "pynode"
+MANIFEST = REPO / "examples" / "static-web.yaml"
+POD = f"static-web-{NODE}"
 IMAGE = "localhost/pynode/busybox:latest"
-SCRIPT = ("echo \"hello from $(hostname), pid $$ in its own namespaces\"; echo 'processes:'; ps -o pid,user,comm; "
-          "echo 'network:'; ip -o link | cut -d' ' -f2; echo 'memory limit:' "
-          "$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max)")
+BRIDGE = "pynode-run0"
+SUBNET = "10.89.0.0/16"
+CGROUP_ROOT = "/pynode-run"
+STOP_COMMAND = "make stop"
+T = TypeVar("T")
 
 
-def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="pynode-demo-") as tmp:
+# --- progress -----------------------------------------------------------------------------------------------
+
+@contextmanager
+def step(what: str) -> Iterator[None]:
+    """One step of the start: a spinner on a terminal, plain lines otherwise; its time when it ends."""
+    start = time.monotonic()
+    tty = sys.stdout.isatty()
+    done = threading.Event()
+
+    def spin() -> None:
+        for frame in itertools.cycle("|/-\\"):
+            sys.stdout.write(f"\r  {frame} {what} ({time.monotonic() - start:.0f} s)")
+            sys.stdout.flush()
+            if done.wait(0.1):
+                return
+    spinner = threading.Thread(target=spin, daemon=True) if tty else None
+    if spinner is not None:
+        spinner.start()
+    else:
+        print(f"  .. {what}", flush=True)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        done.set()
+        if spinner is not None:
+            spinner.join()
+            sys.stdout.write("\r\033[K")
+        print(f"  {'ok' if ok else 'FAILED'} {what} ({time.monotonic() - start:.1f} s)", flush=True)
+
+
+def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.3) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+# --- the daemons --------------------------------------------------------------------------------------------
+
+class Daemon:
+    """A background process of the node, known by its pid file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.name, self.argv, self.env = name, argv, env or {}
+        self.pid_file, self.log = RUN / f"{name}.pid", VAR / "logs" / f"{name}.log"
+
+    def pid(self) -> int | None:
+        """The daemon's pid if it runs (a live, non-zombie process whose command line is the daemon's)."""
+        try:
+            pid = int(self.pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        if state == "Z" or not any(Path(os.fsdecode(a)).name == self.name for a in cmdline[:2]):
+            return None
+        return pid
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env={**os.environ, **self.env})
+        self.pid_file.write_text(str(proc.pid))
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self, timeout: float = 30) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            try:
+                wait_until(f"{self.name} to stop", lambda: self.pid() is None, timeout)
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                wait_until(f"{self.name} to die", lambda: self.pid() is None, 10)
+        self.pid_file.unlink(missing_ok=True)
+
+
+def cri_daemon() -> Daemon:
+    # the CNI helper would outlive the pods by its idle time; without it each CNI call runs in-process
+    return Daemon("pyruntime-cri", [str(BIN / "pyruntime-cri"), "--listen", ENDPOINT, "--root", str(VAR / "cri"),
+                                    "--state", str(RUN / "cri"), "--cni-conf-dir", str(VAR / "cni-conf"),
+                                    "--cni-bin-dir", str(VAR / "cni-bin")], env={"PYCNI_HELPER": "off"})
+
+
+def kubelet_daemon() -> Daemon:
+    return Daemon("pykubelet", [str(BIN / "pykubelet"), "--config", str(VAR / "kubelet.yaml"),
+                                "--container-runtime-endpoint", ENDPOINT, "--pod-manifest-path",
+                                str(VAR / "manifests"), "--hostname-override", NODE, "--root-dir",
+                                str(VAR / "kubelet")])
+
+
+# --- up ------------------------------------------------------------------------------------------------------
+
+def install_network() -> None:
+    """Our CNI plugins into the node's own bin dir and a network of its own (bridge BRIDGE, SUBNET) with its
+    IPAM data in the node's directory."""
+    subprocess.run([str(BIN / "python"), "-m", "cni_plugins", "install", "--dir", str(VAR / "cni-bin")],
+                   check=True, capture_output=True)
+    conf = VAR / "cni-conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "10-pynode.conflist").write_text(json.dumps({
+        "cniVersion": "1.1.0", "name": "pynode", "plugins": [
+            {"type": "pybridge", "bridge": BRIDGE, "isDefaultGateway": True, "ipMasq": True, "hairpinMode": True,
+             "ipam": {"type": "pyhost-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": str(VAR / "ipam")}},
+            {"type": "pyportmap", "capabilities": {"portMappings": True}}]}, indent=1))
+
+
+def import_image() -> None:
+    """The busybox test image, built here and imported into pyruntime-cri's own store with the image CLI."""
+    with tempfile.TemporaryDirectory(prefix="pynode-run-") as tmp:
         work = Path(tmp)
         image = build_busybox_image(work / "layout", work / "build")
         archive = work / "busybox.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(image.layout, arcname=".")
-        store = ImageStore(work / "images")
-        store.import_archive(archive, name=IMAGE)
-        print(f"imported {IMAGE} ({image.manifest_digest})")
-        rootfs = store.prepare_rootfs(IMAGE, "demo")
+        subprocess.run([str(BIN / "pyruntime"), "image", "import", "--name", IMAGE, str(archive)], check=True,
+                       capture_output=True, env={**os.environ, "PYRUNTIME_IMAGE_ROOT": str(VAR / "cri" / "images")})
+
+
+def write_kubelet_config() -> None:
+    (VAR / "kubelet.yaml").write_text(json.dumps({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "podLogsDir": str(VAR / "pods"), "cgroupRoot": CGROUP_ROOT, "fileCheckFrequency": "20s"}, indent=1))
+
+
+def the_pod(runtime: cri.CRIRuntime) -> tuple[str, str] | None:
+    """(pod IP, container id) once the static pod's container runs."""
+    for sandbox in runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector={"io.kubernetes.pod.name": POD})):
+        if sandbox.state != api_pb2.SANDBOX_READY:
+            continue
+        for c in runtime.list_containers(api_pb2.ContainerFilter(pod_sandbox_id=sandbox.id)):
+            if c.state == api_pb2.CONTAINER_RUNNING:
+                return runtime.pod_sandbox_status(sandbox.id).status.network.ip, c.id
+    return None
+
+
+def fetch(url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.read().decode(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def up() -> int:
+    cri_d, kubelet_d = cri_daemon(), kubelet_daemon()
+    RUN.mkdir(parents=True, exist_ok=True)
+    VAR.mkdir(parents=True, exist_ok=True)
+    already = cri_d.pid() is not None and kubelet_d.pid() is not None
+    print("the node is already running" if already else "starting a node: pyruntime-cri + pykubelet (standalone)")
+    if cri_d.pid() is None:
+        with step(f"installing the pod network (CNI plugins, bridge {BRIDGE}, {SUBNET})"):
+            install_network()
+        if not (VAR / "cri" / "images").exists():
+            with step(f"importing the busybox image as {IMAGE}"):
+                import_image()
+        with step("starting pyruntime-cri"):
+            cri_d.start()
+            client = cri.CRIRuntime(ENDPOINT, timeout=10)
+            try:
+                wait_until("pyruntime-cri to answer", lambda: SOCKET.exists() and _answers(client), 60)
+            except TimeoutError:
+                print(cri_d.log_tail(), file=sys.stderr)
+                raise
+            finally:
+                client.close()
+    (VAR / "manifests").mkdir(exist_ok=True)
+    manifest = VAR / "manifests" / MANIFEST.name
+    if not manifest.exists() or manifest.read_text() != MANIFEST.read_text():
+        shutil.copyfile(MANIFEST, manifest)
+    if kubelet_d.pid() is None:
+        with step("starting pykubelet in standalone mode"):
+            write_kubelet_config()
+            kubelet_d.start()
+    runtime = cri.CRIRuntime(ENDPOINT, timeout=30)
+    try:
+        with step(f"waiting for the static pod {POD}"):
+            try:
+                found = wait_until(f"pod {POD} to run", lambda: the_pod(runtime), 120)
+            except TimeoutError:
+                print(kubelet_d.log_tail(), file=sys.stderr)
+                raise
+        ip, container = found
+        with step(f"asking http://{ip}/"):
+            answer = wait_until(f"an answer from {ip}", lambda: fetch(f"http://{ip}/"), 30)
+    finally:
+        runtime.close()
+    print(f"\npod {POD} (static pod of {MANIFEST.relative_to(REPO)}) runs, container {container[:12]}")
+    print(f"pod IP: {ip}")
+    print(f"GET http://{ip}/ -> {answer}")
+    print(f"\nlogs: {VAR / 'logs'}; crictl --runtime-endpoint {ENDPOINT} pods")
+    print(f"stop it (pod, kubelet, CRI server, network, state) with: {STOP_COMMAND}")
+    return 0
+
+
+def _answers(client: cri.CRIRuntime) -> bool:
+    try:
+        client.version()
+        return True
+    except cri.CRIError:
+        return False
+
+
+# --- down ----------------------------------------------------------------------------------------------------
+
+def _mounts_under(*roots: Path) -> list[str]:
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        target = line.split()[4]
+        if any(target == str(r) or target.startswith(f"{r}/") for r in roots):
+            found.append(target)
+    return found
+
+
+def remove_all_pods(runtime: cri.CRIRuntime) -> None:
+    """What the kubelet did not remove (it was not running): every pod of this node's own CRI server."""
+    for c in runtime.list_containers():
         try:
-            config = bundle_config(rootfs, ["sh", "-c", SCRIPT], hostname="pynode-demo")
-            config["linux"]["resources"]["memory"] = {"limit": 64 << 20}
-            bundle = work / "bundle"
-            bundle.mkdir()
-            (bundle / "config.json").write_text(json.dumps(config, indent=1))
-            cmd = [PYRUNTIME, "--root", str(work / "state"), "run", "--bundle", str(bundle), "demo"]
-            print("$", " ".join(shlex.quote(c) for c in cmd), flush=True)
-            code = subprocess.run(cmd).returncode
-            print(f"container exited with status {code}")
-        finally:
-            store.release_rootfs("demo")
-    return code
+            runtime.stop_container(c.id, 5)
+            runtime.remove_container(c.id)
+        except cri.NotFound:
+            pass
+    for s in runtime.list_pod_sandbox():
+        try:
+            runtime.stop_pod_sandbox(s.id)
+            runtime.remove_pod_sandbox(s.id)
+        except cri.NotFound:
+            pass
+
+
+def remove_cgroups() -> None:
+    for hierarchy in cgroup_hierarchies():
+        root = hierarchy / CGROUP_ROOT.strip("/")
+        if not root.is_dir():
+            continue
+        for cgroup in sorted((p for p in [root, *root.rglob("*")] if p.is_dir()), key=lambda p: -len(p.parts)):
+            try:
+                cgroup.rmdir()
+            except OSError as e:
+                print(f"  cannot remove cgroup {cgroup}: {e}", file=sys.stderr)
+
+
+def down() -> int:
+    cri_d, kubelet_d = cri_daemon(), kubelet_daemon()
+    if not VAR.exists() and not RUN.exists():
+        print("no node is running: nothing to stop")
+        return 0
+    cri_running = cri_d.pid() is not None
+    runtime = cri.CRIRuntime(ENDPOINT, timeout=30) if cri_running else None
+    try:
+        if runtime is not None and kubelet_d.pid() is not None:
+            live = runtime
+            with step(f"removing the static pod {POD} (pykubelet stops and removes it)"):
+                for manifest in (VAR / "manifests").glob("*"):
+                    manifest.unlink()
+                wait_until("the pod to go", lambda: not live.list_pod_sandbox(), 90)
+        with step("stopping pykubelet"):
+            kubelet_d.stop()
+        if runtime is not None:
+            with step("stopping pyruntime-cri"):
+                remove_all_pods(runtime)
+                runtime.close()
+                runtime = None
+                cri_d.stop()
+    finally:
+        if runtime is not None:
+            runtime.close()
+    with step("removing the network, cgroups and state"):
+        if Path(f"/sys/class/net/{BRIDGE}").exists():
+            subprocess.run(["ip", "link", "del", BRIDGE], check=True)
+        remove_cgroups()
+        left = _mounts_under(VAR, RUN)
+        if left:
+            raise RuntimeError(f"mounts left under the node's directories, not removing them: {', '.join(left)}")
+        shutil.rmtree(VAR, ignore_errors=True)
+        shutil.rmtree(RUN, ignore_errors=True)
+    print("the node is stopped and removed")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "up"
+    if command not in ("up", "down"):
+        print("usage: python -m tests.kit.demo [up|down]", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print(f"`make {'run' if command == 'up' else 'stop'}` must run as root", file=sys.stderr)
+        return 1
+    return up() if command == "up" else down()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,249 @@
+"""Pod admission: the node's last word on whether it can run a pod, before anything of the pod is made.
+
+The scheduler checks the same things, but it works from a picture of the node that may be stale, is
+bypassed by a pod created with spec.nodeName set (or a static pod), and knows nothing of what runs here
+outside the API server. So the kubelet checks again, as the stock kubelet's admit handlers do (its
+GeneralPredicates: pod count against max-pods, cpu and memory requests against allocatable minus what the
+admitted pods request, the node selector and required node affinity against the node's labels, host ports
+already taken; plus the OS field and an unknown runtime class), and a pod that fails is rejected: phase
+Failed with the kubelet's reason (OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, NodePorts, ...) and
+message, and a Warning event, and nothing of it is ever started.
+
+A decision is final and stable across kubelet restarts: a pod that already has a sandbox on the node was
+admitted by an earlier run and is admitted again without a check (a running pod is never rejected later),
+and those pods count against the node before any new one is weighed, whatever order the pods arrive in. A
+rejected pod's Failed phase is in its status, so a restarted kubelet does not weigh it again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pykubelet.pods.sync import parse_quantity
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("Succeeded", "Failed")
+AFFINITY_DESC = "node(s) didn't match Pod's node affinity/selector"
+PORTS_DESC = "node(s) didn't have free ports for the requested pod ports"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    admit: bool
+    reason: str = ""
+    message: str = ""
+
+
+ADMIT = Verdict(True)
+
+
+def _containers(pod: dict, kind: str) -> list[dict]:
+    return pod["spec"].get(kind) or []
+
+
+def _request(container: dict, resource: str) -> Decimal:
+    res = container.get("resources") or {}
+    value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+    return parse_quantity(value) if value is not None else Decimal(0)
+
+
+def pod_requests(pod: dict) -> dict[str, Decimal]:
+    """What the pod asks of the node, as the scheduler counts it: the sum over its containers and its
+    restartable (sidecar) init containers, or the largest one-at-a-time init container if more, plus the
+    pod overhead. cpu in cores, memory in bytes (a request defaults to the limit)."""
+    out: dict[str, Decimal] = {}
+    overhead = pod["spec"].get("overhead") or {}
+    for resource in ("cpu", "memory"):
+        sidecars = sum((_request(c, resource) for c in _containers(pod, "initContainers")
+                        if c.get("restartPolicy") == "Always"), Decimal(0))
+        regular = sum((_request(c, resource) for c in _containers(pod, "containers")), Decimal(0)) + sidecars
+        init = max((_request(c, resource) for c in _containers(pod, "initContainers")
+                    if c.get("restartPolicy") != "Always"), default=Decimal(0))
+        extra = parse_quantity(overhead[resource]) if resource in overhead else Decimal(0)
+        out[resource] = max(regular, init + sidecars) + extra
+    return out
+
+
+def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Verdict:
+    return Verdict(False, f"OutOf{resource}", f"Node didn't have enough resource: {resource}, requested: "
+                   f"{requested}, used: {used}, capacity: {capacity}")
+
+
+def _units(resource: str, value: Decimal) -> int:
+    """The scheduler's integers: millicores for cpu, bytes for memory."""
+    return int(value * 1000) if resource == "cpu" else int(value)
+
+
+def fits(pod: dict, others: list[dict], allocatable: dict[str, str]) -> Verdict:
+    """Pod count and cpu/memory requests against allocatable minus the `others` (the admitted pods)."""
+    pods_cap = int(allocatable.get("pods", "110"))
+    if len(others) + 1 > pods_cap:
+        return _insufficient("pods", 1, len(others), pods_cap)
+    want = pod_requests(pod)
+    for resource in ("cpu", "memory"):
+        if not want[resource] or resource not in allocatable:
+            continue
+        capacity = _units(resource, parse_quantity(allocatable[resource]))
+        used = sum(_units(resource, pod_requests(o)[resource]) for o in others)
+        requested = _units(resource, want[resource])
+        if requested > capacity - used:
+            return _insufficient(resource, requested, used, capacity)
+    return ADMIT
+
+
+def _expression_matches(expr: dict, value: str | None) -> bool:
+    op, values = expr.get("operator"), expr.get("values") or []
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return False
+
+
+def _term_matches(term: dict, labels: dict[str, str], node_name: str) -> bool:
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term matches no node
+    return (all(_expression_matches(e, labels.get(e.get("key", ""))) for e in exprs)
+            and all(e.get("key") == "metadata.name" and _expression_matches(e, node_name) for e in fields))
+
+
+def node_affinity_matches(pod: dict, labels: dict[str, str], node_name: str) -> bool:
+    """spec.nodeSelector (every label equal) and the required node affinity (any term matches)."""
+    spec = pod["spec"]
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return False
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    return any(_term_matches(t, labels, node_name) for t in required.get("nodeSelectorTerms") or [])
+
+
+def host_ports(pod: dict) -> list[tuple[str, str, int]]:
+    """(protocol, host IP, port) of every container port with a hostPort."""
+    return [(p.get("protocol", "TCP"), p.get("hostIP") or "0.0.0.0", p["hostPort"])
+            for kind in ("initContainers", "containers") for c in _containers(pod, kind)
+            for p in c.get("ports") or [] if p.get("hostPort")]
+
+
+def ports_conflict(pod: dict, others: list[dict]) -> bool:
+    taken = [hp for o in others for hp in host_ports(o)]
+    for proto, ip, port in host_ports(pod):
+        for t_proto, t_ip, t_port in taken:
+            if proto == t_proto and port == t_port and (ip == t_ip or "0.0.0.0" in (ip, t_ip)):
+                return True
+    return False
+
+
+def check(pod: dict, others: list[dict], *, allocatable: dict[str, str], labels: dict[str, str], node_name: str,
+          runtime_class_known: Callable[[str], bool] = lambda _name: False) -> Verdict:
+    """The kubelet's admission of `pod` next to the admitted `others`, first failure only (as the kubelet
+    reports one reason)."""
+    os_name = (pod["spec"].get("os") or {}).get("name")
+    if os_name not in (None, "linux"):
+        return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+    verdict = fits(pod, others, allocatable)
+    if not verdict.admit:
+        return verdict
+    if not node_affinity_matches(pod, labels, node_name):
+        return Verdict(False, "NodeAffinity", f"Predicate NodeAffinity failed: {AFFINITY_DESC}")
+    if pod["spec"].get("nodeName") not in (None, "", node_name):
+        return Verdict(False, "NodeName", "Predicate NodeName failed: node(s) didn't match the requested node name")
+    if ports_conflict(pod, others):
+        return Verdict(False, "NodePorts", f"Predicate NodePorts failed: {PORTS_DESC}")
+    rc = pod["spec"].get("runtimeClassName")
+    if rc and not runtime_class_known(rc):
+        return Verdict(False, "UnknownRuntimeClass", f"RuntimeClass \"{rc}\" not found")
+    return ADMIT
+
+
+class Admission:
+    """Admission with memory: which pods were admitted (they count against the node), which rejected.
+
+    `pods()`: the desired pods (dicts); `on_node()`: the UIDs that have a sandbox on the node;
+    `allocatable()` and `labels()`: the node's; `runtime_class_known(name)`: whether a RuntimeClass exists.
+    One decision at a time, so two new pods never both take the same room."""
+
+    def __init__(self, node_name: str, *, pods: Callable[[], list[dict]], on_node: Callable[[], set[str]],
+                 allocatable: Callable[[], dict[str, str]], labels: Callable[[], dict[str, str]],
+                 runtime_class_known: Callable[[str], bool] = lambda _name: False) -> None:
+        self.node_name = node_name
+        self._pods, self._on_node, self._allocatable, self._labels = pods, on_node, allocatable, labels
+        self._runtime_class_known = runtime_class_known
+        self._admitted: set[str] = set()
+        self._rejected: dict[str, Verdict] = {}
+        self._lock = threading.Lock()
+
+    def admit(self, pod: dict, has_runtime_state: bool) -> Verdict:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if uid in self._admitted:
+                return ADMIT
+            if uid in self._rejected:
+                return self._rejected[uid]
+            if has_runtime_state:  # admitted by an earlier run of the kubelet
+                self._admitted.add(uid)
+                return ADMIT
+            on_node = self._on_node()
+            others = [p for p in self._pods() if p["metadata"]["uid"] != uid
+                      and (p["metadata"]["uid"] in self._admitted or p["metadata"]["uid"] in on_node)
+                      and (p.get("status") or {}).get("phase") not in TERMINAL]
+            verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
+                            node_name=self.node_name, runtime_class_known=self._runtime_class_known)
+            if verdict.admit:
+                self._admitted.add(uid)
+            else:
+                self._rejected[uid] = verdict
+                log.warning("pod %s/%s rejected: %s: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"],
+                            verdict.reason, verdict.message)
+            return verdict
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._admitted.discard(uid)
+            self._rejected.pop(uid, None)
+
+
+def rejected_status(pod: dict, verdict: Verdict) -> dict[str, Any]:
+    """The status of a rejected pod, as the kubelet's rejectPod sets it."""
+    from pykubelet.pods.sync import qos_class
+
+    return {"phase": "Failed", "reason": verdict.reason, "message": f"Pod was rejected: {verdict.message}",
+            "qosClass": qos_class(pod)}
+
+
+class Cached:
+    """A value read at most every `ttl` seconds (the Node's labels, the machine's allocatable)."""
+
+    def __init__(self, read: Callable[[], Any], ttl: float = 10.0) -> None:
+        self.read, self.ttl = read, ttl
+        self._value: Any = None
+        self._at = -ttl
+
+    def __call__(self) -> Any:
+        now = time.monotonic()
+        if self._value is None or now - self._at >= self.ttl:
+            try:
+                self._value, self._at = self.read(), now
+            except Exception as e:
+                if self._value is None:
+                    raise
+                log.info("keeping the last known value: %s", e)
+        return self._value
