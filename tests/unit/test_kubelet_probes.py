@@ -333,3 +333,115 @@ def test_sidecar_status_initialized_once_started_and_gates_ready():
     m.probe_once(w)
     s = pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x", probes=m)
     assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "True"
+
+
+class FakeCRI(FakeRuntime):
+    """Just enough of a CRI runtime, in memory, for PodSyncer passes: containers start running and stay so
+    until stopped (exit code 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sandbox = api_pb2.PodSandbox(id="s", state=api_pb2.SANDBOX_READY, labels={"io.kubernetes.pod.uid": UID},
+                                          metadata=api_pb2.PodSandboxMetadata(name="p", namespace="ns", uid=UID))
+        self.statuses: dict[str, api_pb2.ContainerStatus] = {}
+        self.started: list[str] = []
+
+    def list_pod_sandbox(self, _filter=None):
+        return [self.sandbox]
+
+    def pod_sandbox_status(self, _id):
+        return api_pb2.PodSandboxStatusResponse(status=api_pb2.PodSandboxStatus(
+            id="s", network=api_pb2.PodSandboxNetworkStatus(ip="10.0.0.9")))
+
+    def list_containers(self, _filter=None):
+        return [api_pb2.Container(id=s.id, pod_sandbox_id="s", labels=s.labels, created_at=s.created_at)
+                for s in self.statuses.values()]
+
+    def container_status(self, cid):
+        return api_pb2.ContainerStatusResponse(status=self.statuses[cid])
+
+    def image_status(self, image):
+        return api_pb2.ImageStatusResponse(image=api_pb2.Image(id="sha256:" + image))
+
+    def create_container(self, _sandbox, config, _sandbox_config):
+        cid = f"{config.metadata.name}-{config.metadata.attempt}"
+        self.statuses[cid] = api_pb2.ContainerStatus(
+            id=cid, state=api_pb2.CONTAINER_CREATED, created_at=time.time_ns() + len(self.statuses),
+            labels=config.labels, annotations=config.annotations)
+        return cid
+
+    def start_container(self, cid):
+        self.statuses[cid].state = api_pb2.CONTAINER_RUNNING
+        self.statuses[cid].started_at = time.time_ns()
+        self.started.append(cid)
+
+    def stop_container(self, cid, timeout):
+        super().stop_container(cid, timeout)
+        self.statuses[cid].state = api_pb2.CONTAINER_EXITED
+        self.statuses[cid].finished_at = time.time_ns()
+
+    def remove_container(self, cid):
+        del self.statuses[cid]
+
+    def exit(self, cid: str, code: int) -> None:
+        self.statuses[cid].state, self.statuses[cid].exit_code = api_pb2.CONTAINER_EXITED, code
+        self.statuses[cid].finished_at = time.time_ns()
+
+
+def syncer(rt: FakeCRI):
+    from pykubelet.config import Settings
+    from pykubelet.pods.sync import PodSyncer, observe
+
+    m, _ = manager(rt)
+    s = PodSyncer(rt, Settings(), probes=m)  # type: ignore[arg-type] # a fake runtime
+
+    def sync(p: dict) -> None:
+        s.sync(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
+        m.sync_pod(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
+
+    return m, sync
+
+
+def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers():
+    rt = FakeCRI()
+    rt.answers = {"side-up": 1}
+    side = {"name": "side", "image": "i:1", "restartPolicy": "Always",
+            "startupProbe": {"exec": {"command": ["side-up"]}, "failureThreshold": 10}}
+    setup = {"name": "setup", "image": "i:1"}
+    main = {"name": "main", "image": "i:1"}
+    p = pod(main, init=(side, setup))
+    p["spec"]["restartPolicy"] = "Never"
+    m, sync = syncer(rt)
+    sync(p)
+    assert rt.started == ["side-0"]
+    sync(p)
+    assert rt.started == ["side-0"]  # setup waits for side's startup probe
+    rt.answers["side-up"] = 0
+    m.probe_once(m._workers[(UID, "side", STARTUP)])
+    sync(p)
+    assert rt.started == ["side-0", "setup-0"]
+    rt.exit("setup-0", 0)
+    sync(p)
+    assert rt.started == ["side-0", "setup-0", "main-0"]
+    rt.exit("side-0", 1)  # a sidecar that dies is restarted, whatever the pod's restart policy
+    sync(p)
+    assert rt.started[-1] == "side-1" and "main-0" not in [c[1] for c in rt.calls if c[0] == "stop"]
+    rt.exit("main-0", 0)
+    sync(p)  # the main container is done: the sidecar is stopped, with the pod's grace
+    assert ("stop", "side-1", 7) in rt.calls and rt.statuses["side-1"].state == api_pb2.CONTAINER_EXITED
+    sync(p)
+    assert rt.started[-1] == "side-1"  # and not restarted
+
+
+def test_liveness_failure_kills_and_the_restart_policy_restarts():
+    rt = FakeCRI()
+    rt.answers = {"alive": 1}
+    main = {"name": "main", "image": "i:1", "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1},
+            "lifecycle": {"preStop": {"exec": {"command": ["bye"]}}}}
+    m, sync = syncer(rt)
+    sync(pod(main))
+    m.probe_once(m._workers[(UID, "main", LIVENESS)])
+    sync(pod(main))
+    stops = [c for c in rt.calls if c[0] in ("stop", "exec") and c[1] == "main-0"]
+    assert stops == [("exec", "main-0", ("alive",), 1), ("exec", "main-0", ("bye",), 7), ("stop", "main-0", 7)]
+    assert rt.started == ["main-0", "main-1"] and m.kill_reason(UID, "main", "main-1") is None
