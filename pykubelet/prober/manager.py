@@ -102,6 +102,17 @@ class Worker:
         return changed
 
 
+def reported(pod: dict, name: str, container_id: str, kind: str) -> bool:
+    """Whether the pod's status in the API server says container `container_id` is ready (readiness) or
+    started (startup): after a kubelet restart, its probes start from there, not from "not ready", so that
+    a restart does not flap every pod's Ready condition."""
+    status = pod.get("status") or {}
+    for s in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+        if s.get("name") == name and (s.get("containerID") or "").endswith("://" + container_id):
+            return bool(s.get("ready" if kind == READINESS else "started"))
+    return False
+
+
 def running_container(state: RuntimePod, name: str) -> api_pb2.ContainerStatus | None:
     """The running container `name` of the pod's current sandbox."""
     sandbox = state.sandbox
@@ -142,6 +153,7 @@ class ProbeManager:
                     key = (uid, container["name"], kind)
                     wanted.add(key)
                     w = self._workers.get(key)
+                    fresh = w is None
                     if w is None:
                         w = self._workers[key] = Worker(uid, container["name"], kind, probe, pod, container)
                         w.reset("", 0.0)
@@ -149,6 +161,8 @@ class ProbeManager:
                     cid = current.id if current is not None else ""
                     if cid != w.container_id:
                         w.reset(cid, current.started_at / 1e9 if current is not None else 0.0)
+                        if fresh and cid and kind != LIVENESS and reported(pod, container["name"], cid, kind):
+                            w.result = Result.SUCCESS  # a restarted kubelet keeps what it reported
                         if cid:  # a new container: its first probe is due once its initial delay is over
                             self._schedule(w, max(now, w.started_at + probe_field(probe, "initialDelaySeconds")))
             for key in [k for k in self._workers if k[0] == uid and k not in wanted]:

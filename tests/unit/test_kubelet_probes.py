@@ -445,3 +445,17 @@ def test_liveness_failure_kills_and_the_restart_policy_restarts():
     stops = [c for c in rt.calls if c[0] in ("stop", "exec") and c[1] == "main-0"]
     assert stops == [("exec", "main-0", ("alive",), 1), ("exec", "main-0", ("bye",), 7), ("stop", "main-0", 7)]
     assert rt.started == ["main-0", "main-1"] and m.kill_reason(UID, "main", "main-1") is None
+
+
+def test_a_restarted_kubelet_keeps_the_reported_readiness():
+    rt = FakeRuntime()
+    c = {"name": "c", "startupProbe": {"exec": {"command": ["up"]}}, "readinessProbe": {"exec": {"command": ["r"]}}}
+    p = pod(c)
+    p["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://c1", "ready": True,
+                                          "started": True}]}
+    m, _ = manager(rt)
+    m.sync_pod(p, running(("c", "c1")))
+    assert m.started(UID, "c", "c1") and m.ready(UID, "c", "c1")
+    m2, _ = manager(rt)
+    m2.sync_pod(p, running(("c", "c2")))  # another container than the one reported
+    assert not m2.started(UID, "c", "c2") and not m2.ready(UID, "c", "c2")
