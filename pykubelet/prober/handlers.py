@@ -4,9 +4,10 @@ A probe talks to a workload the node does not trust: an answer may be slow, huge
 or garbage, so every action has a deadline (timeoutSeconds), reads at most a few KiB of what it gets,
 follows redirects only to the same host (a redirect to another host is not followed and counts as a
 success with a warning, as the kubelet's), and reports a result, never an exception. An action that could
-not be run at all (the container went away under it) is UNKNOWN: the probe worker throws that away rather
-than counting it as a failure. HTTPS is not verified (the kubelet's probes don't: a pod's certificate is
-for its clients, not for the node), and the traffic goes only to the pod's IP or the host its spec names.
+not be run at all (the container went away under it, a port name it lacks) is UNKNOWN: the probe worker
+throws that away rather than counting it as a failure. HTTPS is not verified (the kubelet's probes don't:
+a pod's certificate is for its clients, not for the node), and the traffic goes only to the pod's IP or the
+host its spec names.
 """
 from __future__ import annotations
 
@@ -264,6 +265,6 @@ def run_action(runtime: cri.CRIRuntime, action: dict, container: dict, container
             g = action["grpc"]
             port = resolve_port(g.get("port", 0), container, f"{field_path}.grpc.port")
             return run_grpc(pod_ip, port, g.get("service") or "", timeout)
-    except ProbeSpecError as e:
-        return Outcome(Result.FAILURE, str(e))
+    except ProbeSpecError as e:  # as the kubelet's: an error, not a verdict on the container
+        return Outcome(Result.UNKNOWN, str(e))
     return Outcome(Result.UNKNOWN, f"{field_path}: no handler (exec, httpGet, tcpSocket or grpc)")

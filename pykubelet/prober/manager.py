@@ -263,8 +263,9 @@ class ProbeManager:
         field_path = f"spec.containers{{{w.name}}}.{FIELDS[w.kind]}"
         outcome = run_action(self.runtime, w.probe, w.container, cid, w.pod_ip,
                              probe_field(w.probe, "timeoutSeconds"), field_path)
-        if outcome.result is Result.UNKNOWN:
+        if outcome.result is Result.UNKNOWN:  # not run: no verdict, but said, as the kubelet's
             log.debug("%s probe of %s/%s: %s", w.kind, w.pod["metadata"]["name"], w.name, outcome.message)
+            self._event(w, WARNING, "Unhealthy", f"{TITLES[w.kind]} probe errored: {outcome.message}")
             return outcome
         with self._cond:
             if w.container_id != cid or w.stopped:

@@ -459,3 +459,10 @@ def test_a_restarted_kubelet_keeps_the_reported_readiness():
     m2, _ = manager(rt)
     m2.sync_pod(p, running(("c", "c2")))  # another container than the one reported
     assert not m2.started(UID, "c", "c2") and not m2.ready(UID, "c", "c2")
+
+
+def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
+    outcome = handlers.run_action(FakeRuntime(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",  # type: ignore[arg-type] # a fake runtime
+                                  "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
+    assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
+                                              "has no port named 'db'")
