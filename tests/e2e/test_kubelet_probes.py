@@ -124,6 +124,19 @@ def test_startup_probe_holds_liveness_back(control_plane, kubelet, runtime, kube
         delete(control_plane, "startup")
 
 
+def test_exec_probe_timeout_is_a_failure(control_plane, kubelet, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("slow", busybox("c", readinessProbe=exec_probe(
+        "sleep", "5", timeoutSeconds=1, periodSeconds=2))))
+    try:
+        pod = wait_pod(control_plane, "slow", "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+        timed_out = wait_for("a timed-out Unhealthy event", lambda: has_event(
+            control_plane, pod, "Unhealthy", "timed out"), timeout=30)
+        assert timed_out[0]["message"].startswith("Readiness probe failed:")
+        assert condition(get_pod(control_plane, "slow"), "Ready") == "False"
+    finally:
+        delete(control_plane, "slow")
+
+
 def test_http_and_tcp_probes(control_plane, kubelet, kubepods, tmp_path):
     web = {"name": "web", "image": HTTPD, "ports": [{"name": "http", "containerPort": 80}],
            "readinessProbe": {"httpGet": {"path": "/", "port": "http",
