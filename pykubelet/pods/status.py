@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from proto import api_pb2
-from pykubelet.pods.sync import RuntimePod, SyncResult, restart_count
+from pykubelet.pods.sync import RuntimePod, SyncResult, is_sidecar, restart_count
 
 log = logging.getLogger(__name__)
 
@@ -92,21 +92,41 @@ def phase(pod: dict, init_done: bool, init_failed: bool, statuses: list[dict]) -
     return "Succeeded"
 
 
-def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str) -> dict:
-    spec, previous = pod["spec"], pod.get("status", {})
+def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], probes) -> None:
+    """A running container is started once its startup probe passed and ready once its readiness did."""
+    if probes is not None and s["started"]:
+        s["started"] = probes.started(uid, s["name"], history[0].id)
+        s["ready"] = probes.ready(uid, s["name"], history[0].id)
+
+
+def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
+               probes=None) -> dict:
+    """`probes` (a pykubelet.prober.manager.ProbeManager) says which running containers are started and ready."""
+    spec, previous, uid = pod["spec"], pod.get("status", {}), pod["metadata"]["uid"]
     init_statuses = []
     init_done = True
+    regular_ran = any(state.history(c["name"]) for c in spec.get("containers", []))
+    sidecars_ready = True
     for c in spec.get("initContainers", []):
         history = state.history(c["name"])
         s = container_status(c, history, result.waiting.get(c["name"]), runtime_name, "PodInitializing")
-        s["ready"] = bool(history) and history[0].state == api_pb2.CONTAINER_EXITED and history[0].exit_code == 0
-        init_done = init_done and s["ready"]
+        if is_sidecar(c):  # initialized once started; ready by its probes while it runs
+            _gate_by_probes(s, uid, history, probes)
+            sidecars_ready = sidecars_ready and s["ready"]
+            init_done = init_done and (s["started"] or regular_ran)
+        else:
+            s["ready"] = bool(history) and history[0].state == api_pb2.CONTAINER_EXITED and history[0].exit_code == 0
+            init_done = init_done and s["ready"]
         init_statuses.append(s)
     default = "ContainerCreating" if init_done else "PodInitializing"
-    statuses = [container_status(c, state.history(c["name"]), result.waiting.get(c["name"]), runtime_name, default)
-                for c in spec.get("containers", [])]
+    statuses = []
+    for c in spec.get("containers", []):
+        history = state.history(c["name"])
+        s = container_status(c, history, result.waiting.get(c["name"]), runtime_name, default)
+        _gate_by_probes(s, uid, history, probes)
+        statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
-    containers_ready = init_done and all(s["ready"] for s in statuses)
+    containers_ready = init_done and sidecars_ready and all(s["ready"] for s in statuses)
     sandbox_ready = state.sandbox is not None
     status: dict[str, Any] = {
         "phase": ph, "qosClass": previous.get("qosClass"),

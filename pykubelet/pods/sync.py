@@ -25,6 +25,7 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
+from pykubelet.pods import lifecycle
 from pykubelet.pods.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,19 @@ def plain_env(container: dict) -> dict[str, str]:
         if "valueFrom" not in e:
             env[e["name"]] = expand(e.get("value", ""), env)
     return env
+
+
+def is_sidecar(container: dict) -> bool:
+    """An init container that keeps running beside the regular ones (restartPolicy: Always)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def pod_ip(pod: dict, state: RuntimePod, node_ip: str | None) -> str:
+    """Where the pod's probes and HTTP hooks go: its sandbox's IP (the node's for hostNetwork)."""
+    net = state.sandbox_status.network if state.sandbox_status is not None else None
+    if net is not None and net.ip:
+        return net.ip
+    return (node_ip or "") if pod["spec"].get("hostNetwork") else ""
 
 
 def restart_count(status: api_pb2.ContainerStatus) -> int:
@@ -317,8 +331,9 @@ class PodSyncer:
     """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
-                 image_backoff: Backoff | None = None, events: EventRecorder | None = None) -> None:
+                 image_backoff: Backoff | None = None, events: EventRecorder | None = None, probes=None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
+        self.probes = probes  # a pykubelet.prober.manager.ProbeManager: started / kill_reason of containers
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
@@ -390,10 +405,30 @@ class PodSyncer:
         else:
             sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt)
         policy = spec.get("restartPolicy", "Always")
-        # init containers, one at a time, in order; each must succeed before the next starts
+        # once a regular container ran in this sandbox, the init containers are done; once they all ended
+        # for good, the sidecars go (they never keep a pod from completing)
+        initialized = any(self._current(state, c["name"], sandbox.id) is not None for c in spec.get("containers", []))
+        finished = initialized and self._finished(pod, state, sandbox.id)
+        if finished:
+            self._stop_sidecars(pod, state, sandbox.id)
+        # init containers, one at a time, in order; each must succeed (a sidecar: start) before the next starts
         for container in spec.get("initContainers", []):
             history = list(state.history(container["name"]))
             current = history[0] if history and self._in(state, history[0], sandbox.id) else None
+            if is_sidecar(container):
+                if finished:
+                    continue
+                if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
+                    current = self._kill_if_unhealthy(pod, container, current, state)
+                if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
+                    if initialized or self._started(uid, container["name"], current.id):
+                        continue
+                    return result  # the next one waits until this one has started (its startup probe)
+                started = self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg,
+                                                  result, state)
+                if initialized or (started and not container.get("startupProbe")):
+                    continue
+                return result
             if current is not None and current.state == api_pb2.CONTAINER_EXITED and current.exit_code == 0:
                 continue
             if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
@@ -401,24 +436,77 @@ class PodSyncer:
             if current is not None and policy == "Never":
                 result.init_failed = True
                 return result
-            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result)
+            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
             return result
         for container in spec.get("containers", []):
             history = state.history(container["name"])
             current = history[0] if history and self._in(state, history[0], sandbox.id) else None
             if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
                 if current.annotations.get(HASH) == container_hash(container):
+                    current = self._kill_if_unhealthy(pod, container, current, state)
+                    if current.state == api_pb2.CONTAINER_RUNNING:
+                        continue
+                else:
+                    log.info("pod %s: container %s changed: recreating", pod["metadata"]["name"], container["name"])
+                    lifecycle.stop_container(self.runtime, pod, container["name"], current.id,
+                                             int(current.annotations.get(GRACE, "30") or 30),
+                                             pod_ip(pod, state, self.settings.node_ip), self.event)
+                    current = self.runtime.container_status(current.id).status
+                    self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
                     continue
-                log.info("pod %s: container %s changed: recreating", pod["metadata"]["name"], container["name"])
-                self.runtime.stop_container(current.id, int(current.annotations.get(GRACE, "30") or 30))
-                current = self.runtime.container_status(current.id).status
-            elif current is not None and current.state != api_pb2.CONTAINER_CREATED:
+            if current is not None and current.state != api_pb2.CONTAINER_CREATED:
                 succeeded = current.exit_code == 0
                 if policy == "Never" or (policy == "OnFailure" and succeeded):
                     continue
-            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result)
+            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
         self._remove_dead(state)
         return result
+
+    def _current(self, state: RuntimePod, name: str, sandbox_id: str) -> api_pb2.ContainerStatus | None:
+        history = state.history(name)
+        return history[0] if history and self._in(state, history[0], sandbox_id) else None
+
+    def _finished(self, pod: dict, state: RuntimePod, sandbox_id: str) -> bool:
+        """Whether every regular container has ended and the restart policy restarts none of them."""
+        policy = pod["spec"].get("restartPolicy", "Always")
+        if policy == "Always":
+            return False
+        for c in pod["spec"].get("containers", []):
+            current = self._current(state, c["name"], sandbox_id)
+            if current is None or current.state != api_pb2.CONTAINER_EXITED:
+                return False
+            if policy == "OnFailure" and current.exit_code != 0:
+                return False
+        return True
+
+    def _stop_sidecars(self, pod: dict, state: RuntimePod, sandbox_id: str) -> None:
+        """The running sidecars of a pod whose regular containers are done: in reverse order, with preStop."""
+        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+        for container in reversed([c for c in pod["spec"].get("initContainers", []) if is_sidecar(c)]):
+            current = self._current(state, container["name"], sandbox_id)
+            if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
+                log.info("pod %s: stopping sidecar %s", pod["metadata"]["name"], container["name"])
+                lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
+                                         pod_ip(pod, state, self.settings.node_ip), self.event)
+
+    def _started(self, uid: str, name: str, container_id: str) -> bool:
+        return self.probes is None or self.probes.started(uid, name, container_id)
+
+    def _kill_if_unhealthy(self, pod: dict, container: dict, current: api_pb2.ContainerStatus,
+                           state: RuntimePod) -> api_pb2.ContainerStatus:
+        """Kills a running container that failed its liveness or startup probe; its status after."""
+        verdict = self.probes.kill_reason(pod["metadata"]["uid"], container["name"], current.id) \
+            if self.probes is not None else None
+        if verdict is None:
+            return current
+        message, grace = verdict
+        if grace is None:
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+        log.info("pod %s: %s", pod["metadata"]["name"], message)
+        self.event(pod, container["name"], NORMAL, "Killing", message, init=is_sidecar(container))
+        lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
+                                 pod_ip(pod, state, self.settings.node_ip), self.event)
+        return self.runtime.container_status(current.id).status
 
     @staticmethod
     def _in(state: RuntimePod, status: api_pb2.ContainerStatus, sandbox_id: str) -> bool:
@@ -426,7 +514,8 @@ class PodSyncer:
 
     def _start_or_back_off(self, pod: dict, container: dict, history: list[api_pb2.ContainerStatus],
                            current: api_pb2.ContainerStatus | None, sandbox_id: str,
-                           sandbox_cfg: api_pb2.PodSandboxConfig, result: SyncResult) -> None:
+                           sandbox_cfg: api_pb2.PodSandboxConfig, result: SyncResult, state: RuntimePod) -> bool:
+        """Starts the container, unless its back-off is not over; True if it started."""
         name, meta = container["name"], pod["metadata"]
         restart = restart_count(history[0]) + 1 if history else 0
         if current is not None and current.state == api_pb2.CONTAINER_EXITED:
@@ -439,7 +528,7 @@ class PodSyncer:
                 self.event(pod, name, WARNING, "BackOff", "Back-off restarting failed container "
                            f"{name} in pod {meta['name']}_{meta['namespace']}({meta['uid']})")
                 result.again_in(wait)
-                return
+                return False
             self.backoff.restarted(key)
         if current is not None and current.state == api_pb2.CONTAINER_CREATED:
             self._remove(current.id)  # created but never started: a pass that died half-way
@@ -449,7 +538,7 @@ class PodSyncer:
             result.waiting[name] = (e.reason, str(e))
             self.event(pod, name, WARNING, "BackOff" if e.reason == "ImagePullBackOff" else "Failed", str(e))
             result.again_in(self.image_backoff.initial)
-            return
+            return False
         config = container_config(pod, container, image_ref, restart, sandbox_cfg)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
@@ -457,17 +546,25 @@ class PodSyncer:
             result.waiting[name] = ("CreateContainerError", e.details)
             self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
-            return
+            return False
         try:
             self.runtime.start_container(cid)
         except cri.CRIError as e:
             result.waiting[name] = ("RunContainerError", e.details)
             self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
-            return
+            return False
         log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
                  restart)
-        self.event(pod, name, NORMAL, "Started", f"Started container {name}")
+        init = any(c is container for c in pod["spec"].get("initContainers", []))
+        self.event(pod, name, NORMAL, "Started", f"Started container {name}", init=init)
+        failed = lifecycle.post_start(self.runtime, pod, container, cid, pod_ip(pod, state, self.settings.node_ip),
+                                      self.event)
+        if failed is not None:
+            result.waiting[name] = ("PostStartHookError", failed)
+            result.again_in(self.backoff.initial)
+            return False
+        return True
 
     def _remove(self, container_id: str) -> None:
         try:

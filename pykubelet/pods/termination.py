@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
-from pykubelet.pods.sync import GRACE, POD_NAME, POD_NAMESPACE, RuntimePod, log_directory
+from pykubelet.pods import lifecycle
+from pykubelet.pods.sync import CONTAINER_NAME, GRACE, POD_NAME, POD_NAMESPACE, RuntimePod, is_sidecar, log_directory
 
 log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -40,23 +42,34 @@ def _ignore_missing(call, *args) -> None:
         pass
 
 
-def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int) -> None:
-    """Stops every container of the pod (in parallel, `grace` seconds each), then removes all of it from
-    the runtime."""
+def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: dict | None = None,
+             event: lifecycle.EventFn | None = None) -> None:
+    """Stops every container of the pod (`grace` seconds in all, preStop hooks first: the regular ones in
+    parallel, then the sidecars one by one in reverse order, as the kubelet's), then removes all of it
+    from the runtime."""
     running = [c for c in state.containers if c.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED)]
+    sidecars = [c["name"] for c in (pod or {}).get("spec", {}).get("initContainers", []) if is_sidecar(c)]
+    net = state.sandbox_status.network if state.sandbox_status is not None else None
+    pod_ip = net.ip if net is not None else ""
+    deadline = time.monotonic() + grace
     errors: list[Exception] = []
 
-    def stop(container_id: str) -> None:
+    def stop(c: api_pb2.Container, seconds: int) -> None:
         try:
-            _ignore_missing(runtime.stop_container, container_id, grace)
+            lifecycle.stop_container(runtime, pod, c.labels.get(CONTAINER_NAME, ""), c.id, seconds, pod_ip, event)
         except cri.CRIError as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=stop, args=(c.id,), name=f"stop-{c.id[:12]}") for c in running]
+    threads = [threading.Thread(target=stop, args=(c, grace), name=f"stop-{c.id[:12]}") for c in running
+               if c.labels.get(CONTAINER_NAME) not in sidecars]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    for name in reversed(sidecars):
+        for c in running:
+            if c.labels.get(CONTAINER_NAME) == name:
+                stop(c, max(lifecycle.MIN_GRACE, int(deadline - time.monotonic())) if grace > 0 else 0)
     if errors:
         raise errors[0]
     for s in state.sandboxes:

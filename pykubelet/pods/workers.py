@@ -28,6 +28,7 @@ from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.status import StatusManager, pod_status
 from pykubelet.pods.sync import PodSyncer, observe
+from pykubelet.prober.manager import ProbeManager
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -43,7 +44,8 @@ class PodWorkers:
         self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
-        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events)
+        self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
+        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -79,7 +81,9 @@ class PodWorkers:
             return None
         result = self.syncer.sync(pod, state)
         state = observe(self.runtime, uid)
-        status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name)
+        self.probes.sync_pod(pod, state)
+        status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
+                            probes=self.probes)
         if status["phase"] in TERMINAL and state.sandbox is not None:
             # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
             termination.kill_pod_sandbox(self.runtime, state)
@@ -111,10 +115,11 @@ class PodWorkers:
 
     def _terminate(self, uid: str, pod: dict | None, state) -> None:
         skeleton = pod or termination.identity(state, uid)
+        self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
             log.info("pod %s: stopping (grace %d s)", key_of_dict(skeleton) if skeleton else uid, grace)
-            termination.kill_pod(self.runtime, state, grace)
+            termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings)
         if pod is not None:
@@ -163,7 +168,8 @@ class PodWorkers:
         threads = [threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
                    for i in range(self.threads)]
         threads += [threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
-                    threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True)]
+                    threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),
+                    threading.Thread(target=self.probes.run, args=(stop,), name="probes", daemon=True)]
         for t in threads:
             t.start()
         stop.wait()

@@ -1,0 +1,98 @@
+"""Container lifecycle hooks (postStart, preStop) and the one way the kubelet stops a container.
+
+A hook is the workload's code run at the kubelet's request (exec in the container, an HTTP GET to it, or
+a sleep), so it is bounded like a probe: preStop gets at most the grace period, and whatever it used is
+taken from the grace the runtime then gives the container before SIGKILL (at least MIN_GRACE seconds, as
+the kubelet's minimum), so a hung preStop cannot keep a pod on the node past its grace. postStart runs
+right after the container starts, bounded by the pod's grace period too (the kubelet has no bound; a
+worker thread stuck forever on a broken hook would be worse); a failed postStart kills the container,
+whose restart policy then decides, as the kubelet's.
+
+Every stop of a running container by the kubelet (a deletion, a liveness failure, a failed postStart, a
+changed spec, a finished pod's sidecars) goes through `stop_container` so that preStop always runs first.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from pykubelet import runtime as cri
+from pykubelet.prober.handlers import Outcome, Result, run_action
+
+log = logging.getLogger(__name__)
+
+MIN_GRACE = 2
+# event(pod, container_name, type, reason, message): PodSyncer.event's signature
+EventFn = Callable[[dict, str, str, str, str], None]
+
+
+def hook_handler(container: dict, hook: str) -> dict | None:
+    return (container.get("lifecycle") or {}).get(hook) or None
+
+
+def run_hook(runtime: cri.CRIRuntime, container: dict, container_id: str, hook: str, pod_ip: str,
+             timeout: float, field_path: str) -> Outcome:
+    """Runs the container's `hook` ("postStart" or "preStop"); SUCCESS if it has none."""
+    handler = hook_handler(container, hook)
+    if handler is None:
+        return Outcome(Result.SUCCESS)
+    path = f"{field_path}.lifecycle.{hook}"
+    if "sleep" in handler:
+        seconds = float(handler["sleep"].get("seconds", 0))
+        time.sleep(max(0.0, min(seconds, timeout)))
+        return Outcome(Result.SUCCESS)
+    if "tcpSocket" in handler:  # deprecated for hooks and never run by the kubelet
+        return Outcome(Result.SUCCESS, f"{path}.tcpSocket is not supported")
+    outcome = run_action(runtime, handler, container, container_id, pod_ip, timeout, path)
+    if outcome.result is Result.UNKNOWN:  # the exec could not run: the hook failed
+        return Outcome(Result.FAILURE, outcome.message)
+    return outcome
+
+
+def container_field_path(pod: dict, name: str) -> str:
+    init = any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
+    return f"spec.{'initContainers' if init else 'containers'}{{{name}}}"
+
+
+def stop_container(runtime: cri.CRIRuntime, pod: dict | None, name: str, container_id: str, grace: int,
+                   pod_ip: str = "", event: EventFn | None = None) -> None:
+    """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds, then stops it
+    with what is left of the grace (SIGTERM, then SIGKILL)."""
+    container = None
+    if pod is not None:
+        spec = pod.get("spec", {})
+        container = next((c for c in spec.get("containers", []) + spec.get("initContainers", [])
+                          if c.get("name") == name), None)
+    if pod is not None and container is not None and hook_handler(container, "preStop") is not None and grace > 0:
+        began = time.monotonic()
+        outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, grace,
+                           container_field_path(pod, name))
+        if not outcome.ok:
+            meta = pod["metadata"]
+            message = f"PreStopHook failed: {outcome.message}"
+            log.warning("pod %s/%s: container %s: %s", meta["namespace"], meta["name"], name, message)
+            if event is not None:
+                event(pod, name, "Warning", "FailedPreStopHook", message)
+        grace = max(MIN_GRACE, grace - int(time.monotonic() - began))
+    try:
+        runtime.stop_container(container_id, grace)
+    except cri.NotFound:
+        pass
+
+
+def post_start(runtime: cri.CRIRuntime, pod: dict, container: dict, container_id: str, pod_ip: str,
+               event: EventFn | None = None) -> str | None:
+    """Runs the container's postStart hook; on failure kills the container and returns why."""
+    if hook_handler(container, "postStart") is None:
+        return None
+    grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+    outcome = run_hook(runtime, container, container_id, "postStart", pod_ip, grace,
+                       container_field_path(pod, container["name"]))
+    if outcome.ok:
+        return None
+    message = f"PostStartHook failed: {outcome.message}".strip()
+    if event is not None:
+        event(pod, container["name"], "Warning", "FailedPostStartHook", message)
+    stop_container(runtime, pod, container["name"], container_id, grace, pod_ip, event)
+    return message

@@ -1,0 +1,468 @@
+"""pykubelet's probes and lifecycle hooks without a runtime: the handlers against servers on loopback (HTTP
+status codes, redirects, headers, timeouts; TCP; the gRPC health check against a grpc server), the
+per-probe thresholds, startup gating and liveness verdicts of the probe manager with a fake CRI runtime,
+preStop before the stop and a failed postStart killing the container, and the status a sidecar gives."""
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+from concurrent import futures
+from typing import ClassVar
+
+import grpc
+import pytest
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.pods import lifecycle
+from pykubelet.pods import status as pod_status
+from pykubelet.pods.sync import RuntimePod, SyncResult
+from pykubelet.prober import handlers
+from pykubelet.prober.handlers import Outcome, Result
+from pykubelet.prober.manager import LIVENESS, READINESS, STARTUP, ProbeManager, Worker
+
+UID = "uid-1"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict]] = []
+
+    def do_GET(self) -> None:
+        Handler.seen.append(dict(self.headers))
+        if self.path == "/ok":
+            self._answer(200, b"fine")
+        elif self.path == "/missing":
+            self._answer(404, b"no")
+        elif self.path == "/same":
+            self._answer(302, b"", location="/ok")
+        elif self.path == "/loop":
+            self._answer(302, b"", location="/loop")
+        elif self.path == "/away":
+            self._answer(301, b"", location="http://elsewhere.invalid/x")
+        elif self.path == "/slow":
+            time.sleep(2)
+            self._answer(200, b"late")
+        else:
+            self._answer(500, b"boom")
+
+    def _answer(self, code: int, body: bytes, location: str = "") -> None:
+        self.send_response(code)
+        if location:
+            self.send_header("Location", location)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def web():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_status_codes_redirects_and_timeouts(web):
+    base = f"http://127.0.0.1:{web}"
+    headers = {"User-Agent": handlers.USER_AGENT}
+    assert handlers.run_http(f"{base}/ok", headers, 1) == Outcome(Result.SUCCESS, "fine")
+    assert handlers.run_http(f"{base}/missing", headers, 1) == Outcome(
+        Result.FAILURE, "HTTP probe failed with statuscode: 404")
+    assert handlers.run_http(f"{base}/error", headers, 1).result is Result.FAILURE
+    assert handlers.run_http(f"{base}/same", headers, 1) == Outcome(Result.SUCCESS, "fine")  # followed
+    away = handlers.run_http(f"{base}/away", headers, 1)
+    assert away.ok and away.message.startswith("Probe terminated redirects")  # not followed to another host
+    assert "redirects" in handlers.run_http(f"{base}/loop", headers, 1).message
+    slow = handlers.run_http(f"{base}/slow", headers, 0.3)
+    assert slow.result is Result.FAILURE and "deadline" in slow.message
+
+
+def test_http_url_headers_and_named_ports(web):
+    container = {"name": "c", "ports": [{"name": "http", "containerPort": web}]}
+    url, headers = handlers.http_url({"port": "http", "path": "ok", "httpHeaders": [
+        {"name": "user-agent", "value": "mine"}, {"name": "X-A", "value": "1"}]}, "127.0.0.1", container, "p")
+    assert url == f"http://127.0.0.1:{web}/ok"
+    assert headers == {"Accept": "*/*", "user-agent": "mine", "X-A": "1"}
+    Handler.seen.clear()
+    assert handlers.run_http(url, headers, 1).ok
+    assert Handler.seen[0]["user-agent"] == "mine" and Handler.seen[0]["X-A"] == "1"
+    url, _ = handlers.http_url({"port": 8443, "scheme": "HTTPS", "host": "fd00::1"}, "10.0.0.1", container, "p")
+    assert url == "https://[fd00::1]:8443/"
+    with pytest.raises(handlers.ProbeSpecError, match=r"p.port: container 'c' has no port named 'nope'"):
+        handlers.http_url({"port": "nope"}, "10.0.0.1", container, "p")
+
+
+def test_tcp():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert handlers.run_tcp("127.0.0.1", port, 1).ok
+    closed = handlers.run_tcp("127.0.0.1", port, 1)
+    assert closed.result is Result.FAILURE and closed.message.startswith(f"dial tcp 127.0.0.1:{port}:")
+
+
+def test_health_messages_round_trip():
+    assert handlers.encode_health_request("") == b""
+    assert handlers.decode_health_request(handlers.encode_health_request("my.Service")) == "my.Service"
+    for status in range(4):
+        assert handlers.decode_health_response(handlers.encode_health_response(status)) == status
+    # unknown fields of other wire types are skipped
+    assert handlers.decode_health_response(b"\x12\x02ab\x08\x02\x1d\x00\x00\x00\x00") == 2
+    with pytest.raises(ValueError):
+        handlers.decode_health_response(b"\x08")
+
+
+@pytest.fixture(scope="module")
+def health_server():
+    statuses = {"": 1, "sick": 2}
+
+    def check(request: str, context: grpc.ServicerContext) -> int:
+        if request not in statuses:
+            context.abort(grpc.StatusCode.NOT_FOUND, "unknown service")
+        return statuses[request]
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    method = grpc.unary_unary_rpc_method_handler(check, request_deserializer=handlers.decode_health_request,
+                                                 response_serializer=handlers.encode_health_response)
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("grpc.health.v1.Health",
+                                                                          {"Check": method})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port
+    server.stop(0)
+
+
+def test_grpc_health_check(health_server):
+    assert handlers.run_grpc("127.0.0.1", health_server, "", 2).ok
+    sick = handlers.run_grpc("127.0.0.1", health_server, "sick", 2)
+    assert sick == Outcome(Result.FAILURE, "service unhealthy (responded with 'NOT_SERVING')")
+    unknown = handlers.run_grpc("127.0.0.1", health_server, "other", 2)
+    assert unknown.result is Result.FAILURE and "NOT_FOUND" in unknown.message
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert handlers.run_grpc("127.0.0.1", free, "", 0.5).result is Result.FAILURE
+
+
+class FakeRuntime:
+    """exec_sync answers from `answers` (cmd[0] -> exit code or exception); records stops."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, object] = {}
+        self.calls: list[tuple] = []
+
+    def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
+        self.calls.append(("exec", container_id, tuple(cmd), timeout))
+        answer = self.answers.get(cmd[0], 0)
+        if isinstance(answer, Exception):
+            raise answer
+        assert isinstance(answer, int)
+        return b"out", b"", answer
+
+    def stop_container(self, container_id: str, timeout: int) -> None:
+        self.calls.append(("stop", container_id, timeout))
+
+
+def test_exec_results():
+    rt = FakeRuntime()
+    rt.answers = {"bad": 1, "slow": cri.DeadlineExceeded("ExecSync", grpc.StatusCode.DEADLINE_EXCEEDED, "x"),
+                  "gone": cri.NotFound("ExecSync", grpc.StatusCode.NOT_FOUND, "no such container")}
+    assert handlers.run_exec(rt, "c1", ["ok"], 3) == Outcome(Result.SUCCESS, "out")  # type: ignore[arg-type] # a fake
+    assert handlers.run_exec(rt, "c1", ["bad"], 3).result is Result.FAILURE  # type: ignore[arg-type] # a fake
+    assert "timed out" in handlers.run_exec(rt, "c1", ["slow"], 3).message  # type: ignore[arg-type] # a fake
+    assert handlers.run_exec(rt, "c1", ["gone"], 3).result is Result.UNKNOWN  # type: ignore[arg-type] # a fake
+    assert rt.calls[0] == ("exec", "c1", ("ok",), 3)
+
+
+def test_worker_thresholds_and_hold():
+    w = Worker(UID, "c", READINESS, {"successThreshold": 2, "failureThreshold": 3}, {}, {})
+    w.reset("c1", 0)
+    assert w.result_for("c1") is Result.FAILURE and w.result_for("other") is Result.FAILURE
+    ok, bad = Outcome(Result.SUCCESS), Outcome(Result.FAILURE, "no")
+    assert not w.record(ok) and w.record(ok) and w.result is Result.SUCCESS
+    assert not w.record(bad) and not w.record(bad) and not w.record(ok) and w.result is Result.SUCCESS
+    assert not w.record(bad) and not w.record(bad) and w.record(bad) and w.result is Result.FAILURE
+    live = Worker(UID, "c", LIVENESS, {"failureThreshold": 1}, {}, {})
+    live.reset("c1", 0)
+    assert live.result is Result.SUCCESS and live.record(bad) and live.on_hold
+
+
+def pod(*containers: dict, init: tuple[dict, ...] = ()) -> dict:
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
+            "spec": {"containers": list(containers), "initContainers": list(init),
+                     "terminationGracePeriodSeconds": 7}}
+
+
+def running(*names_ids: tuple[str, str], started_at: float | None = None) -> RuntimePod:
+    started = int((started_at if started_at is not None else time.time()) * 1e9)
+    statuses = [api_pb2.ContainerStatus(id=cid, state=api_pb2.CONTAINER_RUNNING, started_at=started,
+                                        labels={"io.kubernetes.container.name": name}) for name, cid in names_ids]
+    state = RuntimePod(sandboxes=[api_pb2.PodSandbox(id="s", state=api_pb2.SANDBOX_READY)],
+                       containers=[api_pb2.Container(id=s.id, pod_sandbox_id="s", labels=s.labels)
+                                   for s in statuses], statuses={s.id: s for s in statuses})
+    state.sandbox_status = api_pb2.PodSandboxStatus(network=api_pb2.PodSandboxNetworkStatus(ip="10.0.0.9"))
+    return state
+
+
+def manager(rt: FakeRuntime) -> tuple[ProbeManager, list[str]]:
+    changed: list[str] = []
+    return ProbeManager(rt, changed.append), changed  # type: ignore[arg-type] # a fake runtime
+
+
+def test_startup_gates_liveness_and_readiness_and_liveness_kills():
+    rt = FakeRuntime()
+    rt.answers = {"starting": 1, "alive": 1}
+    c = {"name": "c", "startupProbe": {"exec": {"command": ["starting"]}, "failureThreshold": 5},
+         "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1,
+                           "terminationGracePeriodSeconds": 3},
+         "readinessProbe": {"exec": {"command": ["ready"]}}}
+    m, changed = manager(rt)
+    m.sync_pod(pod(c), running(("c", "c1")))
+    workers = {k[2]: w for k, w in m._workers.items()}
+    assert not m.started(UID, "c", "c1") and not m.ready(UID, "c", "c1")
+    assert m.probe_once(workers[LIVENESS]) is None and m.probe_once(workers[READINESS]) is None  # gated
+    assert m.probe_once(workers[STARTUP]).result is Result.FAILURE  # type: ignore[union-attr] # it ran
+    assert not changed and m.kill_reason(UID, "c", "c1") is None  # 1 of 5 failures
+    rt.answers["starting"] = 0
+    m.probe_once(workers[STARTUP])
+    assert changed == [UID] and m.started(UID, "c", "c1") and not m.ready(UID, "c", "c1")
+    assert m.probe_once(workers[STARTUP]) is None  # done for this container
+    m.probe_once(workers[READINESS])
+    assert m.ready(UID, "c", "c1") and not m.ready(UID, "c", "c2")
+    m.probe_once(workers[LIVENESS])
+    assert m.kill_reason(UID, "c", "c1") == ("Container c failed liveness probe, will be restarted", 3)
+    assert m.probe_once(workers[LIVENESS]) is None  # on hold: being killed
+    # its successor starts afresh
+    m.sync_pod(pod(c), running(("c", "c2")))
+    assert m.kill_reason(UID, "c", "c2") is None and not m.started(UID, "c", "c2")
+    m.remove_pod(UID)
+    assert not m._workers and m.ready(UID, "c", "c2")
+
+
+def test_initial_delay_and_result_for_a_replaced_container():
+    rt = FakeRuntime()
+    c = {"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}, "initialDelaySeconds": 30}}
+    m, _ = manager(rt)
+    m.sync_pod(pod(c), running(("c", "c1")))
+    (w,) = m._workers.values()
+    assert m.probe_once(w) is None and not rt.calls  # 30 s not over
+    assert w.due >= time.time() + 29
+    m.sync_pod(pod(c), running(("c", "c1"), started_at=time.time() - 31))  # same container: no reset
+    assert w.started_at > time.time() - 5
+    m2, _ = manager(rt)
+    m2.sync_pod(pod(c), running(("c", "c1"), started_at=time.time() - 31))
+    (w2,) = m2._workers.values()
+    assert m2.probe_once(w2).ok  # type: ignore[union-attr] # it ran
+    assert rt.calls[-1] == ("exec", "c1", ("ready",), 1)  # timeoutSeconds' default
+
+
+def test_probes_run_on_their_own(web):
+    rt = FakeRuntime()
+    c = {"name": "c", "readinessProbe": {"httpGet": {"port": web, "path": "/ok"}, "periodSeconds": 1}}
+    m, changed = manager(rt)
+    state = running(("c", "c1"))
+    state.sandbox_status.network.ip = "127.0.0.1"  # type: ignore[union-attr] # set above
+    m.sync_pod(pod(c), state)
+    stop = threading.Event()
+    t = threading.Thread(target=m.run, args=(stop,))
+    t.start()
+    try:
+        deadline = time.time() + 5
+        while not changed and time.time() < deadline:
+            time.sleep(0.05)
+        assert changed == [UID] and m.ready(UID, "c", "c1")
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
+
+
+def test_pre_stop_runs_first_and_its_time_comes_off_the_grace():
+    rt = FakeRuntime()
+    c = {"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}}
+    began = time.monotonic()
+    lifecycle.stop_container(rt, pod(c), "c", "c1", 10)  # type: ignore[arg-type] # a fake runtime
+    assert time.monotonic() - began >= 1
+    assert rt.calls == [("stop", "c1", 9)]
+    rt.calls.clear()
+    c["lifecycle"] = {"preStop": {"exec": {"command": ["save", "state"]}}}
+    lifecycle.stop_container(rt, pod(c), "c", "c1", 1)  # type: ignore[arg-type] # a fake runtime
+    assert rt.calls == [("exec", "c1", ("save", "state"), 1), ("stop", "c1", lifecycle.MIN_GRACE)]
+    rt.calls.clear()
+    lifecycle.stop_container(rt, None, "c", "c1", 5)  # type: ignore[arg-type] # a fake runtime
+    assert rt.calls == [("stop", "c1", 5)]
+
+
+def test_failed_post_start_kills_the_container():
+    rt = FakeRuntime()
+    rt.answers = {"setup": 2}
+    seen: list[tuple] = []
+    c = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["setup"]}}}}
+    failed = lifecycle.post_start(rt, pod(c), c, "c1", "10.0.0.9", lambda *a: seen.append(a))  # type: ignore[arg-type] # a fake runtime
+    assert failed == "PostStartHook failed: out"
+    assert seen[0][1:4] == ("c", "Warning", "FailedPostStartHook")
+    assert rt.calls[-1] == ("stop", "c1", 7)
+    assert lifecycle.post_start(rt, pod({"name": "d"}), {"name": "d"}, "d1", "", None) is None  # type: ignore[arg-type] # a fake runtime
+
+
+def test_sidecar_status_initialized_once_started_and_gates_ready():
+    rt = FakeRuntime()
+    side = {"name": "side", "image": "i", "restartPolicy": "Always", "readinessProbe": {"exec": {"command": ["ready"]}}}
+    main = {"name": "main", "image": "i"}
+    p = pod(main, init=(side,))
+    m, _ = manager(rt)
+    state = running(("side", "s1"))
+    m.sync_pod(p, state)
+    s = pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x", probes=m)
+    conditions = {c["type"]: c["status"] for c in s["conditions"]}
+    assert conditions["Initialized"] == "True" and s["phase"] == "Pending"  # main not yet created
+    (side_status,) = s["initContainerStatuses"]
+    assert side_status["started"] and not side_status["ready"]
+    state = running(("side", "s1"), ("main", "m1"))
+    m.sync_pod(p, state)
+    s = pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x", probes=m)
+    assert s["phase"] == "Running" and {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "False"
+    (w,) = m._workers.values()
+    m.probe_once(w)
+    s = pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x", probes=m)
+    assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "True"
+
+
+class FakeCRI(FakeRuntime):
+    """Just enough of a CRI runtime, in memory, for PodSyncer passes: containers start running and stay so
+    until stopped (exit code 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sandbox = api_pb2.PodSandbox(id="s", state=api_pb2.SANDBOX_READY, labels={"io.kubernetes.pod.uid": UID},
+                                          metadata=api_pb2.PodSandboxMetadata(name="p", namespace="ns", uid=UID))
+        self.statuses: dict[str, api_pb2.ContainerStatus] = {}
+        self.started: list[str] = []
+
+    def list_pod_sandbox(self, _filter=None):
+        return [self.sandbox]
+
+    def pod_sandbox_status(self, _id):
+        return api_pb2.PodSandboxStatusResponse(status=api_pb2.PodSandboxStatus(
+            id="s", network=api_pb2.PodSandboxNetworkStatus(ip="10.0.0.9")))
+
+    def list_containers(self, _filter=None):
+        return [api_pb2.Container(id=s.id, pod_sandbox_id="s", labels=s.labels, created_at=s.created_at)
+                for s in self.statuses.values()]
+
+    def container_status(self, cid):
+        return api_pb2.ContainerStatusResponse(status=self.statuses[cid])
+
+    def image_status(self, image):
+        return api_pb2.ImageStatusResponse(image=api_pb2.Image(id="sha256:" + image))
+
+    def create_container(self, _sandbox, config, _sandbox_config):
+        cid = f"{config.metadata.name}-{config.metadata.attempt}"
+        self.statuses[cid] = api_pb2.ContainerStatus(
+            id=cid, state=api_pb2.CONTAINER_CREATED, created_at=time.time_ns() + len(self.statuses),
+            labels=config.labels, annotations=config.annotations)
+        return cid
+
+    def start_container(self, cid):
+        self.statuses[cid].state = api_pb2.CONTAINER_RUNNING
+        self.statuses[cid].started_at = time.time_ns()
+        self.started.append(cid)
+
+    def stop_container(self, cid, timeout):
+        super().stop_container(cid, timeout)
+        self.statuses[cid].state = api_pb2.CONTAINER_EXITED
+        self.statuses[cid].finished_at = time.time_ns()
+
+    def remove_container(self, cid):
+        del self.statuses[cid]
+
+    def exit(self, cid: str, code: int) -> None:
+        self.statuses[cid].state, self.statuses[cid].exit_code = api_pb2.CONTAINER_EXITED, code
+        self.statuses[cid].finished_at = time.time_ns()
+
+
+def syncer(rt: FakeCRI):
+    from pykubelet.config import Settings
+    from pykubelet.pods.sync import PodSyncer, observe
+
+    m, _ = manager(rt)
+    s = PodSyncer(rt, Settings(), probes=m)  # type: ignore[arg-type] # a fake runtime
+
+    def sync(p: dict) -> None:
+        s.sync(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
+        m.sync_pod(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
+
+    return m, sync
+
+
+def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers():
+    rt = FakeCRI()
+    rt.answers = {"side-up": 1}
+    side = {"name": "side", "image": "i:1", "restartPolicy": "Always",
+            "startupProbe": {"exec": {"command": ["side-up"]}, "failureThreshold": 10}}
+    setup = {"name": "setup", "image": "i:1"}
+    main = {"name": "main", "image": "i:1"}
+    p = pod(main, init=(side, setup))
+    p["spec"]["restartPolicy"] = "Never"
+    m, sync = syncer(rt)
+    sync(p)
+    assert rt.started == ["side-0"]
+    sync(p)
+    assert rt.started == ["side-0"]  # setup waits for side's startup probe
+    rt.answers["side-up"] = 0
+    m.probe_once(m._workers[(UID, "side", STARTUP)])
+    sync(p)
+    assert rt.started == ["side-0", "setup-0"]
+    rt.exit("setup-0", 0)
+    sync(p)
+    assert rt.started == ["side-0", "setup-0", "main-0"]
+    rt.exit("side-0", 1)  # a sidecar that dies is restarted, whatever the pod's restart policy
+    sync(p)
+    assert rt.started[-1] == "side-1" and "main-0" not in [c[1] for c in rt.calls if c[0] == "stop"]
+    rt.exit("main-0", 0)
+    sync(p)  # the main container is done: the sidecar is stopped, with the pod's grace
+    assert ("stop", "side-1", 7) in rt.calls and rt.statuses["side-1"].state == api_pb2.CONTAINER_EXITED
+    sync(p)
+    assert rt.started[-1] == "side-1"  # and not restarted
+
+
+def test_liveness_failure_kills_and_the_restart_policy_restarts():
+    rt = FakeCRI()
+    rt.answers = {"alive": 1}
+    main = {"name": "main", "image": "i:1", "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1},
+            "lifecycle": {"preStop": {"exec": {"command": ["bye"]}}}}
+    m, sync = syncer(rt)
+    sync(pod(main))
+    m.probe_once(m._workers[(UID, "main", LIVENESS)])
+    sync(pod(main))
+    stops = [c for c in rt.calls if c[0] in ("stop", "exec") and c[1] == "main-0"]
+    assert stops == [("exec", "main-0", ("alive",), 1), ("exec", "main-0", ("bye",), 7), ("stop", "main-0", 7)]
+    assert rt.started == ["main-0", "main-1"] and m.kill_reason(UID, "main", "main-1") is None
+
+
+def test_a_restarted_kubelet_keeps_the_reported_readiness():
+    rt = FakeRuntime()
+    c = {"name": "c", "startupProbe": {"exec": {"command": ["up"]}}, "readinessProbe": {"exec": {"command": ["r"]}}}
+    p = pod(c)
+    p["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://c1", "ready": True,
+                                          "started": True}]}
+    m, _ = manager(rt)
+    m.sync_pod(p, running(("c", "c1")))
+    assert m.started(UID, "c", "c1") and m.ready(UID, "c", "c1")
+    m2, _ = manager(rt)
+    m2.sync_pod(p, running(("c", "c2")))  # another container than the one reported
+    assert not m2.started(UID, "c", "c2") and not m2.ready(UID, "c", "c2")
+
+
+def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
+    outcome = handlers.run_action(FakeRuntime(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",  # type: ignore[arg-type] # a fake runtime
+                                  "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
+    assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
+                                              "has no port named 'db'")
