@@ -3,7 +3,8 @@ file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
 before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop,
-the pod informer and the pod workers (pykubelet/pods); without one, standalone mode (static pods only).
+the pod informer and the pod workers (pykubelet/pods); without one, standalone mode (static pods only);
+in both, the HTTPS server (pykubelet/server).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -52,6 +53,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []
     informers = []
+    client = workers = server = None
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -82,8 +84,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
             for t in threads:
                 t.start()
+        from pykubelet.server.app import KubeletServer
+
+        server = KubeletServer(settings, runtime, client, pods=workers.pod if workers is not None else None).start()
         stop.wait()
     finally:
+        if server is not None:
+            server.stop()
         for informer in informers:
             informer.stop()
         for t in threads:
