@@ -113,7 +113,7 @@ def test_follow_goes_on_across_a_rotation_and_a_restart(tmp_path):
         lambda: first.write_bytes(cri_log((T1, "stdout", "F", "c"))),
         lambda: second.write_bytes(cri_log((T2, "stdout", "F", "d"))),
     ]
-    handed = []
+    handed: list[Path] = []
 
     def next_path():
         if second.exists() and not handed:
@@ -180,7 +180,8 @@ def test_identities():
 def test_without_an_api_server_tokens_are_refused_and_anonymous_only_when_enabled():
     assert Authenticator(None, anonymous=False, webhook=True).authenticate({}, None) is None
     assert Authenticator(None, anonymous=False, webhook=True).authenticate({}, "Bearer t") is None
-    assert Authenticator(None, anonymous=True, webhook=True).authenticate({}, None).name == "system:anonymous"
+    assert Authenticator(None, anonymous=True, webhook=True).authenticate({}, None) == User(
+        "system:anonymous", ("system:unauthenticated",))
     assert not Authorizer(None, "Webhook").allowed(User("x"), Attributes("get", "proxy", "n"))
     assert Authorizer(None, "AlwaysAllow").allowed(User("x"), Attributes("get", "proxy", "n"))
 
