@@ -80,7 +80,11 @@ class KubeletServer:
         return self._server.server_address[1]
 
     def start(self) -> KubeletServer:
-        server = _Server((self.settings.address, self.settings.port), self)
+        try:
+            server = _Server((self.settings.address, self.settings.port), self)
+        except OSError as e:
+            raise OSError(e.errno, f"kubelet server: listen on {self.settings.address}:{self.settings.port}: "
+                                   f"{e.strerror}") from e
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name="kubelet-server", daemon=True)
@@ -331,7 +335,8 @@ class Handler(BaseHTTPRequestHandler):
         else:
             namespace, pod, container = args[0], args[1], args[-1]
             c = k.container(namespace, pod, container, args[2] if len(args) == 4 else None)
-            stdin, stdout, stderr, tty = (_true(query, n) for n in ("stdin", "stdout", "stderr", "tty"))
+            # the API server's names (api.ExecStdinParam...): input, output, error, tty
+            stdin, stdout, stderr, tty = (_true(query, n) for n in ("input", "output", "error", "tty"))
             if not (stdin or stdout or stderr):
                 raise HTTPError(400, "you must specify at least 1 of stdin, stdout, stderr")
             stderr = stderr and not tty  # a terminal has one output stream

@@ -52,6 +52,13 @@ def node(control_plane, kubelet):
     return kubelet
 
 
+@pytest.fixture(autouse=True)
+def no_pod_left(control_plane, node, kubepods):
+    """A failed test's pods go too, before the leak check looks."""
+    yield
+    control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
+
+
 def pki(cp: ControlPlane, name: str) -> tuple[str, str]:
     return str(cp.dir / "pki" / f"{name}.crt"), str(cp.dir / "pki" / f"{name}.key")
 

@@ -313,7 +313,7 @@ def test_an_upgraded_stream_is_spliced_to_the_runtime(tmp_path, pki, log_file):
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=5) as raw, \
                 ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            tls.sendall(b"POST /exec/default/web/app?command=sh&command=-c&command=true&stdin=1&stdout=1&tty=1 "
+            tls.sendall(b"POST /exec/default/web/app?command=sh&command=-c&command=true&input=1&output=1&error=1&tty=1 "
                         b"HTTP/1.1\r\nHost: node\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
                         b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\nAuthorization: Bearer secret\r\n\r\n")
             answer = b""
