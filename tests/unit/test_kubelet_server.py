@@ -19,6 +19,7 @@ from pykubelet.server import logs
 from pykubelet.server.app import KubeletServer
 from pykubelet.server.authn import Authenticator, User, bearer_token, from_certificate
 from pykubelet.server.authz import Attributes, Authorizer, attributes
+from pykubelet.server.stats import Summary
 from pykubelet.server.tls import self_signed
 from tests.kit.pki import CA
 
@@ -333,3 +334,26 @@ def test_an_upgraded_stream_is_spliced_to_the_runtime(tmp_path, pki, log_file):
     req = runtime.execs[0]
     assert (list(req.cmd), req.stdin, req.stdout, req.stderr, req.tty) == (["sh", "-c", "true"], True, True, False,
                                                                            True)
+
+
+def test_summary_shape(tmp_path, log_file):
+    runtime = FakeRuntime(log_file)
+    stats = api_pb2.ContainerStats(
+        attributes=api_pb2.ContainerAttributes(id="c1", metadata=api_pb2.ContainerMetadata(name="app")),
+        cpu=api_pb2.CpuUsage(timestamp=2_000_000_000, usage_core_nano_seconds=api_pb2.UInt64Value(value=5)),
+        memory=api_pb2.MemoryUsage(timestamp=2_000_000_000, working_set_bytes=api_pb2.UInt64Value(value=7),
+                                   usage_bytes=api_pb2.UInt64Value(value=9)))
+    runtime.list_container_stats = lambda filter=None: [stats]  # type: ignore[attr-defined]  # the fake grows it
+    runtime.image_fs_info = lambda: api_pb2.ImageFsInfoResponse()  # type: ignore[attr-defined]  # the fake grows it
+    settings = Settings(node_name="node-a", root_dir=tmp_path, pod_logs_dir=tmp_path)
+    summary = Summary(runtime, settings)
+    first = summary.summary()
+    assert first["node"]["nodeName"] == "node-a" and "usageNanoCores" not in first["node"]["cpu"]
+    assert first["node"]["memory"]["availableBytes"] > 0 and first["node"]["fs"]["capacityBytes"] > 0
+    [pod] = first["pods"]
+    assert pod["podRef"] == {"name": "web", "namespace": "default", "uid": "u1"}
+    assert pod["cpu"]["usageCoreNanoSeconds"] == 5 and pod["memory"] == {
+        "time": "1970-01-01T00:00:02Z", "workingSetBytes": 7, "usageBytes": 9}
+    [c] = pod["containers"]
+    assert c["name"] == "app" and c["memory"]["workingSetBytes"] == 7 and "logs" in c
+    assert "usageNanoCores" in summary.summary()["node"]["cpu"]  # a rate once there is a previous sample
