@@ -45,6 +45,9 @@ class Settings:
     anonymous_auth: bool = False
     webhook_authentication: bool = True
     authorization_mode: str = "Webhook"
+    authentication_webhook_cache_ttl: float = 120.0
+    authorization_webhook_cache_authorized_ttl: float = 300.0
+    authorization_webhook_cache_unauthorized_ttl: float = 30.0
     max_pods: int = 110
     verbosity: int = 0
     sync_frequency: float = 60.0
@@ -146,13 +149,15 @@ def endpoint(value: Any) -> str:
 
 
 def node_ip(value: Any) -> str:
-    """The kubelet refuses an address no other host can reach it on."""
+    """The kubelet refuses an address the API server cannot reach it on. Loopback is let through (the
+    stock kubelet refuses it): it is the one address of a node whose API server runs on the same machine
+    (the e2e tests, `make run`), and no other host's API server would be told it."""
     try:
         ip = ipaddress.ip_address(value)
     except ValueError:
         raise ValueError(f"an IP address, got {value!r}") from None
-    if ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_link_local:
-        raise ValueError(f"a routable address (not loopback, unspecified, multicast or link-local), got {value}")
+    if ip.is_unspecified or ip.is_multicast or (ip.is_link_local and not ip.is_loopback):
+        raise ValueError(f"a routable address (not unspecified, multicast or link-local), got {value}")
     return str(ip)
 
 
@@ -169,10 +174,10 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "authentication.x509.clientCAFile": ("client_ca_file", path),
     "authentication.anonymous.enabled": ("anonymous_auth", boolean),
     "authentication.webhook.enabled": ("webhook_authentication", boolean),
-    "authentication.webhook.cacheTTL": (None, duration),
+    "authentication.webhook.cacheTTL": ("authentication_webhook_cache_ttl", duration),
     "authorization.mode": ("authorization_mode", one_of("Webhook", "AlwaysAllow")),
-    "authorization.webhook.cacheAuthorizedTTL": (None, duration),
-    "authorization.webhook.cacheUnauthorizedTTL": (None, duration),
+    "authorization.webhook.cacheAuthorizedTTL": ("authorization_webhook_cache_authorized_ttl", duration),
+    "authorization.webhook.cacheUnauthorizedTTL": ("authorization_webhook_cache_unauthorized_ttl", duration),
     "maxPods": ("max_pods", integer(1)),
     "podLogsDir": ("pod_logs_dir", path),
     "syncFrequency": ("sync_frequency", duration),

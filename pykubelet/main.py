@@ -5,7 +5,7 @@ Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited fo
 before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop,
 the pod informer; then the pod workers (pykubelet/pods) over the pod sources (API pods and the static pods
 of --pod-manifest-path, whose mirror pods it keeps); without a kubeconfig, standalone mode: static pods
-only, no API client, statuses kept in memory and events logged.
+only, no API client, statuses kept in memory and events logged. In both, the HTTPS server (pykubelet/server).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -96,6 +96,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []
     informers: list = []
+    server = None
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -142,8 +143,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
         for t in threads:
             t.start()
+        from pykubelet.server.app import KubeletServer
+
+        server = KubeletServer(settings, runtime, client, pods=workers.pod).start()
         stop.wait()
     finally:
+        if server is not None:
+            server.stop()
         for informer in informers:
             informer.stop()
         for t in threads:

@@ -54,11 +54,15 @@ def runtime(cri):
 
 @pytest.fixture(scope="module")
 def kubelet(request, control_plane, cri, tmp_path_factory):
-    """pykubelet as the module's NODE (with its KUBELET_CONFIG), registered; at the end every pod goes
+    """pykubelet as the module's NODE (with its KUBELET_CONFIG: a dict, or a function of the control plane
+    giving one), registered; at the end every pod goes
     first (they are the kubelet's to remove), then the kubelet."""
     module = request.module
+    config = getattr(module, "KUBELET_CONFIG", None)
+    if callable(config):  # fields that name the control plane's files (its CA, certificates it issues)
+        config = config(control_plane)
     k = Kubelet.for_node(tmp_path_factory.mktemp("pykubelet"), module.NODE, module.NODE_IP, cri.url,
-                         control_plane.node_kubeconfig(module.NODE), getattr(module, "KUBELET_CONFIG", None))
+                         control_plane.node_kubeconfig(module.NODE), config)
     k.start()
     wait_for("the node to register", lambda: not k.running() or control_plane.kubectl(
         "get", "node", module.NODE, check=False).returncode == 0)

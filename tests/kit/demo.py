@@ -188,7 +188,10 @@ def import_image() -> None:
 def write_kubelet_config() -> None:
     (VAR / "kubelet.yaml").write_text(json.dumps({
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "podLogsDir": str(VAR / "pods"), "cgroupRoot": CGROUP_ROOT, "fileCheckFrequency": "20s"}, indent=1))
+        "podLogsDir": str(VAR / "pods"), "cgroupRoot": CGROUP_ROOT, "fileCheckFrequency": "20s",
+        # its HTTPS server for this machine only; without an API server it has no webhook to ask, so it
+        # refuses every request (a client certificate and authorization.mode AlwaysAllow would open it)
+        "address": "127.0.0.1"}, indent=1))
 
 
 def the_pod(runtime: cri.CRIRuntime) -> tuple[str, str] | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
-from tests.kit.controlplane import ControlPlane
+from tests.kit.controlplane import ControlPlane, free_port
 
 PYKUBELET = Path(sys.executable).parent / "pykubelet"
 HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
@@ -66,7 +66,9 @@ class Kubelet:
         work.mkdir(parents=True, exist_ok=True)
         path = work / "kubelet.yaml"
         path.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-                                    "podLogsDir": str(work / "pods"), "syncFrequency": "10s", **(config or {})}))
+                                    "podLogsDir": str(work / "pods"), "syncFrequency": "10s",
+                                    # its HTTPS server on loopback, on a port no other kubelet holds
+                                    "address": "127.0.0.1", "port": free_port(), **(config or {})}))
         argv = [str(PYKUBELET), "--config", str(path), "--container-runtime-endpoint", endpoint,
                 "--hostname-override", node, "--node-ip", node_ip, "--root-dir", str(work / "root"), "-v", "1"]
         if kubeconfig is not None:

@@ -1,0 +1,98 @@
+"""Who is asking the kubelet's HTTPS server: the identity is taken from, in turn, a client certificate
+the TLS layer verified against --client-ca-file (CN the user, O the groups: the API server's kubelet
+client cert says kube-apiserver-kubelet-client), a bearer token the API server vouches for through a
+TokenReview (webhook authentication), or, only when authentication.anonymous.enabled, system:anonymous.
+Anything else gets 401: a kubelet runs commands in containers and must not answer strangers.
+
+Token reviews are cached for authentication.webhook.cacheTTL (2 min, as the kubelet): a kubectl exec
+session sends one request, but /metrics scrapers send many. Only the token's hash is kept. A review that
+fails (API server away) refuses the request and is not cached.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("pykubelet.server")
+
+ANONYMOUS = "system:anonymous"
+UNAUTHENTICATED = "system:unauthenticated"
+AUTHENTICATED = "system:authenticated"
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: dict[str, list[str]] = field(default_factory=dict, hash=False, compare=False)
+
+
+def from_certificate(peercert: dict | None) -> User | None:
+    """The user of a verified client certificate (ssl.SSLSocket.getpeercert()); None: there was none."""
+    if not peercert:
+        return None
+    names = [value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    groups = [value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "organizationName"]
+    if not names:
+        return None
+    return User(names[-1], tuple(groups) + (AUTHENTICATED,))
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+class Authenticator:
+    """`client` is the kubelet's lightkube client (None in standalone mode: tokens cannot be checked)."""
+
+    def __init__(self, client, *, anonymous: bool, webhook: bool, cache_ttl: float = 120.0) -> None:
+        self.client, self.anonymous, self.webhook, self.cache_ttl = client, anonymous, webhook, cache_ttl
+        self._cache: dict[str, tuple[float, User | None]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, peercert: dict | None, authorization: str | None) -> User | None:
+        """The request's user, or None for 401."""
+        user = from_certificate(peercert)
+        if user is not None:
+            return user
+        token = bearer_token(authorization)
+        if token is not None:
+            return self._token(token) if self.webhook and self.client is not None else None
+        return User(ANONYMOUS, (UNAUTHENTICATED,)) if self.anonymous else None
+
+    def _token(self, token: str) -> User | None:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        try:
+            user = self._review(token)
+        except Exception as e:  # any failure of the review refuses; the cause goes to the log
+            log.warning("TokenReview: %s", e)
+            return None
+        with self._lock:
+            if len(self._cache) > 4096:
+                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            self._cache[key] = (now + self.cache_ttl, user)
+        return user
+
+    def _review(self, token: str) -> User | None:
+        from lightkube.models.authentication_v1 import TokenReviewSpec
+        from lightkube.resources.authentication_v1 import TokenReview
+
+        review = self.client.create(TokenReview(spec=TokenReviewSpec(token=token)))
+        status = review.status
+        if status is None or not status.authenticated or status.user is None or not status.user.username:
+            return None
+        u = status.user
+        return User(u.username, tuple(u.groups or ()), u.uid or "", dict(u.extra or {}))

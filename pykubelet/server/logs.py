@@ -1,0 +1,246 @@
+"""Containers' logs as `kubectl logs` gets them: the CRI log files the runtime writes (one line per write,
+"TIMESTAMP STREAM P|F MSG", a P line being a piece of a longer line that a later F line ends) turned back
+into the container's own output, with the options of the pods/log subresource (tailLines, sinceSeconds,
+sinceTime, timestamps, limitBytes; follow).
+
+The files are written by the runtime and rotated by the kubelet while being read: a reader holds no lock,
+takes only complete lines (a line without its newline yet is left for the next read), and when following
+notices a rotation (the path now names another file, or the file got shorter) by reading what is left of
+the old file and then the new one from its start. Following ends when the caller says the container is
+gone for good; when it restarted, the caller hands over the next attempt's file and following goes on.
+A malformed line is passed through as is (as the kubelet does), never dropped.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL = 0.2  # seconds between looks at a followed file that has nothing new
+
+
+class LogOptionError(ValueError):
+    """A query parameter of a log request is invalid; the message names it."""
+
+
+@dataclass
+class LogOptions:
+    follow: bool = False
+    previous: bool = False
+    tail_lines: int | None = None  # the last N lines (a line split into P pieces counts once)
+    since: float | None = None  # epoch seconds: lines stamped before it are left out
+    timestamps: bool = False
+    limit_bytes: int | None = None
+
+    @classmethod
+    def from_query(cls, query: dict[str, list[str]], now: float | None = None) -> LogOptions:
+        """The options of a /containerLogs query (the pods/log parameters the API server forwards)."""
+        def one(name: str) -> str | None:
+            values = query.get(name)
+            return values[-1] if values else None
+
+        def flag(name: str) -> bool:
+            value = one(name)
+            if value is None or value == "":
+                return value == ""
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise LogOptionError(f"{name}: expected true or false, got {value!r}")
+            return value.lower() in ("true", "1")
+
+        def count(name: str, low: int) -> int | None:
+            value = one(name)
+            if value is None:
+                return None
+            try:
+                n = int(value)
+            except ValueError:
+                raise LogOptionError(f"{name}: expected an integer, got {value!r}") from None
+            if n < low:
+                raise LogOptionError(f"{name}: must be at least {low}, got {n}")
+            return n
+
+        opts = cls(follow=flag("follow"), previous=flag("previous"), tail_lines=count("tailLines", 0),
+                   timestamps=flag("timestamps"), limit_bytes=count("limitBytes", 1))
+        since_seconds, since_time = count("sinceSeconds", 1), one("sinceTime")
+        if since_seconds is not None and since_time is not None:
+            raise LogOptionError("sinceSeconds and sinceTime: at most one of them")
+        if since_seconds is not None:
+            opts.since = (time.time() if now is None else now) - since_seconds
+        elif since_time is not None:
+            try:
+                opts.since = parse_time(since_time)
+            except ValueError:
+                raise LogOptionError(f"sinceTime: expected an RFC 3339 time, got {since_time!r}") from None
+        return opts
+
+
+def parse_time(stamp: str) -> float:
+    """RFC 3339 with any number of fraction digits (the runtime writes nanoseconds) -> epoch seconds."""
+    main, _, rest = stamp.partition(".")
+    if rest:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        fraction, zone = rest[:digits], rest[digits:]
+        stamp = f"{main}.{(fraction + '000000')[:6]}{zone}"
+    if stamp.endswith(("Z", "z")):
+        stamp = stamp[:-1] + "+00:00"
+    t = datetime.datetime.fromisoformat(stamp)
+    if t.tzinfo is None:
+        raise ValueError(f"{stamp!r}: no time zone")
+    return t.timestamp()
+
+
+@dataclass
+class Line:
+    """One line of the container's output: its pieces joined, stamped with its first piece's time."""
+    stamp: bytes
+    time: float | None  # None: the stamp did not parse (a malformed line, passed through)
+    data: bytes  # with its newline
+
+    def render(self, timestamps: bool) -> bytes:
+        return self.stamp + b" " + self.data if timestamps and self.stamp else self.data
+
+
+class Joiner:
+    """Turns CRI log lines (each with its newline) into the container's lines, joining P pieces."""
+
+    def __init__(self) -> None:
+        self._pending: Line | None = None
+
+    def feed(self, raw: bytes) -> Line | None:
+        parts = raw.rstrip(b"\n").split(b" ", 3)
+        if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+            return Line(b"", None, raw)
+        stamp, tags = parts[0], parts[2].split(b":")
+        msg = parts[3] if len(parts) == 4 else b""
+        try:
+            when: float | None = parse_time(stamp.decode())
+        except (ValueError, UnicodeDecodeError):
+            return Line(b"", None, raw)
+        if self._pending is None:
+            self._pending = Line(stamp, when, b"")
+        self._pending.data += msg
+        if tags[0] == b"P":
+            return None
+        line, self._pending = self._pending, None
+        line.data += b"\n"
+        return line
+
+
+def read_lines(chunks: Iterable[bytes], joiner: Joiner) -> Iterator[Line]:
+    for raw in chunks:
+        line = joiner.feed(raw)
+        if line is not None:
+            yield line
+
+
+def select(lines: Iterable[Line], opts: LogOptions) -> Iterator[Line]:
+    """The lines `opts` asks for out of a file's lines: those since `opts.since`, then the last tail_lines."""
+    if opts.since is not None:
+        lines = (line for line in lines if line.time is None or line.time >= opts.since)
+    if opts.tail_lines is not None:
+        lines = deque(lines, maxlen=opts.tail_lines) if opts.tail_lines else deque()
+    yield from lines
+
+
+class Limited:
+    """The response's writer, stopping after limit_bytes: `write` returns False once nothing more goes."""
+
+    def __init__(self, write: Callable[[bytes], None], limit: int | None) -> None:
+        self._write, self.left = write, limit
+
+    def write(self, data: bytes) -> bool:
+        if self.left is not None:
+            data = data[:self.left]
+            self.left -= len(data)
+        if data:
+            self._write(data)
+        return self.left is None or self.left > 0
+
+
+class Follower:
+    """A log file read line by line as it grows, across rotations (see the module's docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "rb")  # noqa: SIM115 (kept open across calls; closed by close())
+        self._partial = b""
+
+    def close(self) -> None:
+        self._file.close()
+
+    def read(self) -> list[bytes]:
+        """The complete lines written since the last call (the old file's rest first after a rotation)."""
+        out = self._lines(self._file.read())
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return out  # rotated away and not yet reopened by the runtime: the next call looks again
+        mine = os.fstat(self._file.fileno())
+        if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev) or st.st_size < self._file.tell():
+            self._file.close()
+            self._file = open(self.path, "rb")  # noqa: SIM115 (see __init__)
+            self._partial = b""
+            out += self._lines(self._file.read())
+        return out
+
+    def _lines(self, data: bytes) -> list[bytes]:
+        if not data:
+            return []
+        data = self._partial + data
+        end = data.rfind(b"\n") + 1
+        self._partial = data[end:]
+        return data[:end].splitlines(keepends=True)
+
+
+def write_logs(path: Path, opts: LogOptions, write: Callable[[bytes], None], *,
+               next_path: Callable[[], Path | None] | None = None, gone: Callable[[], bool] = lambda: False,
+               sleep: Callable[[float], None] = time.sleep) -> None:
+    """Writes the log at `path` as `opts` asks. Following, `next_path()` is asked each POLL while nothing
+    comes: a path (the container's next attempt: go on with it), None (the container still runs: wait)
+    or raises StopIteration (the container is gone for good: stop). `gone()` says the client left."""
+    out = Limited(write, opts.limit_bytes)
+    joiner = Joiner()
+    follower = Follower(path)
+    try:
+        for line in select(read_lines(follower.read(), joiner), opts):
+            if not out.write(line.render(opts.timestamps)):
+                return
+        if not opts.follow:
+            return
+        since = LogOptions(since=opts.since)
+
+        def drain() -> int:
+            """1: lines came, 0: nothing new, -1: limitBytes reached."""
+            raw = follower.read()
+            for line in select(read_lines(raw, joiner), since):
+                if not out.write(line.render(opts.timestamps)):
+                    return -1
+            return 1 if raw else 0
+
+        while True:
+            got = drain()
+            if got < 0:
+                return
+            if got or gone() or next_path is None:
+                if got:
+                    continue
+                return
+            try:
+                following = next_path()
+                ended = False
+            except StopIteration:
+                following, ended = None, True
+            if ended or (following is not None and following != follower.path):
+                if drain() < 0 or ended:  # first what the container wrote just before it ended
+                    return
+                assert following is not None
+                follower.close()
+                follower, joiner = Follower(following), Joiner()
+                continue
+            sleep(POLL)
+    finally:
+        follower.close()
