@@ -27,6 +27,7 @@ from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.status import StatusManager, pod_status
 from pykubelet.pods.sync import PodSyncer, observe
+from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -39,7 +40,8 @@ class PodWorkers:
         self.threads, self.runtime_name = threads, runtime_name
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
-        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events)
+        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events,
+                                volumes=VolumeManager(client, settings))
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -90,6 +92,7 @@ class PodWorkers:
             termination.kill_pod(self.runtime, state, grace)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings)
+        self.syncer.volumes.tokens.forget(uid)
         if pod is not None:
             termination.delete_from_api(self.client, pod)
         else:
