@@ -100,7 +100,7 @@ def test_resource_values_round_up_and_default_to_allocatable():
     assert value("requests.ephemeral-storage") == "0"
     assert resource_value(pod, None, {"containerName": "c", "resource": "limits.cpu", "divisor": "1m"},
                           lambda: ALLOCATABLE) == "1500"
-    with pytest.raises(ContainerConfigError, match="unsupported container resource : limits.gpu"):
+    with pytest.raises(ContainerConfigError, match=r"unsupported container resource : limits\.gpu"):
         value("limits.gpu")
     with pytest.raises(ContainerConfigError, match="container 'x' not found"):
         resource_value(pod, None, {"containerName": "x", "resource": "limits.cpu"}, lambda: ALLOCATABLE)
