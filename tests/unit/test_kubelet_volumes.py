@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from pykubelet.config import Settings
@@ -32,7 +33,7 @@ class FakeClient:
     def get(self, kind, name, namespace=None):
         key = (kind.__name__, namespace, name)
         if key not in self.objs:
-            raise ApiError(response=SimpleNamespace(json=lambda: {"code": 404, "message": f"{name} not found"}))
+            raise ApiError(status=Status(code=404, message=f"{name} not found"))
         return self.objs[key]
 
     def create(self, request, name, namespace=None):
@@ -51,7 +52,7 @@ def sec(name: str, data: dict, namespace: str = "ns"):
     return {("Secret", namespace, name): Secret(data={k: base64.b64encode(v).decode() for k, v in data.items()})}
 
 
-POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"b": "2", "a": 'q"x'}},
+POD: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"b": "2", "a": 'q"x'}},
        "spec": {"nodeName": "n1", "serviceAccountName": "sa",
                 "containers": [{"name": "c", "resources": {"limits": {"memory": "64Mi", "cpu": "250m"}}}]}}
 
