@@ -196,9 +196,11 @@ class VolumeManager:
     def container_options(self, pod: dict, container: dict, *, pod_ips: list[str],
                           warn: Callable[[str, str], None]) -> tuple[dict[str, str], list[api_pb2.Mount]]:
         """The container's resolved env and its CRI mounts; raises ContainerConfigError."""
-        env = envs.container_env(pod, container, self.client,
-                                 host_ips=[self.settings.node_ip] if self.settings.node_ip else [],
-                                 pod_ips=pod_ips, allocatable=self.allocatable, warn=warn)
+        host_ips = [self.settings.node_ip] if self.settings.node_ip else []
+        if not pod_ips and pod["spec"].get("hostNetwork"):
+            pod_ips = host_ips  # the pod's IPs are the node's, as its status says
+        env = envs.container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
+                                 allocatable=self.allocatable, warn=warn)
         return env, self.mounts(pod, container, env)
 
     def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
