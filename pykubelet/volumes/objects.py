@@ -102,9 +102,10 @@ class TokenManager:
     def _request(self, meta: dict, account: str, audience: str, expiration: int) -> Token:
         from lightkube.core.exceptions import ApiError
         from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+        from lightkube.models.meta_v1 import ObjectMeta
         from lightkube.resources.core_v1 import ServiceAccountToken
 
-        request = ServiceAccountToken(spec=TokenRequestSpec(
+        request = ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(
             audiences=[audience] if audience else [], expirationSeconds=expiration,
             boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=meta["name"], uid=meta["uid"])))
         try:
