@@ -51,9 +51,7 @@ def secret(client, namespace: str, name: str) -> dict[str, bytes] | None:
     obj = _get(client, Secret, "secret", namespace, name)
     if obj is None:
         return None
-    out = {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
-    out.update({k: v.encode() for k, v in (obj.stringData or {}).items()})
-    return out
+    return {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
 
 
 def not_found(kind_name: str, name: str) -> ObjectError:
