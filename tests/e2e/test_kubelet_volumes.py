@@ -62,6 +62,14 @@ def remove(cp, kind: str, *names: str) -> None:
     cp.kubectl("delete", kind, *names, "--ignore-not-found", check=False)
 
 
+def review(cp, tmp, token: str, audiences: list[str] | None = None) -> dict:
+    """A TokenReview of `token` through admin kubectl: its status."""
+    path = tmp / "review.json"
+    path.write_text(json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                "spec": {"token": token, **({"audiences": audiences} if audiences else {})}}))
+    return json.loads(cp.kubectl("create", "-f", str(path), "-o", "json").stdout)["status"]
+
+
 def pod_root(kubelet, uid: str):
     return kubelet.work / "root" / "pods" / uid
 
@@ -271,7 +279,14 @@ def test_subpath_escape_is_refused(control_plane, kubelet, runtime, kubepods, tm
 def test_service_account_token_is_projected_and_valid(control_plane, kubelet, runtime, kubepods, tmp_path):
     ca = control_plane.ca.pair.cert.read_text()
     config_map(control_plane, tmp_path, "kube-root-ca.crt", {"ca.crt": ca})  # no controller-manager here
-    apply(control_plane, tmp_path, pod_spec("sa", sleeper("app"), automountServiceAccountToken=True))
+    secret(control_plane, tmp_path, "projsec", {"k": "secret-value"})
+    projected = {"name": "proj", "projected": {"defaultMode": 0o440, "sources": [
+        {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault-token"}},
+        {"secret": {"name": "projsec", "items": [{"key": "k", "path": "s/k", "mode": 0o400}]}},
+        {"configMap": {"name": "kube-root-ca.crt"}},
+        {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
+    apply(control_plane, tmp_path, pod_spec("sa", sleeper("app", volumeMounts=[{"name": "proj", "mountPath": "/proj"}]),
+                                            automountServiceAccountToken=True, volumes=[projected]))
     try:
         pod = running(control_plane, "sa")
         uid = pod["metadata"]["uid"]
@@ -280,17 +295,23 @@ def test_service_account_token_is_projected_and_valid(control_plane, kubelet, ru
         base = "/var/run/secrets/kubernetes.io/serviceaccount"
         assert sh(runtime, cid, f"cat {base}/namespace") == "default"
         assert sh(runtime, cid, f"cat {base}/ca.crt") == ca
-        token = sh(runtime, cid, f"cat {base}/token")
-        review = tmp_path / "review.json"
-        review.write_text(json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                                      "spec": {"token": token}}))
-        status = json.loads(control_plane.kubectl("create", "-f", str(review), "-o", "json").stdout)["status"]
+        status = review(control_plane, tmp_path, sh(runtime, cid, f"cat {base}/token"))
         assert status["authenticated"], status
         assert status["user"]["username"] == "system:serviceaccount:default:default"
         assert status["user"]["extra"]["authentication.kubernetes.io/pod-uid"] == [uid]
-        projected = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~projected" / volume["name"]
-        assert mount.fs_type(projected) == "tmpfs"
+        # a projected volume of every source kind, with its own audience and life
+        assert sh(runtime, cid, "cat /proj/s/k /proj/name") == "secret-valuesa"
+        assert sh(runtime, cid, "cat /proj/ca.crt") == ca
+        assert sh(runtime, cid, "stat -L -c %a /proj/s/k /proj/name /proj/vault-token").split() == ["400", "440", "440"]
+        vault_token = sh(runtime, cid, "cat /proj/vault-token")
+        claims = json.loads(base64.urlsafe_b64decode(vault_token.split(".")[1] + "=="))
+        assert claims["aud"] == ["vault"] and claims["exp"] - claims["iat"] == 600
+        status = review(control_plane, tmp_path, vault_token, audiences=["vault"])
+        assert status["authenticated"] and status["audiences"] == ["vault"], status
+        volumes_dir = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~projected"
+        assert mount.fs_type(volumes_dir / volume["name"]) == "tmpfs" and mount.fs_type(volumes_dir / "proj") == "tmpfs"
     finally:
         delete(control_plane, "sa")
         remove(control_plane, "configmap", "kube-root-ca.crt")
+        remove(control_plane, "secret", "projsec")
     gone_from_node(kubelet, uid)
