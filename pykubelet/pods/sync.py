@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proto import api_pb2
 from pykubelet import runtime as cri
@@ -27,6 +27,9 @@ from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.pods.backoff import Backoff
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+
+if TYPE_CHECKING:
+    from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +324,10 @@ class PodSyncer:
     """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
-                 image_backoff: Backoff | None = None, events: EventRecorder | None = None, volumes=None) -> None:
+                 image_backoff: Backoff | None = None, events: EventRecorder | None = None,
+                 volumes: VolumeManager | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
-        self.volumes = volumes  # a pykubelet.volumes.manager.VolumeManager (None: no volumes, plain env only)
+        self.volumes = volumes  # None: no volumes, plain env only
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None

@@ -40,8 +40,8 @@ class PodWorkers:
         self.threads, self.runtime_name = threads, runtime_name
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
-        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events,
-                                volumes=VolumeManager(client, settings))
+        self.volumes = VolumeManager(client, settings)
+        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, volumes=self.volumes)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -92,7 +92,7 @@ class PodWorkers:
             termination.kill_pod(self.runtime, state, grace)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings)
-        self.syncer.volumes.tokens.forget(uid)
+        self.volumes.tokens.forget(uid)
         if pod is not None:
             termination.delete_from_api(self.client, pod)
         else:
