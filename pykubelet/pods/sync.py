@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proto import api_pb2
 from pykubelet import runtime as cri
@@ -27,6 +27,10 @@ from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.pods import lifecycle
 from pykubelet.pods.backoff import Backoff
+from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+
+if TYPE_CHECKING:
+    from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +295,10 @@ def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.P
 
 
 def container_config(pod: dict, container: dict, image_ref: str, restart: int,
-                     sandbox: api_pb2.PodSandboxConfig) -> api_pb2.ContainerConfig:
+                     sandbox: api_pb2.PodSandboxConfig, *, envs: dict[str, str] | None = None,
+                     mounts: list[api_pb2.Mount] | None = None) -> api_pb2.ContainerConfig:
+    """`envs` and `mounts`: the resolved env and the volume mounts (pykubelet/volumes/manager.py); not
+    hashed, so a changed configMap does not restart the container."""
     meta, spec = pod["metadata"], pod["spec"]
     sc = security_context(pod, container)
     caps = sc.get("capabilities", {})
@@ -308,7 +315,7 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
         security.run_as_group.value = sc["runAsGroup"]
-    env = plain_env(container)
+    env = plain_env(container) if envs is None else envs
     grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
     return api_pb2.ContainerConfig(
         metadata=api_pb2.ContainerMetadata(name=container["name"], attempt=restart),
@@ -322,7 +329,7 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),
                      TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath", "/dev/termination-log"),
                      **({PORTS: json.dumps(container["ports"])} if container.get("ports") else {})},
-        log_path=f"{container['name']}/{restart}.log",
+        log_path=f"{container['name']}/{restart}.log", mounts=mounts or [],
         stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")), tty=bool(container.get("tty")),
         linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
 
@@ -331,9 +338,11 @@ class PodSyncer:
     """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
-                 image_backoff: Backoff | None = None, events: EventRecorder | None = None, probes=None) -> None:
+                 image_backoff: Backoff | None = None, events: EventRecorder | None = None, probes=None,
+                 volumes: VolumeManager | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
         self.probes = probes  # a pykubelet.prober.manager.ProbeManager: started / kill_reason of containers
+        self.volumes = volumes  # None: no volumes, plain env only
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
@@ -381,8 +390,11 @@ class PodSyncer:
         result = SyncResult()
         spec, uid = pod["spec"], pod["metadata"]["uid"]
         sandbox = state.sandbox
+        finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        if not finished and not self._mount_volumes(pod, result, starting=sandbox is None) and sandbox is None:
+            return result  # the sandbox waits for the volumes, as the kubelet's
         if sandbox is None:
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            if finished:
                 return result  # a finished pod is not brought back
             for old in state.sandboxes:  # a dead sandbox: its containers go with it
                 self._stop_sandbox(old.id, state)
@@ -539,7 +551,14 @@ class PodSyncer:
             self.event(pod, name, WARNING, "BackOff" if e.reason == "ImagePullBackOff" else "Failed", str(e))
             result.again_in(self.image_backoff.initial)
             return False
-        config = container_config(pod, container, image_ref, restart, sandbox_cfg)
+        try:
+            envs, mounts = self._container_options(pod, container, sandbox_id)
+        except ContainerConfigError as e:
+            result.waiting[name] = ("CreateContainerConfigError", str(e))
+            self.event(pod, name, WARNING, "Failed", f"Error: {e}")
+            result.again_in(2.0)
+            return False
+        config = container_config(pod, container, image_ref, restart, sandbox_cfg, envs=envs, mounts=mounts)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
         except cri.CRIError as e:
@@ -565,6 +584,32 @@ class PodSyncer:
             result.again_in(self.backoff.initial)
             return False
         return True
+
+    def _mount_volumes(self, pod: dict, result: SyncResult, starting: bool) -> bool:
+        """Sets up or refreshes the pod's volumes; on failure a FailedMount event, and a pod not started
+        yet waits in ContainerCreating."""
+        if self.volumes is None:
+            return True
+        try:
+            self.volumes.mount_pod(pod)
+            return True
+        except VolumeError as e:
+            self.event(pod, None, WARNING, "FailedMount", str(e))
+            if starting:
+                for c in pod["spec"].get("initContainers", []) + pod["spec"].get("containers", []):
+                    result.waiting[c["name"]] = ("ContainerCreating", str(e))
+            result.again_in(2.0)
+            return False
+
+    def _container_options(self, pod: dict, container: dict,
+                           sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
+        if self.volumes is None:
+            return None, []
+        network = self.runtime.pod_sandbox_status(sandbox_id).status.network
+        ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
+        return self.volumes.container_options(
+            pod, container, pod_ips=ips,
+            warn=lambda reason, message: self.event(pod, container["name"], WARNING, reason, message))
 
     def _remove(self, container_id: str) -> None:
         try:

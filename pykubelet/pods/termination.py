@@ -95,7 +95,11 @@ def cgroup_hierarchies() -> list[Path]:
 
 
 def clean_node(pod: dict, settings: Settings) -> None:
-    """What the kubelet itself made for the pod: its cgroup (cgroupfs driver) and its log directory."""
+    """What the kubelet itself made for the pod: its volumes (mounts and directory under --root-dir), its
+    cgroup (cgroupfs driver) and its log directory."""
+    from pykubelet.volumes.manager import remove_pod
+
+    remove_pod(settings.root_dir, pod["metadata"]["uid"])
     if settings.cgroup_driver == "cgroupfs":
         pod_dir = f"pod{pod['metadata']['uid']}"  # under any QoS class: a pod known only by its labels has no spec
         for hierarchy in cgroup_hierarchies():

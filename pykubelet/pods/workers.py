@@ -29,6 +29,7 @@ from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.status import StatusManager, pod_status
 from pykubelet.pods.sync import PodSyncer, observe
 from pykubelet.prober.manager import ProbeManager
+from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -45,7 +46,9 @@ class PodWorkers:
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
         self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
-        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes)
+        self.volumes = VolumeManager(client, settings)
+        self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
+                                volumes=self.volumes)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -122,6 +125,7 @@ class PodWorkers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings)
+        self.volumes.tokens.forget(uid)
         if pod is not None:
             termination.delete_from_api(self.client, pod)
         else:

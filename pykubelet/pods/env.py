@@ -1,0 +1,167 @@
+"""A container's environment as the kubelet builds it: envFrom first, then env in order (an env entry
+overrides an envFrom key); each plain value has its $(VAR) references expanded against what is defined
+so far; valueFrom entries are resolved from configMaps and secrets (read as the node, pykubelet/volumes/
+objects.py), the pod's own fields (fieldRef) and its containers' resources (resourceFieldRef). The
+downward API's field and resource values are shared with the downwardAPI volumes, so both agree.
+
+Left out on purpose: the service environment variables (FOO_SERVICE_HOST...): the node has no Services
+yet. A missing configMap or secret that is not optional, or a missing key, is an ContainerConfigError whose message
+the container's waiting reason CreateContainerConfigError carries, as upstream's.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from decimal import Decimal
+
+from pykubelet.pods.sync import expand, parse_quantity
+from pykubelet.volumes import objects
+from pykubelet.volumes.errors import ContainerConfigError
+
+
+def _format_map(m: dict[str, str]) -> str:
+    """fieldpath.FormatMap: sorted key="value" lines, values quoted as Go's strconv.Quote."""
+    return "\n".join(f"{k}={_go_quote(m[k])}" for k in sorted(m))
+
+
+def _go_quote(s: str) -> str:
+    out = ['"']
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def field_value(pod: dict, path: str, *, host_ips: list[str] | None = None, pod_ips: list[str] | None = None) -> str:
+    """The downward API value of `path` (a fieldRef.fieldPath) for `pod`."""
+    meta, spec = pod["metadata"], pod["spec"]
+    if path.endswith("']") and "['" in path:
+        base, key = path[:-2].split("['", 1)
+        if base == "metadata.labels":
+            return meta.get("labels", {}).get(key, "")
+        if base == "metadata.annotations":
+            return meta.get("annotations", {}).get(key, "")
+        raise ContainerConfigError(f"fieldPath {path!r} does not support subscript")
+    host_ips, pod_ips = host_ips or [], pod_ips or []
+    simple = {"metadata.name": lambda: meta["name"], "metadata.namespace": lambda: meta["namespace"],
+              "metadata.uid": lambda: meta["uid"], "metadata.labels": lambda: _format_map(meta.get("labels", {})),
+              "metadata.annotations": lambda: _format_map(meta.get("annotations", {})),
+              "spec.nodeName": lambda: spec.get("nodeName", ""),
+              "spec.serviceAccountName": lambda: spec.get("serviceAccountName", ""),
+              "status.hostIP": lambda: host_ips[0] if host_ips else "",
+              "status.hostIPs": lambda: ",".join(host_ips),
+              "status.podIP": lambda: pod_ips[0] if pod_ips else "",
+              "status.podIPs": lambda: ",".join(pod_ips)}
+    if path not in simple:
+        raise ContainerConfigError(f"unsupported fieldPath: {path}")
+    return simple[path]()
+
+
+def resource_value(pod: dict, container: dict | None, ref: dict, allocatable: Callable[[], dict[str, str]]) -> str:
+    """A resourceFieldRef's value: the container's request or limit (limits default to the node's
+    allocatable, as the kubelet's), divided by `divisor` and rounded up."""
+    name = ref.get("containerName")
+    if name:
+        container = next((c for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
+                          if c["name"] == name), None)
+        if container is None:
+            raise ContainerConfigError(f"container {name!r} not found in pod {pod['metadata']['name']}")
+    if container is None:
+        raise ContainerConfigError("resourceFieldRef.containerName is required here")
+    resource = ref["resource"]
+    kind, _, res = resource.partition(".")
+    if kind not in ("limits", "requests") or res not in ("cpu", "memory", "ephemeral-storage"):
+        raise ContainerConfigError(f"unsupported container resource : {resource}")
+    resources = container.get("resources", {})
+    value = resources.get(kind, {}).get(res)
+    if value is None and kind == "limits":
+        value = allocatable().get(res)
+    if value is None and kind == "requests":
+        value = resources.get("limits", {}).get(res)  # the API server defaults requests to limits
+    amount = parse_quantity(value) if value is not None else Decimal(0)
+    divisor = parse_quantity(ref.get("divisor") or "1")
+    if divisor == 0:
+        divisor = Decimal(1)
+    if res == "cpu":  # upstream works in millicores: ceil(milli(value) / milli(divisor))
+        return str(math.ceil(math.ceil(amount * 1000) / math.ceil(divisor * 1000)))
+    return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
+
+
+def valid_name(name: str) -> bool:
+    """An env var name the runtime can set (the relaxed rule of the API: printable ASCII, no '=')."""
+    return bool(name) and all(32 <= ord(ch) <= 126 for ch in name) and "=" not in name
+
+
+def container_env(pod: dict, container: dict, client, *, host_ips: list[str], pod_ips: list[str],
+                  allocatable: Callable[[], dict[str, str]],
+                  warn: Callable[[str, str], None] = lambda reason, message: None) -> dict[str, str]:
+    """The container's env, resolved (insertion order: envFrom keys, then env entries)."""
+    namespace = pod["metadata"]["namespace"]
+    cache: dict[tuple[str, str], dict[str, bytes] | None] = {}
+
+    def read(kind: str, name: str) -> dict[str, bytes] | None:
+        if (kind, name) not in cache:
+            try:
+                fetch = objects.config_map if kind == "configmap" else objects.secret
+                cache[kind, name] = fetch(client, namespace, name)
+            except objects.ObjectError as e:
+                raise ContainerConfigError(str(e)) from e
+        return cache[kind, name]
+
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        kind, ref = ("configmap", source["configMapRef"]) if "configMapRef" in source else \
+            ("secret", source.get("secretRef", {}))
+        data = read(kind, ref["name"])
+        if data is None:
+            if ref.get("optional"):
+                continue
+            raise ContainerConfigError(str(objects.not_found(kind, ref["name"])))
+        invalid = []
+        for key, value in data.items():
+            name = source.get("prefix", "") + key
+            if not valid_name(name):
+                invalid.append(name)
+                continue
+            env[name] = value.decode(errors="replace")
+        if invalid:
+            warn("InvalidEnvironmentVariableNames",
+                 f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {kind} {namespace}/{ref['name']} were "
+                 "skipped since they are considered invalid environment variable names.")
+    for var in container.get("env", []):
+        name, source = var["name"], var.get("valueFrom")
+        if var.get("value") or source is None:
+            env[name] = expand(var.get("value", ""), env)
+            continue
+        if "fieldRef" in source:
+            env[name] = field_value(pod, source["fieldRef"]["fieldPath"], host_ips=host_ips, pod_ips=pod_ips)
+        elif "resourceFieldRef" in source:
+            env[name] = resource_value(pod, container, source["resourceFieldRef"], allocatable)
+        elif "configMapKeyRef" in source or "secretKeyRef" in source:
+            kind, ref = ("configmap", source["configMapKeyRef"]) if "configMapKeyRef" in source else \
+                ("secret", source["secretKeyRef"])
+            data = read(kind, ref["name"])
+            if data is None:
+                if ref.get("optional"):
+                    continue
+                raise ContainerConfigError(str(objects.not_found(kind, ref["name"])))
+            if ref["key"] not in data:
+                if ref.get("optional"):
+                    continue
+                label = "ConfigMap" if kind == "configmap" else "Secret"
+                raise ContainerConfigError(f"couldn't find key {ref['key']} in {label} {namespace}/{ref['name']}")
+            env[name] = data[ref["key"]].decode(errors="replace")
+        else:
+            raise ContainerConfigError(f"env {name!r}: unsupported valueFrom {sorted(source)}")
+    return env

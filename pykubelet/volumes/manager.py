@@ -1,0 +1,243 @@
+"""The volume manager: each volume of a pod made real on the node before its containers start, kept up to
+date while it runs, and gone, mounts and all, when the pod leaves.
+
+Layout as the kubelet's, under --root-dir: ROOT/pods/UID/volumes/kubernetes.io~PLUGIN/NAME for each
+volume (empty-dir, configmap, secret, downward-api, projected; a hostPath is the node's own path), and
+ROOT/pods/UID/volume-subpaths/VOLUME/CONTAINER/INDEX for the pinned subPath mounts. Memory-backed
+volumes are tmpfs mounts: emptyDir medium Memory (sizeLimit is the tmpfs size), and the secret and
+projected volumes, so secret bytes never reach a disk. The API-data volumes (configMap, secret,
+downwardAPI, projected) are mounted read-only into containers, as upstream's.
+
+Every pod sync calls mount_pod again (the pod's sync period, 10 s in the tests, is the resync of
+upstream's volume manager): an unchanged volume costs one GET per object and no write; a changed
+configMap, secret or refreshed token is written through the AtomicWriter (pykubelet/volumes/atomic.py),
+so running containers see the update without a restart (the container hash covers only the spec).
+Not done: fsGroup ownership of volume files, SELinux relabelling, persistent volumes (CSI, PVCs),
+clusterTrustBundle and podCertificate projections: such a volume fails with a message naming it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from proto import api_pb2
+from pykubelet.config import Settings
+from pykubelet.pods import env as envs
+from pykubelet.pods.sync import expand, parse_quantity
+from pykubelet.volumes import atomic, hostpath, mount, objects
+from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+from pykubelet.volumes.subpath import bind_subpath
+
+log = logging.getLogger(__name__)
+
+PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.io~configmap",
+               "secret": "kubernetes.io~secret", "downwardAPI": "kubernetes.io~downward-api",
+               "projected": "kubernetes.io~projected"}
+API_DATA = ("configMap", "secret", "downwardAPI", "projected")  # mounted read-only
+MEMORY_BACKED = ("secret", "projected")
+DEFAULT_MODE = 0o644
+DEFAULT_TOKEN_SECONDS = 3600
+PROPAGATION = {"HostToContainer": api_pb2.PROPAGATION_HOST_TO_CONTAINER,
+               "Bidirectional": api_pb2.PROPAGATION_BIDIRECTIONAL}
+
+Payload = dict[str, tuple[bytes, int]]
+
+
+def pod_dir(root_dir: Path, uid: str) -> Path:
+    return root_dir / "pods" / uid
+
+
+def plugin_of(volume: dict) -> str:
+    kinds = [k for k in volume if k != "name"]
+    return kinds[0] if kinds else "emptyDir"
+
+
+def remove_pod(root_dir: Path, uid: str) -> None:
+    """Unmounts everything under the pod's directory (deepest first) and removes it; a mount that stays
+    leaves the directory in place (removing through a mount would delete what it shows)."""
+    base = pod_dir(root_dir, uid)
+    if not base.exists():
+        return
+    for point, _fstype in mount.mounts_under(base):
+        try:
+            mount.unmount(point)
+        except mount.MountError as e:
+            log.warning("pod %s: %s", uid, e)
+    left = mount.mounts_under(base)
+    if left:
+        raise VolumeError(f"pod {uid}: {base} still has mounts {[str(p) for p, _ in left]}: not removed")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+class VolumeManager:
+    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None) -> None:
+        self.client, self.settings = client, settings
+        self.tokens = objects.TokenManager(client)
+        self._allocatable = allocatable
+
+    def allocatable(self) -> dict[str, str]:
+        """The node's allocatable resources: the default limits of the downward API."""
+        if self._allocatable is None:
+            from pykubelet.node.status import allocatable, machine_capacity
+
+            return allocatable(machine_capacity(self.settings))
+        return self._allocatable()
+
+    # --- volumes --------------------------------------------------------------------------------------
+
+    def volume_path(self, pod: dict, volume: dict) -> Path:
+        kind = plugin_of(volume)
+        if kind == "hostPath":
+            return Path(volume["hostPath"]["path"])
+        if kind not in PLUGIN_DIRS:
+            raise VolumeError(f'volume "{volume["name"]}": {kind} volumes are not supported by this node')
+        return pod_dir(self.settings.root_dir, pod["metadata"]["uid"]) / "volumes" / PLUGIN_DIRS[kind] / volume["name"]
+
+    def mount_pod(self, pod: dict) -> None:
+        """Sets up (or brings up to date) every volume of `pod`; raises VolumeError naming the first one
+        that fails, after trying them all."""
+        errors = []
+        for i, volume in enumerate(pod["spec"].get("volumes", [])):
+            try:
+                self._set_up(pod, volume, f"spec.volumes[{i}]")
+            except (VolumeError, objects.ObjectError, ContainerConfigError, OSError) as e:
+                errors.append(f'MountVolume.SetUp failed for volume "{volume["name"]}" : {e}')
+        if errors:
+            raise VolumeError("; ".join(errors))
+
+    def _set_up(self, pod: dict, volume: dict, field: str) -> None:
+        kind = plugin_of(volume)
+        if kind == "hostPath":
+            source = volume["hostPath"]
+            hostpath.check(f"{field}.hostPath", source["path"], source.get("type"))
+            return
+        path = self.volume_path(pod, volume)
+        path.mkdir(parents=True, exist_ok=True)
+        source = volume.get(kind) or {}
+        if kind == "emptyDir":
+            if source.get("medium") == "Memory" and mount.fs_type(path) is None:
+                limit = source.get("sizeLimit")
+                mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
+            os.chmod(path, 0o777)
+            return
+        if kind in MEMORY_BACKED and mount.fs_type(path) is None:
+            mount.mount_tmpfs(path, mode=0o755)
+        payload = self._payload(pod, kind, source, f"{field}.{kind}")
+        if atomic.write(path, payload):
+            log.info("pod %s/%s: volume %s written (%d files)", pod["metadata"]["namespace"], pod["metadata"]["name"],
+                     volume["name"], len(payload))
+
+    def _payload(self, pod: dict, kind: str, source: dict, field: str) -> Payload:
+        default = source.get("defaultMode", DEFAULT_MODE)
+        if kind == "configMap":
+            return self._keyed(pod, "configmap", source, default)
+        if kind == "secret":
+            return self._keyed(pod, "secret", {**source, "name": source.get("secretName", "")}, default)
+        if kind == "downwardAPI":
+            return self._downward(pod, source.get("items", []), default, field)
+        payload: Payload = {}
+        for i, projection in enumerate(source.get("sources", [])):
+            if "configMap" in projection:
+                payload.update(self._keyed(pod, "configmap", projection["configMap"], default))
+            elif "secret" in projection:
+                payload.update(self._keyed(pod, "secret", projection["secret"], default))
+            elif "downwardAPI" in projection:
+                payload.update(self._downward(pod, projection["downwardAPI"].get("items", []), default,
+                                              f"{field}.sources[{i}].downwardAPI"))
+            elif "serviceAccountToken" in projection:
+                tp = projection["serviceAccountToken"]
+                account = pod["spec"].get("serviceAccountName") or "default"
+                token = self.tokens.get(pod, account, tp.get("audience", ""),
+                                        int(tp.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS))
+                payload[tp["path"]] = (token.encode(), default)
+            else:
+                raise VolumeError(f"{field}.sources[{i}]: {sorted(projection)} projections are not supported "
+                                  "by this node")
+        return payload
+
+    def _keyed(self, pod: dict, kind: str, source: dict, default: int) -> Payload:
+        name, optional = source.get("name", ""), bool(source.get("optional"))
+        fetch = objects.config_map if kind == "configmap" else objects.secret
+        data = fetch(self.client, pod["metadata"]["namespace"], name)
+        if data is None:
+            if optional:
+                return {}
+            raise objects.not_found(kind, name)
+        items = source.get("items")
+        if not items:
+            return {key: (value, default) for key, value in data.items()}
+        payload: Payload = {}
+        for item in items:
+            if item["key"] not in data:
+                if optional:
+                    continue
+                raise VolumeError(f"{kind} references non-existent {'config' if kind == 'configmap' else 'secret'} "
+                                  f"key: {item['key']}")
+            payload[item["path"]] = (data[item["key"]], item.get("mode", default))
+        return payload
+
+    def _downward(self, pod: dict, items: list[dict], default: int, field: str) -> Payload:
+        payload: Payload = {}
+        for i, item in enumerate(items):
+            if "fieldRef" in item:
+                value = envs.field_value(pod, item["fieldRef"]["fieldPath"])
+            elif "resourceFieldRef" in item:
+                value = envs.resource_value(pod, None, item["resourceFieldRef"], self.allocatable)
+            else:
+                raise VolumeError(f"{field}.items[{i}]: needs fieldRef or resourceFieldRef")
+            payload[item["path"]] = (value.encode(), item.get("mode", default))
+        return payload
+
+    # --- a container's mounts and env ---------------------------------------------------------------------
+
+    def container_options(self, pod: dict, container: dict, *, pod_ips: list[str],
+                          warn: Callable[[str, str], None]) -> tuple[dict[str, str], list[api_pb2.Mount]]:
+        """The container's resolved env and its CRI mounts; raises ContainerConfigError."""
+        host_ips = [self.settings.node_ip] if self.settings.node_ip else []
+        if not pod_ips and pod["spec"].get("hostNetwork"):
+            pod_ips = host_ips  # the pod's IPs are the node's, as its status says
+        env = envs.container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
+                                 allocatable=self.allocatable, warn=warn)
+        return env, self.mounts(pod, container, env)
+
+    def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
+        spec = pod["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        field = _container_field(pod, container)
+        out = []
+        for i, vm in enumerate(container.get("volumeMounts", [])):
+            where = f"{field}.volumeMounts[{i}]"
+            volume = volumes.get(vm["name"])
+            if volume is None:
+                raise ContainerConfigError(f"{where}.name: volume {vm['name']!r} is not in spec.volumes")
+            try:
+                host = self.volume_path(pod, volume)
+            except VolumeError as e:
+                raise ContainerConfigError(str(e)) from e
+            sub, sub_field = vm.get("subPath", ""), f"{where}.subPath"
+            if vm.get("subPathExpr"):
+                sub, sub_field = expand(vm["subPathExpr"], env), f"{where}.subPathExpr"
+            if sub:
+                target = (pod_dir(self.settings.root_dir, pod["metadata"]["uid"]) / "volume-subpaths" / vm["name"]
+                          / container["name"] / str(i))
+                try:
+                    host = bind_subpath(sub_field, vm["name"], host, sub, target)
+                except OSError as e:
+                    raise ContainerConfigError(f"failed to prepare subPath for volumeMount {vm['name']!r} of "
+                                               f"container {container['name']!r}: {e}") from e
+            out.append(api_pb2.Mount(container_path=vm["mountPath"], host_path=str(host),
+                                     readonly=bool(vm.get("readOnly")) or plugin_of(volume) in API_DATA,
+                                     propagation=PROPAGATION.get(vm.get("mountPropagation", ""),
+                                                                 api_pb2.PROPAGATION_PRIVATE)))
+        return out
+
+
+def _container_field(pod: dict, container: dict) -> str:
+    for kind in ("initContainers", "containers"):
+        for i, c in enumerate(pod["spec"].get(kind, [])):
+            if c["name"] == container["name"]:
+                return f"spec.{kind}[{i}]"
+    return f"container {container['name']!r}"

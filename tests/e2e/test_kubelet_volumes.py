@@ -1,0 +1,317 @@
+"""pykubelet's volumes and env, end to end through a stock kube-apiserver and containerd: configMap and
+secret volumes carry the right files and modes and follow a `kubectl apply` of the object without a
+container restart; an emptyDir is shared between two containers and medium Memory is a tmpfs; hostPath
+types are checked; the downward API (volume and env), configMap/secret env, envFrom and resourceFieldRef
+reach the container; the service account token the admission plugin projects is valid (a TokenReview
+says so); a subPath that escapes its volume through a symlink is refused; a missing configMap gives
+CreateContainerConfigError; and a deleted pod leaves nothing under the root dir, tmpfs unmounted.
+
+What a container sees is read through CRI ExecSync (the `runtime` fixture): `kubectl exec` needs the
+kubelet's :10250 server."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+
+from proto import api_pb2
+from pykubelet.volumes import mount
+from tests.kit.kubelet_node import BUSYBOX, apply, delete, get_pod, on_node, wait_for, wait_pod
+from tests.kit.kubelet_node import pod_spec as kit_pod_spec
+
+NODE = "pynode-e2e-volumes"
+NODE_IP = "10.201.0.31"
+SLEEP = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+
+
+def pod_spec(name: str, container: dict, **spec) -> dict:
+    return kit_pod_spec(NODE, name, container, **spec)
+
+
+def sleeper(name: str, **fields) -> dict:
+    return {"name": name, "image": BUSYBOX, "command": SLEEP, **fields}
+
+
+def running(cp, name: str) -> dict:
+    return wait_pod(cp, name, "Running", lambda p: p.get("status", {}).get("phase") == "Running"
+                    and all(cs.get("ready") for cs in p["status"].get("containerStatuses", [])))
+
+
+def container_id(runtime, uid: str, name: str) -> str:
+    _, containers = on_node(runtime, uid)
+    return next(c.id for c in containers if c.metadata.name == name and c.state == api_pb2.CONTAINER_RUNNING)
+
+
+def sh(runtime, cid: str, script: str) -> str:
+    out, err, code = runtime.exec_sync(cid, ["sh", "-c", script], timeout=10)
+    assert code == 0, (script, out, err)
+    return out.decode()
+
+
+def config_map(cp, tmp, name: str, data: dict[str, str]) -> None:
+    apply(cp, tmp, {"metadata": {"name": name, "namespace": "default"}, "data": data}, kind="ConfigMap")
+
+
+def secret(cp, tmp, name: str, data: dict[str, str]) -> None:
+    apply(cp, tmp, {"metadata": {"name": name, "namespace": "default"}, "type": "Opaque",
+                    "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}, kind="Secret")
+
+
+def remove(cp, kind: str, *names: str) -> None:
+    cp.kubectl("delete", kind, *names, "--ignore-not-found", check=False)
+
+
+def review(cp, tmp, token: str, audiences: list[str] | None = None) -> dict:
+    """A TokenReview of `token` through admin kubectl: its status."""
+    path = tmp / "review.json"
+    path.write_text(json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                                "spec": {"token": token, **({"audiences": audiences} if audiences else {})}}))
+    return json.loads(cp.kubectl("create", "-f", str(path), "-o", "json").stdout)["status"]
+
+
+def pod_root(kubelet, uid: str):
+    return kubelet.work / "root" / "pods" / uid
+
+
+def gone_from_node(kubelet, uid: str) -> None:
+    """Nothing of pod `uid` is left under the kubelet's root dir, and nothing is mounted there."""
+    assert not pod_root(kubelet, uid).exists(), list(pod_root(kubelet, uid).rglob("*"))
+    assert not mount.mounts_under(kubelet.work / "root"), mount.mounts_under(kubelet.work / "root")
+
+
+def test_configmap_and_secret_volumes_carry_files_and_update(control_plane, kubelet, runtime, kubepods, tmp_path):
+    config_map(control_plane, tmp_path, "cfg", {"greeting": "hello", "other": "x"})
+    secret(control_plane, tmp_path, "sec", {"password": "s3cret"})
+    volumes = [{"name": "cfg", "configMap": {"name": "cfg", "items": [{"key": "greeting", "path": "dir/greet",
+                                                                      "mode": 0o600}]}},
+               {"name": "all", "configMap": {"name": "cfg"}},
+               {"name": "sec", "secret": {"secretName": "sec", "defaultMode": 0o400}},
+               {"name": "opt", "secret": {"secretName": "absent", "optional": True}}]
+    mounts = [{"name": "cfg", "mountPath": "/cfg"}, {"name": "all", "mountPath": "/all"},
+              {"name": "sec", "mountPath": "/sec"}, {"name": "opt", "mountPath": "/opt-secret"}]
+    apply(control_plane, tmp_path, pod_spec("cfgpod", sleeper("app", volumeMounts=mounts), volumes=volumes))
+    try:
+        pod = running(control_plane, "cfgpod")
+        uid = pod["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert sh(runtime, cid, "cat /cfg/dir/greet") == "hello"
+        assert sh(runtime, cid, "stat -L -c %a /cfg/dir/greet /all/other /sec/password").split() == ["600", "644",
+                                                                                                   "400"]
+        assert sh(runtime, cid, "cat /sec/password") == "s3cret"
+        assert sh(runtime, cid, "ls /opt-secret") == ""  # an optional object that is absent: no files
+        assert sorted(sh(runtime, cid, "ls /all").split()) == ["greeting", "other"]
+        assert sh(runtime, cid, "readlink /all/greeting").strip() == "..data/greeting"
+        assert "Read-only" in sh(runtime, cid, "touch /all/new 2>&1 || true")
+        volumes_dir = pod_root(kubelet, uid) / "volumes"
+        assert mount.fs_type(volumes_dir / "kubernetes.io~secret" / "sec") == "tmpfs"
+        assert mount.fs_type(volumes_dir / "kubernetes.io~configmap" / "all") is None  # on disk
+        config_map(control_plane, tmp_path, "cfg", {"greeting": "bonjour", "added": "y"})
+        secret(control_plane, tmp_path, "sec", {"password": "changed"})
+        wait_for("the configMap update in the container", lambda: sh(runtime, cid, "cat /cfg/dir/greet") == "bonjour",
+                 timeout=40)
+        wait_for("the secret update", lambda: sh(runtime, cid, "cat /sec/password") == "changed", timeout=20)
+        assert sorted(sh(runtime, cid, "ls /all").split()) == ["added", "greeting"]
+        assert container_id(runtime, uid, "app") == cid  # updated in place: no restart
+        assert get_pod(control_plane, "cfgpod")["status"]["containerStatuses"][0]["restartCount"] == 0
+    finally:
+        delete(control_plane, "cfgpod")
+        remove(control_plane, "configmap", "cfg")
+        remove(control_plane, "secret", "sec")
+    gone_from_node(kubelet, uid)
+
+
+def test_emptydir_hostpath_and_downward_api(control_plane, kubelet, runtime, kubepods, tmp_path):
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    (host_dir / "from-host").write_text("node file")
+    created = tmp_path / "made" / "here"
+    volumes = [{"name": "shared", "emptyDir": {}},
+               {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+               {"name": "host", "hostPath": {"path": str(host_dir), "type": "Directory"}},
+               {"name": "made", "hostPath": {"path": str(created), "type": "DirectoryOrCreate"}},
+               {"name": "info", "downwardAPI": {"items": [
+                   {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                   {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                   {"path": "mem_limit", "resourceFieldRef": {"containerName": "writer", "resource": "limits.memory",
+                                                              "divisor": "1Mi"}}]}}]
+    writer = sleeper("writer", command=["sh", "-c", "echo shared-data > /shared/x; echo w > /made/w; " + SLEEP[2]],
+                     volumeMounts=[{"name": "shared", "mountPath": "/shared"}, {"name": "mem", "mountPath": "/mem"},
+                                   {"name": "made", "mountPath": "/made"}],
+                     resources={"limits": {"memory": "64Mi", "cpu": "200m"}})
+    reader = sleeper("reader", volumeMounts=[{"name": "shared", "mountPath": "/data", "readOnly": True},
+                                             {"name": "host", "mountPath": "/host"},
+                                             {"name": "info", "mountPath": "/etc/podinfo"}])
+    spec = pod_spec("dirs", writer, volumes=volumes)
+    spec["metadata"]["labels"] = {"app": "dirs", "tier": "test"}
+    spec["spec"]["containers"].append(reader)
+    apply(control_plane, tmp_path, spec)
+    try:
+        pod = running(control_plane, "dirs")
+        uid = pod["metadata"]["uid"]
+        reader_id, writer_id = container_id(runtime, uid, "reader"), container_id(runtime, uid, "writer")
+        wait_for("the writer's file",
+                 lambda: sh(runtime, reader_id, "cat /data/x 2>/dev/null || true") == "shared-data\n")
+        assert "Read-only" in sh(runtime, reader_id, "touch /data/y 2>&1 || true")
+        assert sh(runtime, reader_id, "cat /host/from-host") == "node file"
+        assert (created / "w").read_text() == "w\n" and stat.S_IMODE(os.stat(created).st_mode) == 0o755
+        assert sh(runtime, reader_id, "cat /etc/podinfo/name") == "dirs"
+        assert sh(runtime, reader_id, "cat /etc/podinfo/labels") == 'app="dirs"\ntier="test"'
+        assert sh(runtime, reader_id, "cat /etc/podinfo/mem_limit") == "64"
+        volumes_dir = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~empty-dir"
+        assert mount.fs_type(volumes_dir / "mem") == "tmpfs"
+        assert mount.fs_type(volumes_dir / "shared") is None
+        assert "tmpfs" in sh(runtime, writer_id, "grep ' /mem ' /proc/mounts")
+        assert "size=8192k" in sh(runtime, writer_id, "grep ' /mem ' /proc/mounts")
+    finally:
+        delete(control_plane, "dirs")
+    gone_from_node(kubelet, uid)
+    assert (host_dir / "from-host").read_text() == "node file"  # a hostPath is the node's: it stays
+
+
+def test_hostpath_type_mismatch_is_reported(control_plane, kubelet, kubepods, tmp_path):
+    not_a_socket = tmp_path / "plain"
+    not_a_socket.write_text("")
+    apply(control_plane, tmp_path, pod_spec("badhost", sleeper("app", volumeMounts=[
+        {"name": "sock", "mountPath": "/sock"}]), volumes=[
+        {"name": "sock", "hostPath": {"path": str(not_a_socket), "type": "Socket"}}]))
+    try:
+        pod = wait_pod(control_plane, "badhost", "the FailedMount wait", lambda p: "is not a socket" in json.dumps(
+            p.get("status", {}).get("containerStatuses", [])))
+        waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"]
+        assert waiting["reason"] == "ContainerCreating"
+        assert "spec.volumes[0].hostPath" in waiting["message"] and "it's a file" in waiting["message"]
+        events = json.loads(control_plane.kubectl("get", "events", "--field-selector",
+                                                  "involvedObject.name=badhost", "-o", "json").stdout)["items"]
+        assert any(e["reason"] == "FailedMount" for e in events)
+    finally:
+        delete(control_plane, "badhost")
+
+
+def test_env_from_every_source(control_plane, kubelet, runtime, kubepods, tmp_path):
+    config_map(control_plane, tmp_path, "envcm", {"color": "blue", "size": "L"})
+    secret(control_plane, tmp_path, "envsec", {"token": "t0k3n"})
+    env = [{"name": "COLOR", "valueFrom": {"configMapKeyRef": {"name": "envcm", "key": "color"}}},
+           {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "envsec", "key": "token"}}},
+           {"name": "NOPE", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k", "optional": True}}},
+           {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+           {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+           {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+           {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+           {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+           {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+           {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+           {"name": "CPU_M", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+           {"name": "GREETING", "value": "$(COLOR)-$(POD_NAME)-$(UNDEFINED)-$$(COLOR)"}]
+    container = sleeper("app", env=env, envFrom=[{"configMapRef": {"name": "envcm"}, "prefix": "CM_"},
+                                                 {"secretRef": {"name": "envsec"}}],
+                        resources={"requests": {"cpu": "150m", "memory": "32Mi"}, "limits": {"memory": "48Mi"}},
+                        command=["sh", "-c", "echo 'cmd:$(COLOR)'; " + SLEEP[2]])
+    spec = pod_spec("envpod", container)
+    spec["metadata"]["labels"] = {"app": "envy"}
+    apply(control_plane, tmp_path, spec)
+    try:
+        pod = running(control_plane, "envpod")
+        uid = pod["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        seen = dict(line.split("=", 1) for line in sh(runtime, cid, "env").splitlines() if "=" in line)
+        expected = {"COLOR": "blue", "TOKEN": "t0k3n", "POD_NAME": "envpod", "POD_NS": "default", "POD_UID": uid,
+                    "APP": "envy", "NODE_NAME": NODE, "SA": "default", "HOST_IP": NODE_IP,
+                    "POD_IP": pod["status"]["podIP"], "MEM_MI": "48", "CPU_M": "150",
+                    "GREETING": "blue-envpod-$(UNDEFINED)-$(COLOR)", "CM_color": "blue", "CM_size": "L",
+                    "token": "t0k3n"}
+        assert {k: seen.get(k) for k in expected} == expected
+        assert "NOPE" not in seen
+        log = kubelet.pods_dir / f"default_envpod_{uid}" / "app" / "0.log"
+        assert "cmd:blue" in log.read_text()  # $(VAR) in the command, too
+    finally:
+        delete(control_plane, "envpod")
+        remove(control_plane, "configmap", "envcm")
+        remove(control_plane, "secret", "envsec")
+
+
+def test_missing_configmap_gives_create_container_config_error(control_plane, kubelet, kubepods, tmp_path):
+    container = sleeper("app", env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "x"}}}])
+    apply(control_plane, tmp_path, pod_spec("nocm", container))
+    try:
+        pod = wait_pod(control_plane, "nocm", "CreateContainerConfigError", lambda p: any(
+            cs["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError"
+            for cs in p.get("status", {}).get("containerStatuses", [])))
+        assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"] == 'configmap "later" not found'
+        config_map(control_plane, tmp_path, "later", {"x": "1"})
+        running(control_plane, "nocm")  # retried: it starts once the configMap is there
+    finally:
+        delete(control_plane, "nocm")
+        remove(control_plane, "configmap", "later")
+
+
+def test_subpath_escape_is_refused(control_plane, kubelet, runtime, kubepods, tmp_path):
+    prep = {"name": "prep", "image": BUSYBOX, "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "command": ["sh", "-c", "mkdir -p /data/ok && echo fine > /data/ok/f && ln -s / /data/escape"]}
+    good = sleeper("good", env=[{"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                   volumeMounts=[{"name": "data", "mountPath": "/sub", "subPath": "ok"},
+                                 {"name": "data", "mountPath": "/expr", "subPathExpr": "made/$(NAME)"}])
+    bad = sleeper("bad", volumeMounts=[{"name": "data", "mountPath": "/host", "subPath": "escape"}])
+    spec = pod_spec("subpath", good, volumes=[{"name": "data", "emptyDir": {}}], initContainers=[prep])
+    spec["spec"]["containers"].append(bad)
+    apply(control_plane, tmp_path, spec)
+    try:
+        pod = wait_pod(control_plane, "subpath", "bad refused, good running", lambda p: {
+            cs["name"]: (next(iter(cs["state"])), cs["state"].get("waiting", {}).get("reason"))
+            for cs in p.get("status", {}).get("containerStatuses", [])} == {
+            "good": ("running", None), "bad": ("waiting", "CreateContainerConfigError")})
+        uid = pod["metadata"]["uid"]
+        message = next(cs for cs in pod["status"]["containerStatuses"] if cs["name"] == "bad")["state"]["waiting"][
+            "message"]
+        assert "spec.containers[1].volumeMounts[0].subPath" in message and "outside volume" in message, message
+        cid = container_id(runtime, uid, "good")
+        assert sh(runtime, cid, "cat /sub/f") == "fine\n"
+        sh(runtime, cid, "echo via-expr > /expr/file")
+        data = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~empty-dir" / "data"
+        assert (data / "made" / "subpath" / "file").read_text() == "via-expr\n"
+    finally:
+        delete(control_plane, "subpath")
+    gone_from_node(kubelet, uid)
+
+
+def test_service_account_token_is_projected_and_valid(control_plane, kubelet, runtime, kubepods, tmp_path):
+    ca = control_plane.ca.pair.cert.read_text()
+    config_map(control_plane, tmp_path, "kube-root-ca.crt", {"ca.crt": ca})  # no controller-manager here
+    secret(control_plane, tmp_path, "projsec", {"k": "secret-value"})
+    projected = {"name": "proj", "projected": {"defaultMode": 0o440, "sources": [
+        {"serviceAccountToken": {"audience": "vault", "expirationSeconds": 600, "path": "vault-token"}},
+        {"secret": {"name": "projsec", "items": [{"key": "k", "path": "s/k", "mode": 0o400}]}},
+        {"configMap": {"name": "kube-root-ca.crt"}},
+        {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
+    apply(control_plane, tmp_path, pod_spec("sa", sleeper("app", volumeMounts=[{"name": "proj", "mountPath": "/proj"}]),
+                                            automountServiceAccountToken=True, volumes=[projected]))
+    try:
+        pod = running(control_plane, "sa")
+        uid = pod["metadata"]["uid"]
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"].startswith("kube-api-access-")]
+        cid = container_id(runtime, uid, "app")
+        base = "/var/run/secrets/kubernetes.io/serviceaccount"
+        assert sh(runtime, cid, f"cat {base}/namespace") == "default"
+        assert sh(runtime, cid, f"cat {base}/ca.crt") == ca
+        status = review(control_plane, tmp_path, sh(runtime, cid, f"cat {base}/token"))
+        assert status["authenticated"], status
+        assert status["user"]["username"] == "system:serviceaccount:default:default"
+        assert status["user"]["extra"]["authentication.kubernetes.io/pod-uid"] == [uid]
+        # a projected volume of every source kind, with its own audience and life
+        assert sh(runtime, cid, "cat /proj/s/k /proj/name") == "secret-valuesa"
+        assert sh(runtime, cid, "cat /proj/ca.crt") == ca
+        assert sh(runtime, cid, "stat -L -c %a /proj/s/k /proj/name /proj/vault-token").split() == ["400", "440", "440"]
+        vault_token = sh(runtime, cid, "cat /proj/vault-token")
+        claims = json.loads(base64.urlsafe_b64decode(vault_token.split(".")[1] + "=="))
+        assert claims["aud"] == ["vault"] and claims["exp"] - claims["iat"] == 600
+        status = review(control_plane, tmp_path, vault_token, audiences=["vault"])
+        assert status["authenticated"] and status["audiences"] == ["vault"], status
+        volumes_dir = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~projected"
+        assert mount.fs_type(volumes_dir / volume["name"]) == "tmpfs" and mount.fs_type(volumes_dir / "proj") == "tmpfs"
+    finally:
+        delete(control_plane, "sa")
+        remove(control_plane, "configmap", "kube-root-ca.crt")
+        remove(control_plane, "secret", "projsec")
+    gone_from_node(kubelet, uid)

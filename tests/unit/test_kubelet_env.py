@@ -1,0 +1,106 @@
+"""Env resolution as the kubelet's: envFrom before env, env overriding, $(VAR) expansion against what is
+defined so far, configMap/secret keys with `optional`, downward API fields and resources with divisors,
+and the messages a missing object or key gives (the CreateContainerConfigError the pod shows)."""
+from __future__ import annotations
+
+import pytest
+
+from pykubelet.pods.env import container_env, field_value, resource_value, valid_name
+from pykubelet.volumes.errors import ContainerConfigError
+from tests.unit.test_kubelet_volumes import POD, FakeClient, cm, sec
+
+ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "1000"}
+
+
+def env_of(container: dict, objs: dict | None = None, warnings: list | None = None, pod: dict = POD) -> dict:
+    return container_env(pod, container, FakeClient(objs), host_ips=["10.0.0.1"], pod_ips=["10.1.0.5", "fd00::5"],
+                         allocatable=lambda: ALLOCATABLE,
+                         warn=lambda reason, message: (warnings if warnings is not None else []).append(
+                             (reason, message)))
+
+
+def test_env_order_override_and_expansion():
+    objs = {**cm("c", {"A": "from-cm", "B": "b"}), **sec("s", {"S": b"secret"})}
+    container = {"name": "c", "envFrom": [{"configMapRef": {"name": "c"}}, {"secretRef": {"name": "s"},
+                                                                            "prefix": "P_"}],
+                 "env": [{"name": "A", "value": "own"},
+                         {"name": "X", "value": "$(A)/$(B)/$(P_S)/$(LATER)/$$(A)"},
+                         {"name": "LATER", "value": "late"},
+                         {"name": "Y", "value": "$(LATER)"}]}
+    env = env_of(container, objs)
+    assert env == {"A": "own", "B": "b", "P_S": "secret", "X": "own/b/secret/$(LATER)/$(A)", "LATER": "late",
+                   "Y": "late"}
+    assert list(env)[:3] == ["A", "B", "P_S"]
+
+
+def test_value_from_every_kind():
+    objs = {**cm("c", {"k": "v"}), **sec("s", {"k": b"sv"})}
+    env = env_of({"name": "c", "env": [
+        {"name": "CM", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}},
+        {"name": "SEC", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "none", "key": "k", "optional": True}}},
+        {"name": "OPTKEY", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "nokey", "optional": True}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+        {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "LABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['b']"}}},
+        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}}]},
+        objs)
+    assert env == {"CM": "v", "SEC": "sv", "IP": "10.1.0.5", "IPS": "10.1.0.5,fd00::5", "HOST": "10.0.0.1",
+                   "LABEL": "2", "MEM": "8192"}  # no limit of its own: the node's allocatable
+
+
+@pytest.mark.parametrize("ref, message", [
+    ({"configMapKeyRef": {"name": "gone", "key": "k"}}, 'configmap "gone" not found'),
+    ({"secretKeyRef": {"name": "gone", "key": "k"}}, 'secret "gone" not found'),
+    ({"configMapKeyRef": {"name": "c", "key": "nokey"}}, "couldn't find key nokey in ConfigMap ns/c"),
+    ({"fieldRef": {"fieldPath": "spec.bogus"}}, "unsupported fieldPath: spec.bogus"),
+])
+def test_missing_objects_and_keys_name_them(ref, message):
+    with pytest.raises(ContainerConfigError) as e:
+        env_of({"name": "c", "env": [{"name": "X", "valueFrom": ref}]}, cm("c", {"k": "v"}))
+    assert str(e.value) == message
+
+
+def test_env_from_missing_and_optional_and_invalid_names():
+    assert env_of({"name": "c", "envFrom": [{"configMapRef": {"name": "gone", "optional": True}}]}) == {}
+    with pytest.raises(ContainerConfigError, match='secret "gone" not found'):
+        env_of({"name": "c", "envFrom": [{"secretRef": {"name": "gone"}}]})
+    warnings: list = []
+    env = env_of({"name": "c", "envFrom": [{"configMapRef": {"name": "c"}, "prefix": "A="}]},
+                 cm("c", {"k": "v"}), warnings)
+    assert env == {} and warnings[0][0] == "InvalidEnvironmentVariableNames" and "A=k" in warnings[0][1]
+    assert valid_name("1.relaxed-ok") and not valid_name("a=b") and not valid_name("") and not valid_name("tab\t")
+
+
+def test_field_values():
+    assert field_value(POD, "metadata.name") == "p" and field_value(POD, "metadata.uid") == "u-1"
+    assert field_value(POD, "metadata.labels") == 'a="q\\"x"\nb="2"'
+    assert field_value(POD, "metadata.annotations") == ""
+    assert field_value(POD, "metadata.annotations['none']") == ""
+    assert field_value(POD, "spec.nodeName") == "n1" and field_value(POD, "spec.serviceAccountName") == "sa"
+    assert field_value(POD, "status.podIP") == "" and field_value(POD, "status.hostIPs", host_ips=["a", "b"]) == "a,b"
+    with pytest.raises(ContainerConfigError, match="does not support subscript"):
+        field_value(POD, "metadata.name['x']")
+
+
+def test_resource_values_round_up_and_default_to_allocatable():
+    c = {"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "100M"}, "limits": {"cpu": "1500m"}}}
+    pod = {**POD, "spec": {"containers": [c]}}
+
+    def value(resource: str, divisor: str | None = None, container: dict | None = c) -> str:
+        ref = {"resource": resource, **({"divisor": divisor} if divisor else {})}
+        return resource_value(pod, container, ref, lambda: ALLOCATABLE)
+
+    assert value("limits.cpu") == "2"  # 1.5 cores, rounded up
+    assert value("limits.cpu", "1m") == "1500"
+    assert value("requests.cpu", "100m") == "3"
+    assert value("requests.memory") == "100000000" and value("requests.memory", "1Mi") == "96"
+    assert value("limits.memory", "1Gi") == "8"  # no limit: the node's allocatable
+    assert value("requests.ephemeral-storage") == "0"
+    assert resource_value(pod, None, {"containerName": "c", "resource": "limits.cpu", "divisor": "1m"},
+                          lambda: ALLOCATABLE) == "1500"
+    with pytest.raises(ContainerConfigError, match=r"unsupported container resource : limits\.gpu"):
+        value("limits.gpu")
+    with pytest.raises(ContainerConfigError, match="container 'x' not found"):
+        resource_value(pod, None, {"containerName": "x", "resource": "limits.cpu"}, lambda: ALLOCATABLE)

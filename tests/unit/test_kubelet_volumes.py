@@ -1,0 +1,274 @@
+"""The volume code's pure parts: the AtomicWriter layout and its updates, hostPath type checks, the
+subPath escape checks (before any mount), the payloads of configMap/secret/downwardAPI/projected volumes
+and the token refresh rule. API objects come from a small in-memory stand-in for the lightkube client."""
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import socket
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import Status
+from lightkube.resources.core_v1 import ConfigMap, Secret
+
+from pykubelet.config import Settings
+from pykubelet.volumes import atomic, hostpath, mount, objects, subpath
+from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+from pykubelet.volumes.manager import VolumeManager, plugin_of
+
+
+class FakeClient:
+    """configMaps and secrets by (kind, namespace, name); TokenRequests answered with a counter."""
+
+    def __init__(self, objs: dict | None = None, ttl: int = 3600, clock=lambda: 1_000_000.0) -> None:
+        self.objs = objs or {}
+        self.tokens = 0
+        self.ttl, self.clock = ttl, clock
+
+    def get(self, kind, name, namespace=None):
+        key = (kind.__name__, namespace, name)
+        if key not in self.objs:
+            raise ApiError(status=Status(code=404, message=f"{name} not found"))
+        return self.objs[key]
+
+    def create(self, request, name, namespace=None):
+        self.tokens += 1
+        self.last_request = (request, name, namespace)
+        expires = datetime.datetime.fromtimestamp(self.clock() + self.ttl, datetime.UTC)
+        return SimpleNamespace(status=SimpleNamespace(token=f"token-{self.tokens}", expirationTimestamp=expires),
+                               spec=SimpleNamespace(expirationSeconds=self.ttl))
+
+
+def cm(name: str, data: dict, binary: dict | None = None, namespace: str = "ns"):
+    return {("ConfigMap", namespace, name): ConfigMap(data=data, binaryData=binary)}
+
+
+def sec(name: str, data: dict, namespace: str = "ns"):
+    return {("Secret", namespace, name): Secret(data={k: base64.b64encode(v).decode() for k, v in data.items()})}
+
+
+POD: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"b": "2", "a": 'q"x'}},
+       "spec": {"nodeName": "n1", "serviceAccountName": "sa",
+                "containers": [{"name": "c", "resources": {"limits": {"memory": "64Mi", "cpu": "250m"}}}]}}
+
+
+# --- AtomicWriter ----------------------------------------------------------------------------------------
+
+def test_atomic_write_layout_and_modes(tmp_path):
+    assert atomic.write(tmp_path, {"a": (b"1", 0o644), "dir/b": (b"2", 0o600)})
+    data = tmp_path / atomic.DATA
+    assert data.is_symlink() and os.readlink(data).startswith("..20")
+    assert os.readlink(tmp_path / "a") == "..data/a" and os.readlink(tmp_path / "dir") == "..data/dir"
+    assert (tmp_path / "dir" / "b").read_bytes() == b"2"
+    assert stat.S_IMODE((tmp_path / "dir" / "b").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o644
+    assert not (tmp_path / atomic.DATA_TMP).exists()
+
+
+def test_atomic_write_is_a_noop_when_unchanged_and_swaps_on_change(tmp_path):
+    atomic.write(tmp_path, {"a": (b"1", 0o644), "b": (b"2", 0o644)})
+    first = os.readlink(tmp_path / atomic.DATA)
+    assert not atomic.write(tmp_path, {"a": (b"1", 0o644), "b": (b"2", 0o644)})
+    assert atomic.write(tmp_path, {"a": (b"1", 0o600), "b": (b"2", 0o644)})  # a mode change is a change
+    assert atomic.write(tmp_path, {"a": (b"new", 0o644), "c": (b"3", 0o644)})
+    assert os.readlink(tmp_path / atomic.DATA) != first and not (tmp_path / first).exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("..")) == ["a", "c"]
+    assert (tmp_path / "a").read_bytes() == b"new"
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("..20")]) == 1
+
+
+@pytest.mark.parametrize("path", ["/abs", "../up", "a/../../b", "..hidden", ""])
+def test_atomic_write_refuses_paths_outside_or_reserved(tmp_path, path):
+    with pytest.raises(VolumeError):
+        atomic.write(tmp_path / "v", {path: (b"x", 0o644)})
+    assert not (tmp_path / "up").exists()
+
+
+# --- hostPath -------------------------------------------------------------------------------------------
+
+def test_hostpath_types(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    assert hostpath.check("spec.volumes[0].hostPath", str(tmp_path), "Directory") == tmp_path
+    assert hostpath.check("spec.volumes[0].hostPath", str(f), "File") == f
+    assert hostpath.check("spec.volumes[0].hostPath", "/nonexistent/x", None) == Path("/nonexistent/x")
+    made = hostpath.check("f", str(tmp_path / "new" / "dir"), "DirectoryOrCreate")
+    assert made.is_dir() and stat.S_IMODE(made.stat().st_mode) == 0o755
+    created = hostpath.check("f", str(tmp_path / "sub" / "file"), "FileOrCreate")
+    assert created.is_file() and created.read_text() == ""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "sock"))
+        assert hostpath.check("f", str(tmp_path / "sock"), "Socket")
+
+
+def test_hostpath_mismatch_names_field_and_kind(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    with pytest.raises(VolumeError, match=r"spec.volumes\[2\].hostPath: .* is not a socket, it's a file"):
+        hostpath.check("spec.volumes[2].hostPath", str(f), "Socket")
+    with pytest.raises(VolumeError, match="is not a directory, it's a file"):
+        hostpath.check("v", str(f), "DirectoryOrCreate")
+    with pytest.raises(VolumeError, match="is not a file: No such file"):
+        hostpath.check("v", str(tmp_path / "missing"), "File")
+    with pytest.raises(VolumeError, match=r"v.type: 'Weird' is an invalid hostPath type"):
+        hostpath.check("v", str(f), "Weird")
+
+
+# --- subPath --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def binds(monkeypatch):
+    """Records bind mounts instead of making them (mounting needs root)."""
+    made: list[tuple[str, Path, str]] = []
+    monkeypatch.setattr(mount, "bind", lambda source, target: made.append((source, target,
+                                                                          os.readlink(source))))
+    monkeypatch.setattr(mount, "fs_type", lambda path: None)
+    return made
+
+
+def test_subpath_escape_through_symlink_is_refused(tmp_path, binds):
+    volume = tmp_path / "vol"
+    volume.mkdir()
+    (volume / "escape").symlink_to("/")
+    (volume / "inner").symlink_to("sub")
+    (volume / "sub").mkdir()
+    with pytest.raises(ContainerConfigError, match=r"f.subPath: subPath 'escape' resolves to /, outside volume"):
+        subpath.bind_subpath("f.subPath", "data", volume, "escape", tmp_path / "t0")
+    with pytest.raises(ContainerConfigError, match=r"must not contain '\.\.'"):
+        subpath.bind_subpath("f.subPath", "data", volume, "sub/../../x", tmp_path / "t1")
+    with pytest.raises(ContainerConfigError, match="must be a relative path"):
+        subpath.bind_subpath("f.subPathExpr", "data", volume, "/etc", tmp_path / "t2")
+    assert binds == []
+    # a symlink that stays inside the volume is followed, as upstream's
+    assert subpath.bind_subpath("f", "data", volume, "inner", tmp_path / "t3") == tmp_path / "t3"
+    assert binds[0][2] == str(volume / "sub") and (tmp_path / "t3").is_dir()
+
+
+def test_subpath_missing_is_made_and_a_file_gets_a_file_target(tmp_path, binds):
+    volume = tmp_path / "vol"
+    volume.mkdir()
+    (volume / "f").write_text("x")
+    subpath.bind_subpath("f", "data", volume, "a/b", tmp_path / "t")
+    assert (volume / "a" / "b").is_dir() and binds[-1][2] == str(volume / "a" / "b")
+    subpath.bind_subpath("f", "data", volume, "f", tmp_path / "tf")
+    assert (tmp_path / "tf").is_file()
+
+
+def test_subpath_symlink_swapped_in_is_refused(tmp_path):
+    """The element-wise open: a symlink at any step (put there after resolution) is refused."""
+    volume = tmp_path / "vol"
+    volume.mkdir()
+    (volume / "link").symlink_to("/")
+    fd = os.open(volume, os.O_PATH | os.O_DIRECTORY)
+    try:
+        with pytest.raises(ContainerConfigError, match="element 'link' is a symlink"):
+            subpath._walk(fd, ("link",), "f", "link", create=False)
+    finally:
+        os.close(fd)
+
+
+# --- mountinfo ------------------------------------------------------------------------------------------
+
+def test_mounts_under_reads_mountinfo(tmp_path, monkeypatch):
+    info = tmp_path / "mountinfo"
+    base = tmp_path / "root dir"
+    info.write_text(
+        f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        f"2 1 0:5 / {str(base).replace(' ', chr(92) + '040')}/pods/u/v rw shared:1 - tmpfs tmpfs rw\n"
+        f"3 2 0:6 / {str(base).replace(' ', chr(92) + '040')}/pods/u/v/sub rw - tmpfs tmpfs rw\n"
+        f"4 1 0:7 / {tmp_path}/root dirx rw - tmpfs tmpfs rw\n")
+    monkeypatch.setattr(mount, "MOUNTINFO", info)
+    found = mount.mounts_under(base)
+    assert found == [(base / "pods/u/v/sub", "tmpfs"), (base / "pods/u/v", "tmpfs")]
+    assert mount.fs_type(base / "pods/u/v") == "tmpfs" and mount.fs_type(base / "pods") is None
+
+
+# --- payloads -------------------------------------------------------------------------------------------
+
+def manager(tmp_path, objs=None, **kw) -> VolumeManager:
+    return VolumeManager(FakeClient(objs, **kw), Settings(root_dir=tmp_path, node_ip="10.0.0.1"),
+                         allocatable=lambda: {"cpu": "4", "memory": "8Gi"})
+
+
+def test_configmap_payload_items_modes_optional(tmp_path):
+    m = manager(tmp_path, {**cm("c", {"k1": "v1", "k2": "v2"}, {"bin": base64.b64encode(b"\0\1").decode()})})
+    assert m._payload(POD, "configMap", {"name": "c", "defaultMode": 0o640}, "f") == {
+        "k1": (b"v1", 0o640), "k2": (b"v2", 0o640), "bin": (b"\0\1", 0o640)}
+    assert m._payload(POD, "configMap", {"name": "c", "items": [{"key": "k2", "path": "x/y", "mode": 0o400}]},
+                      "f") == {"x/y": (b"v2", 0o400)}
+    with pytest.raises(VolumeError, match="configmap references non-existent config key: nope"):
+        m._payload(POD, "configMap", {"name": "c", "items": [{"key": "nope", "path": "p"}]}, "f")
+    assert m._payload(POD, "configMap", {"name": "c", "optional": True,
+                                         "items": [{"key": "nope", "path": "p"}]}, "f") == {}
+    with pytest.raises(objects.ObjectError, match='configmap "gone" not found'):
+        m._payload(POD, "configMap", {"name": "gone"}, "f")
+    assert m._payload(POD, "configMap", {"name": "gone", "optional": True}, "f") == {}
+
+
+def test_secret_downward_and_projected_payloads(tmp_path):
+    m = manager(tmp_path, {**sec("s", {"pw": b"x"}), **cm("kube-root-ca.crt", {"ca.crt": "CA"})})
+    assert m._payload(POD, "secret", {"secretName": "s", "defaultMode": 0o400}, "f") == {"pw": (b"x", 0o400)}
+    items = [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+             {"path": "mem", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory",
+                                                  "divisor": "1Mi"}},
+             {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "requests.cpu",
+                                                  "divisor": "1m"}}]
+    assert m._payload(POD, "downwardAPI", {"items": items}, "f") == {
+        "labels": (b'a="q\\"x"\nb="2"', 0o644), "mem": (b"64", 0o644), "cpu": (b"250", 0o644)}
+    sources = [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+               {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+               {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]
+    assert m._payload(POD, "projected", {"sources": sources, "defaultMode": 0o644}, "f") == {
+        "token": (b"token-1", 0o644), "ca.crt": (b"CA", 0o644), "namespace": (b"ns", 0o644)}
+    request, account, namespace = m.client.last_request
+    assert (account, namespace) == ("sa", "ns") and request.spec.expirationSeconds == 3607
+    assert request.spec.boundObjectRef.kind == "Pod" and request.spec.boundObjectRef.uid == "u-1"
+    with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['clusterTrustBundle'\] projections are not"):
+        m._payload(POD, "projected", {"sources": [{"clusterTrustBundle": {}}]}, "f")
+
+
+def test_volume_paths_follow_the_kubelet_layout(tmp_path):
+    m = manager(tmp_path)
+    assert m.volume_path(POD, {"name": "d", "emptyDir": {}}) == tmp_path / "pods/u-1/volumes/kubernetes.io~empty-dir/d"
+    assert m.volume_path(POD, {"name": "s", "secret": {}}) == tmp_path / "pods/u-1/volumes/kubernetes.io~secret/s"
+    assert m.volume_path(POD, {"name": "h", "hostPath": {"path": "/srv"}}) == Path("/srv")
+    assert plugin_of({"name": "x"}) == "emptyDir"
+    with pytest.raises(VolumeError, match="persistentVolumeClaim volumes are not supported"):
+        m.volume_path(POD, {"name": "x", "persistentVolumeClaim": {"claimName": "c"}})
+
+
+def test_mounts_readonly_propagation_and_unknown_volume(tmp_path):
+    m = manager(tmp_path)
+    pod = {**POD, "spec": {**POD["spec"], "volumes": [{"name": "cfg", "configMap": {"name": "c"}},
+                                                      {"name": "h", "hostPath": {"path": "/srv"}}]}}
+    container = {"name": "c", "volumeMounts": [
+        {"name": "cfg", "mountPath": "/cfg"},
+        {"name": "h", "mountPath": "/h", "mountPropagation": "HostToContainer"},
+        {"name": "h", "mountPath": "/h2", "readOnly": True}]}
+    out = m.mounts(pod, container, {})
+    assert [(x.container_path, x.host_path, x.readonly, x.propagation) for x in out] == [
+        ("/cfg", str(tmp_path / "pods/u-1/volumes/kubernetes.io~configmap/cfg"), True, 0),
+        ("/h", "/srv", False, 1), ("/h2", "/srv", True, 0)]
+    with pytest.raises(ContainerConfigError, match=r"spec.containers\[0\].volumeMounts\[0\].name: volume 'x'"):
+        m.mounts(pod, {"name": "c", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}, {})
+
+
+# --- tokens ---------------------------------------------------------------------------------------------
+
+def test_token_refreshed_at_80_percent_of_its_life():
+    now = [1_000_000.0]
+    client = FakeClient(ttl=1000, clock=lambda: now[0])
+    tokens = objects.TokenManager(client, clock=lambda: now[0])
+    assert tokens.get(POD, "sa", "", 1000) == "token-1"
+    now[0] += 799
+    assert tokens.get(POD, "sa", "", 1000) == "token-1"
+    assert tokens.get(POD, "sa", "aud", 1000) == "token-2"  # another audience, another token
+    now[0] += 2
+    assert tokens.get(POD, "sa", "", 1000) == "token-3"
+    tokens.forget("u-1")
+    assert tokens.get(POD, "sa", "", 1000) == "token-4"
