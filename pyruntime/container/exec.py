@@ -31,9 +31,9 @@ PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "p
                 "time": "time", "mount": "mnt"}
 
 
-def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccomp | None, init_pid: int,
-            proc: Process, chan: Channel, console_sock: socket.socket | None, preserve_fds: int,
-            debug: bool) -> None:
+def _stage1(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, proc: Process, chan: Channel,
+            console_sock: socket.socket | None, preserve_fds: int, debug: bool) -> None:
+    namespaces, init_pid = state.namespaces, state.pid
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         chan.recv(sync.GO)
@@ -55,26 +55,39 @@ def _stage1(kernel: Syscalls, namespaces: dict[str, str | None], seccomp: Seccom
                 os.setresuid(0, 0, 0)
         pid = os.fork()
         if pid == 0:
-            _stage2(kernel, seccomp, proc, chan, console_sock, preserve_fds, debug)
+            _stage2(kernel, state, seccomp, proc, chan, console_sock, preserve_fds, debug)
         chan.send(sync.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
 
 
-def _stage2(kernel: Syscalls, seccomp: Seccomp | None, proc: Process, chan: Channel,
+def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, proc: Process, chan: Channel,
             console_sock: socket.socket | None, preserve_fds: int, debug: bool) -> None:
     try:
         chan.recv(sync.PID_RECEIVED)
         if proc.terminal:
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
             console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
-        program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)))
+        cpus = (state.resources.get("cpu") or {}).get("cpus")
+        program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)),
+                                        personality=state.personality, cpus_restricted=bool(cpus))
         chan.send(sync.READY)
         chan.close()
         process.execute(seccomp, proc, program, env)
     except BaseException as e:
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)
+
+
+def with_defaults(proc: Process, state: ContainerState) -> Process:
+    """The exec'd process takes config.json's scheduler and I/O priority unless it has its own (runc's)."""
+    if (proc.scheduler is not None or not state.process.get("scheduler")) and (
+            proc.io_priority is not None or not state.process.get("ioPriority")):
+        return proc
+    from pyruntime.record import replace
+    config = state.process_spec()
+    return replace(proc, scheduler=proc.scheduler or config.scheduler,
+                   io_priority=proc.io_priority or config.io_priority)
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
@@ -122,7 +135,7 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            _stage1(kernel, state.namespaces, seccomp, state.pid, proc, child, console_sock, preserve_fds, debug)
+            _stage1(kernel, state, seccomp, with_defaults(proc, state), child, console_sock, preserve_fds, debug)
         child.close()
         if console_sock is not None:
             console_sock.close()

@@ -163,7 +163,9 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
         def notify(fd: int) -> None:
             chan.send_fd(sync.SECCOMP, fd)
             sent.append(fd)
-        program, env = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify)
+        cpus = ((spec.raw.get("linux") or {}).get("resources") or {}).get("cpu") or {}
+        program, env = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify,
+                                        personality=spec.linux.personality, cpus_restricted=bool(cpus.get("cpus")))
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
             chan.send(sync.SECCOMP)
         chan.send(sync.READY)

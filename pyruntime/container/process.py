@@ -156,8 +156,45 @@ def _uses_notify(profile: Seccomp | None) -> bool:
     return profile is not None and profile.uses_notify
 
 
+SCHED_POLICY = {"SCHED_OTHER": 0, "SCHED_FIFO": 1, "SCHED_RR": 2, "SCHED_BATCH": 3, "SCHED_ISO": 4, "SCHED_IDLE": 5,
+                "SCHED_DEADLINE": 6}
+SCHED_FLAG = {"SCHED_FLAG_RESET_ON_FORK": 0x01, "SCHED_FLAG_RECLAIM": 0x02, "SCHED_FLAG_DL_OVERRUN": 0x04,
+              "SCHED_FLAG_KEEP_POLICY": 0x08, "SCHED_FLAG_KEEP_PARAMS": 0x10, "SCHED_FLAG_UTIL_CLAMP_MIN": 0x20,
+              "SCHED_FLAG_UTIL_CLAMP_MAX": 0x40}
+IOPRIO_CLASS = {"IOPRIO_CLASS_RT": 1, "IOPRIO_CLASS_BE": 2, "IOPRIO_CLASS_IDLE": 3}
+IOPRIO_WHO_PGRP = 1
+PERSONA = {"LINUX": 0x0000, "LINUX32": 0x0008}
+
+
+def set_scheduling(kernel: Syscalls, proc: Process, personality: str | None, cpus_restricted: bool) -> None:
+    """process.scheduler, process.ioPriority (for the process group, as runc) and linux.personality, while
+    the process still has the capabilities a real-time policy or a negative nice needs."""
+    s = proc.scheduler
+    if s is not None:
+        flags = 0
+        for flag in s.flags:
+            flags |= SCHED_FLAG[flag]
+        try:
+            kernel.sched_setattr(SCHED_POLICY[s.policy], flags, s.nice, s.priority, s.runtime, s.deadline, s.period)
+        except OSError as e:
+            if e.errno == errno.EPERM and cpus_restricted:
+                # the kernel's reason (sched_setattr(2)): the affinity mask does not hold every CPU
+                raise ProcessError("process.scheduler: process scheduler can't be used together with AllowedCPUs "
+                                   "(linux.resources.cpu.cpus)") from e
+            raise ProcessError(f"process.scheduler: {e}") from e
+    if proc.io_priority is not None:
+        io = proc.io_priority
+        try:
+            kernel.ioprio_set(IOPRIO_WHO_PGRP, 0, IOPRIO_CLASS[io.klass] << 13 | io.priority)
+        except OSError as e:
+            raise ProcessError(f"process.ioPriority: {e}") from e
+    if personality is not None:
+        kernel.personality(PERSONA[personality])
+
+
 def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds: set[int],
-             notify: Callable[[int], None] | None = None) -> tuple[str, dict[str, str]]:
+             notify: Callable[[int], None] | None = None, personality: str | None = None,
+             cpus_restricted: bool = False) -> tuple[str, dict[str, str]]:
     """Everything up to the exec; returns the resolved program path and the environment. Errors name the
     step. The cwd is entered as root, before the user and capabilities change (runc's order: a cwd only
     root can enter works), and again as the user where root was refused.
@@ -167,6 +204,7 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
     set_rlimits(proc)
     kernel.reset_signals()  # before any seccomp filter, which may not allow rt_sigaction
     reset_affinity(kernel)
+    set_scheduling(kernel, proc, personality, cpus_restricted)
     close_fds(kernel, keep_fds)
     env = environment(proc.env, proc.user.uid)
     entered = enter_cwd(proc.cwd, retry_later=True)

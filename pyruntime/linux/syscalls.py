@@ -95,10 +95,19 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
-               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
+               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
+               "sched_setattr": 314, "ioprio_set": 251, "personality": 135},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
-                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442},
+                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
+                "sched_setattr": 274, "ioprio_set": 30, "personality": 92},
 }[os.uname().machine]
+
+
+class _SchedAttr(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("sched_policy", ctypes.c_uint32), ("sched_flags", ctypes.c_uint64),
+                ("sched_nice", ctypes.c_int32), ("sched_priority", ctypes.c_uint32),
+                ("sched_runtime", ctypes.c_uint64), ("sched_deadline", ctypes.c_uint64),
+                ("sched_period", ctypes.c_uint64)]
 
 
 class SyscallError(InternalError, OSError):
@@ -228,6 +237,17 @@ class Syscalls:
         raise NotImplementedError
 
     def sched_setaffinity(self, pid: int, cpus: set[int]) -> None:
+        raise NotImplementedError
+
+    def sched_setattr(self, policy: int, flags: int, nice: int, priority: int, runtime: int, deadline: int,
+                      period: int) -> None:
+        """sched_setattr(2) on the calling thread."""
+        raise NotImplementedError
+
+    def ioprio_set(self, which: int, who: int, ioprio: int) -> None:
+        raise NotImplementedError
+
+    def personality(self, persona: int) -> None:
         raise NotImplementedError
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
@@ -384,6 +404,18 @@ class LinuxSyscalls(Syscalls):
             os.sched_setaffinity(pid, cpus)
         except OSError as e:
             raise SyscallError(e.errno, f"sched_setaffinity({pid}, {sorted(cpus)}): {e.strerror}") from e
+
+    def sched_setattr(self, policy: int, flags: int, nice: int, priority: int, runtime: int, deadline: int,
+                      period: int) -> None:
+        attr = _SchedAttr(ctypes.sizeof(_SchedAttr), policy, flags, nice, priority, runtime, deadline, period)
+        self._new_api("sched_setattr", 0, ctypes.byref(attr), 0,
+                      what=f"sched_setattr(policy={policy}, flags={flags:#x}, nice={nice}, priority={priority})")
+
+    def ioprio_set(self, which: int, who: int, ioprio: int) -> None:
+        self._new_api("ioprio_set", which, who, ioprio, what=f"ioprio_set({which}, {who}, {ioprio:#x})")
+
+    def personality(self, persona: int) -> None:
+        self._new_api("personality", ctypes.c_ulong(persona), what=f"personality({persona:#x})")
 
     def _new_api(self, name: str, *args, what: str) -> int:
         ret = libc.syscall(_SYSCALL_NR[name], *args)

@@ -21,6 +21,12 @@ NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "t
 RLIMIT_NAMES = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_LOCKS",
                 "RLIMIT_MEMLOCK", "RLIMIT_MSGQUEUE", "RLIMIT_NICE", "RLIMIT_NOFILE", "RLIMIT_NPROC",
                 "RLIMIT_RSS", "RLIMIT_RTPRIO", "RLIMIT_RTTIME", "RLIMIT_SIGPENDING", "RLIMIT_STACK")
+SCHED_POLICIES = ("SCHED_OTHER", "SCHED_FIFO", "SCHED_RR", "SCHED_BATCH", "SCHED_ISO", "SCHED_IDLE",
+                  "SCHED_DEADLINE")
+SCHED_FLAGS = ("SCHED_FLAG_RESET_ON_FORK", "SCHED_FLAG_RECLAIM", "SCHED_FLAG_DL_OVERRUN", "SCHED_FLAG_KEEP_POLICY",
+               "SCHED_FLAG_KEEP_PARAMS", "SCHED_FLAG_UTIL_CLAMP_MIN", "SCHED_FLAG_UTIL_CLAMP_MAX")
+IOPRIO_CLASSES = ("IOPRIO_CLASS_RT", "IOPRIO_CLASS_BE", "IOPRIO_CLASS_IDLE")
+PERSONALITY_DOMAINS = ("LINUX", "LINUX32")
 HOOK_KINDS = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 PROPAGATIONS = ("", "private", "rprivate", "slave", "rslave", "shared", "rshared", "unbindable", "runbindable")
 UINT32_MAX = 2**32 - 1
@@ -48,6 +54,24 @@ class Rlimit:
 
 
 @record
+class Scheduler:
+    """process.scheduler: sched_setattr(2)'s attributes, checked as runc checks them."""
+    policy: str
+    nice: int = 0
+    priority: int = 0
+    flags: tuple[str, ...] = ()
+    runtime: int = 0
+    deadline: int = 0
+    period: int = 0
+
+
+@record
+class IOPriority:
+    klass: str  # IOPRIO_CLASS_RT, _BE or _IDLE
+    priority: int = 0
+
+
+@record
 class Process:
     args: tuple[str, ...]
     cwd: str
@@ -61,6 +85,8 @@ class Process:
     oom_score_adj: int | None = None
     apparmor_profile: str | None = None
     selinux_label: str | None = None
+    scheduler: Scheduler | None = None
+    io_priority: IOPriority | None = None
 
 
 @record
@@ -125,6 +151,7 @@ class Linux:
     masked_paths: tuple[str, ...] = ()
     readonly_paths: tuple[str, ...] = ()
     mount_label: str | None = None
+    personality: str | None = None  # linux.personality.domain: LINUX or LINUX32
 
     def namespace(self, kind: str) -> Namespace | None:
         for ns in self.namespaces:
@@ -192,12 +219,36 @@ def parse_process(p: Obj) -> Process:
         from pyruntime.linux.capabilities import Capabilities
         caps = Capabilities.from_spec(c.raw, where=c.path, warn=warn)
     size = p.obj("consoleSize")
+    io = p.obj("ioPriority")
     return Process(
         args=tuple(args), cwd=cwd, env=tuple(p.strings("env")), terminal=p.bool("terminal"),
         console_size=(size.int("height", 0, lo=0), size.int("width", 0, lo=0)) if size else None,
         user=parse_user(p.obj("user")), rlimits=tuple(rlimits), capabilities=caps,
         no_new_privileges=p.bool("noNewPrivileges"), oom_score_adj=p.int("oomScoreAdj", None, lo=-1000, hi=1000),
-        apparmor_profile=p.str("apparmorProfile"), selinux_label=p.str("selinuxLabel"))
+        apparmor_profile=p.str("apparmorProfile"), selinux_label=p.str("selinuxLabel"),
+        scheduler=_scheduler(p.obj("scheduler")),
+        io_priority=IOPriority(io.choice("class", IOPRIO_CLASSES, "I/O priority class", required=True),
+                               io.int("priority", 0, lo=0, hi=7)) if io is not None else None)
+
+
+def _scheduler(o: Obj | None) -> Scheduler | None:
+    """runc's checks (libcontainer/configs/validate), each naming the field."""
+    if o is None:
+        return None
+    policy = o.choice("policy", SCHED_POLICIES, "scheduling policy", required=True)
+    flags = o.strings("flags")
+    for i, flag in enumerate(flags):
+        if flag not in SCHED_FLAGS:
+            raise SpecError(f"{o.path}.flags[{i}]: unknown scheduler flag {flag!r}")
+    s = Scheduler(policy, o.int("nice", 0), o.int("priority", 0, lo=0, hi=99), tuple(flags), o.int("runtime", 0, lo=0),
+                  o.int("deadline", 0, lo=0), o.int("period", 0, lo=0))
+    if policy in ("SCHED_OTHER", "SCHED_BATCH") and not -20 <= s.nice <= 19:
+        raise SpecError(f"{o.path}.nice: {s.nice} is invalid when the policy is {policy} (-20..19)")
+    if s.priority and policy not in ("SCHED_FIFO", "SCHED_RR"):
+        raise SpecError(f"{o.path}.priority: can only be set for SCHED_FIFO or SCHED_RR, not {policy}")
+    if policy != "SCHED_DEADLINE" and (s.runtime or s.deadline or s.period):
+        raise SpecError(f"{o.path}: runtime/deadline/period can only be set for SCHED_DEADLINE, not {policy}")
+    return s
 
 
 def process_from_json(raw: Any) -> Process:
@@ -260,12 +311,18 @@ def _linux(o: Obj | None) -> Linux:
         from pyruntime.linux.seccomp import Seccomp
         seccomp = Seccomp.from_spec(s.raw, where=s.path)
     propagation = o.choice("rootfsPropagation", PROPAGATIONS, "propagation", "")
-    for unsupported in ("intelRdt", "personality", "netDevices", "memoryPolicy", "timeOffsets"):
+    personality = None
+    per = o.obj("personality")
+    if per is not None:
+        personality = per.choice("domain", PERSONALITY_DOMAINS, "personality domain", required=True)
+        if per.strings("flags"):
+            raise SpecError(f"{per.path}.flags: personality flags are not supported (runc supports none either)")
+    for unsupported in ("intelRdt", "netDevices", "memoryPolicy", "timeOffsets"):
         if o.raw.get(unsupported):
             raise SpecError(f"linux.{unsupported}: not supported by pyruntime")
     return Linux(tuple(namespaces), uid_maps, gid_maps, tuple(devices), o.str("cgroupsPath", ""), resources,
                  o.str_map("sysctl"), seccomp, propagation, tuple(o.strings("maskedPaths")),
-                 tuple(o.strings("readonlyPaths")), o.str("mountLabel"))
+                 tuple(o.strings("readonlyPaths")), o.str("mountLabel"), personality)
 
 
 def parse(raw: Any, bundle: str) -> Spec:

@@ -34,14 +34,14 @@ class ContainerState:
     command loads it and `dataclasses` (with the inspect module it pulls in) costs milliseconds to import."""
 
     FIELDS = ("id", "bundle", "rootfs", "pid", "pid_start", "created", "owner", "cgroups_path", "annotations",
-              "creator_pid", "creator_start", "namespaces", "process", "hooks", "seccomp", "resources")
+              "creator_pid", "creator_start", "namespaces", "process", "hooks", "seccomp", "resources", "personality")
     __slots__ = FIELDS
 
     def __init__(self, id: str, bundle: str, rootfs: str, pid: int = 0, pid_start: int = 0, created: str = "",
                  owner: str = "", cgroups_path: str = "", annotations: dict[str, str] | None = None,
                  creator_pid: int = 0, creator_start: int = 0, namespaces: dict[str, str | None] | None = None,
                  process: dict | None = None, hooks: dict[str, list] | None = None, seccomp: dict | None = None,
-                 resources: dict | None = None) -> None:
+                 resources: dict | None = None, personality: str | None = None) -> None:
         self.id = id
         self.bundle = bundle
         self.rootfs = rootfs
@@ -61,6 +61,7 @@ class ContainerState:
         self.hooks: dict[str, list] = {} if hooks is None else hooks
         self.seccomp = seccomp
         self.resources: dict = {} if resources is None else resources
+        self.personality = personality  # linux.personality.domain, which exec'd processes get too
 
     @classmethod
     def of_spec(cls, id: str, spec: Spec, *, bundle: str, created: str, owner: str, creator_pid: int,
@@ -73,7 +74,8 @@ class ContainerState:
                    creator_pid=creator_pid, creator_start=creator_start, cgroups_path=spec.linux.cgroups_path,
                    annotations=spec.annotations, namespaces={ns.type: ns.path for ns in spec.linux.namespaces},
                    process=raw.get("process") or {}, hooks={k: hooks[k] for k in LATER_HOOKS if hooks.get(k)},
-                   seccomp=linux.get("seccomp"), resources=linux.get("resources") or {})
+                   seccomp=linux.get("seccomp"), resources=linux.get("resources") or {},
+                   personality=spec.linux.personality)
 
     @property
     def userns(self) -> bool:

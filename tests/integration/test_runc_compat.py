@@ -476,3 +476,67 @@ def test_recursive_mount_attributes_reach_every_mount_below(runtime, make_bundle
         assert done.stdout.split()[3].split(",")[:2] == ["ro", "noatime"]
     finally:
         subprocess.run(["umount", "-R", str(volume)], check=True)
+
+
+def _sched(pid: int) -> tuple[int, int]:
+    """(policy, nice) of a process, from /proc/PID/stat (fields 41 and 19)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[38]), int(fields[16])
+
+
+def test_scheduler_io_priority_and_personality_reach_init_and_exec(runtime, make_bundle):
+    """process.scheduler and process.ioPriority for init and, from config.json, for exec'd processes (a
+    process.json of its own overrides them); linux.personality for both."""
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["process"]["scheduler"] = {"policy": "SCHED_BATCH", "nice": 19}
+    config["process"]["ioPriority"] = {"class": "IOPRIO_CLASS_BE", "priority": 4}
+    config["linux"]["personality"] = {"domain": "LINUX32"}
+    _save(bundle, config)
+    sched_batch, best_effort_4 = 3, (2 << 13) | 4
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        assert _sched(pid) == (sched_batch, 19)
+        assert libc.syscall(252, 1, pid) == best_effort_4  # ioprio_get(IOPRIO_WHO_PROCESS, pid)
+        done = runtime("exec", "c1", "sh", "-c", "uname -m; cat /proc/self/stat")
+        machine, stat = done.stdout.splitlines()
+        assert machine == "i686"
+        fields = stat.rsplit(")", 1)[1].split()
+        assert (int(fields[38]), int(fields[16])) == (sched_batch, 19)
+        own = bundle / "process.json"
+        own.write_text(json.dumps({**config["process"], "args": ["sh", "-c", "cat /proc/self/stat"],
+                                   "scheduler": {"policy": "SCHED_OTHER"}}))
+        fields = runtime("exec", "--process", str(own), "c1").stdout.rsplit(")", 1)[1].split()
+        assert (int(fields[38]), int(fields[16])) == (0, 0)
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["process"].__setitem__("scheduler", {"policy": "SCHED_BATCH", "priority": 3}),
+     "process.scheduler.priority: can only be set for SCHED_FIFO or SCHED_RR"),
+    (lambda c: c["process"].__setitem__("scheduler", {"policy": "SCHED_NOPE"}),
+     "process.scheduler.policy: unknown scheduling policy"),
+    (lambda c: c["process"].__setitem__("ioPriority", {"class": "IOPRIO_CLASS_BE", "priority": 8}),
+     "process.ioPriority.priority"),
+    (lambda c: c["linux"].__setitem__("personality", {"domain": "LINUX64"}),
+     "linux.personality.domain: unknown personality domain"),
+    (lambda c: (c["process"].__setitem__("scheduler", {"policy": "SCHED_DEADLINE", "runtime": 42000,
+                                                       "deadline": 1000000, "period": 1000000}),
+                c["linux"].setdefault("resources", {}).__setitem__("cpu", {"cpus": "0"})),
+     "process scheduler can't be used together with AllowedCPUs"),
+])
+def test_bad_scheduling_settings_are_refused_naming_the_field(runtime, make_bundle, edit, message):
+    if "AllowedCPUs" in message and (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs")
+    bundle = make_bundle(["true"])
+    config = _config(bundle)
+    edit(config)
+    _save(bundle, config)
+    try:
+        done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+    finally:
+        runtime("delete", "-f", "c1", check=False)
