@@ -83,6 +83,8 @@ def kubelet(request, control_plane, cri, tmp_path_factory):
         "get", "node", module.NODE, check=False).returncode == 0)
     assert k.running(), k.log_tail()
     yield k
+    if "kube-apiserver" not in control_plane.procs:  # a test of an API server outage left it stopped
+        control_plane.start_apiserver()
     control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
     k.stop()
     # the control plane outlives this runtime's kubelet: the next one registers the node afresh
