@@ -287,6 +287,11 @@ class Crictl:
         self.crictl("start", cid)
         return cid
 
+    def remove_all_pods(self) -> None:
+        for pod in self.json("pods", "-o", "json").get("items") or []:
+            self.crictl("stopp", pod["id"], check=False)
+            self.crictl("rmp", pod["id"], check=False)
+
 
 @dataclass
 class Pod:
