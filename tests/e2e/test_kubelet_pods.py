@@ -1,9 +1,9 @@
-"""pykubelet runs the pods bound to its node through CRI (containerd 1.6 here): a web server pod reaches
+"""pykubelet runs the pods bound to its node through CRI (containerd 1.6 and pyruntime-cri): a web server pod reaches
 Running and Ready with its IP and answers there; a crash-looping container restarts with a growing back-off
 and its restartCount grows; `kubectl delete pod` stops the container with SIGTERM and leaves nothing on the
 node (no sandbox, no container, no IP reservation, no pod cgroup) before the pod object goes.
 
-Images come from the test registry through containerd's certs.d mirrors (tests/conformance/critest.py's
+Images come from the test registry through the runtime's certs.d mirrors (tests/conformance/critest.py's
 registry pieces), so nothing leaves the machine."""
 from __future__ import annotations
 
