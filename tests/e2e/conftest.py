@@ -2,17 +2,22 @@
 kube-apiserver, with the `default` ServiceAccount that no controller-manager makes here), a CRI runtime
 with the pod network made, and a pykubelet registered as the module's NODE (tests/kit/kubelet_node.py).
 
-The runtime is containerd 1.6 with CRI on (tests/kit/containerd_cri.py); images come from the test
-registry through its certs.d mirrors, so nothing leaves the machine."""
+Every module runs once per CRI runtime: containerd 1.6 with CRI on (tests/kit/containerd_cri.py) and
+pyruntime-cri (tests/kit/cri_server.py), on the same pod network (our CNI plugins, one bridge and subnet).
+Images come from the test registry through certs.d mirrors, so nothing leaves the machine."""
 from __future__ import annotations
+
+import contextlib
+from pathlib import Path
 
 import pytest
 
 from proto import api_pb2
 from pykubelet import runtime as criapi
 from tests.conformance.critest import critest_registry
-from tests.kit.containerd_cri import containerd_cri
+from tests.kit.containerd_cri import BRIDGE, NETWORK, POD_SUBNET, containerd_cri
 from tests.kit.controlplane import ControlPlane
+from tests.kit.cri_server import CriNode
 from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups, wait_for
 
 
@@ -24,16 +29,16 @@ def control_plane(tmp_path_factory):
     cp.stop()
 
 
-@pytest.fixture(scope="module")
-def cri(tmp_path_factory):
-    """The CRI runtime (`.url`, `.work`, `.kill()`, `.start()`): containerd with the pod network already
-    made (a sandbox run and removed): the bridge is the node's, not a test's. The CNI helper is off: its
-    process outlives a pod by its idle time."""
-    work = tmp_path_factory.mktemp("containerd-cri")
+@pytest.fixture(scope="module", params=["containerd", "pyruntime-cri"])
+def cri(request, tmp_path_factory):
+    """The CRI runtime (`.url`, `.work` with the IPAM store in `.work / "ipam"`, `.kill()` for a kill -9,
+    `.start()`, `.stop()`, `.name`) with the pod network already made (a sandbox run and removed): the bridge
+    is the node's, not a test's. The CNI helper is off: its process outlives a pod by its idle time."""
+    work = tmp_path_factory.mktemp(request.param)
     cgroups_before = kubepods_dirs()
     with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
         env.setenv("PYCNI_HELPER", "off")
-        with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
+        with _runtime(request.param, work / "cri", mirror.hosts_dir) as endpoint:
             client = criapi.CRIRuntime(endpoint.url, timeout=60)
             warm_up = client.run_pod_sandbox(api_pb2.PodSandboxConfig(
                 metadata=api_pb2.PodSandboxMetadata(name="warm-up", namespace="test", uid="warm-up"),
@@ -43,6 +48,20 @@ def cri(tmp_path_factory):
             client.close()
             yield endpoint
     remove_new_cgroups(cgroups_before)
+
+
+@contextlib.contextmanager
+def _runtime(name: str, work: Path, hosts_dir: Path):
+    if name == "containerd":
+        with containerd_cri(work, hosts_dir) as endpoint:
+            yield endpoint
+        return
+    node = CriNode(hosts_dir, bridge=BRIDGE, subnet=POD_SUBNET, network=NETWORK, work=work)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +74,8 @@ def runtime(cri):
 @pytest.fixture(scope="module")
 def kubelet(request, control_plane, cri, tmp_path_factory):
     """pykubelet as the module's NODE (with its KUBELET_CONFIG: a dict, or a function of the control plane
-    giving one), registered; at the end every pod goes
-    first (they are the kubelet's to remove), then the kubelet."""
+    giving one), registered; at the end every pod goes first (they are the kubelet's to remove), then the
+    kubelet, then its Node."""
     module = request.module
     config = getattr(module, "KUBELET_CONFIG", None)
     if callable(config):  # fields that name the control plane's files (its CA, certificates it issues)
@@ -68,8 +87,12 @@ def kubelet(request, control_plane, cri, tmp_path_factory):
         "get", "node", module.NODE, check=False).returncode == 0)
     assert k.running(), k.log_tail()
     yield k
+    if "kube-apiserver" not in control_plane.procs:  # a test of an API server outage left it stopped
+        control_plane.start_apiserver()
     control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
     k.stop()
+    # the control plane outlives this runtime's kubelet: the next one registers the node afresh
+    control_plane.kubectl("delete", "node", module.NODE, check=False)
 
 
 @pytest.fixture

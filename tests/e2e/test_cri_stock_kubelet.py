@@ -25,8 +25,9 @@ from proto import api_pb2
 from pyruntime.linux import mountinfo
 from tests.conformance.critest import CRICTL, critest_registry
 from tests.integration.cni_helpers import FORWARDING
-from tests.integration.cri_node import HTTPD, CriNode, wait_for
 from tests.kit.controlplane import free_port, peer
+from tests.kit.cri_server import HTTPD, CriNode
+from tests.kit.kubelet_node import wait_for
 
 CGROUPS = Path("/sys/fs/cgroup")
 CONTAINER_LOGS = Path("/var/log/containers")  # the kubelet's symlinks: a path it hard-codes
@@ -122,7 +123,8 @@ class Kubelet:
                 "--hostname-override", NODE, "--v", "2"]
         with open(self.root / "kubelet.log", "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: self._get(self.healthz_port, "/healthz") == b"ok" or self._dead(), 60, "the kubelet healthy")
+        wait_for("the kubelet healthy",
+                 lambda: self._get(self.healthz_port, "/healthz") == b"ok" or self._dead(), timeout=60, interval=0.1)
         assert not self._dead(), self.log_tail()
 
     def _dead(self) -> bool:
@@ -212,7 +214,7 @@ def test_stock_kubelet_runs_a_static_pod(node, kubelet):
         return None
 
     try:
-        pod = wait_for(running, 120, "the static pod Running in the kubelet's /pods")
+        pod = wait_for("the static pod Running in the kubelet's /pods", running, timeout=120, interval=0.1)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{kubelet.log_tail()}") from e
     statuses = pod["status"]["containerStatuses"]
@@ -222,8 +224,8 @@ def test_stock_kubelet_runs_a_static_pod(node, kubelet):
     with urllib.request.urlopen(f"http://{ip}/", timeout=5) as r:
         assert b"It works!" in r.read()
 
-    logs = wait_for(lambda: [p for p in kubelet.pod_logs.rglob("*.log") if p.stat().st_size], 30,
-                    "the container log under the kubelet's pod log dir")
+    logs = wait_for("the container log under the kubelet's pod log dir",
+                    lambda: [p for p in kubelet.pod_logs.rglob("*.log") if p.stat().st_size], timeout=30, interval=0.1)
     assert "httpd stand-in" in logs[0].read_text()
     cri_pods = node.pods()
     assert [p.metadata.name for p in cri_pods] == [pod["metadata"]["name"]]

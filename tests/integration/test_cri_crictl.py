@@ -17,20 +17,11 @@ import pytest
 
 from tests.kit import cri_server as kit
 from tests.kit.cri_server import HTTPD, HTTPD_INDEX, cgroup_file, remove_cgroup
+from tests.kit.kubelet_node import wait_for
 
 cri_server = kit.cri_server  # the module's daemon
 
 SLEEPER = ["sh", "-c", "echo started; exec sleep 3600"]
-
-
-def wait_for(predicate, timeout: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_life_cycle(cri_server) -> None:
@@ -58,7 +49,8 @@ def test_life_cycle(cri_server) -> None:
         assert status["status"]["state"] == "CONTAINER_RUNNING"
         assert status["status"]["metadata"]["name"] == "main"
         assert status["info"]["sandboxID"] == pod.id
-        wait_for(lambda: "started" in c.crictl("logs", cid).stdout, what="the container's first line")
+        wait_for("the container's first line",
+                 lambda: "started" in c.crictl("logs", cid).stdout, timeout=20, interval=0.1)
         inspectp = c.json("inspectp", pod.id)
         assert inspectp["status"]["state"] == "SANDBOX_READY"
         assert inspectp["status"]["network"]["ip"].startswith("10.236.")
@@ -70,8 +62,9 @@ def test_life_cycle(cri_server) -> None:
 
 
 def exited(c, cid: str) -> dict:
-    return wait_for(lambda: (s := c.json("inspect", cid)["status"])["state"] == "CONTAINER_EXITED" and s,
-                    what=f"container {cid} to exit")
+    return wait_for(f"container {cid} to exit",
+                    lambda: (s := c.json("inspect", cid)["status"])["state"] == "CONTAINER_EXITED" and s,
+                    timeout=20, interval=0.1)
 
 
 def test_exit_code_and_reason(cri_server) -> None:
@@ -118,7 +111,8 @@ def test_logs_follow_format_and_reopen(cri_server) -> None:
         rotated = log_path.with_name(log_path.name + ".1")
         os.rename(log_path, rotated)
         c.crictl("logs", "--reopen", cid)
-        wait_for(lambda: log_path.exists() and log_path.read_text().count("\n") >= 3, what="the new log file")
+        wait_for("the new log file",
+                 lambda: log_path.exists() and log_path.read_text().count("\n") >= 3, timeout=20, interval=0.1)
         new_first = log_path.read_text().splitlines()[0].split(" ", 3)[3]
         old_last = rotated.read_text().splitlines()[-1].split(" ", 3)[3]
         assert int(new_first[4:]) > int(old_last[4:])
@@ -217,7 +211,7 @@ def test_port_forward(cri_server, transport) -> None:
     c = cri_server
     with c.pod(f"pf-{transport}") as pod:
         c.start_container(pod, "web", image=HTTPD)
-        wait_for(lambda: listening(c, pod_container(c, pod.id)), what="httpd listening")
+        wait_for("httpd listening", lambda: listening(c, pod_container(c, pod.id)), timeout=20, interval=0.1)
         port = free_port()
         forward = subprocess.Popen(c.argv("port-forward", "--transport", transport, pod.id, f"{port}:80"),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -227,7 +221,7 @@ def test_port_forward(cri_server, transport) -> None:
                     return http_get(port)
                 except OSError:
                     return None
-            body = wait_for(fetch, what="the forwarded port")
+            body = wait_for("the forwarded port", fetch, timeout=20, interval=0.1)
             assert HTTPD_INDEX in body
             assert HTTPD_INDEX in http_get(port)  # a second connection over the same session
         finally:
@@ -248,13 +242,13 @@ def test_pod_ip_answers_from_host_and_from_another_pod(cri_server) -> None:
     with c.pod("server") as server, c.pod("client") as client:
         web = c.start_container(server, "web", image=HTTPD)
         ip = server.ip()
-        wait_for(lambda: listening(c, web), what="httpd listening")
+        wait_for("httpd listening", lambda: listening(c, web), timeout=20, interval=0.1)
         assert HTTPD_INDEX in http_get(80, ip)
         probe = c.start_container(client, "probe", command=SLEEPER)
         assert client.ip() != ip
         out = c.crictl("exec", "-s", probe, "sh", "-c", f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 80")
         assert HTTPD_INDEX in out.stdout
-        ipam = Path(c.endpoint.work / "ipam")
+        ipam = Path(c.work / "ipam")
         assert any(ip in p.name for p in ipam.rglob("*"))
     assert not any(ip in p.name for p in ipam.rglob("*")), "the pod's address is still in the host-local store"
 
@@ -360,7 +354,7 @@ def test_stop_timeout_exec_timeout_and_names(cri_server) -> None:
     with c.pod("timeouts") as pod:
         stubborn = c.start_container(pod, "stubborn", command=["sh", "-c", "trap '' TERM; echo ready; "
                                                                            "while true; do sleep 0.1; done"])
-        wait_for(lambda: "ready" in c.crictl("logs", stubborn).stdout, what="the trap")
+        wait_for("the trap", lambda: "ready" in c.crictl("logs", stubborn).stdout, timeout=20, interval=0.1)
         began = time.monotonic()
         c.crictl("stop", "--timeout", "2", stubborn)
         took = time.monotonic() - began

@@ -11,7 +11,8 @@ import pytest
 
 from tests.conformance.critest import critest_registry
 from tests.integration.cni_helpers import scratch_netns
-from tests.integration.cri_node import HTTPD, CriNode, wait_for
+from tests.kit.cri_server import HTTPD, CriNode
+from tests.kit.kubelet_node import wait_for
 
 BRIDGE = "pyt-crinet0"
 SUBNET = "10.238.0.0/24"
@@ -58,8 +59,9 @@ def test_pods_of_a_node_in_a_netns_stay_in_it(mirror, netns):
         assert f"inet {SUBNET.replace('0/24', '1/24')}" in node.in_node("ip", "-o", "addr", "show", BRIDGE).stdout
         assert SUBNET in node.in_node("ip", "route", "show").stdout
         assert f'"name: \\"{node.network}\\"' in node.in_node("iptables", "-w", "-t", "nat", "-S").stdout
-        reply = wait_for(lambda: (r := node.in_node("curl", "-s", "--max-time", "3", f"http://{ip}/")).returncode == 0
-                         and r.stdout, 20, "the pod's HTTP answer inside the node")
+        reply = wait_for("the pod's HTTP answer inside the node",
+                         lambda: (r := node.in_node("curl", "-s", "--max-time", "3", f"http://{ip}/")).returncode == 0
+                         and r.stdout, timeout=20, interval=0.1)
         assert "It works!" in reply
 
         assert _host_network() == before

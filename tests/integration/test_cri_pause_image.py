@@ -28,14 +28,13 @@ from tests.conformance.critest import CRICTL, PyruntimeCri
 from tests.integration.cni_helpers import helper_listening
 from tests.integration.registry_server import Registry
 from tests.kit.busybox import build_busybox_image
-from tests.kit.cri_images import PAUSE_C, compile_static, write_hosts_dir
+from tests.kit.cri_images import BUSYBOX, PAUSE_C, compile_static, write_hosts_dir
 from tests.kit.images import add_image, f, tar_entries, write_index
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="needs root"),
               pytest.mark.usefixtures("restore_forwarding")]
 
 PAUSE = "registry.k8s.io/pause:3.10"
-BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
 BRIDGE = "pyt-pauseimg0"
 CNI_HELPER = "pycni-helper"  # the name the daemon's plugins use (it passes them no PYCNI_* variable)
 USER, PASSWORD = "alice", "s3cret"

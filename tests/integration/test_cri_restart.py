@@ -17,7 +17,8 @@ import pytest
 
 from proto import api_pb2
 from tests.conformance.critest import critest_registry
-from tests.integration.cri_node import BUSYBOX, CriNode, wait_for
+from tests.kit.cri_server import BUSYBOX, CriNode
+from tests.kit.kubelet_node import wait_for
 from tests.leakcheck import reap_orphans
 
 pytestmark = pytest.mark.usefixtures("restore_forwarding")
@@ -76,8 +77,8 @@ def test_kill9_daemon_keeps_pods_and_reports_exits_meanwhile(node):
                    ["supervisorPid"] for c in running.values()]
 
     killed_at = time.time_ns()
-    node.kill9()
-    wait_for(lambda: _gone(quitter_init), 15, "the quitter's exit while the daemon is down")
+    node.kill()
+    wait_for("the quitter's exit while the daemon is down", lambda: _gone(quitter_init), timeout=15, interval=0.1)
     assert not any(_gone(pid) for pid in supervisors), "a supervisor died with the daemon"
     node.start()
 
@@ -112,8 +113,9 @@ def test_kill9_daemon_keeps_pods_and_reports_exits_meanwhile(node):
         victim = next(iter(running.values()))
         time.sleep(0.5)  # the subscription is registered
         node.rt.StopContainer(api_pb2.StopContainerRequest(container_id=victim, timeout=1), timeout=30)
-        wait_for(lambda: any(e.container_id == victim and e.container_event_type == api_pb2.CONTAINER_STOPPED_EVENT
-                             for e in list(events)), 10, "the STOPPED event")
+        wait_for("the STOPPED event",
+                 lambda: any(e.container_id == victim and e.container_event_type == api_pb2.CONTAINER_STOPPED_EVENT
+                             for e in list(events)), timeout=10, interval=0.1)
     finally:
         stream.cancel()
         reader.join()
@@ -130,10 +132,11 @@ def test_kill9_supervisor_reports_the_container_exited(node):
     init = psutil.Process(info["pid"])
     processes = [init, *init.children(recursive=True)]
     psutil.Process(info["supervisorPid"]).kill()
-    status = wait_for(lambda: (s := node.container_status(cid)).state == api_pb2.CONTAINER_EXITED and s, 15,
-                      "the container reported exited")
+    status = wait_for("the container reported exited",
+                      lambda: (s := node.container_status(cid)).state == api_pb2.CONTAINER_EXITED and s,
+                      timeout=15, interval=0.1)
     assert status.exit_code == 255 and status.reason == "Error" and "supervisor died" in status.message
-    wait_for(lambda: all(_gone(p.pid) for p in processes), 10, "the container's processes gone")
+    wait_for("the container's processes gone", lambda: all(_gone(p.pid) for p in processes), timeout=10, interval=0.1)
     node.rt.StopContainer(api_pb2.StopContainerRequest(container_id=cid, timeout=1), timeout=10)  # not hung
     node.remove_pod(pod)
     assert node.allocated_ips() == set()
@@ -146,8 +149,9 @@ def test_kill9_pause_makes_the_sandbox_not_ready_and_stop_still_releases(node):
     assert node.allocated_ips() == {ip}
     pause = _info(node.rt.PodSandboxStatus(api_pb2.PodSandboxStatusRequest(pod_sandbox_id=pod, verbose=True)))["pid"]
     psutil.Process(pause).kill()
-    wait_for(lambda: _gone(pause), 10, "the pause gone")
-    wait_for(lambda: node.pod_status(pod).state == api_pb2.SANDBOX_NOTREADY, 10, "the sandbox not ready")
+    wait_for("the pause gone", lambda: _gone(pause), timeout=10, interval=0.1)
+    wait_for("the sandbox not ready",
+             lambda: node.pod_status(pod).state == api_pb2.SANDBOX_NOTREADY, timeout=10, interval=0.1)
     node.rt.StopPodSandbox(api_pb2.StopPodSandboxRequest(pod_sandbox_id=pod), timeout=60)
     assert node.allocated_ips() == set()
     assert node.container_status(cid).state == api_pb2.CONTAINER_EXITED
@@ -170,7 +174,7 @@ def test_stop_releases_the_address_when_the_netns_is_gone(node):
     ip = node.pod_status(pod).network.ip
     status = _info(node.rt.PodSandboxStatus(api_pb2.PodSandboxStatusRequest(pod_sandbox_id=pod, verbose=True)))
     psutil.Process(status["pid"]).kill()
-    wait_for(lambda: _gone(status["pid"]), 10, "the pause gone")
+    wait_for("the pause gone", lambda: _gone(status["pid"]), timeout=10, interval=0.1)
     netns = Path(status["namespaces"]["net"])
     subprocess.run(["umount", str(netns)], check=True)
     assert node.allocated_ips() == {ip}
@@ -191,8 +195,9 @@ def test_kill9_during_run_pod_sandbox_leaves_nothing_once_removed(node):
 
     caller = threading.Thread(target=run)
     caller.start()
-    wait_for(lambda: (node.inject_dir / "pybridge-ADD.entered").exists(), 30, "the CNI ADD under way")
-    node.kill9()
+    wait_for("the CNI ADD under way",
+             lambda: (node.inject_dir / "pybridge-ADD.entered").exists(), timeout=30, interval=0.1)
+    node.kill()
     caller.join()
     assert failed == [grpc.StatusCode.UNAVAILABLE]
     node.inject("pybridge", "ADD")
@@ -224,7 +229,7 @@ def test_kill9_during_create_leaves_nothing_once_removed(node, delay):
     caller = threading.Thread(target=run)
     caller.start()
     time.sleep(delay)  # here the first RunPodSandbox takes about 0.4 s (the CNI helper starts), a create 0.07 s
-    node.kill9()
+    node.kill()
     caller.join()
     node.start()
     for container in node.containers():

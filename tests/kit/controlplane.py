@@ -46,6 +46,7 @@ class ControlPlane:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ca: CA | None = None
     admin: Path | None = None  # the admin kubeconfig (system:masters)
+    _apiserver_keys: tuple[KeyPair, KeyPair, KeyPair] | None = field(default=None, repr=False)
 
     @property
     def server(self) -> str:
@@ -66,6 +67,7 @@ class ControlPlane:
                                 user="kubernetes-admin")
         try:
             self._start_etcd()
+            self._apiserver_keys = (serving, kubelet_client, sa)
             self._start_apiserver(serving, kubelet_client, sa)
             self._wait_ready()
         except BaseException:
@@ -88,7 +90,7 @@ class ControlPlane:
         return result
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        with open(self.dir / f"{name}.log", "wb") as log:
+        with open(self.dir / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
 
     def log(self, name: str) -> str:
@@ -145,15 +147,28 @@ class ControlPlane:
             time.sleep(0.25)
         raise RuntimeError(f"kube-apiserver not ready in {timeout} s:\n{self.log('kube-apiserver')}")
 
+    def stop_apiserver(self) -> None:
+        """kube-apiserver alone, etcd keeping the cluster's state: an API server outage as a kubelet sees it."""
+        self._stop("kube-apiserver")
+
+    def start_apiserver(self) -> None:
+        """kube-apiserver again, on the same port and certificates, once it answers ready."""
+        assert self._apiserver_keys is not None, "start() first"
+        self._start_apiserver(*self._apiserver_keys)
+        self._wait_ready()
+
     def stop(self) -> None:
         """kube-apiserver first (it writes to etcd until the end), then etcd."""
         for name in ("kube-apiserver", "etcd"):
-            proc = self.procs.pop(name, None)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            self._stop(name)
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -31,6 +31,11 @@ from tests.kit.images import Entry, add_image, d, f, tar_entries, write_index
 
 DYNAMIC_ROOT = CACHE / "busybox-dynamic"  # the extracted busybox .deb
 
+# The two images the CRI and kubelet tests run (built by image_set below): busybox with its applets, and busybox
+# httpd serving "It works!" on port 80.
+BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
+HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
+
 # critest specs that pull a reference pinned to an upstream digest: they cannot pass offline.
 DIGEST_PINNED_SPECS = ["public image with digest should be pulled and removed"]
 

@@ -17,10 +17,9 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
 from tests.kit.controlplane import ControlPlane, free_port
+from tests.kit.cri_images import BUSYBOX, HTTPD  # noqa: F401  (the images the pod tests run)
 
 PYKUBELET = Path(sys.executable).parent / "pykubelet"
-HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
-BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
 
 
 def wait_for(what: str, check, timeout: float = 60, interval: float = 0.5):
