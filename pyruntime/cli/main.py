@@ -253,9 +253,12 @@ def _exec_process(rt: Runtime, cid: str, o: dict, args: list[str]) -> dict:
         raw.setdefault("user", {})["additionalGids"] = [int(g) for g in o["additional-gids"]]
     if o["no-new-privs"]:
         raw["noNewPrivileges"] = True
+    # runc's --cap: bounding, effective and permitted; ambient only where the spec already has inheritable
+    # capabilities (an ambient one needs to be inheritable too), and never inheritable itself
     for cap in o["cap"]:
-        for kind in ("bounding", "effective", "permitted", "ambient", "inheritable"):
-            caps = raw.setdefault("capabilities", {}).setdefault(kind, [])
+        spec_caps = raw.setdefault("capabilities", {})
+        for kind in ("bounding", "effective", "permitted") + (("ambient",) if spec_caps.get("inheritable") else ()):
+            caps = spec_caps.setdefault(kind, [])
             if cap not in caps:
                 caps.append(cap)
     return raw

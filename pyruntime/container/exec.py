@@ -21,7 +21,7 @@ from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import Process
-from pyruntime.oci.state import CREATED, RUNNING, ContainerState
+from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
         state = store.load(cid)
         from pyruntime.container.control import status_of
         status = status_of(store, state)
+        if status == PAUSED:  # runc's words, which tools match; its --ignore-paused is not ours
+            raise ContainerError(f"cannot exec in a paused container {cid!r}: resume it first")
         if status not in (RUNNING, CREATED):
             raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
         return _exec(kernel, state, proc, console_socket, preserve_fds, debug, trace or silent)

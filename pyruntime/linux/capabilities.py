@@ -203,7 +203,11 @@ def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None 
         for key, granted in (("permitted", permitted), ("effective", effective),
                              ("inheritable", inheritable), ("ambient", ambient)):
             for cap in sorted(getattr(caps, key) - _caps(granted)):
-                warn(f"process.capabilities.{key}: {name(cap)} cannot be granted, skipped")
+                if key == "ambient":  # runc's words, which tools match
+                    warn(f"process.capabilities.ambient: can't raise ambient capability {name(cap)}: "
+                         "it is not in both the permitted and the inheritable sets, skipped")
+                else:
+                    warn(f"process.capabilities.{key}: {name(cap)} cannot be granted, skipped")
     kernel.capset(effective, permitted, inheritable)
     _prctl(kernel, "prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     for cap in sorted(_caps(ambient)):

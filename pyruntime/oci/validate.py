@@ -182,7 +182,7 @@ def _cgroups(linux: Linux, driver: str) -> None:
         raise SpecError(f"{where}.memory.swap: {m.swap} is below memory limit {m.limit}; OCI swap is memory+swap")
     if driver == "v1":
         if res.unified:
-            raise SpecError(f"{where}.unified: needs cgroup v2, this host uses cgroup v1")
+            raise SpecError(f"{where}.unified: invalid configuration: needs cgroup v2, this host uses cgroup v1")
         return
     _cgroup_v2(linux, where)
 

@@ -214,6 +214,14 @@ def test_exec_failures_exit_255_and_the_process_status_passes_through(runtime, m
         assert runtime("exec", "c1", "sh", "-c", "exit 42", check=False).returncode == 42
         assert runtime("exec", "c1", "no-such-binary", check=False).returncode == 255
         assert runtime("exec", "no-such-container", "true", check=False).returncode == 255
+        # runc's --cap: never inheritable (so not ambient either without inheritable ones in the spec)
+        status = runtime("exec", "--cap", "CAP_SYS_ADMIN", "c1", "cat", "/proc/self/status").stdout
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        assert int(fields["CapEff"], 16) & 1 << 21 and int(fields["CapInh"], 16) == 0
+        runtime("pause", "c1")
+        done = runtime("exec", "c1", "true", check=False)
+        assert done.returncode == 255 and "cannot exec in a paused container" in done.stderr
+        runtime("resume", "c1")
     finally:
         runtime("delete", "-f", "c1", check=False)
 

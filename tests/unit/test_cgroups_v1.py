@@ -208,7 +208,7 @@ def test_devices_already_in_place_are_not_rewritten(bases, writes):
 def test_unified_refused_on_v1(bases):
     mgr = V1Manager(bases, ("c1",))
     populate(mgr)
-    with pytest.raises(CgroupError, match=r"linux\.resources\.unified: needs cgroup v2"):
+    with pytest.raises(CgroupError, match=r"linux\.resources\.unified: invalid configuration: needs cgroup v2"):
         mgr.set(Resources.from_spec({"unified": {"memory.high": "1"}}))
 
 

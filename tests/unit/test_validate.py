@@ -202,7 +202,7 @@ def resources(**r):
 
 @pytest.mark.parametrize("edit, driver, message", [
     (resources(unified={"memory.high": "1"}), "v1",
-     "linux.resources.unified: needs cgroup v2, this host uses cgroup v1"),
+     "linux.resources.unified: invalid configuration: needs cgroup v2, this host uses cgroup v1"),
     (resources(memory={"limit": 200, "swap": 100}), "v1",
      "linux.resources.memory.swap: 100 is below memory limit 200; OCI swap is memory+swap"),
     (resources(memory={"limit": 200, "swap": 100}), "v2",
