@@ -665,7 +665,8 @@ def linux_resources(r: api_pb2.LinuxContainerResources, where: str = "config.lin
                 raise InvalidArgumentError(f"{where}.hugepage_limits[{i}].page_size: required")
     if r.unified:
         if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-            raise InvalidArgumentError(f"{where}.unified: invalid configuration: needs cgroup v2, this host uses cgroup v1")
+            raise InvalidArgumentError(f"{where}.unified: invalid configuration: needs cgroup v2, this host uses "
+                                       "cgroup v1")
         out["unified"] = dict(r.unified)
     return out
 

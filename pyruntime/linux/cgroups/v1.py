@@ -91,7 +91,8 @@ class V1Manager(CgroupManager):
 
     def set(self, resources: Resources) -> None:
         if resources.unified:
-            raise CgroupError(errno.EINVAL, "linux.resources.unified: invalid configuration: needs cgroup v2, this host uses cgroup v1")
+            raise CgroupError(errno.EINVAL, "linux.resources.unified: invalid configuration: needs cgroup v2, "
+                                            "this host uses cgroup v1")
         if resources.memory is not None:
             self._set_memory(resources.memory)
         if resources.cpu is not None:
