@@ -426,10 +426,8 @@ def _kill(procs: list[psutil.Process]) -> None:
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.kill()
-    psutil.wait_procs(procs, timeout=10)
     for p in procs:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(p.pid, os.WNOHANG)
+        hosts.ended(p, 10)
 
 
 def _remove_cgroups(root: str) -> list[str]:

@@ -12,6 +12,7 @@ process by name.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -106,17 +107,28 @@ class Daemons:
         """SIGTERM, then SIGKILL after `grace` (kube-apiserver may take more than 15 s without etcd)."""
         proc = self.process(name)
         if proc is not None:
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(grace)
-                except psutil.TimeoutExpired:
+                if not ended(proc, grace):
                     proc.kill()
-                    proc.wait(10)
-            except psutil.NoSuchProcess:
-                pass
+                    ended(proc, 10)
             _reap(proc.pid)
         (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
+def ended(proc: psutil.Process, timeout: float) -> bool:
+    """Whether `proc` ended within `timeout`. A daemon's parent is whoever adopted it (init, or a subreaper
+    such as the test session), so it may stay a zombie until that one reaps it: ended all the same."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(proc.pid)
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _reap(pid: int) -> None:
