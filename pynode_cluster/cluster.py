@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,7 +38,6 @@ NET = "10.203.0"  # the hosts' subnet: the host's side of the bridge .1, the con
 HOST_IP, CP_IP = f"{NET}.1", f"{NET}.10"
 CP_NETNS = "pync-cp"
 APISERVER_PORT = 6443
-REGISTRY_PORT = 5000
 ETCD_PORTS = (2379, 2380)
 CONTAINER_LOGS = Path("/var/log/containers")  # the stock kubelet's symlinks: a path it hard-codes
 CONTAINERD_RUN = Path("/run/containerd")  # containerd 1.6's shims put their sockets here whatever the config says
@@ -154,8 +153,15 @@ def running() -> bool:
 
 # ---- up ----------------------------------------------------------------------------------------------------
 
-def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri", test_images: bool = True,
+# starts an image registry for the pods (daemon "registry" in the netns, at the address), its files under the
+# first path, writes the certs.d mirror config into the second, logs to the third; returns its host:port
+Images = Callable[[hosts.Daemons, str, str, Path, Path, Path], str]
+
+
+def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri", images: Images | None = None,
        out=sys.stdout) -> int:
+    """`images`: a registry for the pods' images (tests/kit/cluster_registry.start in a checkout); without
+    it, images come from the registries their names say."""
     if kubelet not in KUBELETS or runtime not in RUNTIMES:
         raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: the kubelet is one of {', '.join(KUBELETS)}, "
                            f"the runtime one of {', '.join(RUNTIMES)}")
@@ -173,7 +179,7 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
             return 1
         started = time.monotonic()
         try:
-            _up(nodes, kubelet, runtime, test_images, out)
+            _up(nodes, kubelet, runtime, images, out)
         except BaseException as e:
             print(f"cluster start-up failed: {e}\nremoving what it made", file=out)
             _down()
@@ -185,7 +191,7 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
         return 0
 
 
-def _up(count: int, kubelet: str, runtime: str, test_images: bool, out) -> None:
+def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> None:
     record = Record(containerd_run_existed=CONTAINERD_RUN.exists(), container_logs_existed=CONTAINER_LOGS.is_dir())
     record.nodes = [NodeRecord(f"node-{i}", f"{NET}.{20 + i}", f"pync-n{i}", kubelet, runtime)
                     for i in range(1, count + 1)]
@@ -216,10 +222,10 @@ def _up(count: int, kubelet: str, runtime: str, test_images: bool, out) -> None:
     d = daemons()
     hosts_dir = STATE / "certs.d"
     hosts_dir.mkdir(parents=True, exist_ok=True)
-    if test_images:
-        record.registry = f"{CP_IP}:{REGISTRY_PORT}"
+    if images is not None:
+        print(f"image registry in {CP_NETNS}", file=out)
+        record.registry = images(d, CP_NETNS, CP_IP, STATE / "registry", hosts_dir, log_dir / "registry.log")
         record.save()
-        _start_registry(d, hosts_dir, log_dir, out)
 
     print("control plane: etcd, kube-apiserver", file=out)
     d.start("etcd", components.etcd_argv(STATE / "etcd", *ETCD_PORTS), log_dir / "etcd.log", CP_NETNS)
@@ -276,41 +282,6 @@ def _up(count: int, kubelet: str, runtime: str, test_images: bool, out) -> None:
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
-
-
-def _start_registry(d: hosts.Daemons, hosts_dir: Path, log_dir: Path, out) -> None:
-    """The test registry (docker-registry) in the control plane's namespace, holding the test images
-    (busybox, the httpd stand-in, pause; tests/kit/cri_images.py), and the certs.d mirror config that sends
-    registry.k8s.io, docker.io ... to it: pods pull their images without leaving the machine. Needs a
-    checkout (the image kit is test code)."""
-    from tests.integration.registry_server import REGISTRY_BIN, Registry
-    from tests.kit.cri_images import push_all, write_hosts_dir
-
-    print(f"test registry on {CP_IP}:{REGISTRY_PORT}", file=out)
-    root = STATE / "registry"
-    root.mkdir(parents=True, exist_ok=True)
-    config = root / "config.yml"
-    config.write_text("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n"
-                      f"  filesystem:\n    rootdirectory: {root / 'data'}\n  delete:\n    enabled: true\n"
-                      f"http:\n  addr: {CP_IP}:{REGISTRY_PORT}\n  secret: pynode-cluster\n")
-    d.start("registry", [REGISTRY_BIN, "serve", str(config)], log_dir / "registry.log", CP_NETNS)
-
-    def answers() -> bool:
-        try:
-            return requests.get(f"http://{CP_IP}:{REGISTRY_PORT}/v2/", timeout=1).ok
-        except requests.RequestException:
-            return False
-
-    hosts.wait_for("the registry", answers, 30, failed=lambda: _dead(d, "registry"))
-
-    class ClusterRegistry(Registry):
-        @property
-        def host(self) -> str:
-            return f"{CP_IP}:{REGISTRY_PORT}"
-
-    push_all(ClusterRegistry(root), root / "images")
-    shutil.rmtree(root / "images", ignore_errors=True)
-    write_hosts_dir(hosts_dir, f"{CP_IP}:{REGISTRY_PORT}")
 
 
 def _ready(server: str, ca: Path, client: Path) -> bool:

@@ -60,8 +60,10 @@ def install_plugins(bin_dir: Path) -> None:
 
 
 def pod_network(pod_cidr: str, data_dir: Path) -> dict:
-    """The project's default network (cni_plugins/10-pynode.conflist) on the node's pod CIDR."""
+    """The project's default network (cni_plugins/10-pynode.conflist) on the node's pod CIDR, at CNI 1.0.0:
+    containerd 1.6's libcni refuses a 1.1.0 result."""
     conf = json.loads(DEFAULT_CONFLIST.read_text())
+    conf["cniVersion"] = "1.0.0"
     bridge = conf["plugins"][0]
     bridge["bridge"] = CNI_BRIDGE
     bridge["ipam"]["ranges"] = [[{"subnet": pod_cidr}]]

@@ -38,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("the cluster makes network namespaces, links and cgroups: run it as root")
     try:
         if args.command == "up":
-            return cluster.up(args.nodes, args.kubelet, args.runtime, args.test_images and
-                              (CHECKOUT / "tests" / "kit").is_dir())
+            images = None
+            if args.test_images and (CHECKOUT / "tests" / "kit").is_dir():
+                from tests.kit import cluster_registry
+                images = cluster_registry.start
+            return cluster.up(args.nodes, args.kubelet, args.runtime, images)
         if args.command == "down":
             return cluster.down()
         if not cluster.running():
