@@ -181,8 +181,11 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
         try:
             _up(nodes, kubelet, runtime, images, out)
         except BaseException as e:
-            print(f"cluster start-up failed: {e}\nremoving what it made", file=out)
+            # the logs go with the cluster: keep their ends in the message
+            tails = "".join(f"\n--- {name} (last lines)\n{daemons().log(name, 1500)}" for name in daemons().names())
             _down()
+            with contextlib.suppress(OSError):
+                print(f"cluster start-up failed: {e}{tails}\nremoved what it had made", file=out)
             if isinstance(e, Exception):
                 return 1
             raise
@@ -248,8 +251,8 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
             (hierarchy / node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
         ca.issue(f"kubelet-{n.name}-serving", f"system:node:{n.name}", groups=("system:nodes",), client=False,
                  server=True, hosts=(n.address, n.name))
-        kubeconfig = pki.user_kubeconfig(ca, node.dir / "kubelet.kubeconfig", server, f"system:node:{n.name}",
-                                         ("system:nodes",))
+        kubeconfig = pki.user_kubeconfig(ca, STATE / f"kubelet-{n.name}.kubeconfig", server,
+                                         f"system:node:{n.name}", ("system:nodes",))
         d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns,
                 env={"PYCNI_HELPER": "off"})  # the CNI helper would outlive the pods by its idle time
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,

@@ -124,6 +124,7 @@ def control_plane(pki: Path, address: str) -> CA:
 
 
 def user_kubeconfig(ca: CA, path: Path, server: str, user: str, groups: tuple[str, ...] = ()) -> Path:
-    """A kubeconfig at `path` for `user` in `groups`, its key pair in the CA's directory named after the file."""
+    """A kubeconfig at `path` for `user` in `groups`, its key pair in the CA's directory named after the file
+    (so each user's kubeconfig needs a file name of its own)."""
     pair = ca.issue(path.stem, user, groups=groups)
     return kubeconfig(path, server=server, ca=ca.pair.cert, client=pair, user=user)

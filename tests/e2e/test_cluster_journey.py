@@ -26,7 +26,7 @@ from pykubelet.runtime import CRIRuntime
 from pynode_cluster import cluster
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.busybox import CACHE
-from tests.kit.kubelet_node import HTTPD, wait_for
+from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for
 
 ENTRY = Path(__file__).resolve().parents[2] / "vagrant" / "provision" / "cluster.py"
 RESULTS = CACHE / "cluster-journey.md"
@@ -39,8 +39,9 @@ def provision(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ENTRY), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def kubectl(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-    return cluster.kubectl(*args, kubeconfig=cluster.admin_kubeconfig(), timeout=timeout, check=check)
+def kubectl(*args: str, timeout: float = 60, check: bool = True,
+            input: str | None = None) -> subprocess.CompletedProcess:
+    return cluster.kubectl(*args, kubeconfig=cluster.admin_kubeconfig(), timeout=timeout, check=check, input=input)
 
 
 def get(kind: str, *args: str) -> list[dict]:
@@ -104,22 +105,57 @@ def test_deployment_journey(kubelet, runtime, request):
     assert not Path(f"/sys/class/net/{cluster.BRIDGE}").exists()
 
 
-def journey() -> None:
+@pytest.mark.timeout(600)
+def test_two_nodes():
+    """`make cluster NODES=2`: the deployment spreads over both nodes; pods on node-1 reach pods on node-2
+    and the Service, and the host reaches all of them."""
+    up = provision("up", "--nodes", "2")
+    try:
+        assert up.returncode == 0, f"cluster up:\n{up.stdout}\n{up.stderr}"
+        journey(nodes=2, replicas=4)
+    finally:
+        down = provision("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def run_client(targets: list[str]) -> str:
+    """A busybox pod on node-1 that asks each target for / with nc (the static busybox's wget crashes on name
+    lookups) and says `ok TARGET` for each answer; its log read from the node's pod log dir (kubectl logs
+    needs the kubelet's server, which pykubelet is getting)."""
+    script = "; ".join(f"if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {t} 80 | grep -q 'It works'; "
+                       f"then echo ok {t}; else echo failed {t}; fi" for t in targets) + "; echo done; sleep 3600"
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+           "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 1, "containers": [
+               {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", script]}]}}
+    kubectl("apply", "-f", "-", input=json.dumps(pod))
+    uid = json.loads(kubectl("get", "pod", "client", "-o", "json").stdout)["metadata"]["uid"]
+    state = cluster.Record.load()
+    assert state is not None
+    log = state.nodes[0].node().pod_logs / f"default_client_{uid}" / "client" / "0.log"
+    text = wait_for("the client pod's answers", lambda: log.exists() and "done" in log.read_text() and
+                    log.read_text(), 90)
+    kubectl("delete", "pod", "client", "--wait=true", timeout=90)
+    return text
+
+
+def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
+    names = {f"node-{i}" for i in range(1, nodes + 1)}
     kubectl("patch", "serviceaccount", "default", "-p", '{"automountServiceAccountToken": false}')
-    kubectl("create", "deployment", "web", f"--image={HTTPD}", f"--replicas={REPLICAS}")
+    kubectl("create", "deployment", "web", f"--image={HTTPD}", f"--replicas={replicas}")
     # the Deployment is recorded, its controller makes a ReplicaSet, which makes the pods
     deployment = json.loads(kubectl("get", "deployment", "web", "-o", "json").stdout)
     rs = wait_for("the ReplicaSet", lambda: [r for r in get("replicasets", "-l", "app=web")
                                              if r["metadata"]["ownerReferences"][0]["uid"] ==
                                              deployment["metadata"]["uid"]], 30)
     assert len(rs) == 1
-    pods = wait_for(f"{REPLICAS} pods of the ReplicaSet bound to node-1", lambda: (lambda p: p if len(p) == REPLICAS
-                    and all(x["spec"].get("nodeName") == "node-1" for x in p) else None)(
+    pods = wait_for(f"{replicas} pods of the ReplicaSet bound to {names}", lambda: (lambda p: p if len(p) == replicas
+                    and all(x["spec"].get("nodeName") in names for x in p) else None)(
         [p for p in get("pods", "-l", "app=web") if p["metadata"]["ownerReferences"][0]["uid"] ==
          rs[0]["metadata"]["uid"]]), 60)
     kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
     pods = get("pods", "-l", "app=web")
-    assert len(pods) == REPLICAS and all(p["status"]["phase"] == "Running" for p in pods)
+    assert len(pods) == replicas and all(p["status"]["phase"] == "Running" for p in pods)
+    assert {p["spec"]["nodeName"] for p in pods} == names  # the scheduler spreads them
     for pod in pods:  # sandboxes on our bridge's pod CIDR, containers serving
         ip = pod["status"]["podIP"]
         assert ip.startswith("10.244."), ip
@@ -129,6 +165,11 @@ def journey() -> None:
     kubectl("expose", "deployment", "web", "--port=80")
     cluster_ip = json.loads(kubectl("get", "service", "web", "-o", "json").stdout)["spec"]["clusterIP"]
     assert "It works!" in wait_for(f"the Service at {cluster_ip}", lambda: http(f"http://{cluster_ip}/"), 60)
+    # and from a pod on node-1: every web pod by IP (on other nodes too) and the Service
+    targets = [p["status"]["podIP"] for p in pods] + [cluster_ip]
+    client_log = run_client(targets)
+    for target in targets:
+        assert f"ok {target}\n" in client_log, client_log
     # deleting the deployment leaves nothing on the node: no pod, no running container, no ready sandbox, no IP
     kubectl("delete", "service", "web")
     kubectl("delete", "deployment", "web", "--wait=true", timeout=90)
