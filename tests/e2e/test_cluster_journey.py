@@ -4,7 +4,8 @@ reachable pods and a working Service on our node, for each pair of kubelet and r
 Each test brings the cluster up with the provisioning entry point `make cluster` runs
 (vagrant/provision/cluster.py), walks the journey with the real kubectl as the seed documents tell it, and takes
 the cluster down again; the leak check then finds nothing left. The outcome of each pair goes to
-~/.cache/pynode/cluster-journey.md (the README's table is copied from it).
+~/.cache/pynode/cluster-journey.md, and with PYNODE_JOURNEY_README=1 into README.md's table too (between its
+cluster-journey markers).
 
 For now the `default` ServiceAccount does not automount its token: pykubelet's projected volumes (the
 kube-api-access volume every pod gets) are being merged; the journey's `kubectl create deployment` itself is
@@ -13,6 +14,7 @@ unchanged.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,6 +32,8 @@ from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for
 
 ENTRY = Path(__file__).resolve().parents[2] / "vagrant" / "provision" / "cluster.py"
 RESULTS = CACHE / "cluster-journey.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_BEGIN, README_END = "<!-- cluster-journey:begin -->", "<!-- cluster-journey:end -->"
 REPLICAS = 3
 # pairs that cannot walk the journey yet, and why (xfail, not hidden)
 KNOWN: dict[tuple[str, str], str] = {}
@@ -64,9 +68,13 @@ def record(kubelet: str, runtime: str, outcome: str, times: dict[str, float]) ->
             rows[(cells[0], cells[1])] = line
     spent = ", ".join(f"{k} {v:.1f} s" for k, v in times.items())
     rows[(kubelet, runtime)] = f"| {kubelet} | {runtime} | {outcome} | {spent} |"
+    table = "| kubelet | runtime | journey | times |\n|---|---|---|---|\n" + "\n".join(rows[k] for k in sorted(rows))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("| kubelet | runtime | journey | times |\n|---|---|---|---|\n" +
-                       "\n".join(rows[k] for k in sorted(rows)) + "\n")
+    RESULTS.write_text(table + "\n")
+    if os.environ.get("PYNODE_JOURNEY_README") == "1":
+        text = README.read_text()
+        begin, end = text.index(README_BEGIN) + len(README_BEGIN), text.index(README_END)
+        README.write_text(f"{text[:begin]}\n{table}\n{text[end:]}")
 
 
 @pytest.mark.timeout(600)
