@@ -11,7 +11,8 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean
+.PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean \
+	cluster cluster-down
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -66,6 +67,18 @@ conformance-runc: setup
 # ENDPOINTS="containerd pyruntime-cri" picks the CRI servers; scores go to ~/.cache/pynode/critest-results.
 conformance: setup
 	$(PY) -m tests.conformance.critest $(ENDPOINTS)
+
+# A stock control plane and NODES pynode nodes on this machine (vagrant/provision/cluster.py, network namespaces on
+# a bridge of their own); KUBELET=pykubelet|kubelet, RUNTIME=pyruntime-cri|containerd pick the node's pair.
+# It prints the kubeconfig and the logs; `make cluster-down` removes every trace.
+NODES ?= 1
+KUBELET ?= pykubelet
+RUNTIME ?= pyruntime-cri
+cluster: setup
+	$(PY) vagrant/provision/cluster.py up --nodes $(NODES) --kubelet $(KUBELET) --runtime $(RUNTIME)
+
+cluster-down: $(STAMPS)/venv
+	$(PY) vagrant/provision/cluster.py down
 
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.runtime import pct
+from pynode_cluster.node import SANDBOX_IMAGE
 from tests.conformance import critest
 
 PODS = 20
@@ -292,7 +293,7 @@ def bench(pods: int, vias: list[str], out: Path | None) -> int:
                 ep.start()
                 clients[cls.name] = Grpc(ep.url)
                 clients[cls.name].pull(IMAGE)
-                clients[cls.name].pull(critest.SANDBOX_IMAGE)
+                clients[cls.name].pull(SANDBOX_IMAGE)
             logs = work / "logs"
 
             def measure(made: dict) -> dict:

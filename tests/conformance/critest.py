@@ -40,6 +40,8 @@ from pathlib import Path
 
 import psutil
 
+from pynode_cluster.node import containerd_config
+from pynode_cluster.node import install_plugins as install_our_plugins
 from tests.integration.cni_helpers import FORWARDING
 from tests.integration.registry_server import Registry
 from tests.kit.busybox import CACHE
@@ -54,47 +56,9 @@ RESULTS = CACHE / "critest-results"
 LOCK = Path("/tmp/pynode-itest.lock")
 CONTAINERD_RUN = Path("/run/containerd")  # 1.6's shims put their sockets here, whatever the config says
 PR_SET_CHILD_SUBREAPER = 36
-SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"  # not an image critest pulls or removes itself
 POD_SUBNET = "10.234.0.0/16"
 BRIDGE = "pyt-critest0"
 NETWORK = "pynode-critest"
-
-CONTAINERD_CONFIG = """version = 2
-root = "{dir}/root"
-state = "{dir}/state"
-[grpc]
-  address = "{sock}"
-[ttrpc]
-  address = "{sock}.ttrpc"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{sandbox_image}"
-  enable_selinux = false
-  # this VM withholds CAP_SYS_RESOURCE, so the sandbox may not lower its OOM score below ours
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{cni_bin}"
-    conf_dir = "{cni_conf}"
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "{hosts}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-"""
-RUNC_BINARY = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{oci_runtime}"
-"""
-
-
-def containerd_config(work: Path, sock: Path, cni_bin: Path, cni_conf: Path, hosts: Path | str = "",
-                      sandbox_image: str = "", oci_runtime: Path | str = "") -> str:
-    """containerd 1.6's config with CRI on, its root and state under `work`; `oci_runtime`: the binary its
-    runc shim runs instead of runc."""
-    text = CONTAINERD_CONFIG.format(dir=work, sock=sock, sandbox_image=sandbox_image or SANDBOX_IMAGE,
-                                    cni_bin=cni_bin, cni_conf=cni_conf, hosts=hosts)
-    return text + (RUNC_BINARY.format(oci_runtime=oci_runtime) if oci_runtime else "")
-
 
 def conflist(bridge_type: str, ipam_type: str, portmap_type: str, data_dir: Path, *, name: str = NETWORK,
              bridge: str = BRIDGE, subnet: str = POD_SUBNET) -> dict:
@@ -173,15 +137,6 @@ class Containerd(Endpoint):
         config = self.work / "containerd.toml"
         config.write_text(containerd_config(self.work, self.sock, self.cni_bin, self.cni_conf, self.hosts_dir))
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
-
-
-def install_our_plugins(bin_dir: Path) -> None:
-    """Our CNI plugins in `bin_dir`, with `loopback` (which a CRI server calls for the sandbox's lo) being
-    pyloopback."""
-    from cni_plugins.install import install
-    install(bin_dir)
-    if not (bin_dir / "loopback").exists():
-        os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
 
 
 def pyruntime_cri_bin() -> str | None:

@@ -22,7 +22,9 @@ from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups, w
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory):
+def control_plane(cri, tmp_path_factory):
+    """One per module and runtime: what a test leaves in the API server (a binding, a configMap, a Node)
+    never meets the other runtime's run of the module."""
     cp = ControlPlane(tmp_path_factory.mktemp("controlplane")).start()
     cp.kubectl("create", "serviceaccount", "default", "-n", "default")
     yield cp
@@ -75,7 +77,7 @@ def runtime(cri):
 def kubelet(request, control_plane, cri, tmp_path_factory):
     """pykubelet as the module's NODE (with its KUBELET_CONFIG: a dict, or a function of the control plane
     giving one), registered; at the end every pod goes first (they are the kubelet's to remove), then the
-    kubelet, then its Node."""
+    kubelet."""
     module = request.module
     config = getattr(module, "KUBELET_CONFIG", None)
     if callable(config):  # fields that name the control plane's files (its CA, certificates it issues)
@@ -91,8 +93,6 @@ def kubelet(request, control_plane, cri, tmp_path_factory):
         control_plane.start_apiserver()
     control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
     k.stop()
-    # the control plane outlives this runtime's kubelet: the next one registers the node afresh
-    control_plane.kubectl("delete", "node", module.NODE, check=False)
 
 
 @pytest.fixture

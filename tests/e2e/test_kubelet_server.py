@@ -6,7 +6,8 @@ them, and the same identity passes once a ClusterRoleBinding grants nodes/proxy.
 
 The kubelet's serving certificate is issued by the cluster CA, as the API server checks it
 (--kubelet-certificate-authority); the API server's client certificate is in group
-kubeadm:cluster-admins, which kubeadm binds to cluster-admin: the test makes the same binding."""
+kubeadm:cluster-admins, which kubeadm binds to cluster-admin (tests/kit/controlplane.py makes the same
+binding)."""
 from __future__ import annotations
 
 import json
@@ -44,16 +45,8 @@ KUBELET_CONFIG = kubelet_config
 LOGGER = ("echo start; i=0; while [ $i -lt 3 ]; do echo line $i; i=$((i+1)); sleep 1; done; exit 1")
 
 
-@pytest.fixture(scope="module")
-def node(control_plane, kubelet):
-    """The kubelet, with kubeadm's binding that lets the API server's kubelet client through."""
-    control_plane.kubectl("create", "clusterrolebinding", "kubeadm:cluster-admins", "--clusterrole=cluster-admin",
-                          "--group=kubeadm:cluster-admins")
-    return kubelet
-
-
 @pytest.fixture(autouse=True)
-def no_pod_left(control_plane, node, kubepods):
+def no_pod_left(control_plane, kubelet, kubepods):
     """A failed test's pods go too, before the leak check looks."""
     yield
     control_plane.kubectl("delete", "pods", "--all", "--wait=true", "--timeout=60s", check=False, timeout=90)
@@ -77,13 +70,13 @@ def running(cp: ControlPlane, tmp_path, name: str, container: dict, **spec) -> d
     return wait_pod(cp, name, "Running", lambda p: p.get("status", {}).get("phase") == "Running")
 
 
-def test_node_advertises_its_server(control_plane, node):
+def test_node_advertises_its_server(control_plane, kubelet):
     status = json.loads(control_plane.kubectl("get", "node", NODE, "-o", "json").stdout)["status"]
     assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == PORT
     assert {"type": "InternalIP", "address": NODE_IP} in status["addresses"]
 
 
-def test_healthz_metrics_and_stats_for_the_apiserver_client(control_plane, node, kubepods, tmp_path):
+def test_healthz_metrics_and_stats_for_the_apiserver_client(control_plane, kubelet, kubepods, tmp_path):
     as_apiserver = pki(control_plane, "apiserver-kubelet-client")
     assert get(control_plane, "/healthz").status_code == 401  # anonymous
     assert get(control_plane, "/healthz", headers={"Authorization": "Bearer nonsense"}).status_code == 401
@@ -101,7 +94,7 @@ def test_healthz_metrics_and_stats_for_the_apiserver_client(control_plane, node,
     delete(control_plane, "stats")
 
 
-def test_kubectl_logs(control_plane, node, kubepods, tmp_path):
+def test_kubectl_logs(control_plane, kubelet, kubepods, tmp_path):
     """-f goes on across the container's restart; --previous, --tail, --since-time and --limit-bytes
     read the attempt before."""
     running(control_plane, tmp_path, "logger", {"name": "c", "image": BUSYBOX, "command": ["sh", "-c", LOGGER]})
@@ -133,7 +126,7 @@ def test_kubectl_logs(control_plane, node, kubepods, tmp_path):
     delete(control_plane, "logger")
 
 
-def test_kubectl_exec_attach_and_port_forward(control_plane, node, kubepods, tmp_path):
+def test_kubectl_exec_attach_and_port_forward(control_plane, kubelet, kubepods, tmp_path):
     running(control_plane, tmp_path, "web", {"name": "httpd", "image": HTTPD, "ports": [{"containerPort": 80}]})
     out = control_plane.kubectl("exec", "web", "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=False)
     assert (out.returncode, out.stdout, out.stderr.splitlines()[0]) == (3, "out\n", "err")
@@ -207,7 +200,7 @@ def tty_session(argv: list[str], want: bytes) -> bytes:
         os.close(master)
 
 
-def test_wrong_identities_are_refused_until_bound(control_plane, node, kubepods, tmp_path):
+def test_wrong_identities_are_refused_until_bound(control_plane, kubelet, kubepods, tmp_path):
     assert control_plane.ca is not None
     running(control_plane, tmp_path, "quiet", {"name": "c", "image": BUSYBOX, "command": ["sh", "-c",
                                                                                             "echo hi; sleep 3600"]})

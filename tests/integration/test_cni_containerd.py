@@ -22,8 +22,8 @@ import pytest
 
 from cni_plugins import helper
 from cni_plugins.install import install
+from pynode_cluster.node import containerd_config
 from pyruntime.linux import mountinfo
-from tests.conformance.critest import containerd_config
 from tests.integration.cni_helpers import ping
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 

@@ -8,7 +8,7 @@ killed after a grace period) and reaps them. Nothing listens beyond 127.0.0.1.
 """
 from __future__ import annotations
 
-import os
+import json
 import signal
 import socket
 import subprocess
@@ -18,24 +18,16 @@ from pathlib import Path
 
 import requests
 
-from tests.kit.pki import CA, KeyPair, kubeconfig, service_account_keys
-
-PEERS = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "kubernetes"
-SERVICE_CIDR = "10.96.0.0/16"
-SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the apiserver's cert must name it
+from pynode_cluster import pki as pki_
+from pynode_cluster.cluster import KUBEADM_RBAC
+from pynode_cluster.components import apiserver_argv, etcd_argv, peer
+from pynode_cluster.pki import CA
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def peer(name: str) -> str:
-    path = PEERS / name
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(f"{path} is missing: run `make setup` (scripts/peers/kubernetes.sh builds it)")
-    return str(path)
 
 
 @dataclass
@@ -46,7 +38,6 @@ class ControlPlane:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ca: CA | None = None
     admin: Path | None = None  # the admin kubeconfig (system:masters)
-    _apiserver_keys: tuple[KeyPair, KeyPair, KeyPair] | None = field(default=None, repr=False)
 
     @property
     def server(self) -> str:
@@ -54,33 +45,34 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         pki = self.dir / "pki"
-        self.ca = CA(pki)
+        self.ca = pki_.control_plane(pki, self.address)
         self.port = self.port or free_port()
-        serving = self.ca.issue("apiserver", "kube-apiserver", client=False, server=True,
-                                hosts=(self.address, SERVICE_IP, "localhost", "kubernetes", "kubernetes.default",
-                                       "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"))
-        kubelet_client = self.ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
-                                       groups=("kubeadm:cluster-admins",))
-        sa = service_account_keys(pki)
-        self.admin = kubeconfig(self.dir / "admin.kubeconfig", server=self.server, ca=self.ca.pair.cert,
-                                client=self.ca.issue("admin", "kubernetes-admin", groups=("system:masters",)),
-                                user="kubernetes-admin")
+        self.admin = pki_.user_kubeconfig(self.ca, self.dir / "admin.kubeconfig", self.server, "kubernetes-admin",
+                                          ("system:masters",))
         try:
             self._start_etcd()
-            self._apiserver_keys = (serving, kubelet_client, sa)
-            self._start_apiserver(serving, kubelet_client, sa)
+            self._start_apiserver()
             self._wait_ready()
+            # kubeadm's bindings: the API server's kubelet client (kubectl logs/exec through a kubelet) is
+            # in kubeadm:cluster-admins
+            subprocess.run([peer("kubectl"), "--kubeconfig", str(self.admin), "apply", "-f", "-"], check=True,
+                           capture_output=True, timeout=60,
+                           input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUBEADM_RBAC}).encode())
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _start_apiserver(self) -> None:
+        self._spawn("kube-apiserver", apiserver_argv(
+            etcd=f"http://127.0.0.1:{self.etcd_port}", address=self.address, port=self.port, pki=self.dir / "pki",
+            endpoint_reconciler=False))
+
     def node_kubeconfig(self, node: str) -> Path:
         """A kubeconfig for the kubelet of `node`, as the Node authorizer expects it."""
         assert self.ca is not None
-        pair = self.ca.issue(f"kubelet-{node}", f"system:node:{node}", groups=("system:nodes",))
-        return kubeconfig(self.dir / f"kubelet-{node}.kubeconfig", server=self.server, ca=self.ca.pair.cert,
-                          client=pair, user=f"system:node:{node}")
+        return pki_.user_kubeconfig(self.ca, self.dir / f"kubelet-{node}.kubeconfig", self.server,
+                                    f"system:node:{node}", ("system:nodes",))
 
     def kubectl(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run([peer("kubectl"), "--kubeconfig", str(self.admin), *args], capture_output=True,
@@ -97,37 +89,8 @@ class ControlPlane:
         return (self.dir / f"{name}.log").read_text(errors="replace")[-4000:]
 
     def _start_etcd(self) -> None:
-        self.etcd_port, peer_port = free_port(), free_port()
-        self._spawn("etcd", [peer("etcd"), "--name", "pynode", "--data-dir", str(self.dir / "etcd"),
-                             "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-                             "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-                             "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-                             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-                             "--initial-cluster", f"pynode=http://127.0.0.1:{peer_port}",
-                             "--unsafe-no-fsync", "--log-level", "warn"])
-
-    def _start_apiserver(self, serving: KeyPair, kubelet_client: KeyPair, sa: KeyPair) -> None:
-        assert self.ca is not None
-        self._spawn("kube-apiserver", [
-            peer("kube-apiserver"),
-            "--etcd-servers", f"http://127.0.0.1:{self.etcd_port}",
-            "--bind-address", self.address, "--secure-port", str(self.port),
-            "--advertise-address", self.address, "--endpoint-reconciler-type", "none",
-            "--service-cluster-ip-range", SERVICE_CIDR,
-            "--tls-cert-file", str(serving.cert), "--tls-private-key-file", str(serving.key),
-            "--client-ca-file", str(self.ca.pair.cert),
-            "--kubelet-client-certificate", str(kubelet_client.cert),
-            "--kubelet-client-key", str(kubelet_client.key),
-            "--kubelet-certificate-authority", str(self.ca.pair.cert),
-            "--kubelet-preferred-address-types", "InternalIP,Hostname",
-            "--authorization-mode", "Node,RBAC",
-            "--enable-admission-plugins", "NodeRestriction",
-            "--service-account-issuer", "https://kubernetes.default.svc",
-            "--service-account-key-file", str(sa.cert),
-            "--service-account-signing-key-file", str(sa.key),
-            "--allow-privileged=true",
-            "--profiling=false",
-        ])
+        self.etcd_port = free_port()
+        self._spawn("etcd", etcd_argv(self.dir / "etcd", self.etcd_port, free_port()))
 
     def _wait_ready(self, timeout: float = 90) -> None:
         assert self.ca is not None
@@ -153,8 +116,8 @@ class ControlPlane:
 
     def start_apiserver(self) -> None:
         """kube-apiserver again, on the same port and certificates, once it answers ready."""
-        assert self._apiserver_keys is not None, "start() first"
-        self._start_apiserver(*self._apiserver_keys)
+        assert self.ca is not None, "start() first"
+        self._start_apiserver()
         self._wait_ready()
 
     def stop(self) -> None:

@@ -21,7 +21,7 @@ from pykubelet.server.authn import Authenticator, User, bearer_token, from_certi
 from pykubelet.server.authz import Attributes, Authorizer, attributes
 from pykubelet.server.stats import Summary
 from pykubelet.server.tls import self_signed
-from tests.kit.pki import CA
+from pynode_cluster.pki import CA
 
 T0 = "2026-12-03T10:00:00.000000001Z"
 T1 = "2026-12-03T10:00:01.5Z"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pyruntime", "cni_plugins", "pykubelet", "proto")
+PACKAGES = ("pyruntime", "cni_plugins", "pykubelet", "proto", "pynode_cluster")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ CONTRACTS = (
              "only the CRI server's gRPC edge loads grpc: the CLI, the launcher and the supervisors fork "
              "without its threads and start without its import time",
              exempt=("pyruntime.cri.service", "pyruntime.cri.main")),
+    Contract("pynode_cluster", ("tests",),
+             "the cluster runs from an installed wheel on the lab's VMs, where there is no test code"),
+    Contract("pyruntime", ("pynode_cluster",), "the cluster is built from the node's parts, never the other way round"),
+    Contract("cni_plugins", ("pynode_cluster",), "the cluster is built from the node's parts"),
+    Contract("pykubelet", ("pynode_cluster",), "the cluster is built from the node's parts"),
     Contract("pyruntime.cri", ("pyruntime.cri.service",),
              "the CRI domain modules take protobuf messages and know nothing of the gRPC servicers over them",
              exempt=("pyruntime.cri.service", "pyruntime.cri.main")),

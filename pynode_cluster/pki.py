@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pynode_cluster.components import APISERVER_NAMES, SERVICE_IP
+
 
 def _write(path: Path, data: bytes, mode: int) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,3 +110,21 @@ def kubeconfig(path: Path, *, server: str, ca: Path, client: KeyPair, user: str)
         "contexts": [{"name": "default", "context": {"cluster": "default", "user": user}}],
     }
     return _write(path, json.dumps(config, indent=2).encode(), 0o600)
+
+
+def control_plane(pki: Path, address: str) -> CA:
+    """A fresh CA in `pki` and what kube-apiserver reads there (components.apiserver_argv's names): its serving
+    cert for `address` and the `kubernetes` Service, its client cert for the kubelets (kubeadm's group,
+    which kubeadm binds to cluster-admin), the service-account key pair."""
+    ca = CA(pki)
+    ca.issue("apiserver", "kube-apiserver", client=False, server=True, hosts=(address, SERVICE_IP, *APISERVER_NAMES))
+    ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", groups=("kubeadm:cluster-admins",))
+    service_account_keys(pki)
+    return ca
+
+
+def user_kubeconfig(ca: CA, path: Path, server: str, user: str, groups: tuple[str, ...] = ()) -> Path:
+    """A kubeconfig at `path` for `user` in `groups`, its key pair in the CA's directory named after the file
+    (so each user's kubeconfig needs a file name of its own)."""
+    pair = ca.issue(path.stem, user, groups=groups)
+    return kubeconfig(path, server=server, ca=ca.pair.cert, client=pair, user=user)

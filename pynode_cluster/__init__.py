@@ -1,0 +1,7 @@
+"""A stock control plane and pynode nodes on one machine (`make cluster`) or on the lab's VMs (vagrant/).
+
+The same code starts both: vagrant/provision/cluster.py is its command line. Its job is to get a user from a
+bare machine to `kubectl create deployment` on our node without kubeadm, a container runtime for nodes, or
+VMs, and to take all of it away again. The test kit (tests/kit/controlplane.py) starts its control plane
+from the same command lines and certificates, so the tests check what users run.
+"""

@@ -1,0 +1,452 @@
+"""`make cluster` and `make cluster-down`: a stock control plane and N pynode nodes on this machine, each a network
+namespace on a bridge of the cluster's own (hosts.py), and every trace of them removed again.
+
+Everything the cluster makes is recorded before it is made, in STATE/cluster.json and the daemons' pid files,
+so `down` undoes a half-made cluster as well as a whole one, and removes only what the cluster made: its
+daemons by pid, its namespaces, links and routes by name, the mounts under its own directories, the cgroups
+under its nodes' cgroup roots, the kernel knobs the stock kubelet sets (put back as they were). The iptables
+rules of kube-proxy and of the CNI plugins live in the nodes' namespaces and go with them.
+
+A second `up` while a cluster runs says so and changes nothing; an `up` that fails removes what it made.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from pynode_cluster import components, hosts, pki
+from pynode_cluster.node import KUBELETS, RUNTIMES, Node
+
+STATE = Path(os.environ.get("PYNODE_CLUSTER_DIR", "/var/lib/pynode/cluster"))
+RUN = Path(os.environ.get("PYNODE_CLUSTER_RUN", "/run/pynode/cluster"))
+LOCK = Path("/tmp/pynode-cluster.lock")
+BRIDGE = "pync0"
+NET = "10.203.0"  # the hosts' subnet: the host's side of the bridge .1, the control plane .10, node i .20+i
+HOST_IP, CP_IP = f"{NET}.1", f"{NET}.10"
+CP_NETNS = "pync-cp"
+APISERVER_PORT = 6443
+ETCD_PORTS = (2379, 2380)
+CONTAINER_LOGS = Path("/var/log/containers")  # the stock kubelet's symlinks: a path it hard-codes
+CONTAINERD_RUN = Path("/run/containerd")  # containerd 1.6's shims put their sockets here whatever the config says
+# what the stock kubelet sets on the host (protectKernelDefaults is off), put back by `down`
+KERNEL_KNOBS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
+                "kernel/keys/root_maxbytes")
+
+# What kubeadm adds to the API server's bootstrap RBAC that matters here: its admins' group is cluster-admin
+# (admin.kubeconfig and the apiserver's kubelet client are in it), and kube-proxy's service account is a
+# node-proxier (the bootstrap binding covers the user system:kube-proxy, which our kube-proxy is).
+# The node ClusterRoleBinding kubeadm once made is not needed with the Node authorizer.
+KUBEADM_RBAC = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:cluster-admins"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]},
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:node-proxier"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
+     "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
+]
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be brought up or down; the message says which step and where its log is."""
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    address: str
+    netns: str
+    kubelet: str
+    runtime: str
+    pod_cidr: str = ""
+
+    def node(self) -> Node:
+        return Node(self.name, self.address, STATE / "nodes" / self.name, RUN / self.name, self.kubelet,
+                    self.runtime)
+
+
+@dataclass
+class Record:
+    """What the cluster made (or is about to make): written before each step."""
+    nodes: list[NodeRecord] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
+    bridge: str = ""
+    routes: list[str] = field(default_factory=list)
+    knobs: dict[str, str] = field(default_factory=dict)
+    containerd_run_existed: bool = True
+    container_logs_existed: bool = True
+    registry: str = ""
+
+    def save(self) -> None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        (STATE / "cluster.json").write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls) -> Record | None:
+        try:
+            data = json.loads((STATE / "cluster.json").read_text())
+        except (OSError, ValueError):
+            return None
+        data["nodes"] = [NodeRecord(**n) for n in data.get("nodes", [])]
+        return cls(**data)
+
+
+def daemons() -> hosts.Daemons:
+    return hosts.Daemons(STATE / "pids")
+
+
+def admin_kubeconfig() -> Path:
+    return STATE / "admin.kubeconfig"
+
+
+def kubectl(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 60,
+            input: str | None = None) -> subprocess.CompletedProcess:
+    argv = [components.peer("kubectl"), "--kubeconfig", str(kubeconfig or STATE / "super-admin.kubeconfig"), *args]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
+    if check and result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+    return result
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    with open(LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def logs() -> dict[str, str]:
+    """Each component's log file."""
+    out = {}
+    for name in daemons().names():
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            out[name] = json.loads((STATE / "pids" / f"{name}.json").read_text())["log"]
+    return out
+
+
+def describe() -> str:
+    lines = [f"kubeconfig: {admin_kubeconfig()}",
+             f"  kubectl: {components.peer('kubectl')} --kubeconfig {admin_kubeconfig()} get nodes", "logs:"]
+    lines += [f"  {name}: {path}" for name, path in sorted(logs().items())]
+    return "\n".join(lines)
+
+
+def running() -> bool:
+    d = daemons()
+    return any(d.process(name) for name in d.names())
+
+
+# ---- up ----------------------------------------------------------------------------------------------------
+
+# starts an image registry for the pods (daemon "registry" in the netns, at the address), its files under the
+# first path, writes the certs.d mirror config into the second, logs to the third; returns its host:port
+Images = Callable[[hosts.Daemons, str, str, Path, Path, Path], str]
+
+
+def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri", images: Images | None = None,
+       out=sys.stdout) -> int:
+    """`images`: a registry for the pods' images (tests/kit/cluster_registry.start in a checkout); without
+    it, images come from the registries their names say."""
+    if kubelet not in KUBELETS or runtime not in RUNTIMES:
+        raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: the kubelet is one of {', '.join(KUBELETS)}, "
+                           f"the runtime one of {', '.join(RUNTIMES)}")
+    if not 1 <= nodes <= 9:
+        raise ClusterError(f"NODES={nodes}: from 1 to 9 nodes")
+    with _locked():
+        if Record.load() is not None:
+            if running():
+                print(f"a cluster is already running (state in {STATE}); `make cluster-down` removes it",
+                      file=out)
+                print(describe(), file=out)
+                return 0
+            print(f"{STATE} holds what is left of a cluster whose daemons are gone: `make cluster-down` first",
+                  file=out)
+            return 1
+        started = time.monotonic()
+        try:
+            _up(nodes, kubelet, runtime, images, out)
+        except BaseException as e:
+            # the logs go with the cluster: keep their ends in the message
+            tails = "".join(f"\n--- {name} (last lines)\n{daemons().log(name, 1500)}" for name in daemons().names())
+            _down()
+            with contextlib.suppress(OSError):
+                print(f"cluster start-up failed: {e}{tails}\nremoved what it had made", file=out)
+            if isinstance(e, Exception):
+                return 1
+            raise
+        print(f"cluster up in {time.monotonic() - started:.1f} s: {nodes} node(s), {kubelet} on {runtime}", file=out)
+        print(describe(), file=out)
+        return 0
+
+
+def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> None:
+    record = Record(containerd_run_existed=CONTAINERD_RUN.exists(), container_logs_existed=CONTAINER_LOGS.is_dir())
+    record.nodes = [NodeRecord(f"node-{i}", f"{NET}.{20 + i}", f"pync-n{i}", kubelet, runtime)
+                    for i in range(1, count + 1)]
+    record.knobs = {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_KNOBS if (Path("/proc/sys") / k).exists()}
+    record.bridge = BRIDGE
+    record.netns = [CP_NETNS] + [n.netns for n in record.nodes]
+    record.save()
+    RUN.mkdir(parents=True, exist_ok=True)
+    log_dir = STATE / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    hosts.make_bridge(BRIDGE, f"{HOST_IP}/24")
+    hosts.make_host(CP_NETNS, BRIDGE, f"{CP_IP}/24")
+    for n in record.nodes:
+        hosts.make_host(n.netns, BRIDGE, f"{n.address}/24")
+        hosts.sysctl(n.netns, "net.ipv4.ip_forward", "1")
+
+    # certificates and kubeconfigs, as kubeadm names its users
+    pki_dir = STATE / "pki"
+    server = f"https://{CP_IP}:{APISERVER_PORT}"
+    ca = pki.control_plane(pki_dir, CP_IP)
+    pki.user_kubeconfig(ca, STATE / "super-admin.kubeconfig", server, "kubernetes-super-admin", ("system:masters",))
+    pki.user_kubeconfig(ca, admin_kubeconfig(), server, "kubernetes-admin", ("kubeadm:cluster-admins",))
+    cm = pki.user_kubeconfig(ca, STATE / "controller-manager.kubeconfig", server, "system:kube-controller-manager")
+    scheduler = pki.user_kubeconfig(ca, STATE / "scheduler.kubeconfig", server, "system:kube-scheduler")
+    proxy = pki.user_kubeconfig(ca, STATE / "kube-proxy.kubeconfig", server, "system:kube-proxy")
+
+    d = daemons()
+    hosts_dir = STATE / "certs.d"
+    hosts_dir.mkdir(parents=True, exist_ok=True)
+    if images is not None:
+        print(f"image registry in {CP_NETNS}", file=out)
+        record.registry = images(d, CP_NETNS, CP_IP, STATE / "registry", hosts_dir, log_dir / "registry.log")
+        record.save()
+
+    print("control plane: etcd, kube-apiserver", file=out)
+    d.start("etcd", components.etcd_argv(STATE / "etcd", *ETCD_PORTS), log_dir / "etcd.log", CP_NETNS)
+    d.start("kube-apiserver", components.apiserver_argv(etcd=f"http://127.0.0.1:{ETCD_PORTS[0]}", address=CP_IP,
+                                                        port=APISERVER_PORT, pki=pki_dir),
+            log_dir / "kube-apiserver.log", CP_NETNS)
+    admin = pki_dir / "super-admin"
+    hosts.wait_for("kube-apiserver /readyz", lambda: _ready(server, pki_dir / "ca.crt", admin), 120,
+                   failed=lambda: _dead(d, "etcd", "kube-apiserver"))
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUBEADM_RBAC}))
+    d.start("kube-controller-manager", components.controller_manager_argv(kubeconfig=cm, pki=pki_dir),
+            log_dir / "kube-controller-manager.log", CP_NETNS)
+    d.start("kube-scheduler", components.scheduler_argv(kubeconfig=scheduler), log_dir / "kube-scheduler.log",
+            CP_NETNS)
+
+    for n in record.nodes:
+        print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
+        node = n.node()
+        for hierarchy in _hierarchies():  # the stock kubelet wants its cgroup root to exist
+            (hierarchy / node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
+        ca.issue(f"kubelet-{n.name}-serving", f"system:node:{n.name}", groups=("system:nodes",), client=False,
+                 server=True, hosts=(n.address, n.name))
+        kubeconfig = pki.user_kubeconfig(ca, STATE / f"kubelet-{n.name}.kubeconfig", server,
+                                         f"system:node:{n.name}", ("system:nodes",))
+        d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns,
+                env={"PYCNI_HELPER": "off"})  # the CNI helper would outlive the pods by its idle time
+        hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,
+                       failed=lambda n=n: _dead(d, f"{n.name}-{runtime}"))
+        d.start(f"{n.name}-{kubelet}", node.kubelet_argv(kubeconfig, pki_dir), log_dir / f"{n.name}-{kubelet}.log",
+                n.netns)
+    for n in record.nodes:
+        n.pod_cidr = hosts.wait_for(
+            f"{n.name} registered with a pod CIDR",
+            lambda n=n: kubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}", check=False).stdout, 90,
+            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
+        record.routes.append(f"{n.pod_cidr} via {n.address}")
+        record.save()
+        hosts.ip("route", "add", n.pod_cidr, "via", n.address)
+        n.node().write_network(n.pod_cidr)
+        d.start(f"{n.name}-kube-proxy", components.kube_proxy_argv(kubeconfig=proxy, node=n.name),
+                log_dir / f"{n.name}-kube-proxy.log", n.netns)
+    for n in record.nodes:  # pods reach the pods of other nodes through their node
+        for other in record.nodes:
+            if other is not n:
+                hosts.ip("route", "add", other.pod_cidr, "via", other.address, netns=n.netns)
+    record.routes.append(f"{components.SERVICE_CIDR} via {record.nodes[0].address}")
+    record.save()
+    hosts.ip("route", "add", components.SERVICE_CIDR, "via", record.nodes[0].address)
+    for n in record.nodes:
+        hosts.wait_for(f"{n.name} Ready", lambda n=n: kubectl(
+            "get", "node", n.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+            check=False).stdout == "True", 90,
+            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
+    # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
+    hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
+                                                                 check=False).returncode == 0, 60)
+
+
+def _ready(server: str, ca: Path, client: Path) -> bool:
+    try:
+        return requests.get(f"{server}/readyz", timeout=2, verify=str(ca),
+                            cert=(f"{client}.crt", f"{client}.key")).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _dead(d: hosts.Daemons, *names: str) -> str | None:
+    for name in names:
+        if d.process(name) is None:
+            return f"{name} exited; its log ends:\n{d.log(name)}"
+    return None
+
+
+def _hierarchies() -> list[Path]:
+    root = Path("/sys/fs/cgroup")
+    if (root / "cgroup.controllers").exists():
+        return [root]
+    return [h for h in root.iterdir() if h.is_dir() and not h.is_symlink()]
+
+
+# ---- down --------------------------------------------------------------------------------------------------
+
+def down(out=sys.stdout) -> int:
+    with _locked():
+        if Record.load() is None and not STATE.exists() and not RUN.exists():
+            print("no cluster to remove", file=out)
+            return 0
+        started = time.monotonic()
+        problems = _down()
+        for problem in problems:
+            print(f"cluster-down: {problem}", file=out)
+        print(f"cluster removed in {time.monotonic() - started:.1f} s" if not problems else
+              "cluster-down left the above behind", file=out)
+        return 1 if problems else 0
+
+
+def _down() -> list[str]:
+    """Undoes everything in the record, in the reverse order of `up`; returns what could not be removed."""
+    record = Record.load() or Record()
+    d = daemons()
+    problems: list[str] = []
+    for n in record.nodes:  # the kubelets first: nothing recreates the pods removed next
+        d.stop(f"{n.name}-{n.kubelet}", grace=15)
+        d.stop(f"{n.name}-kube-proxy")
+    for n in record.nodes:
+        node = n.node()
+        name = f"{n.name}-{n.runtime}"
+        if d.process(name) is not None:
+            problems += _remove_pods(node)
+        children = _descendants(d.process(name))
+        d.stop(name, grace=30)
+        _kill(children)
+        _kill([p for p in psutil.process_iter() if str(node.sock) in " ".join(_cmdline(p))])  # containerd's shims
+        problems += _remove_cgroups(node.cgroup_root)
+    for name in ("kube-scheduler", "kube-controller-manager"):
+        d.stop(name)
+    d.stop("kube-apiserver", grace=15)
+    for name in d.names():  # etcd, the registry, and whatever a failed start left
+        d.stop(name)
+    problems += _unmount_under(STATE, RUN)
+    for netns in reversed(record.netns):
+        hosts.remove_host(netns)
+    if record.bridge:
+        hosts.ip("link", "del", record.bridge, check=False)  # its routes go with it
+    for knob, value in record.knobs.items():
+        with contextlib.suppress(OSError):
+            (Path("/proc/sys") / knob).write_text(value)
+    _remove_container_logs(record.container_logs_existed)
+    if not record.containerd_run_existed:
+        shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)
+    shutil.rmtree(RUN, ignore_errors=True)
+    shutil.rmtree(STATE, ignore_errors=True)
+    for path in (STATE, RUN):
+        if path.exists():
+            problems.append(f"{path} could not be removed")
+    return problems
+
+
+def _remove_pods(node: Node) -> list[str]:
+    """Every pod through the CRI, as a drained node's kubelet does (containers, sandboxes, their networks)."""
+    from pykubelet.runtime import CRIRuntime
+    client = CRIRuntime(node.endpoint, timeout=60)
+    try:
+        for sandbox in client.list_pod_sandbox():
+            client.stop_pod_sandbox(sandbox.id)
+            client.remove_pod_sandbox(sandbox.id)
+        return []
+    except Exception as e:  # the runtime is stopped next either way; what it leaves is removed below
+        return [f"removing the pods of {node.name} through {node.endpoint}: {e}"]
+    finally:
+        client.close()
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _descendants(proc: psutil.Process | None) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True) if proc is not None else []
+    except psutil.Error:
+        return []
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    for p in procs:
+        hosts.ended(p, 10)
+
+
+def _remove_cgroups(root: str) -> list[str]:
+    """The node's cgroup root in every hierarchy, deepest first; a process still in it is a container of
+    this node (the cgroup root is the node's own), killed."""
+    problems = []
+    for hierarchy in _hierarchies():
+        top = hierarchy / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
+            for _ in range(50):
+                with contextlib.suppress(OSError, ValueError):
+                    for pid in (Path(dirpath) / "cgroup.procs").read_text().split():
+                        os.kill(int(pid), signal.SIGKILL)
+                try:
+                    os.rmdir(dirpath)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                problems.append(f"cgroup {dirpath} could not be removed")
+    return problems
+
+
+def _unmount_under(*dirs: Path) -> list[str]:
+    from pyruntime.linux import mountinfo
+    prefixes = tuple(f"{p}/" for p in dirs)
+    for m in sorted(mountinfo.read(), key=lambda m: len(m.mount_point), reverse=True):
+        if m.mount_point.startswith(prefixes) or m.mount_point in map(str, dirs):
+            subprocess.run(["umount", "-l", m.mount_point], capture_output=True)
+    left = [m.mount_point for m in mountinfo.read() if m.mount_point.startswith(prefixes)]
+    return [f"mounts left: {', '.join(left)}"] if left else []
+
+
+def _remove_container_logs(existed: bool) -> None:
+    """The stock kubelet's /var/log/containers links into this cluster's pod logs."""
+    if not CONTAINER_LOGS.is_dir():
+        return
+    for link in CONTAINER_LOGS.iterdir():
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and os.readlink(link).startswith(f"{STATE}/"):
+                link.unlink()
+    if not existed:
+        with contextlib.suppress(OSError):
+            CONTAINER_LOGS.rmdir()

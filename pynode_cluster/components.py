@@ -1,0 +1,93 @@
+"""The stock Kubernetes binaries (built from their Go modules by scripts/peers/kubernetes.sh) and the command
+lines they run with here, kubeadm's choices where they matter, so the cluster's components and the test kit's
+behave as in a kubeadm cluster: the Node and RBAC authorizers, NodeRestriction, service-account tokens signed
+by a key pair of our own, node pod CIDRs allocated by the controller manager.
+
+Every path and address is a parameter: one control plane per machine for `make cluster`, one per test module
+for the e2e tests, one per VM for the lab.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PEERS = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "kubernetes"
+SERVICE_CIDR = "10.96.0.0/16"
+SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the apiserver's cert must name it
+CLUSTER_CIDR = "10.244.0.0/16"  # pod CIDRs of the nodes, a /24 each
+ISSUER = "https://kubernetes.default.svc"
+APISERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                   "kubernetes.default.svc.cluster.local")
+
+
+def peer(name: str) -> str:
+    path = PEERS / name
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} is missing: run `make setup` (scripts/peers/kubernetes.sh builds it)")
+    return str(path)
+
+
+def etcd_argv(data_dir: Path, client_port: int, peer_port: int, address: str = "127.0.0.1") -> list[str]:
+    """etcd without TLS on `address` (loopback: only the apiserver beside it talks to it)."""
+    client, peer_url = f"http://{address}:{client_port}", f"http://{address}:{peer_port}"
+    return [peer("etcd"), "--name", "pynode", "--data-dir", str(data_dir),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"pynode={peer_url}", "--unsafe-no-fsync", "--log-level", "warn"]
+
+
+def apiserver_argv(*, etcd: str, address: str, port: int, pki: Path, service_cidr: str = SERVICE_CIDR,
+                   endpoint_reconciler: bool = True) -> list[str]:
+    """kube-apiserver with the certificates of `pki` (pki.ControlPlanePki's names). Without the endpoint
+    reconciler (a loopback address, which it refuses) the `kubernetes` Service has no endpoints."""
+    argv = [
+        peer("kube-apiserver"),
+        "--etcd-servers", etcd,
+        "--bind-address", address, "--secure-port", str(port), "--advertise-address", address,
+        "--service-cluster-ip-range", service_cidr,
+        "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
+        "--client-ca-file", str(pki / "ca.crt"),
+        "--kubelet-client-certificate", str(pki / "apiserver-kubelet-client.crt"),
+        "--kubelet-client-key", str(pki / "apiserver-kubelet-client.key"),
+        "--kubelet-certificate-authority", str(pki / "ca.crt"),
+        "--kubelet-preferred-address-types", "InternalIP,Hostname",
+        "--authorization-mode", "Node,RBAC",
+        "--enable-admission-plugins", "NodeRestriction",
+        "--service-account-issuer", ISSUER,
+        "--service-account-key-file", str(pki / "sa.pub"),
+        "--service-account-signing-key-file", str(pki / "sa.key"),
+        "--allow-privileged=true",
+        "--profiling=false",
+    ]
+    if not endpoint_reconciler:
+        argv += ["--endpoint-reconciler-type", "none"]
+    return argv
+
+
+def controller_manager_argv(*, kubeconfig: Path, pki: Path, cluster_cidr: str = CLUSTER_CIDR,
+                            service_cidr: str = SERVICE_CIDR) -> list[str]:
+    """kubeadm's kube-controller-manager: node CIDR allocation, a token per controller, the root CA in every
+    namespace (kube-root-ca.crt, which kube-api-access volumes project) and the CSR signer."""
+    return [peer("kube-controller-manager"), "--kubeconfig", str(kubeconfig),
+            "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
+            "--bind-address", "127.0.0.1", "--leader-elect=false",
+            "--allocate-node-cidrs", "--cluster-cidr", cluster_cidr, "--node-cidr-mask-size", "24",
+            "--service-cluster-ip-range", service_cidr,
+            "--use-service-account-credentials", "--root-ca-file", str(pki / "ca.crt"),
+            "--service-account-private-key-file", str(pki / "sa.key"),
+            "--cluster-signing-cert-file", str(pki / "ca.crt"), "--cluster-signing-key-file", str(pki / "ca.key"),
+            "--controllers", "*,bootstrapsigner,tokencleaner", "--profiling=false"]
+
+
+def scheduler_argv(*, kubeconfig: Path) -> list[str]:
+    return [peer("kube-scheduler"), "--kubeconfig", str(kubeconfig),
+            "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
+            "--bind-address", "127.0.0.1", "--leader-elect=false", "--profiling=false"]
+
+
+def kube_proxy_argv(*, kubeconfig: Path, node: str, cluster_cidr: str = CLUSTER_CIDR) -> list[str]:
+    """kube-proxy in iptables mode; it cannot size the global conntrack table from a node's network namespace,
+    so it leaves it alone (--conntrack-max-per-core 0)."""
+    return [peer("kube-proxy"), "--kubeconfig", str(kubeconfig), "--proxy-mode", "iptables",
+            "--hostname-override", node, "--cluster-cidr", cluster_cidr, "--conntrack-max-per-core", "0",
+            "--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"]

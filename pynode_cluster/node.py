@@ -1,0 +1,180 @@
+"""What one node runs and how it is configured: a CRI runtime (pyruntime-cri or containerd), a kubelet (pykubelet
+or the stock one), both with our CNI plugins, and the stock kube-proxy. The interop matrix of issue 11 is every
+pair of kubelet and runtime, so both sides are interchangeable here behind the same paths.
+
+The pod network is written only once the controller manager has given the node its pod CIDR (the runtimes
+read the CNI conf dir again when it changes; until then they report NetworkReady false and the node stays
+NotReady, so nothing is scheduled onto a network that does not exist yet).
+
+All of a node's files live under its own directory and its pods' cgroups under a cgroup root of its own, so
+several nodes share one machine and `down` finds everything a node made.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cni_plugins.install import DEFAULT_CONFLIST, install
+from pynode_cluster.components import peer
+
+KUBELETS = ("pykubelet", "kubelet")
+RUNTIMES = ("pyruntime-cri", "containerd")
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"  # containerd 1.6's default sandbox image
+CNI_BRIDGE = "cni0"  # inside the node's network namespace, so every node may use the name
+
+CONTAINERD_CONFIG = """version = 2
+root = "{dir}/root"
+state = "{dir}/state"
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  enable_selinux = false
+  # this VM withholds CAP_SYS_RESOURCE, so the sandbox may not lower its OOM score below ours
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{hosts}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+"""
+RUNC_BINARY = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{oci_runtime}"
+"""
+
+
+def containerd_config(work: Path, sock: Path, cni_bin: Path, cni_conf: Path, hosts: Path | str = "",
+                      sandbox_image: str = SANDBOX_IMAGE, oci_runtime: Path | str = "") -> str:
+    """containerd 1.6's config with CRI on, its root and state under `work`; `oci_runtime`: the binary its
+    runc shim runs instead of runc."""
+    text = CONTAINERD_CONFIG.format(dir=work, sock=sock, sandbox_image=sandbox_image, cni_bin=cni_bin,
+                                    cni_conf=cni_conf, hosts=hosts)
+    return text + (RUNC_BINARY.format(oci_runtime=oci_runtime) if oci_runtime else "")
+
+
+def install_plugins(bin_dir: Path) -> None:
+    """Our CNI plugins in `bin_dir`, with `loopback` (which a CRI server calls for the sandbox's lo) being
+    pyloopback."""
+    install(bin_dir)
+    if not (bin_dir / "loopback").exists():
+        os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
+
+
+def pod_network(pod_cidr: str, data_dir: Path) -> dict:
+    """The project's default network (cni_plugins/10-pynode.conflist) on the node's pod CIDR, at CNI 1.0.0:
+    containerd 1.6's libcni refuses a 1.1.0 result."""
+    conf = json.loads(DEFAULT_CONFLIST.read_text())
+    conf["cniVersion"] = "1.0.0"
+    bridge = conf["plugins"][0]
+    bridge["bridge"] = CNI_BRIDGE
+    bridge["ipam"]["ranges"] = [[{"subnet": pod_cidr}]]
+    bridge["ipam"]["dataDir"] = str(data_dir)
+    return conf
+
+
+def launcher(name: str) -> str:
+    """This checkout's launcher (next to the interpreter), else the one on PATH."""
+    own = Path(sys.executable).with_name(name)
+    return str(own) if own.exists() else (shutil.which(name) or name)
+
+
+@dataclass
+class Node:
+    """One node: `dir` holds its files (persistent), `run` its sockets and volatile state."""
+    name: str
+    address: str
+    dir: Path
+    run: Path
+    kubelet: str = "pykubelet"
+    runtime: str = "pyruntime-cri"
+
+    @property
+    def sock(self) -> Path:
+        return self.run / "cri.sock"
+
+    @property
+    def endpoint(self) -> str:
+        return f"unix://{self.sock}"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.dir / "net.d"
+
+    @property
+    def cni_bin(self) -> Path:
+        return self.dir / "cni-bin"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/pynode-cluster-{self.name}"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.dir / "pod-logs"
+
+    def runtime_argv(self, hosts_dir: Path) -> list[str]:
+        """The CRI server, with an empty CNI conf dir until write_network()."""
+        install_plugins(self.cni_bin)
+        self.cni_conf.mkdir(parents=True, exist_ok=True)
+        self.run.mkdir(parents=True, exist_ok=True)
+        if self.runtime == "pyruntime-cri":
+            return [launcher("pyruntime-cri"), "--listen", self.endpoint, "--root", str(self.dir / "cri-root"),
+                    "--state", str(self.run / "cri-state"), "--cni-conf-dir", str(self.cni_conf),
+                    "--cni-bin-dir", str(self.cni_bin), "--registry-config-dir", str(hosts_dir)]
+        if self.runtime == "containerd":
+            work = self.dir / "containerd"
+            work.mkdir(parents=True, exist_ok=True)
+            config = work / "containerd.toml"
+            config.write_text(containerd_config(work, self.sock, self.cni_bin, self.cni_conf, hosts_dir))
+            return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
+        raise ValueError(f"runtime {self.runtime!r}: not one of {', '.join(RUNTIMES)}")
+
+    def write_network(self, pod_cidr: str) -> Path:
+        path = self.cni_conf / "10-pynode.conflist"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pod_network(pod_cidr, self.dir / "ipam"), indent=2))
+        tmp.rename(path)
+        return path
+
+    def kubelet_argv(self, kubeconfig: Path, pki: Path) -> list[str]:
+        """The kubelet for this node, serving on its address with a cert of the cluster CA, authorizing the
+        apiserver's calls by webhook as kubeadm's kubelets do."""
+        config: dict = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": self.endpoint, "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root,
+            "podLogsDir": str(self.pod_logs), "address": self.address, "port": 10250,
+            "tlsCertFile": str(pki / f"kubelet-{self.name}-serving.crt"),
+            "tlsPrivateKeyFile": str(pki / f"kubelet-{self.name}-serving.key"),
+            "authentication": {"x509": {"clientCAFile": str(pki / "ca.crt")}, "anonymous": {"enabled": False},
+                               "webhook": {"enabled": True}},
+            "authorization": {"mode": "Webhook"},
+            "failSwapOn": False, "failCgroupV1": False, "syncFrequency": "10s",
+        }
+        root = self.dir / "kubelet"
+        if self.kubelet == "kubelet":
+            # the stock kubelet on hybrid (v1) cgroups, its files kept under the node's directory
+            config |= {"volumePluginDir": str(self.dir / "volume-plugins"), "resolvConf": "",
+                       "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
+                       "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
+                                        "imagefs.available": "1%"}}
+            binary = peer("kubelet")
+        elif self.kubelet == "pykubelet":
+            binary = launcher("pykubelet")
+        else:
+            raise ValueError(f"kubelet {self.kubelet!r}: not one of {', '.join(KUBELETS)}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / "kubelet.json"
+        path.write_text(json.dumps(config, indent=2))
+        return [binary, "--config", str(path), "--kubeconfig", str(kubeconfig), "--hostname-override", self.name,
+                "--node-ip", self.address, "--root-dir", str(root), "-v", "2" if self.kubelet == "kubelet" else "0"]

@@ -1,0 +1,62 @@
+"""The configuration `make cluster` gives a node (pynode_cluster.node): the pod network on the node's pod CIDR,
+and one KubeletConfiguration per kubelet that the kubelet itself accepts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pykubelet import config as kubelet_config
+from pynode_cluster import cluster
+from pynode_cluster.node import CNI_BRIDGE, Node, pod_network
+
+
+def test_pod_network_is_the_default_conflist_on_the_pod_cidr(tmp_path: Path) -> None:
+    conf = pod_network("10.244.3.0/24", tmp_path / "ipam")
+    bridge = conf["plugins"][0]
+    assert conf["cniVersion"] == "1.0.0"  # containerd 1.6 refuses a 1.1.0 result
+    assert bridge["type"] == "pybridge" and bridge["bridge"] == CNI_BRIDGE and bridge["isDefaultGateway"]
+    assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
+    assert bridge["ipam"]["dataDir"] == str(tmp_path / "ipam")
+
+
+def test_write_network_replaces_the_file_whole(tmp_path: Path) -> None:
+    node = Node("node-1", "10.203.0.21", tmp_path / "node", tmp_path / "run")
+    node.cni_conf.mkdir(parents=True)
+    path = node.write_network("10.244.0.0/24")
+    assert json.loads(path.read_text())["plugins"][0]["ipam"]["ranges"][0][0]["subnet"] == "10.244.0.0/24"
+    assert [p.name for p in node.cni_conf.iterdir()] == ["10-pynode.conflist"]
+
+
+def test_pykubelet_accepts_its_configuration(tmp_path: Path) -> None:
+    node = Node("node-1", "10.203.0.21", tmp_path / "node", tmp_path / "run")
+    argv = node.kubelet_argv(tmp_path / "kubelet.kubeconfig", tmp_path / "pki")
+    settings = kubelet_config.load_file(Path(argv[argv.index("--config") + 1]))
+    assert settings["cgroup_root"] == "/pynode-cluster-node-1"
+    assert settings["container_runtime_endpoint"] == f"unix://{tmp_path}/run/cri.sock"
+    assert settings["address"] == "10.203.0.21"
+
+
+def test_the_stock_kubelet_gets_what_this_machine_needs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("pynode_cluster.node.peer", lambda name: f"/peers/{name}")
+    node = Node("node-1", "10.203.0.21", tmp_path / "node", tmp_path / "run", kubelet="kubelet")
+    argv = node.kubelet_argv(tmp_path / "kubelet.kubeconfig", tmp_path / "pki")
+    assert argv[0] == "/peers/kubelet"
+    config = json.loads(Path(argv[argv.index("--config") + 1]).read_text())
+    assert config["failCgroupV1"] is False and config["failSwapOn"] is False
+    assert config["cgroupDriver"] == "cgroupfs" and config["resolvConf"] == ""
+
+
+def test_unknown_pairs_are_refused_by_name() -> None:
+    with pytest.raises(cluster.ClusterError, match="KUBELET=crio"):
+        cluster.up(kubelet="crio")
+
+
+def test_the_record_round_trips(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(cluster, "STATE", tmp_path)
+    record = cluster.Record(nodes=[cluster.NodeRecord("node-1", "10.203.0.21", "pync-n1", "pykubelet",
+                                                      "pyruntime-cri", "10.244.0.0/24")],
+                            netns=["pync-cp", "pync-n1"], routes=["10.244.0.0/24 via 10.203.0.21"])
+    record.save()
+    assert cluster.Record.load() == record
