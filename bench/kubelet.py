@@ -25,6 +25,7 @@ import argparse
 import fcntl
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -89,8 +90,8 @@ class Kubelets:
 
 
 class Bench:
-    def __init__(self, client, runtime) -> None:
-        self.client, self.runtime = client, runtime
+    def __init__(self, client, runtime, logs: Path | None = None) -> None:
+        self.client, self.runtime, self.logs = client, runtime, logs
 
     def node_ready(self, node: str, timeout: float = 90) -> None:
         from lightkube import ApiError
@@ -189,6 +190,10 @@ class Bench:
             raise
         finally:
             k.stop()
+            if self.logs is not None:
+                self.logs.mkdir(parents=True, exist_ok=True)
+                log_file = k.log_path if kind == "pykubelet" else k.root / "kubelet.log"
+                shutil.copy(log_file, self.logs / f"{kind}.log")
             self.sweep()
             if kind == "kubelet":
                 k.remove_cgroups()
@@ -224,7 +229,7 @@ def report(results: dict, single: int, batch: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench(kinds: list[str], single: int, batch: int, out: Path | None) -> int:
+def bench(kinds: list[str], single: int, batch: int, out: Path | None, logs: Path | None) -> int:
     from pykubelet.api.client import make_client
     from pykubelet.runtime import CRIRuntime
     from tests.e2e.test_cri_stock_kubelet import kubelet_host_state
@@ -253,7 +258,7 @@ def bench(kinds: list[str], single: int, batch: int, out: Path | None) -> int:
                     client = make_client(cp.admin)
                     try:
                         runtime.pull_image(BUSYBOX)
-                        b = Bench(client, runtime)
+                        b = Bench(client, runtime, logs)
                         log("control plane and containerd up, image pulled")
                         for kind in kinds:
                             results[kind] = b.run(kind, Kubelets(work, cp, endpoint), single, batch)
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-b", "--batch", type=int, default=BATCH, help=f"pods created at once (default {BATCH})")
     p.add_argument("-k", "--kubelet", action="append", choices=KUBELETS, help="default: both, in this order")
     p.add_argument("--json", type=Path, help="also write the raw samples here")
+    p.add_argument("--logs", type=Path, help="keep the kubelets' logs in this directory")
     args = p.parse_args(argv or [])
     if os.geteuid() != 0:
         log("needs root")
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (PEERS / name).exists():
             log(f"{PEERS / name} is missing: run `make peers`")
             return 1
-    return bench(args.kubelet or list(KUBELETS), args.single, args.batch, args.json)
+    return bench(args.kubelet or list(KUBELETS), args.single, args.batch, args.json, args.logs)
 
 
 if __name__ == "__main__":
