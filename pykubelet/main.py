@@ -55,6 +55,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     try:
         if not wait_for_runtime(runtime, stop):
             return
+        events = None
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
         else:
@@ -80,8 +81,15 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                                  ("events", events.run)):
                 threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
-            for t in threads:
-                t.start()
+        from pykubelet.images.gc import ImageGC
+        from pykubelet.logs.rotation import LogRotator
+
+        threads += [threading.Thread(target=ImageGC(runtime, settings, events).run, args=(stop,), name="image-gc",
+                                     daemon=True),
+                    threading.Thread(target=LogRotator(runtime, settings).run, args=(stop,), name="log-rotation",
+                                     daemon=True)]
+        for t in threads:
+            t.start()
         stop.wait()
     finally:
         for informer in informers:
