@@ -74,15 +74,15 @@ class Kubelets:
         self.work, self.cp, self.endpoint = work, cp, endpoint
 
     def start(self, kind: str):
+        from tests.e2e.test_cri_stock_kubelet import Kubelet as Stock
+        from tests.kit.kubelet_node import Kubelet
+
         node, ip = NODES[kind]
         kubeconfig = self.cp.node_kubeconfig(node)
+        k: Kubelet | Stock
         if kind == "pykubelet":
-            from tests.kit.kubelet_node import Kubelet
-
             k = Kubelet.for_node(self.work / kind, node, ip, self.endpoint.url, kubeconfig, {"syncFrequency": "1m"})
         else:
-            from tests.e2e.test_cri_stock_kubelet import Kubelet as Stock
-
             k = Stock(self.work / kind, self.endpoint, node=node, config={"syncFrequency": "1m"},
                       args=("--kubeconfig", str(kubeconfig)))
         k.start()
@@ -252,6 +252,7 @@ def bench(kinds: list[str], single: int, batch: int, out: Path | None, logs: Pat
         try:
             with kubelet_host_state():
                 cp.start()
+                assert cp.admin is not None  # made by start()
                 cp.kubectl("create", "serviceaccount", "default", "-n", NAMESPACE)
                 with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
                     runtime = CRIRuntime(endpoint.url, timeout=60)

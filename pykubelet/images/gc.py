@@ -100,7 +100,7 @@ class ImageGC:
         """Lists the runtime's images and containers: records new images, marks those in use as used now,
         forgets images that are gone."""
         now = self.clock()
-        used = set()
+        used: set[str] = set()
         for c in self.runtime.list_containers():
             used.update(x for x in (c.image_ref, c.image.image) if x)
         sandbox = self.sandbox_image()

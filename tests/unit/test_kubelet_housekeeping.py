@@ -6,11 +6,13 @@ import calendar
 import gzip
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from proto import api_pb2
 from pykubelet import config
+from pykubelet import runtime as cri
 from pykubelet.images.gc import ImageGC, ImageRecord, amount_to_free, select
 from pykubelet.logs.rotation import LogRotator, plan
 
@@ -37,7 +39,8 @@ def test_select_takes_unused_old_images_least_recently_used_first():
     assert [i.id for i in select(images, 25, now=100, min_age=10)] == ["never", "a", "b"]
     assert [i.id for i in select(images, 10**9, now=100, min_age=10)] == ["never", "a", "b", "c"]
     assert select(images, 0, now=100, min_age=10) == []
-    assert [i.id for i in select(images, 10**9, now=100, min_age=0)] == ["never", "young", "a", "b", "c"]  # never used: first
+    # never used comes first, then by last use
+    assert [i.id for i in select(images, 10**9, now=100, min_age=0)] == ["never", "young", "a", "b", "c"]
 
 
 class FakeRuntime:
@@ -75,6 +78,11 @@ class FakeRuntime:
         Path(self.log_paths[id_]).touch()
 
 
+def fake(runtime: FakeRuntime) -> cri.CRIRuntime:
+    """The stand-in where the code takes a CRI client (it makes only the calls FakeRuntime has)."""
+    return cast(cri.CRIRuntime, runtime)
+
+
 def settings(**values) -> config.Settings:
     return config.Settings(node_name="n", **values)
 
@@ -87,7 +95,7 @@ def test_image_gc_keeps_images_in_use_pinned_and_the_pause_image(tmp_path):
     containers = [api_pb2.Container(id="c1", image=api_pb2.ImageSpec(image="busybox:1"), image_ref="sha256:busybox")]
     rt = FakeRuntime(images, containers, str(tmp_path), "pause:3.6")
     clock = [1000.0]
-    gc = ImageGC(rt, settings(image_gc_high_threshold_percent=1, image_gc_low_threshold_percent=0,
+    gc = ImageGC(fake(rt), settings(image_gc_high_threshold_percent=1, image_gc_low_threshold_percent=0,
                               image_minimum_gc_age=60), clock=lambda: clock[0])
     assert gc.collect() == []  # everything just seen: younger than the minimum age
     clock[0] += 60
@@ -98,7 +106,7 @@ def test_image_gc_keeps_images_in_use_pinned_and_the_pause_image(tmp_path):
 
 def test_image_gc_does_nothing_below_the_high_threshold(tmp_path):
     rt = FakeRuntime([api_pb2.Image(id="sha256:x", size=1)], mountpoint=str(tmp_path))
-    gc = ImageGC(rt, settings(image_minimum_gc_age=0))
+    gc = ImageGC(fake(rt), settings(image_minimum_gc_age=0))
     assert gc.collect() == []  # the default 85 %: this test machine's disk is not that full
     assert rt.removed == []
 
@@ -126,7 +134,8 @@ def test_rotate_renames_compresses_and_reopens(tmp_path):
     rt = FakeRuntime()
     rt.log_paths["c1"] = str(live)
     clock = calendar.timegm((2026, 12, 3, 11, 0, 0))
-    rotator = LogRotator(rt, settings(container_log_max_size=1024, container_log_max_files=3), clock=lambda: clock)
+    rotator = LogRotator(fake(rt), settings(container_log_max_size=1024, container_log_max_files=3),
+                         clock=lambda: clock)
     assert rotator.rotate("c1", live) is True
     assert rt.reopened == ["c1"]
     names = sorted(p.name for p in tmp_path.iterdir())
@@ -138,15 +147,13 @@ def test_rotate_renames_compresses_and_reopens(tmp_path):
 
 
 def test_rotate_undoes_the_rename_when_the_runtime_cannot_reopen(tmp_path):
-    from pykubelet import runtime as cri
-
     live = write(tmp_path / "0.log", "x" * 2048)
 
     class Refusing(FakeRuntime):
         def reopen_container_log(self, id_):
             raise cri.Unimplemented("ReopenContainerLog", cri.grpc.StatusCode.UNIMPLEMENTED, "no")
 
-    rotator = LogRotator(Refusing(), settings(container_log_max_size=1024))
+    rotator = LogRotator(fake(Refusing()), settings(container_log_max_size=1024))
     with pytest.raises(cri.Unimplemented):
         rotator.rotate("c1", live)
     assert [p.name for p in tmp_path.iterdir()] == ["0.log"]
