@@ -2,8 +2,9 @@
 
 What a user of a node waits for is the time from `kubectl create` to the pod Running; what the node pays is
 the kubelet's memory and CPU. Both kubelets run in turn (one at a time, each as a node of its own) against
-one stock control plane (etcd + kube-apiserver, tests/kit/controlplane.py) and one containerd 1.6 with CRI
-on (tests/kit/containerd_cri.py, our CNI plugins), so the only difference is the kubelet.
+one stock control plane (etcd + kube-apiserver, tests/kit/controlplane.py) and one CRI runtime, so the only
+difference is the kubelet: containerd 1.6 with CRI on (tests/kit/containerd_cri.py, our CNI plugins), then
+pyruntime-cri (tests/integration/cri_node.py), each with a fresh control plane.
 
 Latency is measured from just before the pod's create request to the first watch event that shows it
 Running (a watch opened before the create, at the resourceVersion of a list, so no event is missed): for
@@ -14,23 +15,27 @@ idle and with the N pods running; CPU is the process's user+system time (its thr
 reaped, /proc/PID/stat) from the first create of the N pods until all run, and until all are deleted,
 per pod.
 
-It takes the integration lock (containerd and the stock kubelet make bridges, netns, cgroups, iptables
-chains and mounts) and puts the host back as found: the stock kubelet's host changes with the stock
-kubelet test's own clean-up (tests/e2e/test_cri_stock_kubelet.py), the cgroups with the kubelet kit's.
+It takes the integration lock for each runtime in turn (the runtimes and the stock kubelet make bridges,
+netns, cgroups, iptables chains and mounts) and puts the host back as found: the stock kubelet's host
+changes with the stock kubelet test's own clean-up (tests/e2e/test_cri_stock_kubelet.py), the cgroups
+with the kubelet kit's.
 Needs root and the peers (`make peers`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,6 +46,8 @@ from tests.conformance import critest
 SINGLE = 10
 BATCH = 30
 KUBELETS = ("pykubelet", "kubelet")
+RUNTIMES = ("containerd", "pyruntime-cri")
+PYRUNTIME_CRI_BRIDGE, PYRUNTIME_CRI_SUBNET = "pyt-benchk0", "10.239.0.0/24"
 NODES = {"pykubelet": ("bench-pykubelet", "10.201.0.250"), "kubelet": ("bench-kubelet", "")}
 NAMESPACE = "default"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -229,24 +236,40 @@ def report(results: dict, single: int, batch: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench(kinds: list[str], single: int, batch: int, out: Path | None, logs: Path | None) -> int:
+@contextlib.contextmanager
+def cri_runtime(name: str, work: Path, hosts_dir: Path) -> Iterator:
+    """The CRI runtime `name` (its endpoint has `.url`), with the pod network, until the block ends."""
+    from tests.kit.containerd_cri import containerd_cri
+
+    if name == "containerd":
+        with containerd_cri(work / "cri", hosts_dir) as endpoint:
+            yield endpoint
+        return
+    from tests.integration.cri_node import CriNode
+
+    node = CriNode(hosts_dir, bridge=PYRUNTIME_CRI_BRIDGE, subnet=PYRUNTIME_CRI_SUBNET)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.cleanup()
+
+
+def bench_runtime(name: str, kinds: list[str], single: int, batch: int, work: Path, hosts_dir: Path,
+                  logs: Path | None) -> dict:
+    """Both kubelets in turn on a fresh control plane and the CRI runtime `name`, under the integration lock."""
     from pykubelet.api.client import make_client
     from pykubelet.runtime import CRIRuntime
     from tests.e2e.test_cri_stock_kubelet import kubelet_host_state
-    from tests.kit.containerd_cri import containerd_cri
     from tests.kit.controlplane import ControlPlane
     from tests.kit.kubelet_node import BUSYBOX, kubepods_dirs, remove_new_cgroups
 
-    # this checkout's pykubelet and CNI plugins, as `make` runs with the venv's launchers
-    os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
-    os.environ["PYCNI_HELPER"] = "off"  # its process outlives a pod by its idle time (as tests/e2e/conftest.py)
     results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="pynode-bench-kubelet-", dir="/var/tmp") as tmp, \
-            critest.critest_registry(Path(tmp) / "mirror") as mirror, open(critest.LOCK, "a") as lock:
+    work.mkdir(parents=True)
+    with open(critest.LOCK, "a") as lock:
         t0 = time.monotonic()
         fcntl.flock(lock, fcntl.LOCK_EX)
-        log(f"images pushed, lock held after {time.monotonic() - t0:.0f} s")
-        work = Path(tmp)
+        log(f"{name}: lock held after {time.monotonic() - t0:.0f} s")
         cgroups = kubepods_dirs()
         cp = ControlPlane(work / "controlplane")
         try:
@@ -254,35 +277,55 @@ def bench(kinds: list[str], single: int, batch: int, out: Path | None, logs: Pat
                 cp.start()
                 assert cp.admin is not None  # made by start()
                 cp.kubectl("create", "serviceaccount", "default", "-n", NAMESPACE)
-                with containerd_cri(work / "cri", mirror.hosts_dir) as endpoint:
+                with cri_runtime(name, work, hosts_dir) as endpoint:
                     runtime = CRIRuntime(endpoint.url, timeout=60)
                     client = make_client(cp.admin)
                     try:
                         runtime.pull_image(BUSYBOX)
-                        b = Bench(client, runtime, logs)
-                        log("control plane and containerd up, image pulled")
+                        b = Bench(client, runtime, logs and logs / name)
+                        log(f"{name}: control plane and runtime up, image pulled")
                         for kind in kinds:
-                            results[kind] = b.run(kind, Kubelets(work, cp, endpoint), single, batch)
+                            try:
+                                results[kind] = b.run(kind, Kubelets(work, cp, endpoint), single, batch)
+                            except RuntimeError as e:  # one kubelet failing on a runtime: the others still run
+                                log(f"{name}: {kind}: {e}")
                     finally:
                         client.close()
                         runtime.close()
         finally:
             cp.stop()
             remove_new_cgroups(cgroups)
-    print(report(results, single, batch))
+    return results
+
+
+def bench(runtimes: list[str], kinds: list[str], single: int, batch: int, out: Path | None,
+          logs: Path | None) -> int:
+    # this checkout's pykubelet, pyruntime-cri and CNI plugins, as `make` runs with the venv's launchers
+    os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    os.environ["PYCNI_HELPER"] = "off"  # its process outlives a pod by its idle time (as tests/e2e/conftest.py)
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="pynode-bench-kubelet-", dir="/var/tmp") as tmp, \
+            critest.critest_registry(Path(tmp) / "mirror") as mirror:
+        for name in runtimes:
+            results[name] = bench_runtime(name, kinds, single, batch, Path(tmp) / name, mirror.hosts_dir, logs)
+    for name, by_kubelet in results.items():
+        print(f"on {name}: " + report(by_kubelet, single, batch))
     if out:
         out.write_text(json.dumps(results, indent=1))
-    return 0
+    return 0 if all(len(r) == len(kinds) for r in results.values()) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", "--single", type=int, default=SINGLE, help=f"single-pod rounds (default {SINGLE})")
     p.add_argument("-b", "--batch", type=int, default=BATCH, help=f"pods created at once (default {BATCH})")
+    p.add_argument("-r", "--runtime", action="append", choices=RUNTIMES, help="default: both, in this order")
     p.add_argument("-k", "--kubelet", action="append", choices=KUBELETS, help="default: both, in this order")
     p.add_argument("--json", type=Path, help="also write the raw samples here")
     p.add_argument("--logs", type=Path, help="keep the kubelets' logs in this directory")
     args = p.parse_args(argv or [])
+    # a SIGTERM (a timeout, a CI cancel) unwinds like ^C, so the clean-up below runs and nothing is left
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     if os.geteuid() != 0:
         log("needs root")
         return 1
@@ -292,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (PEERS / name).exists():
             log(f"{PEERS / name} is missing: run `make peers`")
             return 1
-    return bench(args.kubelet or list(KUBELETS), args.single, args.batch, args.json, args.logs)
+    return bench(args.runtime or list(RUNTIMES), args.kubelet or list(KUBELETS), args.single, args.batch, args.json,
+                 args.logs)
 
 
 if __name__ == "__main__":
