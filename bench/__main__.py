@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-MODULES = ("bench.runtime", "bench.cni", "bench.images", "bench.cri")
+MODULES = ("bench.runtime", "bench.cni", "bench.images", "bench.cri", "bench.kubelet")
 
 
 def main(names: list[str]) -> int:

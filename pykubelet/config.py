@@ -60,8 +60,10 @@ class Settings:
     cgroup_root: str = "/"
     image_gc_high_threshold_percent: int = 85
     image_gc_low_threshold_percent: int = 80
+    image_minimum_gc_age: float = 120.0
     container_log_max_size: int = 10 * 1024 * 1024
     container_log_max_files: int = 5
+    container_log_monitor_interval: float = 10.0
     serialize_image_pulls: bool = True
 
 
@@ -190,8 +192,10 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "cgroupRoot": ("cgroup_root", string),
     "imageGCHighThresholdPercent": ("image_gc_high_threshold_percent", integer(0, 100)),
     "imageGCLowThresholdPercent": ("image_gc_low_threshold_percent", integer(0, 100)),
+    "imageMinimumGCAge": ("image_minimum_gc_age", duration),
     "containerLogMaxSize": ("container_log_max_size", quantity),
     "containerLogMaxFiles": ("container_log_max_files", integer(2)),
+    "containerLogMonitorInterval": ("container_log_monitor_interval", duration),
     "serializeImagePulls": ("serialize_image_pulls", boolean),
     # settings of the stock kubelet that have no meaning here; accepted so one file serves both
     "failSwapOn": (None, boolean),
@@ -284,6 +288,9 @@ def _validate(s: Settings) -> Settings:
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together: one is missing")
     if s.image_gc_low_threshold_percent > s.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent must not exceed imageGCHighThresholdPercent")
+    if s.container_log_monitor_interval < 3:
+        raise ConfigError("containerLogMonitorInterval: expected at least 3s, as the kubelet, got "
+                          f"{s.container_log_monitor_interval:g}s")
     for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
         p = getattr(s, name)
         if p is not None and not p.is_file():

@@ -101,6 +101,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         if not wait_for_runtime(runtime, stop):
             return
         from pykubelet.events import EventRecorder
+        from pykubelet.images.gc import ImageGC
+        from pykubelet.logs.rotation import LogRotator
         from pykubelet.pods.sources import PodSources
         from pykubelet.pods.static import MirrorPods, StaticPods
         from pykubelet.pods.workers import PodWorkers
@@ -132,7 +134,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         events = EventRecorder(client, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources))
-        loops.append(("pod-workers", workers.run))
+        loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
+                  ("log-rotation", LogRotator(runtime, settings).run)]
         if client is not None:
             loops.append(("events", events.run))
             if static is not None and api_pods is not None:

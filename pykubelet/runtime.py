@@ -152,6 +152,10 @@ class CRIRuntime:
         return self._call(self._runtime, "ContainerStatus",
                           api_pb2.ContainerStatusRequest(container_id=container_id, verbose=verbose))
 
+    def reopen_container_log(self, container_id: str) -> None:
+        self._call(self._runtime, "ReopenContainerLog",
+                   api_pb2.ReopenContainerLogRequest(container_id=container_id))
+
     def exec_sync(self, container_id: str, cmd: list[str], timeout: int = 0) -> tuple[bytes, bytes, int]:
         """Runs `cmd` in the container; `timeout` seconds (0: none) is the runtime's, the call gets a margin."""
         r = self._call(self._runtime, "ExecSync", api_pb2.ExecSyncRequest(

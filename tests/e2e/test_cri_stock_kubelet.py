@@ -9,6 +9,7 @@ containers.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -45,6 +46,12 @@ def mirror(tmp_path_factory):
 
 @pytest.fixture
 def host_state():
+    with kubelet_host_state():
+        yield
+
+
+@contextlib.contextmanager
+def kubelet_host_state():
     """Puts back the kernel knobs the kubelet and the bridge plugin change, and removes the iptables chains
     (KUBE-FIREWALL, the canaries, with the rules jumping to them), the nftables tables iptables-nft made for
     them, and the /var/log/containers links that appear meanwhile."""
@@ -52,25 +59,27 @@ def host_state():
              if p.exists()}
     chains, tables = _kube_chains(), _nft_tables()
     links = set(os.listdir(CONTAINER_LOGS)) if CONTAINER_LOGS.is_dir() else None
-    yield
-    for path, value in knobs.items():
-        path.write_text(value)
-    new = _kube_chains() - chains
-    for tool, table, _ in new:
-        for rule in _rules(tool, table):
-            parts = shlex.split(rule)
-            if parts[:1] == ["-A"] and "-j" in parts and (tool, table, parts[parts.index("-j") + 1]) in new:
-                subprocess.run([tool, "-w", "-t", table, "-D", *parts[1:]], capture_output=True, check=False)
-    for tool, table, chain in new:
-        subprocess.run([tool, "-w", "-t", table, "-F", chain], capture_output=True, check=False)
-        subprocess.run([tool, "-w", "-t", table, "-X", chain], capture_output=True, check=False)
-    for family, table in _nft_tables() - tables:
-        subprocess.run(["nft", "delete", "table", family, table], capture_output=True, check=False)
-    if CONTAINER_LOGS.is_dir():
-        for name in set(os.listdir(CONTAINER_LOGS)) - (links or set()):
-            (CONTAINER_LOGS / name).unlink()
-        if links is None:
-            CONTAINER_LOGS.rmdir()
+    try:
+        yield
+    finally:
+        for path, value in knobs.items():
+            path.write_text(value)
+        new = _kube_chains() - chains
+        for tool, table, _ in new:
+            for rule in _rules(tool, table):
+                parts = shlex.split(rule)
+                if parts[:1] == ["-A"] and "-j" in parts and (tool, table, parts[parts.index("-j") + 1]) in new:
+                    subprocess.run([tool, "-w", "-t", table, "-D", *parts[1:]], capture_output=True, check=False)
+        for tool, table, chain in new:
+            subprocess.run([tool, "-w", "-t", table, "-F", chain], capture_output=True, check=False)
+            subprocess.run([tool, "-w", "-t", table, "-X", chain], capture_output=True, check=False)
+        for family, table in _nft_tables() - tables:
+            subprocess.run(["nft", "delete", "table", family, table], capture_output=True, check=False)
+        if CONTAINER_LOGS.is_dir():
+            for name in set(os.listdir(CONTAINER_LOGS)) - (links or set()):
+                (CONTAINER_LOGS / name).unlink()
+            if links is None:
+                CONTAINER_LOGS.rmdir()
 
 
 def _rules(tool: str, table: str) -> list[str]:
@@ -89,11 +98,14 @@ def _nft_tables() -> set[tuple[str, str]]:
 
 
 class Kubelet:
-    """The stock kubelet, standalone, with everything it writes under `root` and its cgroups under
-    /CGROUP_ROOT in every hierarchy."""
+    """The stock kubelet, standalone (or, with `args` such as --kubeconfig, a node of an API server), with
+    everything it writes under `root` and its cgroups under /CGROUP_ROOT in every hierarchy; `config`:
+    KubeletConfiguration fields over this one's."""
 
-    def __init__(self, root: Path, cri: CriNode) -> None:
-        self.root, self.cri = root, cri
+    def __init__(self, root: Path, cri: CriNode, node: str = NODE, config: dict | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.root, self.cri, self.node = root, cri, node
+        self.extra_config, self.extra_args = config or {}, args
         self.cgroup_root = f"pynode-kubelet-{secrets.token_hex(4)}"
         self.manifests = root / "manifests"
         self.pod_logs = root / "pod-logs"
@@ -116,11 +128,11 @@ class Kubelet:
             "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
             "authorization": {"mode": "AlwaysAllow"},
             "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
-            "fileCheckFrequency": "1s", "syncFrequency": "5s", "resolvConf": "",
+            "fileCheckFrequency": "1s", "syncFrequency": "5s", "resolvConf": "", **self.extra_config,
         }
         (self.root / "kubelet.json").write_text(json.dumps(config))
         argv = [peer("kubelet"), "--config", str(self.root / "kubelet.json"), "--root-dir", str(self.root / "state"),
-                "--hostname-override", NODE, "--v", "2"]
+                "--hostname-override", self.node, "--v", "2", *self.extra_args]
         with open(self.root / "kubelet.log", "wb") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for("the kubelet healthy",
