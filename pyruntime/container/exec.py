@@ -107,7 +107,7 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
         from pyruntime.container.control import status_of
         status = status_of(store, state)
         if status == PAUSED:  # runc's words, which tools match; its --ignore-paused is not ours
-            raise ContainerError(f"cannot exec in a paused container {cid!r}: resume it first")
+            raise ContainerError(f"cannot exec in a paused container {cid!r}: it is paused; resume it first")
         if status not in (RUNNING, CREATED):
             raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
         return _exec(kernel, state, proc, console_socket, preserve_fds, debug, trace or silent)

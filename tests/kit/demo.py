@@ -105,8 +105,8 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float, interva
 class Daemon:
     """A background process of the node, known by its pid file."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        self.name, self.argv, self.env = name, argv, env or {}
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name, self.argv = name, argv
         self.pid_file, self.log = RUN / f"{name}.pid", VAR / "logs" / f"{name}.log"
 
     def pid(self) -> int | None:
@@ -125,7 +125,7 @@ class Daemon:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
             proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env={**os.environ, **self.env})
+                                    start_new_session=True)
         self.pid_file.write_text(str(proc.pid))
 
     def log_tail(self, chars: int = 2000) -> str:
@@ -144,10 +144,9 @@ class Daemon:
 
 
 def cri_daemon() -> Daemon:
-    # the CNI helper would outlive the pods by its idle time; without it each CNI call runs in-process
     return Daemon("pyruntime-cri", [str(BIN / "pyruntime-cri"), "--listen", ENDPOINT, "--root", str(VAR / "cri"),
                                     "--state", str(RUN / "cri"), "--cni-conf-dir", str(VAR / "cni-conf"),
-                                    "--cni-bin-dir", str(VAR / "cni-bin")], env={"PYCNI_HELPER": "off"})
+                                    "--cni-bin-dir", str(VAR / "cni-bin")])
 
 
 def kubelet_daemon() -> Daemon:
@@ -333,6 +332,11 @@ def down() -> int:
                 runtime.close()
                 runtime = None
                 cri_d.stop()
+            # its plugins started the host's CNI helper (pyruntime-cri gives them no PYCNI_* settings), which
+            # would stay for its idle time; asked to stop, it exits (the next plugin call starts another)
+            with step("stopping the CNI helper"):
+                from cni_plugins import helper, launch
+                helper.stop(launch.DEFAULT_NAME)
     finally:
         if runtime is not None:
             runtime.close()
