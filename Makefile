@@ -83,8 +83,13 @@ cluster-down: $(STAMPS)/venv
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh
 
-bench: setup
+bench: setup $(STAMPS)/bench
 	$(PY) -m bench
+
+# the bench's own extra (matplotlib for bench.cluster's plot), from PyPI, once per change of setup.cfg
+$(STAMPS)/bench: setup.cfg $(STAMPS)/venv
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@mkdir -p $(STAMPS) && touch $@
 
 clean:
 	rm -rf $(VENV) $(STAMPS)

@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-MODULES = ("bench.runtime", "bench.cni", "bench.images", "bench.cri", "bench.kubelet")
+MODULES = ("bench.runtime", "bench.cni", "bench.images", "bench.cri", "bench.kubelet", "bench.cluster")
 
 
 def main(names: list[str]) -> int:

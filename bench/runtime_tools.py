@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import record_section
+
 REPO = Path(__file__).resolve().parent.parent
 SUITE = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "runtime-tools"
 RUNTIMES = {"pyruntime": str(REPO / ".venv" / "bin" / "pyruntime"), "runc": "/usr/sbin/runc"}
 # the suite names no --root, so containers it fails to delete land in each runtime's default root
 DEFAULT_ROOTS = {"pyruntime": Path("/run/pyruntime"), "runc": Path("/run/runc")}
-README = Path(__file__).resolve().parent / "README.md"
 BEGIN, END = "<!-- runtime-tools:begin -->", "<!-- runtime-tools:end -->"
 TAP_LINE = re.compile(r"^(not )?ok\b.*?(#\s*(SKIP|TODO)\b.*)?$", re.IGNORECASE)
 
@@ -101,13 +102,7 @@ def leftovers(name: str) -> set[str]:
 
 
 def record(table: str) -> None:
-    text = README.read_text() if README.exists() else ""
-    block = f"{BEGIN}\n{table}\n{END}"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    README.write_text(text)
+    record_section(BEGIN, END, table)
 
 
 def main(argv: list[str] | None = None) -> int:
