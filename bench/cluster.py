@@ -301,7 +301,7 @@ def table(results: dict[str, dict], sizes: list[int]) -> str:
                          f"{ratio(s.get('p99'), base.get('p99'))} | {reached} |")
     big = max(sizes)
     memory = {pair: r.get("sizes", {}).get(str(big), {}).get("memory") for pair, r in results.items()}
-    lines += ["", f"| MiB PSS, {big} pods running | kubelet RSS | kubelet PSS | runtime daemon PSS | per pod: "
+    lines += ["", f"| MiB, {big} pods running | kubelet RSS | kubelet PSS | runtime daemon PSS | per pod: "
               "shim / supervisor + pause | of which pause | node total ÷ pods | per pod ÷ base |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     base_mem = memory.get(BASE)
