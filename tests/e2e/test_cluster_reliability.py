@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from proto import api_pb2
-from pykubelet.runtime import CRIRuntime
+from pykubelet.runtime import CRIRuntime, Unavailable
 from pynode_cluster import cluster, components, hosts
 from pynode_cluster.node import Node
 from pyruntime.linux import mountinfo
@@ -204,7 +204,11 @@ def settled(node, uids: set[str] = frozenset(), timeout: float = 60) -> NodeView
 
     def check():
         nonlocal last
-        v = view(node)
+        try:
+            v = view(node)
+        except Unavailable as e:  # a runtime restarted a moment ago
+            last = [str(e)]
+            return None
         last = v.of(set(uids)) + v.problems()
         return v if not last else None
     try:
@@ -420,7 +424,10 @@ def supervisor_of(container_id: str) -> psutil.Process:
 
 
 def apiserver_ready() -> bool:
-    return kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+    try:
+        return kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def test_kill_during_scale_up(node):
@@ -449,8 +456,8 @@ def test_kill_during_scale_up(node):
             for victim in victims:
                 if victim != "supervisor":
                     detached(cluster.daemons().restart, victim)
-                if victim == "kube-apiserver" or victim == "etcd":
-                    wait_for("kube-apiserver ready", apiserver_ready, 90, interval=1)
+            if {"kube-apiserver", "etcd"} & set(victims):
+                wait_for("kube-apiserver ready", apiserver_ready, 90, interval=1)
             pods = converged(name, replicas)
             v = settled(node, timeout=60)
             by_uid = {p["metadata"]["uid"]: p for p in pods}
