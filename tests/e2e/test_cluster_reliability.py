@@ -19,6 +19,7 @@ import threading
 import time
 import warnings
 from collections import Counter
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -197,7 +198,7 @@ def view(node) -> NodeView:
     return NodeView(node.node(), node.netns)
 
 
-def settled(node, uids: set[str] = frozenset(), timeout: float = 60) -> NodeView:
+def settled(node, uids: Collection[str] = (), timeout: float = 60) -> NodeView:
     """The node once nothing of `uids` is left and nothing is wrong (the kubelet and runtime clean up
     asynchronously); the assertion names what is left."""
     last: list[str] = []
@@ -234,12 +235,14 @@ class Watch:
             [components.peer("kubectl"), "--kubeconfig", str(cluster.admin_kubeconfig()), "get", "pod", name, "-w",
              "-o", 'jsonpath={.status.containerStatuses[0].state.waiting.reason}{"\\n"}'],
             stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout
         self.reasons: list[str] = []
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self.stdout:
             if line.strip():
                 self.reasons.append(line.strip())
 
@@ -247,7 +250,7 @@ class Watch:
         self.proc.kill()
         self.proc.wait()
         self.thread.join(5)
-        self.proc.stdout.close()
+        self.stdout.close()
 
 
 def test_image_that_does_not_exist(node):
@@ -262,8 +265,7 @@ def test_image_that_does_not_exist(node):
     w = waiting(pod("no-image")["status"])
     assert MISSING_IMAGE in w.get("message", ""), w
     kinds = {(e["reason"], e["type"]) for e in events(uid)}
-    assert ("Failed", "Warning") in kinds and ("BackOff", "Normal") in kinds or ("BackOff", "Warning") in kinds, \
-        kinds
+    assert ("Failed", "Warning") in kinds and "BackOff" in {reason for reason, _ in kinds}, kinds
     failed = [e["message"] for e in events(uid) if e["reason"] == "Failed"]
     assert any(MISSING_IMAGE in m for m in failed), failed
     delete("pod", "no-image")
@@ -325,6 +327,9 @@ def test_broken_cni_config(node):
     n = node.node()
     conf = n.cni_conf / "10-pynode.conflist"
     good = conf.read_text()
+    apply(bare_pod("steady", {"image": HTTPD}))  # a pod running before the network breaks keeps running
+    steady = wait_for("steady Running", lambda: (lambda p: p if p["status"]["phase"] == "Running" else None)(
+        pod("steady")), 60)
     try:
         conf.write_text("{ this is not a network config")
         ready = wait_for("the node NotReady for its network", lambda: (lambda c: c if c["status"] == "False"
@@ -353,8 +358,12 @@ def test_broken_cni_config(node):
     ip = wait_for("no-network Running with an IP", lambda: (lambda p: p["status"]["phase"] == "Running" and
                                                             p["status"].get("podIP"))(pod("no-network")), 90)
     assert "It works!" in wait_for(f"no-network at {ip} answering", lambda: http(f"http://{ip}/"), 30)
+    after = pod("steady")
+    assert after["status"]["containerStatuses"] == steady["status"]["containerStatuses"], after["status"]
+    assert "It works!" in http(f"http://{after['status']['podIP']}/")
     delete("pod", "no-network")
-    settled(node, {uid})
+    delete("pod", "steady")
+    settled(node, {uid, steady["metadata"]["uid"]})
 
 
 # ---- max pods ------------------------------------------------------------------------------------------------
@@ -377,7 +386,8 @@ def test_max_pods(node):
     assert len(set(ips)) == 110
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda ip: http(f"http://{ip}/"), ips))
-    assert all("It works!" in a for a in answers), [ip for ip, a in zip(ips, answers) if "It works!" not in a]
+    silent = [ip for ip, a in zip(ips, answers, strict=True) if "It works!" not in a]
+    assert not silent, silent
     v = view(node)
     assert len(v.ready) == 110 and not v.problems(), v.problems()
     uids = {p["metadata"]["uid"] for p in pods}
@@ -438,13 +448,16 @@ def test_kill_during_scale_up(node):
     rounds = [[kubelet], [runtime], ["supervisor"], ["kube-apiserver"], ["etcd"],
               [kubelet, runtime, "supervisor", "kube-apiserver", "etcd"]]
     replicas = 6
+    seen: set[str] = set()
     try:
         for victims in rounds:
             replicas = 30 if len(victims) > 1 else replicas + 4
             before = snapshot(name)
-            spared = set(before)
+            spared, running = set(before), len(before)
             kubectl("scale", f"deployment/{name}", f"--replicas={replicas}")
-            time.sleep(1.5)  # the scale-up under way: pods being scheduled, sandboxes being made
+            # the scale-up under way: the new pods bound, their sandboxes and containers being made
+            wait_for("the new pods bound", lambda running=running: sum(
+                1 for p in get("pods", "-l", f"app={name}") if p["spec"].get("nodeName")) > running, 10, interval=0.1)
             for victim in victims:
                 if victim == "supervisor":
                     uid = sorted(before)[0]
@@ -461,6 +474,7 @@ def test_kill_during_scale_up(node):
             pods = converged(name, replicas)
             v = settled(node, timeout=60)
             by_uid = {p["metadata"]["uid"]: p for p in pods}
+            seen |= set(by_uid)
             assert set(v.ready_uids()) == set(by_uid), (set(v.ready_uids()), set(by_uid))
             assert v.volume_uids() <= set(by_uid), v.mounts
             after = snapshot(name)
@@ -471,7 +485,7 @@ def test_kill_during_scale_up(node):
         raise
     delete("deployment", name)
     wait_for("the pods gone", lambda: not get("pods", "-l", f"app={name}"), 120)
-    left = settled(node, timeout=90)
-    assert not left.ready and not left.allocated and not left.veths, vars(left)
+    left = settled(node, seen, timeout=90)
+    assert not left.sandboxes and not left.containers and not left.allocated and not left.veths, vars(left)
     # the cluster goes with this test: the daemons restarted here are its own
     assert cluster.down(out=io.StringIO()) == 0
