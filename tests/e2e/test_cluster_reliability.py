@@ -391,11 +391,14 @@ def test_max_pods(node):
     v = view(node)
     assert len(v.ready) == 110 and not v.problems(), v.problems()
     uids = {p["metadata"]["uid"] for p in pods}
+    checked = time.monotonic()
     delete("deployment", "many")
     wait_for("the pods gone", lambda: not get("pods", "-l", "app=many"), 180)
+    gone = time.monotonic()
     left = settled(node, uids, 120)
     assert not left.ready and not left.allocated and not left.veths, vars(left)
-    print(f"110 pods ready in {ready_in:.1f} s")
+    print(f"110 pods ready in {ready_in:.1f} s, checked in {checked - started - ready_in:.1f} s, gone in "
+          f"{gone - checked:.1f} s, node clean in {time.monotonic() - gone:.1f} s")
 
 
 # ---- kill -9 ---------------------------------------------------------------------------------------------------
