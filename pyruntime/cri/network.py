@@ -63,12 +63,6 @@ DEFAULT_TIMEOUT = 60.0
 DEFAULT_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}  # plugins exec iptables
 
 
-def plugin_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What the plugins run with besides the CNI_* variables: PATH, and the settings of our own plugins
-    (PYCNI_*, e.g. PYCNI_HELPER=off) that the daemon was started with; nothing else of its environment."""
-    return DEFAULT_ENV | {k: v for k, v in environ.items() if k.startswith("PYCNI_")}
-
-
 class PluginError:
     """What a plugin's error result said (the spec's code, msg, details), on each of the error classes below:
     `except PluginError` catches them all, the kind (their other base) says what the caller should do."""

@@ -14,7 +14,7 @@ import pytest
 
 from proto import api_pb2
 from pyruntime import errors
-from pyruntime.cri.network import DEFAULT_ENV, Network, PluginError, parse_conf, plugin_env, pod_ips
+from pyruntime.cri.network import Network, PluginError, parse_conf, pod_ips
 from pyruntime.linux.syscalls import LinuxSyscalls
 
 FAKE = """#!{python}
@@ -240,8 +240,8 @@ def test_pod_ips_are_the_sandbox_interfaces_ipv4_first() -> None:
     assert pod_ips({"ips": [{"address": "10.1.0.2/16"}]}) == ["10.1.0.2"]
 
 
-def test_plugin_env_passes_our_plugins_settings_only():
-    """`make cluster` starts pyruntime-cri with PYCNI_HELPER=off: its plugins must see it (and nothing else of the
-    daemon's environment but PATH)."""
-    env = plugin_env({"PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log", "HOME": "/root", "PATH": "/mine"})
-    assert env == {"PATH": DEFAULT_ENV["PATH"], "PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log"}
+def test_the_daemon_passes_its_pycni_settings_to_the_plugins_and_nothing_else():
+    """`make cluster` may start pyruntime-cri with PYCNI_HELPER=off: its plugins see it, not HOME or PATH."""
+    from pyruntime.settings import cni_plugin_env
+    environ = {"PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log", "HOME": "/root", "PATH": "/mine"}
+    assert cni_plugin_env(environ) == {"PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log"}
