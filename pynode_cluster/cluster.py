@@ -253,8 +253,8 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
                  server=True, hosts=(n.address, n.name))
         kubeconfig = pki.user_kubeconfig(ca, STATE / f"kubelet-{n.name}.kubeconfig", server,
                                          f"system:node:{n.name}", ("system:nodes",))
-        d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns,
-                env={"PYCNI_HELPER": "off"})  # the CNI helper would outlive the pods by its idle time
+        # its plugins start the CNI helper of the node's netns (110 pods Running in 13 s, not 40): `down` stops it
+        d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns)
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,
                        failed=lambda n=n: _dead(d, f"{n.name}-{runtime}"))
         d.start(f"{n.name}-{kubelet}", node.kubelet_argv(kubeconfig, pki_dir), log_dir / f"{n.name}-{kubelet}.log",
@@ -343,6 +343,9 @@ def _down() -> list[str]:
         _kill(children)
         _kill([p for p in psutil.process_iter() if str(node.sock) in " ".join(_cmdline(p))])  # containerd's shims
         problems += _remove_cgroups(node.cgroup_root)
+        # it would go with the netns, within a second or two: gone now, as everything else
+        subprocess.run(["ip", "netns", "exec", n.netns, sys.executable, "-m", "cni_plugins", "helper-stop"],
+                       capture_output=True, timeout=30)
     for name in ("kube-scheduler", "kube-controller-manager"):
         d.stop(name)
     d.stop("kube-apiserver", grace=15)

@@ -79,8 +79,17 @@ class Daemons:
                                     start_new_session=True, env={**os.environ, **(env or {})}, cwd=log.parent)
         started = psutil.Process(proc.pid).create_time()
         (self.dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "start": started, "argv": argv,
-                                                           "log": str(log)}))
+                                                           "log": str(log), "netns": netns, "env": env}))
         return proc.pid
+
+    def restart(self, name: str) -> int:
+        """`name` started again as it was the first time, after it died (a crash, a kill -9); one that still
+        runs is left alone (its pid is returned)."""
+        proc = self.process(name)
+        if proc is not None:
+            return proc.pid
+        record = json.loads((self.dir / f"{name}.json").read_text())
+        return self.start(name, record["argv"], Path(record["log"]), record.get("netns"), record.get("env"))
 
     def process(self, name: str) -> psutil.Process | None:
         """The daemon `name` if it still runs (same pid and start time)."""

@@ -100,3 +100,11 @@ class Settings:
             if value is not None:
                 values[name] = value
         return cls(**values)  # type: ignore[arg-type]  # checked by __init__
+
+
+def cni_plugin_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of our own CNI plugins (PYCNI_*, e.g. PYCNI_HELPER=off) in the environment (os.environ
+    unless given): pyruntime-cri passes them on to its plugins, and nothing else of its environment."""
+    import os
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k.startswith("PYCNI_")}

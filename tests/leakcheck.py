@@ -79,10 +79,12 @@ def _state() -> set[str]:
 
 
 def _descendants() -> set[str]:
+    """Only a zombie says its state: a daemon that was running before a test and sleeps after it is no leak."""
     out = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            out.add(f"{child.pid} {' '.join(child.cmdline())[:120]} ({child.status()})")
+            zombie = " (zombie)" if child.status() == psutil.STATUS_ZOMBIE else ""
+            out.add(f"{child.pid} {' '.join(child.cmdline())[:120]}{zombie}")
         except psutil.Error:
             pass
     return out

@@ -100,6 +100,9 @@ def addresses(settings: Settings) -> list[dict[str, str]]:
     return out + [{"type": "Hostname", "address": settings.node_name}]
 
 
+NETWORK_NOT_READY = "container runtime network not ready"
+
+
 def runtime_problems(runtime: cri.CRIRuntime, endpoint: str) -> list[str]:
     """Why the runtime cannot run pods (empty: it can), in the stock kubelet's words."""
     try:
@@ -109,7 +112,7 @@ def runtime_problems(runtime: cri.CRIRuntime, endpoint: str) -> list[str]:
     conditions = {c.type: c for c in status.status.conditions}
     problems = []
     for kind, what in (("RuntimeReady", "container runtime not ready"),
-                       ("NetworkReady", "container runtime network not ready")):
+                       ("NetworkReady", NETWORK_NOT_READY)):
         c = conditions.get(kind)
         if c is None or not c.status:
             detail = f"reason:{c.reason} message:{c.message}" if c is not None else "not reported"

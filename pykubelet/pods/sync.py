@@ -25,6 +25,7 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
+from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
 from pykubelet.pods import lifecycle
 from pykubelet.pods.backoff import Backoff
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
@@ -175,6 +176,11 @@ def qos_class(pod: dict) -> str:
            and req.get("memory", lim["memory"]) == lim["memory"] for req, lim in zip(requests, limits, strict=True)):
         return "Guaranteed"
     return "Burstable"
+
+
+def network_problem(runtime: cri.CRIRuntime) -> str:
+    """Why the runtime cannot give a pod its network now ('' if it can, or cannot say: RunPodSandbox will)."""
+    return next((p for p in runtime_problems(runtime, "") if p.startswith(NETWORK_NOT_READY)), "")
 
 
 def cgroup_parent(pod: dict, settings: Settings) -> str:
@@ -398,6 +404,13 @@ class PodSyncer:
                 return result  # a finished pod is not brought back
             for old in state.sandboxes:  # a dead sandbox: its containers go with it
                 self._stop_sandbox(old.id, state)
+            if not spec.get("hostNetwork") and (why := network_problem(self.runtime)):
+                # as the kubelet's: no sandbox is made (and undone, every pass) on a network that is not there
+                for c in spec.get("initContainers", []) + spec.get("containers", []):
+                    result.waiting[c["name"]] = ("ContainerCreating", f"network is not ready: {why}")
+                self.event(pod, None, WARNING, "NetworkNotReady", f"network is not ready: {why}")
+                result.again_in(2.0)
+                return result
             sandbox_cfg = sandbox_config(pod, self.settings, attempt=len(state.sandboxes))
             log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
             try:

@@ -22,7 +22,7 @@ import click
 from pyruntime.cri import config
 from pyruntime.cri.model import Layout
 from pyruntime.errors import FailedPreconditionError, PyRuntimeError
-from pyruntime.settings import Settings
+from pyruntime.settings import Settings, cni_plugin_env
 
 log = logging.getLogger("pyruntime.cri")
 
@@ -94,7 +94,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri.containers import Containers
     from pyruntime.cri.events import EventHub, SupervisorWatcher
     from pyruntime.cri.images import ImageService
-    from pyruntime.cri.network import Network
+    from pyruntime.cri.network import DEFAULT_ENV, Network
     from pyruntime.cri.pause_image import Pauses
     from pyruntime.cri.sandbox import Sandboxes
     from pyruntime.cri.service.image import ImageServicer
@@ -110,7 +110,8 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     default_auth, registry_auths = cfg.pull_credentials()
     image_service = ImageService(images, pinned=[cfg.sandbox_image] if cfg.sandbox_image else [],
                                  default_auth=default_auth, registry_auths=registry_auths)
-    network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel)
+    network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel,
+                      env=DEFAULT_ENV | cni_plugin_env())
     store = Store(layout)
     events = EventHub()
     containers = Containers(

@@ -3,12 +3,16 @@ and one KubeletConfiguration per kubelet that the kubelet itself accepts."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import warnings
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pykubelet import config as kubelet_config
-from pynode_cluster import cluster
+from pynode_cluster import cluster, hosts
 from pynode_cluster.node import CNI_BRIDGE, Node, pod_network
 
 
@@ -60,3 +64,28 @@ def test_the_record_round_trips(tmp_path: Path, monkeypatch) -> None:
                             netns=["pync-cp", "pync-n1"], routes=["10.244.0.0/24 via 10.203.0.21"])
     record.save()
     assert cluster.Record.load() == record
+
+
+def test_a_daemon_killed_restarts_as_it_was_started(tmp_path: Path) -> None:
+    """Daemons.restart: the same command line, log and environment after a kill -9; a live one is left alone."""
+    daemons = hosts.Daemons(tmp_path / "pids")
+    log = tmp_path / "sleeper.log"
+    argv = ["sh", "-c", "echo started $SLEEPER; exec sleep 60"]
+    with warnings.catch_warnings():  # a daemon's Popen goes while it runs: detached on purpose
+        warnings.simplefilter("ignore", ResourceWarning)
+        restarted(daemons, argv, log)
+
+
+def restarted(daemons: hosts.Daemons, argv: list[str], log: Path) -> None:
+    first = daemons.start("sleeper", argv, log, env={"SLEEPER": "one"})
+    try:
+        assert daemons.restart("sleeper") == first
+        hosts.wait_for("the first start logged", lambda: log.exists() and "started one" in log.read_text(), 10)
+        os.kill(first, signal.SIGKILL)
+        hosts.ended(psutil.Process(first), 10)
+        second = daemons.restart("sleeper")
+        assert second != first and getattr(daemons.process("sleeper"), "pid", None) == second
+        assert json.loads((daemons.dir / "sleeper.json").read_text())["argv"] == argv
+        hosts.wait_for("both starts logged", lambda: log.read_text().count("started one") == 2, 10)
+    finally:
+        daemons.stop("sleeper", grace=1)

@@ -238,3 +238,10 @@ def test_pod_ips_are_the_sandbox_interfaces_ipv4_first() -> None:
                       {"address": "10.0.0.2/24", "interface": 1}]}
     assert pod_ips(result) == ["10.0.0.2", "fd00::2"]
     assert pod_ips({"ips": [{"address": "10.1.0.2/16"}]}) == ["10.1.0.2"]
+
+
+def test_the_daemon_passes_its_pycni_settings_to_the_plugins_and_nothing_else():
+    """`make cluster` may start pyruntime-cri with PYCNI_HELPER=off: its plugins see it, not HOME or PATH."""
+    from pyruntime.settings import cni_plugin_env
+    environ = {"PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log", "HOME": "/root", "PATH": "/mine"}
+    assert cni_plugin_env(environ) == {"PYCNI_HELPER": "off", "PYCNI_HELPER_LOG": "/x.log"}

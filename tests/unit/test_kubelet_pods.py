@@ -17,6 +17,7 @@ from pykubelet.pods.sync import (
     SyncResult,
     container_config,
     container_hash,
+    network_problem,
     parse_quantity,
     qos_class,
     sandbox_config,
@@ -194,3 +195,24 @@ def test_status_manager_patches_only_changes_and_keeps_transition_times():
     assert len(client.patches) == 1
     times = {c["type"]: c["lastTransitionTime"] for c in client.patches[0]["status"]["conditions"]}
     assert all(times.values())
+
+
+class NetworkRuntime:
+    """A CRI runtime whose network is ready or not."""
+
+    def __init__(self, ready: bool) -> None:
+        self.ready = ready
+
+    def status(self) -> api_pb2.StatusResponse:
+        return api_pb2.StatusResponse(status=api_pb2.RuntimeStatus(conditions=[
+            api_pb2.RuntimeCondition(type="RuntimeReady", status=True),
+            api_pb2.RuntimeCondition(type="NetworkReady", status=self.ready, reason="NetworkPluginNotReady",
+                                     message="cni plugin not initialized")]))
+
+
+def test_network_problem_in_the_kubelets_words():
+    """What keeps the kubelet from making a sandbox (and says why in the pod's status and event)."""
+    assert network_problem(NetworkRuntime(True)) == ""  # type: ignore[arg-type]  # a fake with status() only
+    assert network_problem(NetworkRuntime(False)) == (  # type: ignore[arg-type]  # a fake with status() only
+        "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+        "message:cni plugin not initialized")
