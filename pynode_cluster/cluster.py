@@ -16,7 +16,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import psutil
 import requests
 
+from pykubelet.pods.termination import cgroup_hierarchies
 from pynode_cluster import components, hosts, pki
 from pynode_cluster.node import KUBELETS, RUNTIMES, Node
 
@@ -247,7 +247,7 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     for n in record.nodes:
         print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
         node = n.node()
-        for hierarchy in _hierarchies():  # the stock kubelet wants its cgroup root to exist
+        for hierarchy in cgroup_hierarchies():  # the stock kubelet wants its cgroup root to exist
             (hierarchy / node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
         ca.issue(f"kubelet-{n.name}-serving", f"system:node:{n.name}", groups=("system:nodes",), client=False,
                  server=True, hosts=(n.address, n.name))
@@ -300,13 +300,6 @@ def _dead(d: hosts.Daemons, *names: str) -> str | None:
         if d.process(name) is None:
             return f"{name} exited; its log ends:\n{d.log(name)}"
     return None
-
-
-def _hierarchies() -> list[Path]:
-    root = Path("/sys/fs/cgroup")
-    if (root / "cgroup.controllers").exists():
-        return [root]
-    return [h for h in root.iterdir() if h.is_dir() and not h.is_symlink()]
 
 
 # ---- down --------------------------------------------------------------------------------------------------
@@ -408,28 +401,9 @@ def _kill(procs: list[psutil.Process]) -> None:
 
 
 def _remove_cgroups(root: str) -> list[str]:
-    """The node's cgroup root in every hierarchy, deepest first; a process still in it is a container of
-    this node (the cgroup root is the node's own), killed."""
-    problems = []
-    for hierarchy in _hierarchies():
-        top = hierarchy / root.lstrip("/")
-        if not top.is_dir():
-            continue
-        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
-            for _ in range(50):
-                with contextlib.suppress(OSError, ValueError):
-                    for pid in (Path(dirpath) / "cgroup.procs").read_text().split():
-                        os.kill(int(pid), signal.SIGKILL)
-                try:
-                    os.rmdir(dirpath)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.1)
-            else:
-                problems.append(f"cgroup {dirpath} could not be removed")
-    return problems
+    """The node's cgroup root in every hierarchy; a process still in it is a container of this node (the
+    cgroup root is the node's own), killed."""
+    return [p for h in cgroup_hierarchies() for p in hosts.remove_cgroup_tree(h / root.lstrip("/"), kill=True)]
 
 
 def _unmount_under(*dirs: Path) -> list[str]:

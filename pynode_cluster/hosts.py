@@ -116,13 +116,18 @@ class Daemons:
         """SIGTERM, then SIGKILL after `grace` (kube-apiserver may take more than 15 s without etcd)."""
         proc = self.process(name)
         if proc is not None:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGTERM)
-                if not ended(proc, grace):
-                    proc.kill()
-                    ended(proc, 10)
-            _reap(proc.pid)
+            terminate(proc, grace)
         (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
+def terminate(proc: psutil.Process, grace: float) -> None:
+    """SIGTERM to a process we started, SIGKILL if it has not ended after `grace`, and reaped if it is ours."""
+    with contextlib.suppress(psutil.Error):
+        proc.send_signal(signal.SIGTERM)
+        if not ended(proc, grace):
+            proc.kill()
+            ended(proc, 10)
+    _reap(proc.pid)
 
 
 def ended(proc: psutil.Process, timeout: float) -> bool:
@@ -149,7 +154,8 @@ def _reap(pid: int) -> None:
 
 
 def wait_for(what: str, check, timeout: float = 60, interval: float = 0.25, failed=None):
-    """`check()`'s first truthy answer; `failed()` (a message or None) ends the wait early."""
+    """`check()`'s first truthy answer, or TimeoutError naming `what` and the last answer; `failed()` (a
+    message or None) ends the wait early with a RuntimeError."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -159,4 +165,31 @@ def wait_for(what: str, check, timeout: float = 60, interval: float = 0.25, fail
         if failed is not None and (why := failed()):
             raise RuntimeError(f"waiting for {what}: {why}")
         time.sleep(interval)
-    raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+
+
+def remove_cgroup(path: Path, kill: bool = False, tries: int = 50) -> bool:
+    """Removes one cgroup directory, retrying while the kernel still counts an exiting task in it. With
+    `kill`, what is still in it is SIGKILLed first: only for a cgroup the caller made, whose processes are
+    its own. False if it could not be removed."""
+    for _ in range(tries):
+        if kill:
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (path / "cgroup.procs").read_text().split():
+                    os.kill(int(pid), signal.SIGKILL)
+        try:
+            path.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            time.sleep(0.1)
+    return False
+
+
+def remove_cgroup_tree(top: Path, kill: bool = False) -> list[str]:
+    """`top` and every cgroup below it, deepest first (a cgroup with children cannot go); the ones left."""
+    if not top.is_dir():
+        return []
+    dirs = sorted((Path(d) for d, _subdirs, _files in os.walk(top)), key=lambda p: len(p.parts), reverse=True)
+    return [f"cgroup {d} could not be removed" for d in dirs if not remove_cgroup(d, kill)]

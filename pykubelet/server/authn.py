@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-import time
 from dataclasses import dataclass, field
+
+from pykubelet.server.ttlcache import TTLCache
 
 log = logging.getLogger("pykubelet.server")
 
@@ -55,8 +55,7 @@ class Authenticator:
 
     def __init__(self, client, *, anonymous: bool, webhook: bool, cache_ttl: float = 120.0) -> None:
         self.client, self.anonymous, self.webhook, self.cache_ttl = client, anonymous, webhook, cache_ttl
-        self._cache: dict[str, tuple[float, User | None]] = {}
-        self._lock = threading.Lock()
+        self._cache: TTLCache[User | None] = TTLCache()
 
     def authenticate(self, peercert: dict | None, authorization: str | None) -> User | None:
         """The request's user, or None for 401."""
@@ -70,20 +69,15 @@ class Authenticator:
 
     def _token(self, token: str) -> User | None:
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]
+        hit, cached = self._cache.get(key)
+        if hit:
+            return cached
         try:
             user = self._review(token)
         except Exception as e:  # any failure of the review refuses; the cause goes to the log
             log.warning("TokenReview: %s", e)
             return None
-        with self._lock:
-            if len(self._cache) > 4096:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            self._cache[key] = (now + self.cache_ttl, user)
+        self._cache.put(key, user, self.cache_ttl)
         return user
 
     def _review(self, token: str) -> User | None:

@@ -17,11 +17,10 @@ within the unauthorized TTL. A failed review denies (never allows) and is not ca
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
 
 from pykubelet.server.authn import User
+from pykubelet.server.ttlcache import TTLCache
 
 log = logging.getLogger("pykubelet.server")
 
@@ -64,8 +63,7 @@ class Authorizer:
     def __init__(self, client, mode: str, authorized_ttl: float = 300.0, unauthorized_ttl: float = 30.0) -> None:
         self.client, self.mode = client, mode
         self.ttl = {True: authorized_ttl, False: unauthorized_ttl}
-        self._cache: dict[tuple, tuple[float, bool]] = {}
-        self._lock = threading.Lock()
+        self._cache: TTLCache[bool] = TTLCache()
 
     def allowed(self, user: User, attrs: Attributes) -> bool:
         if self.mode == "AlwaysAllow":
@@ -73,20 +71,15 @@ class Authorizer:
         if self.client is None:
             return False  # Webhook without an API server: nobody can be checked, so nobody passes
         key = (user.name, user.uid, tuple(sorted(user.groups)), attrs)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]
+        hit, cached = self._cache.get(key)
+        if hit:
+            return bool(cached)
         try:
             decision = self._review(user, attrs)
         except Exception as e:  # any failure of the review denies; the cause goes to the log
             log.warning("SubjectAccessReview for %s: %s", attrs.describe(user), e)
             return False
-        with self._lock:
-            if len(self._cache) > 4096:
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-            self._cache[key] = (now + self.ttl[decision], decision)
+        self._cache.put(key, decision, self.ttl[decision])
         return decision
 
     def _review(self, user: User, attrs: Attributes) -> bool:

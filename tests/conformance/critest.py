@@ -28,7 +28,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from pynode_cluster import hosts
 from pynode_cluster.node import containerd_config
 from pynode_cluster.node import install_plugins as install_our_plugins
 from tests.integration.cni_helpers import FORWARDING
@@ -110,12 +110,7 @@ class Endpoint:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        hosts.terminate(psutil.Process(self.proc.pid), 30)
         self.proc = None
 
     def log_tail(self) -> str:
@@ -235,20 +230,7 @@ def cleanup(before: HostState, work: Path, keep: set[int]) -> str:
     for link in new["links"]:
         subprocess.run(["ip", "link", "del", link], capture_output=True)
     for cg in sorted(new["cgroups"], key=len, reverse=True):
-        path = Path(cg)
-        try:
-            for pid in (path / "cgroup.procs").read_text().split():
-                os.kill(int(pid), signal.SIGKILL)  # the cgroup is new: its processes are the run's
-        except (OSError, ValueError):
-            pass
-        for _ in range(20):
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
+        hosts.remove_cgroup(Path(cg), kill=True, tries=20)  # the cgroup is new: its processes are the run's
     for shmid in shm_segments() - before.shm:
         subprocess.run(["ipcrm", "-m", str(shmid)], capture_output=True)
     for tool, chains in before.chains.items():

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from pynode_cluster import hosts
 from tests.kit.busybox import CACHE, build_rootfs, tar_directory
 
 # the users and groups of the docker-library busybox image the suite was written against: some tests
@@ -240,20 +241,7 @@ def _cleanup(runtime: Path, tmpdir: Path, before: Snapshot) -> str:
     for mount_point in sorted(after.kinds["mounts"] - before.kinds["mounts"], key=len, reverse=True):
         subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
     for cg in new_cgroups:
-        path = Path(cg)
-        try:
-            for pid in (path / "cgroup.procs").read_text().split():
-                os.kill(int(pid), signal.SIGKILL)  # started by this file's tests: the cgroup is new
-        except (OSError, ValueError):
-            pass
-        for _ in range(20):
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
+        hosts.remove_cgroup(Path(cg), kill=True, tries=20)  # started by this file's tests: the cgroup is new
     shutil.rmtree(tmpdir, ignore_errors=True)
     return format_leaks(Snapshot.take().leaked_since(before))
 

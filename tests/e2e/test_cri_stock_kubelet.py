@@ -14,15 +14,15 @@ import json
 import os
 import secrets
 import shlex
-import signal
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from proto import api_pb2
+from pynode_cluster import hosts
 from pyruntime.linux import mountinfo
 from tests.conformance.critest import CRICTL, critest_registry
 from tests.integration.cni_helpers import FORWARDING
@@ -156,12 +156,7 @@ class Kubelet:
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            hosts.terminate(psutil.Process(self.proc.pid), 30)
             self.proc = None
         state = str(self.root / "state")
         while any(m.mount_point == state for m in mountinfo.read()):  # the kubelet bind-mounts it onto itself
@@ -173,18 +168,7 @@ class Kubelet:
     def remove_cgroups(self) -> None:
         """Its kubepods tree, deepest first (empty by now: the pods were removed through the CRI)."""
         for hierarchy in self.hierarchies():
-            top = hierarchy / self.cgroup_root
-            if not top.exists():
-                continue
-            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: len(w[0]), reverse=True):
-                for _ in range(50):
-                    try:
-                        os.rmdir(dirpath)
-                        break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        time.sleep(0.1)
+            hosts.remove_cgroup_tree(hierarchy / self.cgroup_root)
 
     def log_tail(self) -> str:
         return (self.root / "kubelet.log").read_text(errors="replace")[-4000:]
@@ -227,7 +211,7 @@ def test_stock_kubelet_runs_a_static_pod(node, kubelet):
 
     try:
         pod = wait_for("the static pod Running in the kubelet's /pods", running, timeout=120, interval=0.1)
-    except AssertionError as e:
+    except TimeoutError as e:
         raise AssertionError(f"{e}\n{kubelet.log_tail()}") from e
     statuses = pod["status"]["containerStatuses"]
     assert statuses[0]["ready"] is True and "running" in statuses[0]["state"]

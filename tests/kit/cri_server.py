@@ -36,6 +36,7 @@ import pytest
 
 from cni_plugins.install import EXECUTABLES, install
 from proto import api_pb2, api_pb2_grpc
+from pynode_cluster import hosts
 from tests.conformance.critest import CRICTL, HostState, PyruntimeCri, cleanup, conflist, critest_registry
 from tests.integration.cni_helpers import remove_chains
 from tests.kit.cri_images import BUSYBOX, HTTPD
@@ -313,14 +314,7 @@ def remove_cgroup(parent: str) -> None:
     candidates = [root / parent.lstrip("/")] if (root / "cgroup.controllers").exists() else [
         h / parent.lstrip("/") for h in root.iterdir() if h.is_dir() and not h.is_symlink()]
     for path in candidates:
-        for _ in range(50):
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.1)
+        hosts.remove_cgroup(path)
 
 
 def cgroup_file(parent: str, cid: str, v1: str, v2: str) -> Path:

@@ -19,11 +19,11 @@ file names a live process whose command line is that daemon's.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -31,14 +31,17 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+
+import psutil
 
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
+from pynode_cluster import hosts
+from pynode_cluster.hosts import wait_for
 from tests.kit.busybox import build_busybox_image
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,7 +58,6 @@ BRIDGE = "pynode-run0"
 SUBNET = "10.89.0.0/16"
 CGROUP_ROOT = "/pynode-run"
 STOP_COMMAND = "make stop"
-T = TypeVar("T")
 
 
 # --- progress -----------------------------------------------------------------------------------------------
@@ -88,16 +90,6 @@ def step(what: str) -> Iterator[None]:
             spinner.join()
             sys.stdout.write("\r\033[K")
         print(f"  {'ok' if ok else 'FAILED'} {what} ({time.monotonic() - start:.1f} s)", flush=True)
-
-
-def wait_until(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.3) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 # --- the daemons --------------------------------------------------------------------------------------------
@@ -134,12 +126,8 @@ class Daemon:
     def stop(self, timeout: float = 30) -> None:
         pid = self.pid()
         if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            try:
-                wait_until(f"{self.name} to stop", lambda: self.pid() is None, timeout)
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                wait_until(f"{self.name} to die", lambda: self.pid() is None, 10)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                hosts.terminate(psutil.Process(pid), timeout)
         self.pid_file.unlink(missing_ok=True)
 
 
@@ -228,7 +216,7 @@ def up() -> int:
             cri_d.start()
             client = cri.CRIRuntime(ENDPOINT, timeout=10)
             try:
-                wait_until("pyruntime-cri to answer", lambda: SOCKET.exists() and _answers(client), 60)
+                wait_for("pyruntime-cri to answer", lambda: SOCKET.exists() and _answers(client), 60)
             except TimeoutError:
                 print(cri_d.log_tail(), file=sys.stderr)
                 raise
@@ -246,13 +234,13 @@ def up() -> int:
     try:
         with step(f"waiting for the static pod {POD}"):
             try:
-                found = wait_until(f"pod {POD} to run", lambda: the_pod(runtime), 120)
+                found = wait_for(f"pod {POD} to run", lambda: the_pod(runtime), 120)
             except TimeoutError:
                 print(kubelet_d.log_tail(), file=sys.stderr)
                 raise
         ip, container = found
         with step(f"asking http://{ip}/"):
-            answer = wait_until(f"an answer from {ip}", lambda: fetch(f"http://{ip}/"), 30)
+            answer = wait_for(f"an answer from {ip}", lambda: fetch(f"http://{ip}/"), 30)
     finally:
         runtime.close()
     print(f"\npod {POD} (static pod of {MANIFEST.relative_to(REPO)}) runs, container {container[:12]}")
@@ -303,11 +291,8 @@ def remove_cgroups() -> None:
         root = hierarchy / CGROUP_ROOT.strip("/")
         if not root.is_dir():
             continue
-        for cgroup in sorted((p for p in [root, *root.rglob("*")] if p.is_dir()), key=lambda p: -len(p.parts)):
-            try:
-                cgroup.rmdir()
-            except OSError as e:
-                print(f"  cannot remove cgroup {cgroup}: {e}", file=sys.stderr)
+        for problem in hosts.remove_cgroup_tree(root):
+            print(f"  {problem}", file=sys.stderr)
 
 
 def down() -> int:
@@ -323,7 +308,7 @@ def down() -> int:
             with step(f"removing the static pod {POD} (pykubelet stops and removes it)"):
                 for manifest in (VAR / "manifests").glob("*"):
                     manifest.unlink()
-                wait_until("the pod to go", lambda: not live.list_pod_sandbox(), 90)
+                wait_for("the pod to go", lambda: not live.list_pod_sandbox(), 90)
         with step("stopping pykubelet"):
             kubelet_d.stop()
         if runtime is not None:

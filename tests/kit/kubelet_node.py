@@ -10,28 +10,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
+from pynode_cluster.hosts import wait_for
 from tests.kit.controlplane import ControlPlane, free_port
 from tests.kit.cri_images import BUSYBOX, HTTPD  # noqa: F401  (the images the pod tests run)
 
 PYKUBELET = Path(sys.executable).parent / "pykubelet"
-
-
-def wait_for(what: str, check, timeout: float = 60, interval: float = 0.5):
-    """`check()`'s first truthy answer within `timeout`, else a failure naming `what` and the last answer."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def kubepods_dirs() -> set[Path]:
