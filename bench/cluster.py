@@ -204,7 +204,7 @@ def deployment(client, node, size: int, timeout: float, measure: bool, kubelet: 
         kubectl("create", "deployment", APP, f"--image={HTTPD}", f"--replicas={size}")
         try:
             wait_for(f"{size} pods Ready", lambda: len(watch.ready) >= size, timeout)
-        except RuntimeError as e:
+        except TimeoutError as e:
             result["error"] = f"{e}: {stuck()}"
             log(f"{size} pods: {result['error']}")
         result["ready_s"] = max(watch.ready.values()) - created if len(watch.ready) >= size else None

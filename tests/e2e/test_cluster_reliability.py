@@ -28,6 +28,7 @@ import pytest
 import requests
 
 from proto import api_pb2
+from pykubelet.pods.termination import cgroup_hierarchies
 from pykubelet.runtime import CRIRuntime, Unavailable
 from pynode_cluster import cluster, components, hosts
 from pynode_cluster.node import Node
@@ -118,7 +119,7 @@ class NodeView:
         self.veths = sorted(line.split(":")[1].strip().split("@")[0] for line in out.splitlines()
                             if line.split(":")[1].strip().split("@")[0] != "eth0")
         self.pod_cgroups: dict[str, set[str]] = {}  # pod uid -> the cgroups in it
-        for hierarchy in cluster._hierarchies():
+        for hierarchy in cgroup_hierarchies():
             top = hierarchy / node.cgroup_root.lstrip("/")
             for pod_dir in top.rglob("pod*") if top.is_dir() else ():
                 if pod_dir.is_dir():
@@ -214,7 +215,7 @@ def settled(node, uids: Collection[str] = (), timeout: float = 60) -> NodeView:
         return v if not last else None
     try:
         return wait_for("the node settled", check, timeout, interval=1)
-    except AssertionError:
+    except TimeoutError:
         raise AssertionError(f"left on the node: {last}") from None
 
 
