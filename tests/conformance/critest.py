@@ -111,6 +111,7 @@ class Endpoint:
         if self.proc is None:
             return
         hosts.terminate(psutil.Process(self.proc.pid), 30)
+        self.proc.wait()  # its status, for Popen (terminate reaped it already)
         self.proc = None
 
     def log_tail(self) -> str:

@@ -157,6 +157,7 @@ class Kubelet:
     def stop(self) -> None:
         if self.proc is not None:
             hosts.terminate(psutil.Process(self.proc.pid), 30)
+            self.proc.wait()  # its status, for Popen (terminate reaped it already)
             self.proc = None
         state = str(self.root / "state")
         while any(m.mount_point == state for m in mountinfo.read()):  # the kubelet bind-mounts it onto itself
