@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from pykubelet.runtime import CRIRuntime
 from pynode_cluster import cluster
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.busybox import CACHE
+from tests.kit.cri_images import HTTPD_PREVIOUS
 from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for
 
 ENTRY = Path(__file__).resolve().parents[2] / "vagrant" / "provision" / "cluster.py"
@@ -91,7 +93,7 @@ def test_deployment_journey(kubelet, runtime, request):
         assert again.returncode == 0 and "already running" in again.stdout, again.stdout + again.stderr
         started = time.monotonic()
         try:
-            journey()
+            journey(kubelet)
         except BaseException:
             for name, path in cluster.logs().items():
                 if "kubelet" in name or "cri" in name or "containerd" in name:
@@ -124,27 +126,84 @@ def test_two_nodes():
 
 def run_client(targets: list[str]) -> str:
     """A busybox pod on node-1 that asks each target for / with nc (the static busybox's wget crashes on name
-    lookups) and says `ok TARGET` for each answer; its log read from the node's pod log dir (kubectl logs
-    needs the kubelet's server, which pykubelet is getting)."""
+    lookups) and says `ok TARGET` for each answer; its output read with `kubectl logs` (through the API server
+    and the node's kubelet server)."""
     script = "; ".join(f"if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {t} 80 | grep -q 'It works'; "
                        f"then echo ok {t}; else echo failed {t}; fi" for t in targets) + "; echo done; sleep 3600"
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
            "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 1, "containers": [
                {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", script]}]}}
     kubectl("apply", "-f", "-", input=json.dumps(pod))
-    uid = json.loads(kubectl("get", "pod", "client", "-o", "json").stdout)["metadata"]["uid"]
-    state = cluster.Record.load()
-    assert state is not None
-    log = state.nodes[0].node().pod_logs / f"default_client_{uid}" / "client" / "0.log"
-    text = wait_for("the client pod's answers", lambda: log.exists() and "done" in log.read_text() and
-                    log.read_text(), 90)
+    text = wait_for("the client pod's answers", lambda: (lambda out: "done" in out and out)(
+        kubectl("logs", "client", check=False).stdout), 90)
     kubectl("delete", "pod", "client", "--wait=true", timeout=90)
     return text
 
 
-def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
+def web_pods() -> list[dict]:
+    return [p for p in get("pods", "-l", "app=web") if not p["metadata"].get("deletionTimestamp")]
+
+
+def nodes_hold_only(pods: list[dict]) -> bool:
+    """Whether the nodes hold exactly `pods`: a ready sandbox for each (no other) and host-local IPs for
+    their IPs (no other)."""
+    state = cluster.Record.load()
+    assert state is not None
+    want_uids = {p["metadata"]["uid"] for p in pods}
+    want_ips = {p["status"].get("podIP") for p in pods}
+    uids, ips = set(), set()
+    for record in state.nodes:
+        node = record.node()
+        client = CRIRuntime(node.endpoint, timeout=30)
+        try:
+            uids |= {s.metadata.uid for s in client.list_pod_sandbox() if s.state == api_pb2.SANDBOX_READY}
+        finally:
+            client.close()
+        ips |= {p.name for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()}
+    return uids == want_uids and ips == want_ips
+
+
+def kubelet_events(pods: list[dict]) -> dict[str, set[str]]:
+    """The reasons of the events the kubelet reported about each of `pods` (by name)."""
+    names = {p["metadata"]["name"] for p in pods}
+    reasons: dict[str, set[str]] = {n: set() for n in names}
+    for e in get("events"):
+        source = e.get("reportingComponent") or e.get("source", {}).get("component")
+        if e["involvedObject"].get("kind") == "Pod" and e["involvedObject"]["name"] in names and source == "kubelet":
+            reasons[e["involvedObject"]["name"]].add(e["reason"])
+    return reasons
+
+
+class ServiceClient(threading.Thread):
+    """Asks the Service for / over a new connection, again and again, until stopped; keeps every failure."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url, self.stopped, self.answers = url, threading.Event(), 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                r = requests.get(self.url, timeout=3)
+                ok = r.ok and "It works!" in r.text
+                why = f"HTTP {r.status_code}"
+            except requests.RequestException as e:
+                ok, why = False, str(e)
+            if ok:
+                self.answers += 1
+            else:
+                self.failures.append(f"{time.strftime('%H:%M:%S')} {why}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(10)
+
+
+def journey(kubelet: str = "pykubelet", nodes: int = 1, replicas: int = REPLICAS) -> None:
     names = {f"node-{i}" for i in range(1, nodes + 1)}
-    kubectl("create", "deployment", "web", f"--image={HTTPD}", f"--replicas={replicas}")
+    kubectl("create", "deployment", "web", f"--image={HTTPD_PREVIOUS}", f"--replicas={replicas}")
     # the Deployment is recorded, its controller makes a ReplicaSet, which makes the pods
     deployment = json.loads(kubectl("get", "deployment", "web", "-o", "json").stdout)
     rs = wait_for("the ReplicaSet", lambda: [r for r in get("replicasets", "-l", "app=web")
@@ -164,6 +223,17 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
         assert ip.startswith("10.244."), ip
         assert "It works!" in wait_for(f"{pod['metadata']['name']} at {ip} answering HTTP",
                                        lambda ip=ip: http(f"http://{ip}/"), 30)
+    # kubectl logs and exec: the API server asks the pod's kubelet (its :10250 server on the node's address)
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        assert "httpd stand-in" in kubectl("logs", name).stdout
+        assert "httpd-foreground" in kubectl("exec", name, "--", "cat", "/proc/1/cmdline").stdout
+    assert "usr\n" in kubectl("exec", "deploy/web", "--", "ls", "/").stdout
+    # the kubelet's events for each pod; TODO(kubelet10 merged): pykubelet reports Pulling/Pulled/Created too,
+    # so ask the stock kubelet's set of both
+    started = {"Pulled", "Created", "Started"} if kubelet == "kubelet" else {"Started"}
+    wait_for(f"the kubelet's events {sorted(started)} for every pod", lambda: all(
+        started <= r for r in kubelet_events(pods).values()), 30)
     # a ClusterIP Service in front of the deployment answers from the host (kube-proxy's DNAT on the node)
     kubectl("expose", "deployment", "web", "--port=80")
     cluster_ip = json.loads(kubectl("get", "service", "web", "-o", "json").stdout)["spec"]["clusterIP"]
@@ -173,19 +243,71 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
     client_log = run_client(targets)
     for target in targets:
         assert f"ok {target}\n" in client_log, client_log
+
+    # scale up: 10 pods running on the node(s); back to 1: 9 terminated (Killing), their sandboxes and IPs gone
+    kubectl("scale", "deployment/web", "--replicas=10")
+    kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
+    many = web_pods()
+    assert len(many) == 10 and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in names
+                                   for p in many)
+    wait_for("a ready sandbox and an IP on the nodes for each of the 10 pods", lambda: nodes_hold_only(many), 30)
+    kubectl("scale", "deployment/web", "--replicas=1")
+    one = wait_for("9 pods gone", lambda: (lambda p: p if len(get("pods", "-l", "app=web")) == 1 else None)(
+        web_pods()), 90)
+    gone = [p for p in many if p["metadata"]["uid"] != one[0]["metadata"]["uid"]]
+    assert len(gone) == 9
+    wait_for("only the remaining pod's sandbox and IP on the nodes", lambda: nodes_hold_only(one), 60)
+    # TODO(kubelet10 merged): pykubelet reports Killing for a graceful stop too (lifecycle.stop_container): ask both
+    if kubelet == "kubelet":
+        wait_for("the kubelet's Killing event for each of the 9", lambda: all(
+            "Killing" in r for r in kubelet_events(gone).values()), 30)
+
+    # hairpin: the one web pod reaches the Service whose only endpoint is itself (the bridge sends the packet
+    # back out of the port it came in on: hairpinMode on the pod's bridge port)
+    assert "It works!" in wait_for("the pod answering itself through the Service", lambda: kubectl(
+        "exec", "deploy/web", "--", "sh", "-c", f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {cluster_ip} 80",
+        check=False).stdout, 30)
+
+    # a rolling update to a new image tag with no request to the Service failing, made safe as users do:
+    patch = {"spec": {
+        # never fewer ready pods than wanted: the new pod comes up (and gets ready) before an old one goes
+        "strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {"spec": {"terminationGracePeriodSeconds": 10, "containers": [{
+            "name": "httpd",
+            # the new pod is an endpoint only once httpd answers, not as soon as its process started
+            "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1},
+            # a terminating pod leaves the endpoints at once, but kube-proxy rewrites the node's rules a moment
+            # later: httpd keeps serving meanwhile, and gets SIGTERM only after this
+            "lifecycle": {"preStop": {"sleep": {"seconds": 3}}}}]}}}}
+    kubectl("patch", "deployment/web", "--type=strategic", "-p", json.dumps(patch))
+    kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
+    wait_for("one web pod, with its readiness probe", lambda: (lambda p: len(p) == 1 and "readinessProbe" in p[0][
+        "spec"]["containers"][0])(get("pods", "-l", "app=web")), 60)
+    client = ServiceClient(f"http://{cluster_ip}/")
+    client.start()
+    try:
+        time.sleep(1)
+        kubectl("set", "image", "deployment/web", f"httpd={HTTPD}")
+        kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
+        updated = wait_for("the old pod gone", lambda: (lambda p: p if len(p) == 1 else None)(
+            get("pods", "-l", "app=web")), 60)
+        assert updated[0]["spec"]["containers"][0]["image"] == HTTPD
+        time.sleep(1)
+    finally:
+        client.stop()
+    assert client.answers > 20 and not client.failures, (client.answers, client.failures)
+
     # deleting the deployment leaves nothing on the node: no pod, no running container, no ready sandbox, no IP
     kubectl("delete", "service", "web")
     kubectl("delete", "deployment", "web", "--wait=true", timeout=90)
     wait_for("the pods gone", lambda: not get("pods", "-l", "app=web"), 90)
+    wait_for("no ready sandbox and no IP on the nodes", lambda: nodes_hold_only([]), 60)
     state = cluster.Record.load()
     assert state is not None
-    node = state.nodes[0].node()
-    client = CRIRuntime(node.endpoint, timeout=30)
-    try:
-        wait_for("no ready sandbox and no running container on the node", lambda: not any(
-            s.state == api_pb2.SANDBOX_READY for s in client.list_pod_sandbox()) and not any(
-            c.state == api_pb2.CONTAINER_RUNNING for c in client.list_containers()), 60)
-    finally:
-        client.close()
-    wait_for("no IP allocated by host-local", lambda: not [
-        p for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()], 60)
+    for record in state.nodes:
+        cri = CRIRuntime(record.node().endpoint, timeout=30)
+        try:
+            wait_for("no running container on the node", lambda cri=cri: not any(
+                c.state == api_pb2.CONTAINER_RUNNING for c in cri.list_containers()), 60)
+        finally:
+            cri.close()

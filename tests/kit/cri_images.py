@@ -35,6 +35,8 @@ DYNAMIC_ROOT = CACHE / "busybox-dynamic"  # the extracted busybox .deb
 # httpd serving "It works!" on port 80.
 BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
 HTTPD = "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"
+# the tag Kubernetes' e2e rolling updates start from (imageutils.Httpd; HTTPD is its HttpdNew): the same build
+HTTPD_PREVIOUS = "registry.k8s.io/e2e-test-images/httpd:2.4.38-4"
 
 # critest specs that pull a reference pinned to an upstream digest: they cannot pass offline.
 DIGEST_PINNED_SPECS = ["public image with digest should be pulled and removed"]
@@ -226,7 +228,7 @@ def image_set(workdir: Path) -> list[CriImage]:
         CriImage(f"{staging}/hostnet-nginx-{ARCH}", ["latest"], _web(hostnet_nginx, NGINX_ROOT, "nginx"),
                  {"Entrypoint": ["/usr/sbin/nginx"], "Cmd": ["-g", "daemon off;"],
                   "ExposedPorts": {"12003/tcp": {}}, "StopSignal": "SIGQUIT"}),
-        CriImage(f"{e2e}/httpd", ["2.4.39-4"], _web(httpd, HTTPD_ROOT, "httpd-foreground"),
+        CriImage(f"{e2e}/httpd", ["2.4.39-4", "2.4.38-4"], _web(httpd, HTTPD_ROOT, "httpd-foreground"),
                  {"Cmd": ["httpd-foreground"], "ExposedPorts": {"80/tcp": {}}}),
         CriImage(f"{e2e}/nonewprivs", ["1.3"],
                  [d("usr/local"), d("usr/local/bin"), f("usr/local/bin/nnp", nnp, 0o4755)],
