@@ -277,8 +277,9 @@ def journey(kubelet: str = "pykubelet", nodes: int = 1, replicas: int = REPLICAS
             # the new pod is an endpoint only once httpd answers, not as soon as its process started
             "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1},
             # a terminating pod leaves the endpoints at once, but kube-proxy rewrites the node's rules a moment
-            # later: httpd keeps serving meanwhile, and gets SIGTERM only after this
-            "lifecycle": {"preStop": {"sleep": {"seconds": 3}}}}]}}}}
+            # later (seconds on this 2-core machine with two nodes): httpd keeps serving meanwhile, and gets SIGTERM
+            # only after this
+            "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}}}}
     kubectl("patch", "deployment/web", "--type=strategic", "-p", json.dumps(patch))
     kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
     wait_for("one web pod, with its readiness probe", lambda: (lambda p: len(p) == 1 and "readinessProbe" in p[0][
