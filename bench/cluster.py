@@ -27,7 +27,6 @@ import fcntl
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -40,8 +39,8 @@ from bench.runtime import pct
 from pynode_cluster import cluster
 from pynode_cluster.hosts import wait_for
 from pynode_cluster.node import KUBELETS, RUNTIMES
+from tests.kit.cluster_admin import kubectl, provision
 
-ENTRY = Path(__file__).resolve().parents[1] / "vagrant" / "provision" / "cluster.py"
 LOCK = Path("/tmp/pynode-itest.lock")
 PLOT = README.with_name("cluster-start-latency.png")
 BEGIN, END = "<!-- bench-cluster:begin -->", "<!-- bench-cluster:end -->"
@@ -55,14 +54,6 @@ MIB = 1024
 
 def log(message: str) -> None:
     print(f"bench.cluster: {message}", file=sys.stderr, flush=True)
-
-
-def provision(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRY), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def kubectl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return cluster.kubectl(*args, kubeconfig=cluster.admin_kubeconfig(), timeout=timeout)
 
 
 @contextlib.contextmanager

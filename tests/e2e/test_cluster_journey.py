@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,10 +23,10 @@ from pykubelet.runtime import CRIRuntime
 from pynode_cluster import cluster
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.busybox import CACHE
+from tests.kit.cluster_admin import get, http, kubectl, provision
 from tests.kit.cri_images import HTTPD_PREVIOUS
 from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for
 
-ENTRY = Path(__file__).resolve().parents[2] / "vagrant" / "provision" / "cluster.py"
 RESULTS = CACHE / "cluster-journey.md"
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_BEGIN, README_END = "<!-- cluster-journey:begin -->", "<!-- cluster-journey:end -->"
@@ -37,25 +35,7 @@ REPLICAS = 3
 KNOWN: dict[tuple[str, str], str] = {}
 
 
-def provision(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ENTRY), *args], capture_output=True, text=True, timeout=timeout)
 
-
-def kubectl(*args: str, timeout: float = 60, check: bool = True,
-            input: str | None = None) -> subprocess.CompletedProcess:
-    return cluster.kubectl(*args, kubeconfig=cluster.admin_kubeconfig(), timeout=timeout, check=check, input=input)
-
-
-def get(kind: str, *args: str) -> list[dict]:
-    return json.loads(kubectl("get", kind, *args, "-o", "json").stdout).get("items", [])
-
-
-def http(url: str) -> str:
-    try:
-        r = requests.get(url, timeout=3)
-        return r.text if r.ok else ""
-    except requests.RequestException:
-        return ""
 
 
 def record(kubelet: str, runtime: str, outcome: str, times: dict[str, float]) -> None:

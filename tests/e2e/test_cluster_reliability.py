@@ -25,7 +25,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-import requests
 
 from proto import api_pb2
 from pykubelet.pods.termination import cgroup_hierarchies
@@ -34,6 +33,7 @@ from pynode_cluster import cluster, components, hosts
 from pynode_cluster.node import Node
 from pyruntime.linux import mountinfo
 from tests.kit import cluster_registry
+from tests.kit.cluster_admin import get, http, kubectl
 from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for
 
 NODE = "node-1"
@@ -43,16 +43,10 @@ ID = re.compile(r"[0-9a-f]{64}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[
 pytestmark = pytest.mark.timeout(900)
 
 
-def kubectl(*args: str, timeout: float = 60, check: bool = True, input: str | None = None):
-    return cluster.kubectl(*args, kubeconfig=cluster.admin_kubeconfig(), timeout=timeout, check=check, input=input)
-
 
 def apply(obj: dict) -> None:
     kubectl("apply", "-f", "-", input=json.dumps(obj))
 
-
-def get(kind: str, *args: str) -> list[dict]:
-    return json.loads(kubectl("get", kind, *args, "-o", "json").stdout).get("items", [])
 
 
 def pod(name: str) -> dict:
@@ -62,13 +56,6 @@ def pod(name: str) -> dict:
 def events(uid: str) -> list[dict]:
     return get("events", "--field-selector", f"involvedObject.uid={uid}")
 
-
-def http(url: str) -> str:
-    try:
-        r = requests.get(url, timeout=3)
-        return r.text if r.ok else ""
-    except requests.RequestException:
-        return ""
 
 
 def bare_pod(name: str, container: dict, **spec) -> dict:
