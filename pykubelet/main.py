@@ -100,7 +100,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     try:
         if not wait_for_runtime(runtime, stop):
             return
-        from pykubelet.events import EventRecorder
+        from pykubelet.events import NORMAL, EventRecorder, node_ref
         from pykubelet.images.gc import ImageGC
         from pykubelet.logs.rotation import LogRotator
         from pykubelet.pods.sources import PodSources
@@ -108,6 +108,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.pods.workers import PodWorkers
 
         client = api_pods = None
+        events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
@@ -121,7 +122,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             from pykubelet.node.status import NodeStatus
 
             client = make_client(settings.kubeconfig)
-            status = NodeStatus(client, runtime, settings)
+            events = EventRecorder(client, settings.node_name)
+            events.event(node_ref(settings.node_name), NORMAL, "Starting", "Starting kubelet.")
+            status = NodeStatus(client, runtime, settings, events=events)
             if not register(client, settings, status, stop):
                 return
             api_pods = pod_informer(client, settings.node_name)
@@ -131,7 +134,6 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         if settings.static_pod_path is not None:
             static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)
         sources = PodSources(api_pods, static)
-        events = EventRecorder(client, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources))
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),

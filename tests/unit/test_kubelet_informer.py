@@ -145,7 +145,8 @@ def test_decode_event_reads_only_the_version_of_a_bookmark():
     assert kind == BOOKMARK and bookmark.metadata.resourceVersion == "123"
     kind, pod = decode_event(b'{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p",'
                              b'"namespace":"n","resourceVersion":"7"},"spec":{"containers":[{"name":"c"}]}}}', Pod)
-    assert kind == ADDED and isinstance(pod, Pod) and key_of(pod) == "n/p" and pod.spec.containers[0].name == "c"
+    assert kind == ADDED and isinstance(pod, Pod) and key_of(pod) == "n/p"
+    assert pod.spec is not None and pod.spec.containers[0].name == "c"
     with pytest.raises(Gone):
         decode_event(b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure",'
                      b'"message":"too old resource version","reason":"Expired","code":410}}', Pod)
