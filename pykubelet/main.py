@@ -107,7 +107,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.pods.static import MirrorPods, StaticPods
         from pykubelet.pods.workers import PodWorkers
 
-        client = api_pods = None
+        client = api_pods = services = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
@@ -116,7 +116,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                 log.warning("standalone mode without --pod-manifest-path: there is nothing to run")
         else:
             from pykubelet.api.client import make_client
-            from pykubelet.api.informer import pod_informer
+            from pykubelet.api.informer import pod_informer, service_informer
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
@@ -128,6 +128,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             if not register(client, settings, status, stop):
                 return
             api_pods = pod_informer(client, settings.node_name)
+            services = service_informer(client)
             loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run)]
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
         static = None
@@ -135,7 +136,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)
         sources = PodSources(api_pods, static)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
-                             events=events, admission=_admission(client, runtime, settings, sources))
+                             events=events, admission=_admission(client, runtime, settings, sources),
+                             services=services)
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
                   ("log-rotation", LogRotator(runtime, settings).run)]
         if client is not None:
@@ -143,7 +145,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             if static is not None and api_pods is not None:
                 mirrors = MirrorPods(client, settings.node_name, static, api_pods, on_created=workers.resend_status)
                 loops.append(("mirror-pods", mirrors.run))
-        informers += [s.start() for s in sources.sources]
+        informers += [s.start() for s in sources.sources] + ([services.start()] if services is not None else [])
         for name, target in loops:
             threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
         for t in threads:

@@ -290,3 +290,9 @@ def node_informer(client, node_name: str) -> Informer:
     """This node's own Node object (its podCIDR, taints, labels set by others)."""
     from lightkube.resources.core_v1 import Node
     return Informer(LightkubeSource(client, Node, fields={"metadata.name": node_name}), name="node")
+
+
+def service_informer(client) -> Informer:
+    """Every Service (the Node authorizer lets a node list and watch them): the pods' service env vars."""
+    from lightkube.resources.core_v1 import Service
+    return Informer(LightkubeSource(client, Service), name="services")

@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -122,7 +123,7 @@ def container_hash(container: dict) -> str:
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
-def expand(text: str, env: dict[str, str]) -> str:
+def expand(text: str, env: Mapping[str, str]) -> str:
     """The API's $(VAR) references: to the value of VAR when defined, kept as written when not; $$ is $."""
     return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 

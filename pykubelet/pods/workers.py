@@ -38,15 +38,17 @@ TERMINAL = ("Succeeded", "Failed")
 class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
                  runtime_name: str = "", events: EventRecorder | None = None,
-                 admission: Admission | None = None) -> None:
-        # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods)
+                 admission: Admission | None = None, services=None) -> None:
+        # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods);
+        # services: the Service informer (None in standalone mode)
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
         self.threads, self.runtime_name = threads, runtime_name
         self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
         self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
-        self.volumes = VolumeManager(client, settings)
+        self.volumes = VolumeManager(client, settings, services=None if services is None else lambda: [
+            s.to_dict() for s in services.objects()] if services.has_synced() else None)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes)
         self.statuses = StatusManager(client)

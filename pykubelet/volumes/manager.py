@@ -73,8 +73,11 @@ def remove_pod(root_dir: Path, uid: str) -> None:
 
 
 class VolumeManager:
-    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None) -> None:
-        self.client, self.settings = client, settings
+    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None,
+                 services: Callable[[], list[dict] | None] | None = None) -> None:
+        # services: every Service (dicts) for the service env vars, None until first listed; without it
+        # (standalone mode) there are none
+        self.client, self.settings, self.services = client, settings, services
         self.tokens = objects.TokenManager(client)
         self._allocatable = allocatable
 
@@ -200,8 +203,17 @@ class VolumeManager:
         if not pod_ips and pod["spec"].get("hostNetwork"):
             pod_ips = host_ips  # the pod's IPs are the node's, as its status says
         env = envs.container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
-                                 allocatable=self.allocatable, warn=warn)
+                                 allocatable=self.allocatable, warn=warn, services=self.service_env(pod))
         return env, self.mounts(pod, container, env)
+
+    def service_env(self, pod: dict) -> dict[str, str]:
+        if self.services is None:
+            return {}
+        services = self.services()
+        if services is None:  # as the kubelet: no env at all rather than one that misses services
+            raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
+        return envs.service_env(services, pod["metadata"]["namespace"],
+                                pod["spec"].get("enableServiceLinks", True) is not False)
 
     def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
         spec = pod["spec"]
