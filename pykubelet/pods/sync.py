@@ -231,6 +231,14 @@ def security_context(pod: dict, container: dict | None) -> dict:
     return merged
 
 
+def supplemental_groups(pod: dict) -> list[int]:
+    """The groups the pod's processes get besides their own: fsGroup first (what gives them its volumes),
+    then supplementalGroups, as the kubelet's security context."""
+    sc = pod["spec"].get("securityContext") or {}
+    fs_group = [sc["fsGroup"]] if sc.get("fsGroup") is not None else []
+    return fs_group + [g for g in sc.get("supplementalGroups") or [] if g not in fs_group]
+
+
 def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
     profile = sc.get("seccompProfile")
     if not profile or profile.get("type") == "Unconfined":
@@ -290,7 +298,7 @@ def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.P
                      for c in spec.get("containers", []) + spec.get("initContainers", []))
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod), privileged=privileged,
-        supplemental_groups=sc.get("supplementalGroups", []), seccomp=seccomp(security_context(pod, None)))
+        supplemental_groups=supplemental_groups(pod), seccomp=seccomp(security_context(pod, None)))
     if "runAsUser" in sc:
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
@@ -323,7 +331,7 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         capabilities=api_pb2.Capability(add_capabilities=caps.get("add", []), drop_capabilities=caps.get("drop", [])),
         privileged=privileged, namespace_options=sandbox.linux.security_context.namespace_options,
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
-        supplemental_groups=spec.get("securityContext", {}).get("supplementalGroups", []),
+        supplemental_groups=supplemental_groups(pod),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False, seccomp=seccomp(sc),
         masked_paths=[] if privileged or sc.get("procMount") == "Unmasked" else MASKED_PATHS,
         readonly_paths=[] if privileged or sc.get("procMount") == "Unmasked" else READONLY_PATHS)

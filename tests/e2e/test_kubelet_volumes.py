@@ -315,3 +315,34 @@ def test_service_account_token_is_projected_and_valid(control_plane, kubelet, ru
         remove(control_plane, "configmap", "kube-root-ca.crt")
         remove(control_plane, "secret", "projsec")
     gone_from_node(kubelet, uid)
+
+
+def test_service_env_vars(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """The kubelet's service env: KUBERNETES_SERVICE_HOST/PORT always, FOO_SERVICE_HOST and the Docker link
+    variables of the namespace's Services unless enableServiceLinks is false; an explicit env wins."""
+    apply(control_plane, tmp_path, {"metadata": {"name": "foo", "namespace": "default"},
+                                    "spec": {"selector": {"app": "foo"}, "ports": [{"name": "web", "port": 8080}]}},
+          kind="Service")
+    master = json.loads(control_plane.kubectl("get", "service", "kubernetes", "-o", "json").stdout)["spec"]
+    foo = json.loads(control_plane.kubectl("get", "service", "foo", "-o", "json").stdout)["spec"]["clusterIP"]
+    own = [{"name": "FOO_SERVICE_PORT", "value": "mine"}, {"name": "URL", "value": "$(FOO_SERVICE_HOST):1"}]
+    apply(control_plane, tmp_path, pod_spec("links", sleeper("app", env=own)))
+    apply(control_plane, tmp_path, pod_spec("nolinks", sleeper("app"), enableServiceLinks=False))
+    try:
+        seen = {}
+        for name in ("links", "nolinks"):
+            uid = running(control_plane, name)["metadata"]["uid"]
+            seen[name] = dict(line.split("=", 1) for line in sh(runtime, container_id(runtime, uid, "app"), "env")
+                              .splitlines() if "=" in line)
+        kubernetes = {"KUBERNETES_SERVICE_HOST": master["clusterIP"], "KUBERNETES_SERVICE_PORT": "443",
+                      "KUBERNETES_SERVICE_PORT_HTTPS": "443", "KUBERNETES_PORT": f"tcp://{master['clusterIP']}:443",
+                      "KUBERNETES_PORT_443_TCP_ADDR": master["clusterIP"]}
+        links = {**kubernetes, "FOO_SERVICE_HOST": foo, "FOO_SERVICE_PORT": "mine", "FOO_SERVICE_PORT_WEB": "8080",
+                 "FOO_PORT": f"tcp://{foo}:8080", "FOO_PORT_8080_TCP_PROTO": "tcp", "URL": f"{foo}:1"}
+        assert {k: seen["links"].get(k) for k in links} == links
+        assert {k: seen["nolinks"].get(k) for k in kubernetes} == kubernetes
+        assert not [k for k in seen["nolinks"] if k.startswith("FOO_")]
+    finally:
+        delete(control_plane, "links")
+        delete(control_plane, "nolinks")
+        remove(control_plane, "service", "foo")
