@@ -106,6 +106,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.pods.sources import PodSources
         from pykubelet.pods.static import MirrorPods, StaticPods
         from pykubelet.pods.workers import PodWorkers
+        from pykubelet.server.metrics import Metrics
 
         client = api_pods = services = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
@@ -135,9 +136,10 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         if settings.static_pod_path is not None:
             static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)
         sources = PodSources(api_pods, static)
+        metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources),
-                             services=services)
+                             services=services, on_started=metrics.pod_start_duration.observe)
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
                   ("log-rotation", LogRotator(runtime, settings).run)]
         if client is not None:
@@ -152,7 +154,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             t.start()
         from pykubelet.server.app import KubeletServer
 
-        server = KubeletServer(settings, runtime, client, pods=workers.pod).start()
+        server = KubeletServer(settings, runtime, client, pods=workers.pod, pod_list=workers.pods,
+                               metrics=metrics).start()
         stop.wait()
     finally:
         if server is not None:

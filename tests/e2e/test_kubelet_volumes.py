@@ -346,3 +346,28 @@ def test_service_env_vars(control_plane, kubelet, runtime, kubepods, tmp_path):
         delete(control_plane, "links")
         delete(control_plane, "nolinks")
         remove(control_plane, "service", "foo")
+
+
+def test_fs_group_owns_the_volumes(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """A pod running as user 1000 with fsGroup 2000: its process has group 2000, it can write its emptyDir,
+    and the secret volume's files are group 2000 and group-readable (not world-readable: mode 0440)."""
+    secret(control_plane, tmp_path, "fssec", {"key": "v"})
+    container = sleeper("app", volumeMounts=[{"name": "scratch", "mountPath": "/scratch"},
+                                             {"name": "sec", "mountPath": "/sec"}])
+    apply(control_plane, tmp_path, pod_spec(
+        "fsgroup", container, securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3000]},
+        volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "sec", "secret": {"secretName": "fssec",
+                                                                                "defaultMode": 0o400}}]))
+    try:
+        uid = running(control_plane, "fsgroup")["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert sh(runtime, cid, "id -u").strip() == "1000"
+        assert {"2000", "3000"} <= set(sh(runtime, cid, "id -G").split())
+        assert sh(runtime, cid, "echo hi > /scratch/f && mkdir /scratch/d && stat -c '%g' /scratch/f /scratch/d"
+                  ).split() == ["2000", "2000"]
+        assert sh(runtime, cid, "stat -L -c '%g %a' /sec/key; cat /sec/key").split() == ["2000", "440", "v"]
+        host = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+        assert os.stat(host).st_gid == 2000 and os.stat(host).st_mode & stat.S_ISGID
+    finally:
+        delete(control_plane, "fsgroup")
+        remove(control_plane, "secret", "fssec")
