@@ -187,27 +187,27 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
             "NodeHasSufficientPID"} <= reasons, reasons
     assert all(e["source"] == {"component": "kubelet", "host": NODE} for e in node)
     sleep = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
-    apply(control_plane, tmp_path, pod_spec("story", {"name": "pulled", "image": BUSYBOX, "command": sleep,
-                                                     "imagePullPolicy": "Always"},
+    apply(control_plane, tmp_path, pod_spec("story", {"name": "main", "image": BUSYBOX, "command": sleep,
+                                                     "imagePullPolicy": "IfNotPresent"},
                                             initContainers=[{"name": "init", "image": BUSYBOX, "command": ["true"],
-                                                             "imagePullPolicy": "IfNotPresent"}]))
+                                                             "imagePullPolicy": "Always"}]))
     apply(control_plane, tmp_path, pod_spec("nopull", {"name": "c", "image": "127.0.0.1:1/nothing:1.0"}))
     try:
         pod = wait_pod(control_plane, "story", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
         uid = pod["metadata"]["uid"]
-        story = wait_for("Started of container pulled", lambda: (lambda s: s if any(
-            r == "Started" and f == "spec.containers{pulled}" for r, f, _ in s) else None)(
+        story = wait_for("Started of container main", lambda: (lambda s: s if any(
+            r == "Started" and f == "spec.containers{main}" for r, f, _ in s) else None)(
             _story(control_plane, uid)), timeout=20)
-        init, main = "spec.initContainers{init}", "spec.containers{pulled}"
-        assert ("Pulled", init, f'Container image "{BUSYBOX}" already present on machine and can be accessed by '
-                "the pod") in story, story
-        assert {("Created", init, "Created container: init"), ("Started", init, "Started container init")} <= story
-        assert ("Pulling", main, f'Pulling image "{BUSYBOX}"') in story
-        pulled = [m for r, f, m in story if r == "Pulled" and f == main]
+        init, main = "spec.initContainers{init}", "spec.containers{main}"
+        assert ("Pulling", init, f'Pulling image "{BUSYBOX}"') in story, story
+        pulled = [m for r, f, m in story if r == "Pulled" and f == init]
         assert len(pulled) == 1 and re.fullmatch(
             rf'Successfully pulled image "{re.escape(BUSYBOX)}" in [0-9.]+(ms|s|µs) \([0-9.]+(ms|s|µs) including '
             r"waiting\)\. Image size: [1-9][0-9]* bytes\.", pulled[0]), pulled
-        assert {("Created", main, "Created container: pulled"), ("Started", main, "Started container pulled")} <= story
+        assert {("Created", init, "Created container: init"), ("Started", init, "Started container init")} <= story
+        assert ("Pulled", main, f'Container image "{BUSYBOX}" already present on machine and can be accessed by '
+                "the pod") in story, story
+        assert {("Created", main, "Created container: main"), ("Started", main, "Started container main")} <= story
         nopull = get_pod(control_plane, "nopull")["metadata"]["uid"]
         failed = wait_for("a pull that fails: Failed and BackOff", lambda: (lambda s: s if {"Failed", "BackOff"} <= {
             r for r, _, _ in s} else None)(_story(control_plane, nopull)), timeout=60)
@@ -218,4 +218,4 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
         delete(control_plane, "nopull")
         delete(control_plane, "story")
     killing = wait_for("Killing", lambda: [s for s in _story(control_plane, uid) if s[0] == "Killing"], timeout=20)
-    assert killing == [("Killing", "spec.containers{pulled}", "Stopping container pulled")]
+    assert killing == [("Killing", "spec.containers{main}", "Stopping container main")]
