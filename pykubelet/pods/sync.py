@@ -587,7 +587,12 @@ class PodSyncer:
             image_ref = self.ensure_image(pod, container, sandbox_cfg)
         except SyncError as e:
             result.waiting[name] = (e.reason, str(e))
-            self.event(pod, name, WARNING, "BackOff" if e.reason == "ImagePullBackOff" else "Failed", str(e))
+            # the image manager's event, then the container's "Error: REASON", as the kubelet's
+            if e.reason == "ImagePullBackOff":
+                self.event(pod, name, NORMAL, "BackOff", str(e))
+            else:
+                self.event(pod, name, WARNING, "Failed" if e.reason == "ErrImagePull" else e.reason, str(e))
+            self.event(pod, name, WARNING, "Failed", f"Error: {e.reason}")
             result.again_in(self.image_backoff.initial)
             return False
         try:

@@ -209,11 +209,14 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
                 "the pod") in story, story
         assert {("Created", main, "Created container: main"), ("Started", main, "Started container main")} <= story
         nopull = get_pod(control_plane, "nopull")["metadata"]["uid"]
-        failed = wait_for("a pull that fails: Failed and BackOff", lambda: (lambda s: s if {"Failed", "BackOff"} <= {
-            r for r, _, _ in s} else None)(_story(control_plane, nopull)), timeout=60)
+        failed = wait_for("a pull that fails: Failed and BackOff", lambda: (lambda s: s if {
+            "Error: ErrImagePull", "Error: ImagePullBackOff"} <= {m for _, _, m in s} else None)(
+            _story(control_plane, nopull)), timeout=60)
         assert any(r == "Failed" and m.startswith('Failed to pull image "127.0.0.1:1/nothing:1.0"')
                    for r, _, m in failed), failed
         assert ("BackOff", "spec.containers{c}", 'Back-off pulling image "127.0.0.1:1/nothing:1.0"') in failed
+        assert ("Failed", "spec.containers{c}", "Error: ErrImagePull") in failed
+        assert ("Failed", "spec.containers{c}", "Error: ImagePullBackOff") in failed
     finally:
         delete(control_plane, "nopull")
         delete(control_plane, "story")
