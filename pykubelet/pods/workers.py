@@ -53,8 +53,8 @@ class PodWorkers:
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
         self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
-        self.volumes = VolumeManager(client, settings, services=None if services is None else lambda: [
-            s.to_dict() for s in services.objects()] if services.has_synced() else None)
+        self.services = services
+        self.volumes = VolumeManager(client, settings, services=None if services is None else self._services)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes)
         self.statuses = StatusManager(client)
@@ -62,6 +62,12 @@ class PodWorkers:
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
+
+    def _services(self) -> list[dict] | None:
+        """Every Service, as dicts; None until the informer has listed them once."""
+        if not self.services.has_synced():
+            return None
+        return [s.to_dict() for s in self.services.objects()]
 
     def _on_pod(self, _kind: str, _old: Any, pod: Any) -> None:
         uid = pod.metadata.uid
