@@ -1,5 +1,6 @@
 """Events: what `kubectl describe pod` and `kubectl get events` show of the kubelet's work (Pulling,
-Started, BackOff, Unhealthy, Killing, a rejected pod's reason).
+Pulled, Created, Started, BackOff, Unhealthy, Killing, a rejected pod's reason) and of the node's
+(Starting, NodeReady / NodeNotReady and the pressure conditions' transitions, in namespace default).
 
 Recording an event must never slow or fail a pod sync: `event()` only queues it, and one thread sends
 it, dropping it (with a log line) if the API server refuses or is away; events are best effort in the
@@ -50,6 +51,11 @@ def pod_ref(pod: dict, container: str | None = None, init: bool = False) -> dict
     if container is not None:
         ref["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
     return ref
+
+
+def node_ref(node_name: str) -> dict:
+    """The involvedObject of an event about the node (the kubelet's nodeRef: the name is the uid)."""
+    return {"kind": "Node", "name": node_name, "uid": node_name}
 
 
 class EventRecorder:

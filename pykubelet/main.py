@@ -100,14 +100,16 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     try:
         if not wait_for_runtime(runtime, stop):
             return
-        from pykubelet.events import EventRecorder
+        from pykubelet.events import NORMAL, EventRecorder, node_ref
         from pykubelet.images.gc import ImageGC
         from pykubelet.logs.rotation import LogRotator
         from pykubelet.pods.sources import PodSources
         from pykubelet.pods.static import MirrorPods, StaticPods
         from pykubelet.pods.workers import PodWorkers
+        from pykubelet.server.metrics import Metrics
 
-        client = api_pods = None
+        client = api_pods = services = None
+        events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
@@ -115,25 +117,29 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                 log.warning("standalone mode without --pod-manifest-path: there is nothing to run")
         else:
             from pykubelet.api.client import make_client
-            from pykubelet.api.informer import pod_informer
+            from pykubelet.api.informer import pod_informer, service_informer
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
 
             client = make_client(settings.kubeconfig)
-            status = NodeStatus(client, runtime, settings)
+            events = EventRecorder(client, settings.node_name)
+            events.event(node_ref(settings.node_name), NORMAL, "Starting", "Starting kubelet.")
+            status = NodeStatus(client, runtime, settings, events=events)
             if not register(client, settings, status, stop):
                 return
             api_pods = pod_informer(client, settings.node_name)
+            services = service_informer(client)
             loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run)]
             threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
         static = None
         if settings.static_pod_path is not None:
             static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)
         sources = PodSources(api_pods, static)
-        events = EventRecorder(client, settings.node_name)
+        metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
-                             events=events, admission=_admission(client, runtime, settings, sources))
+                             events=events, admission=_admission(client, runtime, settings, sources),
+                             services=services, on_started=metrics.pod_start_duration.observe)
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
                   ("log-rotation", LogRotator(runtime, settings).run)]
         if client is not None:
@@ -141,14 +147,15 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             if static is not None and api_pods is not None:
                 mirrors = MirrorPods(client, settings.node_name, static, api_pods, on_created=workers.resend_status)
                 loops.append(("mirror-pods", mirrors.run))
-        informers += [s.start() for s in sources.sources]
+        informers += [s.start() for s in sources.sources] + ([services.start()] if services is not None else [])
         for name, target in loops:
             threads.append(threading.Thread(target=target, args=(stop,), name=name, daemon=True))
         for t in threads:
             t.start()
         from pykubelet.server.app import KubeletServer
 
-        server = KubeletServer(settings, runtime, client, pods=workers.pod).start()
+        server = KubeletServer(settings, runtime, client, pods=workers.pod, pod_list=workers.pods,
+                               metrics=metrics).start()
         stop.wait()
     finally:
         if server is not None:

@@ -21,11 +21,14 @@ against a fake; LightkubeSource is the real one.
 """
 from __future__ import annotations
 
+import json
 import logging
 import random
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -193,6 +196,31 @@ class Informer:
                 log.exception("informer %s: handler failed on %s %s", self.name, kind, key_of(new))
 
 
+@dataclass(frozen=True)
+class Bookmark:
+    """What a BOOKMARK event carries: only metadata.resourceVersion is meaningful."""
+    metadata: Any
+
+
+def decode_event(line: bytes, resource: type) -> tuple[str, Any]:
+    """One line of a watch stream as (type, object). A BOOKMARK's object is an empty object of the kind
+    (the API server sends a Pod's with `spec.containers: null`, which the typed model refuses), so only
+    its resourceVersion is read; an ERROR raises Gone (410) or ApiError."""
+    from lightkube.core import decoders
+    from lightkube.core.exceptions import ApiError
+
+    event = decoders.decode_watch_event(line)
+    if event.type == "ERROR":
+        status = decoders.decode_status(event.object)
+        if status.code == 410:
+            raise Gone(status.message or "expired")
+        raise ApiError(status=status)
+    if event.type == BOOKMARK:
+        meta = (json.loads(bytes(event.object)) or {}).get("metadata") or {}
+        return BOOKMARK, Bookmark(SimpleNamespace(resourceVersion=meta.get("resourceVersion", "")))
+    return event.type, decoders.decode_object(event.object, resource)
+
+
 class LightkubeSource:
     """list and watch of one resource type through a lightkube Client, with allowWatchBookmarks."""
 
@@ -229,8 +257,6 @@ class LightkubeSource:
         return it.resourceVersion, items
 
     def watch(self, resource_version: str) -> Iterator[tuple[str, Any]]:
-        from lightkube.core import decoders
-        from lightkube.core.exceptions import ApiError
         from lightkube.core.selector import build_selector
 
         generic = self.client._client  # lightkube's Client.watch() has no allowWatchBookmarks parameter
@@ -247,13 +273,7 @@ class LightkubeSource:
                 raise Gone(f"watch from resourceVersion {resource_version}")
             generic.raise_for_status(resp)
             for line in resp.iter_lines():
-                event = decoders.decode_watch_event(line)
-                if event.type == "ERROR":
-                    status = decoders.decode_status(event.object)
-                    if status.code == 410:
-                        raise Gone(status.message or "expired")
-                    raise ApiError(status=status)
-                yield event.type, decoders.decode_object(event.object, self.resource)
+                yield decode_event(line, self.resource)
         finally:
             self._response = None
             resp.close()
@@ -270,3 +290,9 @@ def node_informer(client, node_name: str) -> Informer:
     """This node's own Node object (its podCIDR, taints, labels set by others)."""
     from lightkube.resources.core_v1 import Node
     return Informer(LightkubeSource(client, Node, fields={"metadata.name": node_name}), name="node")
+
+
+def service_informer(client) -> Informer:
+    """Every Service (the Node authorizer lets a node list and watch them): the pods' service env vars."""
+    from lightkube.resources.core_v1 import Service
+    return Informer(LightkubeSource(client, Service), name="services")

@@ -5,7 +5,8 @@ The scheduler places pods by allocatable and skips nodes whose Ready is not True
 truthful and timely, yet cheap for the API server: the status is computed every
 nodeStatusUpdateFrequency (10 s) and sent only when something changed, or when nodeStatusReportFrequency
 (5 min) has passed since the last report (the Lease is the frequent heartbeat). Conditions keep their
-lastTransitionTime until their status flips, and Ready says which part failed: "container runtime is
+lastTransitionTime until their status flips (each flip is an event: NodeReady, NodeNotReady,
+NodeHasSufficientMemory...), and Ready says which part failed: "container runtime is
 down" names the CRI endpoint, so a NotReady node tells its operator where to look.
 
 A runtime that answers slowly is not a runtime that is down: only a failed CRI Status call or a runtime
@@ -25,10 +26,17 @@ from typing import Any
 
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
+from pykubelet.events import NORMAL, EventRecorder, node_ref
 
 log = logging.getLogger(__name__)
 
 KUBELET_VERSION = "v1.37.0+pykubelet"  # the API level it implements; kubectl shows it in `get nodes -o wide`
+# the kubelet's event reason for each condition's status
+NODE_EVENTS = {("Ready", "True"): "NodeReady", ("Ready", "False"): "NodeNotReady",
+               ("MemoryPressure", "False"): "NodeHasSufficientMemory",
+               ("MemoryPressure", "True"): "NodeHasInsufficientMemory",
+               ("DiskPressure", "False"): "NodeHasNoDiskPressure", ("DiskPressure", "True"): "NodeHasDiskPressure",
+               ("PIDPressure", "False"): "NodeHasSufficientPID", ("PIDPressure", "True"): "NodeHasInsufficientPID"}
 EVICTION_MEMORY = 100 * 1024 * 1024  # the kubelet's default evictionHard memory.available<100Mi
 EVICTION_NODEFS_PERCENT = 10  # ... nodefs.available<10%
 EVICTION_PID_PERCENT = 10  # ... pid.available<10% (upstream's default is on allocatable PIDs)
@@ -148,8 +156,8 @@ class NodeStatus:
     """Computes the node's status and reports it; run() is the kubelet's status loop."""
 
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.client, self.runtime, self.settings = client, runtime, settings
+                 clock: Callable[[], float] = time.monotonic, events: EventRecorder | None = None) -> None:
+        self.client, self.runtime, self.settings, self.events = client, runtime, settings, events
         self._clock = clock
         self._transitions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
         self._last_sent: dict | None = None
@@ -178,6 +186,10 @@ class NodeStatus:
     def _condition(self, kind: str, status: str, reason: str, message: str, now: str) -> dict[str, str]:
         before = self._transitions.get(kind)
         since = before[1] if before and before[0] == status else now
+        if (before is None or before[0] != status) and self.events is not None:
+            name = self.settings.node_name
+            self.events.event(node_ref(name), NORMAL, NODE_EVENTS[kind, status], f"Node {name} status is now: "
+                              f"{NODE_EVENTS[kind, status]}")
         self._transitions[kind] = (status, since)
         return {"type": kind, "status": status, "reason": reason, "message": message,
                 "lastHeartbeatTime": now, "lastTransitionTime": since}

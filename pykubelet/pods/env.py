@@ -4,13 +4,17 @@ so far; valueFrom entries are resolved from configMaps and secrets (read as the 
 objects.py), the pod's own fields (fieldRef) and its containers' resources (resourceFieldRef). The
 downward API's field and resource values are shared with the downwardAPI volumes, so both agree.
 
-Left out on purpose: the service environment variables (FOO_SERVICE_HOST...): the node has no Services
-yet. A missing configMap or secret that is not optional, or a missing key, is an ContainerConfigError whose message
-the container's waiting reason CreateContainerConfigError carries, as upstream's.
+The service environment variables (FOO_SERVICE_HOST, FOO_PORT_80_TCP_ADDR...) are the kubelet's
+getServiceEnvVarMap: the master `kubernetes` service of namespace default always, the pod's namespace's
+services when enableServiceLinks (default true); they can be referenced by $(VAR) and an explicit env or
+envFrom entry of the same name wins. A missing configMap or secret that is not optional, or a missing key,
+is a ContainerConfigError whose message the container's waiting reason CreateContainerConfigError carries,
+as upstream's.
 """
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from collections.abc import Callable
 from decimal import Decimal
 
@@ -98,6 +102,45 @@ def resource_value(pod: dict, container: dict | None, ref: dict, allocatable: Ca
     return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
 
 
+MASTER_SERVICES = ("kubernetes",)
+
+
+def _env_name(name: str) -> str:
+    return name.replace("-", "_").upper()
+
+
+def service_env(services: list[dict], namespace: str, enable_links: bool) -> dict[str, str]:
+    """The environment a pod of `namespace` gets from `services` (Service dicts of every namespace), as
+    the kubelet's getServiceEnvVarMap and envvars.FromServices build it."""
+    chosen: dict[str, dict] = {}
+    for svc in services:
+        meta, spec = svc["metadata"], svc.get("spec") or {}
+        if spec.get("clusterIP") in (None, "", "None") or not spec.get("ports"):
+            continue
+        name = meta["name"]
+        if meta.get("namespace") == "default" and name in MASTER_SERVICES:
+            chosen.setdefault(name, svc)
+        elif meta.get("namespace") == namespace and enable_links:
+            chosen[name] = svc
+    env: dict[str, str] = {}
+    for name, svc in chosen.items():
+        ip, ports, prefix = svc["spec"]["clusterIP"], svc["spec"]["ports"], _env_name(name)
+        env[f"{prefix}_SERVICE_HOST"] = ip
+        env[f"{prefix}_SERVICE_PORT"] = str(ports[0]["port"])
+        for port in ports:
+            if port.get("name"):
+                env[f"{prefix}_SERVICE_PORT_{_env_name(port['name'])}"] = str(port["port"])
+        host = f"[{ip}]" if ":" in ip else ip
+        for i, port in enumerate(ports):  # the Docker link variables
+            proto = (port.get("protocol") or "TCP").lower()
+            url = f"{proto}://{host}:{port['port']}"
+            if i == 0:
+                env[f"{prefix}_PORT"] = url
+            each = f"{prefix}_PORT_{port['port']}_{proto.upper()}"
+            env.update({each: url, f"{each}_PROTO": proto, f"{each}_PORT": str(port["port"]), f"{each}_ADDR": ip})
+    return env
+
+
 def valid_name(name: str) -> bool:
     """An env var name the runtime can set (the relaxed rule of the API: printable ASCII, no '=')."""
     return bool(name) and all(32 <= ord(ch) <= 126 for ch in name) and "=" not in name
@@ -105,8 +148,11 @@ def valid_name(name: str) -> bool:
 
 def container_env(pod: dict, container: dict, client, *, host_ips: list[str], pod_ips: list[str],
                   allocatable: Callable[[], dict[str, str]],
-                  warn: Callable[[str, str], None] = lambda reason, message: None) -> dict[str, str]:
-    """The container's env, resolved (insertion order: envFrom keys, then env entries)."""
+                  warn: Callable[[str, str], None] = lambda reason, message: None,
+                  services: dict[str, str] | None = None) -> dict[str, str]:
+    """The container's env, resolved (insertion order: envFrom keys, then env entries, then the service
+    variables (see service_env) that neither defines)."""
+    services = services or {}
     namespace = pod["metadata"]["namespace"]
     cache: dict[tuple[str, str], dict[str, bytes] | None] = {}
 
@@ -142,7 +188,7 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
     for var in container.get("env", []):
         name, source = var["name"], var.get("valueFrom")
         if var.get("value") or source is None:
-            env[name] = expand(var.get("value", ""), env)
+            env[name] = expand(var.get("value", ""), ChainMap(env, services))
             continue
         if "fieldRef" in source:
             env[name] = field_value(pod, source["fieldRef"]["fieldPath"], host_ips=host_ips, pod_ips=pod_ips)
@@ -164,4 +210,6 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
             env[name] = data[ref["key"]].decode(errors="replace")
         else:
             raise ContainerConfigError(f"env {name!r}: unsupported valueFrom {sorted(source)}")
+    for key, text in services.items():
+        env.setdefault(key, text)
     return env

@@ -56,9 +56,12 @@ def container_field_path(pod: dict, name: str) -> str:
 
 
 def stop_container(runtime: cri.CRIRuntime, pod: dict | None, name: str, container_id: str, grace: int,
-                   pod_ip: str = "", event: EventFn | None = None) -> None:
+                   pod_ip: str = "", event: EventFn | None = None, why: str | None = None) -> None:
     """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds, then stops it
-    with what is left of the grace (SIGTERM, then SIGKILL)."""
+    with what is left of the grace (SIGTERM, then SIGKILL). The Killing event says `why` ("Stopping
+    container NAME" by default), as the kubelet's killContainer."""
+    if pod is not None and event is not None:
+        event(pod, name, "Normal", "Killing", why or f"Stopping container {name}")
     container = None
     if pod is not None:
         spec = pod.get("spec", {})

@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -123,7 +124,7 @@ def container_hash(container: dict) -> str:
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
-def expand(text: str, env: dict[str, str]) -> str:
+def expand(text: str, env: Mapping[str, str]) -> str:
     """The API's $(VAR) references: to the value of VAR when defined, kept as written when not; $$ is $."""
     return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
@@ -136,6 +137,21 @@ def plain_env(container: dict) -> dict[str, str]:
         if "valueFrom" not in e:
             env[e["name"]] = expand(e.get("value", ""), env)
     return env
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (the kubelet's event messages): "1.5s", "350.2ms"."""
+    if seconds >= 60:
+        minutes, rest = divmod(seconds, 60)
+        return f"{int(minutes)}m{go_duration(rest) if rest else '0s'}"
+    for unit, scale in (("s", 1), ("ms", 1e3), ("µs", 1e6)):
+        if seconds * scale >= 1 or unit == "µs":
+            return f"{seconds * scale:.6f}".rstrip("0").rstrip(".") + unit
+    return ""
+
+
+def is_init(pod: dict, name: str) -> bool:
+    return any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
 
 
 def is_sidecar(container: dict) -> bool:
@@ -221,6 +237,14 @@ def security_context(pod: dict, container: dict | None) -> dict:
     return merged
 
 
+def supplemental_groups(pod: dict) -> list[int]:
+    """The groups the pod's processes get besides their own: fsGroup first (what gives them its volumes),
+    then supplementalGroups, as the kubelet's security context."""
+    sc = pod["spec"].get("securityContext") or {}
+    fs_group = [sc["fsGroup"]] if sc.get("fsGroup") is not None else []
+    return fs_group + [g for g in sc.get("supplementalGroups") or [] if g not in fs_group]
+
+
 def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
     profile = sc.get("seccompProfile")
     if not profile or profile.get("type") == "Unconfined":
@@ -280,7 +304,7 @@ def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.P
                      for c in spec.get("containers", []) + spec.get("initContainers", []))
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod), privileged=privileged,
-        supplemental_groups=sc.get("supplementalGroups", []), seccomp=seccomp(security_context(pod, None)))
+        supplemental_groups=supplemental_groups(pod), seccomp=seccomp(security_context(pod, None)))
     if "runAsUser" in sc:
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
@@ -313,7 +337,7 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         capabilities=api_pb2.Capability(add_capabilities=caps.get("add", []), drop_capabilities=caps.get("drop", [])),
         privileged=privileged, namespace_options=sandbox.linux.security_context.namespace_options,
         readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
-        supplemental_groups=spec.get("securityContext", {}).get("supplementalGroups", []),
+        supplemental_groups=supplemental_groups(pod),
         no_new_privs=sc.get("allowPrivilegeEscalation") is False, seccomp=seccomp(sc),
         masked_paths=[] if privileged or sc.get("procMount") == "Unmasked" else MASKED_PATHS,
         readonly_paths=[] if privileged or sc.get("procMount") == "Unmasked" else READONLY_PATHS)
@@ -354,20 +378,25 @@ class PodSyncer:
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
         self._failed_pulls: dict[str, float] = {}  # image -> when its last pull failed
 
-    def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str,
-              init: bool = False) -> None:
+    def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str) -> None:
+        """An event about `pod`, or about its (init or regular) container `container`."""
         if self.events is not None:
+            init = container is not None and is_init(pod, container)
             self.events.event(pod_ref(pod, container, init), type_, reason, message)
 
     # --- images -----------------------------------------------------------------------------------
 
-    def ensure_image(self, container: dict, sandbox: api_pb2.PodSandboxConfig) -> str:
-        image = container["image"]
+    def ensure_image(self, pod: dict, container: dict, sandbox: api_pb2.PodSandboxConfig) -> str:
+        """The image's reference, pulled if the pull policy says so, with the kubelet's Pulling / Pulled
+        events; raises SyncError (ErrImagePull, ImagePullBackOff, ErrImageNeverPull)."""
+        image, name = container["image"], container["name"]
         policy = container.get("imagePullPolicy") or (
             "Always" if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest") else "IfNotPresent")
         if policy != "Always":
             present = self.runtime.image_status(image).image
             if present.ByteSize():
+                self.event(pod, name, NORMAL, "Pulled",
+                           f'Container image "{image}" already present on machine and can be accessed by the pod')
                 return present.id
             if policy == "Never":
                 raise SyncError("ErrImageNeverPull",
@@ -376,17 +405,27 @@ class PodSyncer:
         wait = self.image_backoff.remaining(key, self._failed_pulls.get(image, 0.0))
         if wait > 0:
             raise SyncError("ImagePullBackOff", f'Back-off pulling image "{image}"')
+        self.event(pod, name, NORMAL, "Pulling", f'Pulling image "{image}"')
+        asked = began = time.monotonic()
         try:
             if self._pull_lock is not None:
                 with self._pull_lock:
+                    began = time.monotonic()
                     ref = self.runtime.pull_image(image, sandbox_config=sandbox)
             else:
                 ref = self.runtime.pull_image(image, sandbox_config=sandbox)
         except cri.CRIError as e:
             self._failed_pulls[image] = time.time()
             self.image_backoff.restarted(key)
-            raise SyncError("ErrImagePull", f"failed to pull image {image!r}: {e.details}") from e
+            raise SyncError("ErrImagePull", f'Failed to pull image "{image}": {e.details}') from e
+        done = time.monotonic()
         self._failed_pulls.pop(image, None)
+        try:
+            size = self.runtime.image_status(ref).image.size
+        except cri.CRIError:
+            size = 0
+        self.event(pod, name, NORMAL, "Pulled", f'Successfully pulled image "{image}" in {go_duration(done - began)} '
+                   f"({go_duration(done - asked)} including waiting). Image size: {size} bytes.")
         return ref
 
     # --- the pass ---------------------------------------------------------------------------------
@@ -475,7 +514,8 @@ class PodSyncer:
                     log.info("pod %s: container %s changed: recreating", pod["metadata"]["name"], container["name"])
                     lifecycle.stop_container(self.runtime, pod, container["name"], current.id,
                                              int(current.annotations.get(GRACE, "30") or 30),
-                                             pod_ip(pod, state, self.settings.node_ip), self.event)
+                                             pod_ip(pod, state, self.settings.node_ip), self.event,
+                                             f"Container {container['name']} definition changed, will be restarted")
                     current = self.runtime.container_status(current.id).status
                     self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
                     continue
@@ -528,9 +568,8 @@ class PodSyncer:
         if grace is None:
             grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
         log.info("pod %s: %s", pod["metadata"]["name"], message)
-        self.event(pod, container["name"], NORMAL, "Killing", message, init=is_sidecar(container))
         lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
-                                 pod_ip(pod, state, self.settings.node_ip), self.event)
+                                 pod_ip(pod, state, self.settings.node_ip), self.event, message)
         return self.runtime.container_status(current.id).status
 
     @staticmethod
@@ -558,10 +597,15 @@ class PodSyncer:
         if current is not None and current.state == api_pb2.CONTAINER_CREATED:
             self._remove(current.id)  # created but never started: a pass that died half-way
         try:
-            image_ref = self.ensure_image(container, sandbox_cfg)
+            image_ref = self.ensure_image(pod, container, sandbox_cfg)
         except SyncError as e:
             result.waiting[name] = (e.reason, str(e))
-            self.event(pod, name, WARNING, "BackOff" if e.reason == "ImagePullBackOff" else "Failed", str(e))
+            # the image manager's event, then the container's "Error: REASON", as the kubelet's
+            if e.reason == "ImagePullBackOff":
+                self.event(pod, name, NORMAL, "BackOff", str(e))
+            else:
+                self.event(pod, name, WARNING, "Failed" if e.reason == "ErrImagePull" else e.reason, str(e))
+            self.event(pod, name, WARNING, "Failed", f"Error: {e.reason}")
             result.again_in(self.image_backoff.initial)
             return False
         try:
@@ -579,6 +623,7 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
             return False
+        self.event(pod, name, NORMAL, "Created", f"Created container: {name}")
         try:
             self.runtime.start_container(cid)
         except cri.CRIError as e:
@@ -588,8 +633,7 @@ class PodSyncer:
             return False
         log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
                  restart)
-        init = any(c is container for c in pod["spec"].get("initContainers", []))
-        self.event(pod, name, NORMAL, "Started", f"Started container {name}", init=init)
+        self.event(pod, name, NORMAL, "Started", f"Started container {name}")
         failed = lifecycle.post_start(self.runtime, pod, container, cid, pod_ip(pod, state, self.settings.node_ip),
                                       self.event)
         if failed is not None:

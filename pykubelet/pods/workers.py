@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from pykubelet import runtime as cri
@@ -38,15 +40,21 @@ TERMINAL = ("Succeeded", "Failed")
 class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
                  runtime_name: str = "", events: EventRecorder | None = None,
-                 admission: Admission | None = None) -> None:
-        # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods)
+                 admission: Admission | None = None, services=None,
+                 on_started: Callable[[float], None] | None = None) -> None:
+        # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods);
+        # services: the Service informer (None in standalone mode); on_started(seconds): a pod reached
+        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds)
+        self.on_started = on_started
+        self._first_seen: dict[str, float] = {}  # pod uid -> when first seen, until it runs
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
         self.threads, self.runtime_name = threads, runtime_name
         self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
         self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
-        self.volumes = VolumeManager(client, settings)
+        self.services = services
+        self.volumes = VolumeManager(client, settings, services=None if services is None else self._services)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes)
         self.statuses = StatusManager(client)
@@ -55,9 +63,17 @@ class PodWorkers:
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
 
+    def _services(self) -> list[dict] | None:
+        """Every Service, as dicts; None until the informer has listed them once."""
+        if not self.services.has_synced():
+            return None
+        return [s.to_dict() for s in self.services.objects()]
+
     def _on_pod(self, _kind: str, _old: Any, pod: Any) -> None:
         uid = pod.metadata.uid
         with self._lock:
+            if uid not in self._keys:
+                self._first_seen[uid] = time.monotonic()
             self._keys[uid] = key_of(pod)
         self.queue.add(uid)
 
@@ -91,9 +107,27 @@ class PodWorkers:
             # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
             termination.kill_pod_sandbox(self.runtime, state)
         meta = pod["metadata"]
-        self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
-                                     current=pod.get("status"))
+        before = sent.get("phase") or (pod.get("status") or {}).get("phase") or "Pending"
+        if self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
+                                        current=pod.get("status")) and status["phase"] == "Running" \
+                and before == "Pending":
+            with self._lock:
+                seen = self._first_seen.pop(uid, None)
+            if seen is not None and self.on_started is not None:
+                self.on_started(time.monotonic() - seen)
         return result.requeue_after
+
+    def pods(self) -> list[dict]:
+        """The pods this kubelet runs (API and static pods), each with the status it last reported: the
+        kubelet server's /pods."""
+        out = []
+        for obj in self.informer.objects():
+            pod = obj.to_dict()
+            sent = self.statuses.last(pod["metadata"].get("uid", ""))
+            if sent:
+                pod["status"] = {**(pod.get("status") or {}), **sent}
+            out.append(pod)
+        return out
 
     def _admit(self, uid: str, pod: dict, state) -> bool:
         """False for a pod the node does not run: rejected now (its status and a Warning event say why), or
@@ -131,6 +165,7 @@ class PodWorkers:
         else:
             with self._lock:
                 self._keys.pop(uid, None)
+                self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
             self.backoff.forget_prefix(uid + "/")
             if self.admission is not None:

@@ -238,7 +238,7 @@ def run_grpc(host: str, port: int, service: str, timeout: float) -> Outcome:
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 return Outcome(Result.FAILURE, f"timeout: health rpc did not complete within {timeout:g}s")
             if code == grpc.StatusCode.UNAVAILABLE:
-                return Outcome(Result.FAILURE, f"failed to connect service {target!r} within {timeout:g}s: "
+                return Outcome(Result.FAILURE, f'failed to connect service "{target}" within {timeout:g}s: '
                                f"{e.details()}")
             return Outcome(Result.FAILURE, f"health rpc probe failed: {code.name}: {e.details()}")
         except ValueError as e:

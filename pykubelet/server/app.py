@@ -55,18 +55,21 @@ def _true(query: dict[str, list[str]], name: str) -> bool:
 
 class KubeletServer:
     """`client`: the kubelet's lightkube client (None in standalone mode); `pods(uid)`: the desired pod
-    (PodWorkers.pod) for restart policies, when there is an API server."""
+    (PodWorkers.pod) for restart policies, when there is an API server; `pod_list()`: every pod the
+    kubelet has, with its status (PodWorkers.pods), for /pods; `metrics`: the kubelet's Metrics (the pod
+    workers observe into it), a fresh one if not given."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
-                 pods: Callable[[str], dict | None] | None = None) -> None:
-        self.settings, self.runtime, self.pods = settings, runtime, pods
+                 pods: Callable[[str], dict | None] | None = None,
+                 pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None) -> None:
+        self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
                                    webhook=settings.webhook_authentication,
                                    cache_ttl=settings.authentication_webhook_cache_ttl)
         self.authz = Authorizer(client, settings.authorization_mode,
                                 settings.authorization_webhook_cache_authorized_ttl,
                                 settings.authorization_webhook_cache_unauthorized_ttl)
-        self.metrics = Metrics(runtime, settings.node_name)
+        self.metrics = metrics or Metrics(runtime, settings.node_name)
         self.summary = Summary(runtime, settings)
         if client is None and (settings.webhook_authentication or settings.authorization_mode == "Webhook"):
             log.warning("no API server: bearer tokens are refused%s", " and every request is denied "
@@ -250,6 +253,10 @@ class Handler(BaseHTTPRequestHandler):
         if head == "stats" and args in (["summary"], []):
             return self.reply(200, json.dumps(self.kubelet.summary.summary(), indent=2).encode(),
                               "application/json")
+        if head == "pods" and not args:
+            items = self.kubelet.pod_list() if self.kubelet.pod_list is not None else []
+            return self.reply(200, json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                               "items": items}).encode(), "application/json")
         if head == "containerLogs" and len(args) == 3:
             return self.container_logs(args[0], args[1], args[2], query)
         if head in ("exec", "attach") and len(args) in (3, 4):

@@ -5,6 +5,7 @@ read these as they are.
 What runs is asked of the CRI at scrape time (kubelet_running_pods: ready sandboxes,
 kubelet_running_containers by container_state), so the numbers cannot drift from the runtime's; the
 server counts its own requests (kubelet_http_requests_total, by method, path head and long_running);
+kubelet_pod_start_duration_seconds is observed by the pod workers when a pod first turns Running;
 the process's own cpu/memory/fds come from prometheus_client's process collector. The registry is the
 server's own, not the library's global one, so two kubelets in one test process do not collide.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -21,6 +22,8 @@ from proto import api_pb2
 log = logging.getLogger("pykubelet.server")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+POD_START_BUCKETS = (0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200,
+                     1800, 2700, 3600)
 STATES = {api_pb2.CONTAINER_CREATED: "created", api_pb2.CONTAINER_RUNNING: "running",
           api_pb2.CONTAINER_EXITED: "exited", api_pb2.CONTAINER_UNKNOWN: "unknown"}
 
@@ -58,6 +61,10 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         Gauge("kubelet_node_name", "The node's name. The count is always 1.", ["node"],
               registry=self.registry).labels(node).set(1)
+        # observed by the pod workers (PodWorkers(on_started=...)), upstream's buckets
+        self.pod_start_duration = Histogram(
+            "kubelet_pod_start_duration_seconds", "Duration in seconds from kubelet seeing a pod for the first time "
+            "to the pod starting to run", registry=self.registry, buckets=POD_START_BUCKETS)
         self.requests = Counter("kubelet_http_requests", "Number of the http requests received since the "
                                 "server started", ["method", "path", "server_type", "long_running"],
                                 registry=self.registry)

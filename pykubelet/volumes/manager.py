@@ -12,7 +12,8 @@ Every pod sync calls mount_pod again (the pod's sync period, 10 s in the tests, 
 upstream's volume manager): an unchanged volume costs one GET per object and no write; a changed
 configMap, secret or refreshed token is written through the AtomicWriter (pykubelet/volumes/atomic.py),
 so running containers see the update without a restart (the container hash covers only the spec).
-Not done: fsGroup ownership of volume files, SELinux relabelling, persistent volumes (CSI, PVCs),
+With the pod's fsGroup, each volume but hostPath is given to that group (pykubelet/volumes/ownership.py).
+Not done: SELinux relabelling, persistent volumes (CSI, PVCs),
 clusterTrustBundle and podCertificate projections: such a volume fails with a message naming it.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from proto import api_pb2
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
 from pykubelet.pods.sync import expand, parse_quantity
-from pykubelet.volumes import atomic, hostpath, mount, objects
+from pykubelet.volumes import atomic, hostpath, mount, objects, ownership
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.subpath import bind_subpath
 
@@ -73,8 +74,11 @@ def remove_pod(root_dir: Path, uid: str) -> None:
 
 
 class VolumeManager:
-    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None) -> None:
-        self.client, self.settings = client, settings
+    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None,
+                 services: Callable[[], list[dict] | None] | None = None) -> None:
+        # services: every Service (dicts) for the service env vars, None until first listed; without it
+        # (standalone mode) there are none
+        self.client, self.settings, self.services = client, settings, services
         self.tokens = objects.TokenManager(client)
         self._allocatable = allocatable
 
@@ -117,18 +121,27 @@ class VolumeManager:
         path = self.volume_path(pod, volume)
         path.mkdir(parents=True, exist_ok=True)
         source = volume.get(kind) or {}
+        sc = pod["spec"].get("securityContext") or {}
+        fs_group = sc.get("fsGroup")
         if kind == "emptyDir":
             if source.get("medium") == "Memory" and mount.fs_type(path) is None:
                 limit = source.get("sizeLimit")
                 mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
-            os.chmod(path, 0o777)
+            if fs_group is None:
+                os.chmod(path, 0o777)
+            elif ownership.requires_change(path, fs_group, readonly=False):  # once: the container owns it then
+                os.chmod(path, 0o777)
+                ownership.set_ownership(path, fs_group, False, sc.get("fsGroupChangePolicy"))
             return
         if kind in MEMORY_BACKED and mount.fs_type(path) is None:
             mount.mount_tmpfs(path, mode=0o755)
         payload = self._payload(pod, kind, source, f"{field}.{kind}")
-        if atomic.write(path, payload):
+        wrote = atomic.write(path, payload)
+        if wrote:
             log.info("pod %s/%s: volume %s written (%d files)", pod["metadata"]["namespace"], pod["metadata"]["name"],
                      volume["name"], len(payload))
+        if fs_group is not None and (wrote or ownership.requires_change(path, fs_group, readonly=True)):
+            ownership.set_ownership(path, fs_group, readonly=True)
 
     def _payload(self, pod: dict, kind: str, source: dict, field: str) -> Payload:
         default = source.get("defaultMode", DEFAULT_MODE)
@@ -200,8 +213,17 @@ class VolumeManager:
         if not pod_ips and pod["spec"].get("hostNetwork"):
             pod_ips = host_ips  # the pod's IPs are the node's, as its status says
         env = envs.container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
-                                 allocatable=self.allocatable, warn=warn)
+                                 allocatable=self.allocatable, warn=warn, services=self.service_env(pod))
         return env, self.mounts(pod, container, env)
+
+    def service_env(self, pod: dict) -> dict[str, str]:
+        if self.services is None:
+            return {}
+        services = self.services()
+        if services is None:  # as the kubelet: no env at all rather than one that misses services
+            raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
+        return envs.service_env(services, pod["metadata"]["namespace"],
+                                pod["spec"].get("enableServiceLinks", True) is not False)
 
     def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
         spec = pod["spec"]

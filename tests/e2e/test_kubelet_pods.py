@@ -8,13 +8,14 @@ registry pieces), so nothing leaves the machine."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import requests
 
 from proto import api_pb2
 from pykubelet.pods.termination import cgroup_hierarchies
-from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, condition, delete, get_pod, on_node, wait_for
+from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, condition, delete, get_pod, on_node, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-pods"
@@ -162,3 +163,62 @@ def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, 
     finally:
         delete(control_plane, "steady")
         kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
+
+
+def _events(cp, **selector) -> list[dict]:
+    fields = ",".join(f"{k}={v}" for k, v in selector.items())
+    out = cp.kubectl("get", "events", "-A", "--field-selector", fields, "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def _story(cp, uid: str) -> set[tuple[str, str, str]]:
+    """(reason, fieldPath, message) of the pod's events."""
+    return {(e["reason"], e["involvedObject"].get("fieldPath", ""), e["message"])
+            for e in _events(cp, **{"involvedObject.uid": uid})}
+
+
+def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path):
+    """`kubectl get events` shows what the stock kubelet's show: the node's Starting and NodeReady; a pod's
+    Pulling / Pulled (a pull's duration and size, or "already present"), Created, Started, then Killing on
+    delete; a pull that fails: Failed and BackOff."""
+    node = _events(control_plane, **{"involvedObject.kind": "Node", "involvedObject.name": NODE})
+    reasons = {e["reason"] for e in node}
+    assert {"Starting", "NodeReady", "NodeHasSufficientMemory", "NodeHasNoDiskPressure",
+            "NodeHasSufficientPID"} <= reasons, reasons
+    assert all(e["source"] == {"component": "kubelet", "host": NODE} for e in node)
+    sleep = ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+    apply(control_plane, tmp_path, pod_spec("story", {"name": "main", "image": BUSYBOX, "command": sleep,
+                                                     "imagePullPolicy": "IfNotPresent"},
+                                            initContainers=[{"name": "init", "image": BUSYBOX, "command": ["true"],
+                                                             "imagePullPolicy": "Always"}]))
+    apply(control_plane, tmp_path, pod_spec("nopull", {"name": "c", "image": "127.0.0.1:1/nothing:1.0"}))
+    try:
+        pod = wait_pod(control_plane, "story", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
+        uid = pod["metadata"]["uid"]
+        story = wait_for("Started of container main", lambda: (lambda s: s if any(
+            r == "Started" and f == "spec.containers{main}" for r, f, _ in s) else None)(
+            _story(control_plane, uid)), timeout=20)
+        init, main = "spec.initContainers{init}", "spec.containers{main}"
+        assert ("Pulling", init, f'Pulling image "{BUSYBOX}"') in story, story
+        pulled = [m for r, f, m in story if r == "Pulled" and f == init]
+        assert len(pulled) == 1 and re.fullmatch(
+            rf'Successfully pulled image "{re.escape(BUSYBOX)}" in [0-9.]+(ms|s|µs) \([0-9.]+(ms|s|µs) including '
+            r"waiting\)\. Image size: [1-9][0-9]* bytes\.", pulled[0]), pulled
+        assert {("Created", init, "Created container: init"), ("Started", init, "Started container init")} <= story
+        assert ("Pulled", main, f'Container image "{BUSYBOX}" already present on machine and can be accessed by '
+                "the pod") in story, story
+        assert {("Created", main, "Created container: main"), ("Started", main, "Started container main")} <= story
+        nopull = get_pod(control_plane, "nopull")["metadata"]["uid"]
+        failed = wait_for("a pull that fails: Failed and BackOff", lambda: (lambda s: s if {
+            "Error: ErrImagePull", "Error: ImagePullBackOff"} <= {m for _, _, m in s} else None)(
+            _story(control_plane, nopull)), timeout=60)
+        assert any(r == "Failed" and m.startswith('Failed to pull image "127.0.0.1:1/nothing:1.0"')
+                   for r, _, m in failed), failed
+        assert ("BackOff", "spec.containers{c}", 'Back-off pulling image "127.0.0.1:1/nothing:1.0"') in failed
+        assert ("Failed", "spec.containers{c}", "Error: ErrImagePull") in failed
+        assert ("Failed", "spec.containers{c}", "Error: ImagePullBackOff") in failed
+    finally:
+        delete(control_plane, "nopull")
+        delete(control_plane, "story")
+    killing = wait_for("Killing", lambda: [s for s in _story(control_plane, uid) if s[0] == "Killing"], timeout=20)
+    assert killing == [("Killing", "spec.containers{main}", "Stopping container main")]

@@ -5,8 +5,11 @@ holds liveness back until it passes; httpGet (port by name, a 404 fails) and tcp
 (httpGet to the test, a failing exec kills the container) and preStop (runs before SIGTERM); a sidecar
 init container runs beside the main container and the pod completes when the main container exits.
 
-The gRPC probe handler is tested against a gRPC health server on loopback in tests/unit/test_kubelet_probes.py
-(no test image serves grpc.health.v1)."""
+gRPC probes: no test image has a gRPC server, so the pod serves grpc.health.v1 SERVING with busybox nc and
+printf: the HTTP/2 frames of one canned answer (SETTINGS, then the response HEADERS, DATA and trailers on
+stream 1), enough for one Check per connection; a readiness probe on it makes the pod Ready, a liveness
+probe on a port where nothing listens fails (Unhealthy) and restarts the container. The handler is also
+tested against a real gRPC health server in tests/unit/test_kubelet_probes.py."""
 from __future__ import annotations
 
 import http.server
@@ -230,3 +233,40 @@ def test_sidecar_runs_beside_and_pod_completes(control_plane, kubelet, kubepods,
         assert status_of(pod, "side")["restartCount"] == 0
     finally:
         delete(control_plane, "sidecar")
+
+
+def _octal(data: bytes) -> str:
+    return "".join(f"\\{b:03o}" for b in data)
+
+
+# a canned grpc.health.v1 Check answer (SERVING), HTTP/2 frames: the server's SETTINGS and an ACK of the
+# client's, then on stream 1 the HEADERS (:status 200 indexed, content-type as a literal of an indexed name),
+# a DATA frame with the length-prefixed HealthCheckResponse {status: SERVING} and the trailers (grpc-status 0)
+GRPC_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
+GRPC_ANSWER = (b"\x00\x00\x14\x01\x04\x00\x00\x00\x01" + b"\x88\x0f\x10\x10application/grpc"
+               + b"\x00\x00\x07\x00\x00\x00\x00\x00\x01" + b"\x00\x00\x00\x00\x02\x08\x01"
+               + b"\x00\x00\x0f\x01\x05\x00\x00\x00\x01" + b"\x00\x0bgrpc-status\x010")
+# one connection at a time (nc -e runs the answer once connected, until the client closes); the answer
+# waits for the client's request, which grpc sends once it has the server's SETTINGS
+GRPC_HEALTH = (f"trap 'exit 0' TERM; while true; do nc -l -p 5000 -e sh -c \"printf '{_octal(GRPC_SETTINGS)}'; "
+               f"sleep 0.3; printf '{_octal(GRPC_ANSWER)}'; cat >/dev/null\"; done & wait")
+
+
+def test_grpc_probes(control_plane, kubelet, kubepods, tmp_path):
+    grpc_probe = {"periodSeconds": 1, "timeoutSeconds": 2}
+    apply(control_plane, tmp_path, pod_spec(
+        "grpc", busybox("served", GRPC_HEALTH, ports=[{"name": "health", "containerPort": 5000}],
+                        readinessProbe={"grpc": {"port": 5000}, **grpc_probe}),
+        busybox("nothing", livenessProbe={"grpc": {"port": 5001}, "failureThreshold": 2, **grpc_probe})))
+    try:
+        pod = wait_pod(control_plane, "grpc", "served Ready, nothing restarted", lambda p: status_of(p, "served").get(
+            "ready") is True and status_of(p, "nothing").get("restartCount", 0) >= 1, timeout=90)
+        assert status_of(pod, "served")["restartCount"] == 0
+        unhealthy = wait_for("an Unhealthy event", lambda: has_event(control_plane, pod, "Unhealthy"))
+        ip = pod["status"]["podIP"]
+        assert {e["involvedObject"]["fieldPath"] for e in unhealthy} == {"spec.containers{nothing}"}, unhealthy
+        assert unhealthy[0]["message"].startswith(f'Liveness probe failed: failed to connect service "{ip}:5001"')
+        killing = has_event(control_plane, pod, "Killing")
+        assert killing[0]["message"] == "Container nothing failed liveness probe, will be restarted", killing
+    finally:
+        delete(control_plane, "grpc")

@@ -86,6 +86,12 @@ def test_healthz_metrics_and_stats_for_the_apiserver_client(control_plane, kubel
     assert metrics.status_code == 200 and metrics.headers["Content-Type"].startswith("text/plain")
     assert re.search(r"^kubelet_running_pods [1-9]", metrics.text, re.M), metrics.text
     assert re.search(r'^kubelet_running_containers\{container_state="running"\} [1-9]', metrics.text, re.M)
+    assert re.search(r"^kubelet_pod_start_duration_seconds_count [1-9]", metrics.text, re.M), metrics.text
+    assert re.search(r'^kubelet_pod_start_duration_seconds_bucket\{le="3600.0"\} [1-9]', metrics.text, re.M)
+    pods = get(control_plane, "/pods", cert=as_apiserver)
+    assert pods.headers["Content-Type"] == "application/json" and pods.json()["kind"] == "PodList"
+    listed = [p for p in pods.json()["items"] if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+    assert listed and listed[0]["metadata"]["name"] == "stats" and listed[0]["status"]["phase"] == "Running"
     summary = get(control_plane, "/stats/summary", cert=as_apiserver).json()
     assert summary["node"]["nodeName"] == NODE and summary["node"]["memory"]["workingSetBytes"] > 0
     mine = [p for p in summary["pods"] if p["podRef"]["uid"] == pod["metadata"]["uid"]]

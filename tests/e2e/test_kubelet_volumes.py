@@ -315,3 +315,59 @@ def test_service_account_token_is_projected_and_valid(control_plane, kubelet, ru
         remove(control_plane, "configmap", "kube-root-ca.crt")
         remove(control_plane, "secret", "projsec")
     gone_from_node(kubelet, uid)
+
+
+def test_service_env_vars(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """The kubelet's service env: KUBERNETES_SERVICE_HOST/PORT always, FOO_SERVICE_HOST and the Docker link
+    variables of the namespace's Services unless enableServiceLinks is false; an explicit env wins."""
+    apply(control_plane, tmp_path, {"metadata": {"name": "foo", "namespace": "default"},
+                                    "spec": {"selector": {"app": "foo"}, "ports": [{"name": "web", "port": 8080}]}},
+          kind="Service")
+    master = json.loads(control_plane.kubectl("get", "service", "kubernetes", "-o", "json").stdout)["spec"]
+    foo = json.loads(control_plane.kubectl("get", "service", "foo", "-o", "json").stdout)["spec"]["clusterIP"]
+    own = [{"name": "FOO_SERVICE_PORT", "value": "mine"}, {"name": "URL", "value": "$(FOO_SERVICE_HOST):1"}]
+    apply(control_plane, tmp_path, pod_spec("links", sleeper("app", env=own)))
+    apply(control_plane, tmp_path, pod_spec("nolinks", sleeper("app"), enableServiceLinks=False))
+    try:
+        seen = {}
+        for name in ("links", "nolinks"):
+            uid = running(control_plane, name)["metadata"]["uid"]
+            seen[name] = dict(line.split("=", 1) for line in sh(runtime, container_id(runtime, uid, "app"), "env")
+                              .splitlines() if "=" in line)
+        kubernetes = {"KUBERNETES_SERVICE_HOST": master["clusterIP"], "KUBERNETES_SERVICE_PORT": "443",
+                      "KUBERNETES_SERVICE_PORT_HTTPS": "443", "KUBERNETES_PORT": f"tcp://{master['clusterIP']}:443",
+                      "KUBERNETES_PORT_443_TCP_ADDR": master["clusterIP"]}
+        links = {**kubernetes, "FOO_SERVICE_HOST": foo, "FOO_SERVICE_PORT": "mine", "FOO_SERVICE_PORT_WEB": "8080",
+                 "FOO_PORT": f"tcp://{foo}:8080", "FOO_PORT_8080_TCP_PROTO": "tcp", "URL": f"{foo}:1"}
+        assert {k: seen["links"].get(k) for k in links} == links
+        assert {k: seen["nolinks"].get(k) for k in kubernetes} == kubernetes
+        assert not [k for k in seen["nolinks"] if k.startswith("FOO_")]
+    finally:
+        delete(control_plane, "links")
+        delete(control_plane, "nolinks")
+        remove(control_plane, "service", "foo")
+
+
+def test_fs_group_owns_the_volumes(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """A pod running as user 1000 with fsGroup 2000: its process has group 2000, it can write its emptyDir,
+    and the secret volume's files are group 2000 and group-readable (not world-readable: mode 0440)."""
+    secret(control_plane, tmp_path, "fssec", {"key": "v"})
+    container = sleeper("app", volumeMounts=[{"name": "scratch", "mountPath": "/scratch"},
+                                             {"name": "sec", "mountPath": "/sec"}])
+    apply(control_plane, tmp_path, pod_spec(
+        "fsgroup", container, securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3000]},
+        volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "sec", "secret": {"secretName": "fssec",
+                                                                                "defaultMode": 0o400}}]))
+    try:
+        uid = running(control_plane, "fsgroup")["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert sh(runtime, cid, "id -u").strip() == "1000"
+        assert {"2000", "3000"} <= set(sh(runtime, cid, "id -G").split())
+        assert sh(runtime, cid, "echo hi > /scratch/f && mkdir /scratch/d && stat -c '%g' /scratch/f /scratch/d"
+                  ).split() == ["2000", "2000"]
+        assert sh(runtime, cid, "stat -L -c '%g %a' /sec/key; cat /sec/key").split() == ["2000", "440", "v"]
+        host = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~empty-dir" / "scratch"
+        assert os.stat(host).st_gid == 2000 and os.stat(host).st_mode & stat.S_ISGID
+    finally:
+        delete(control_plane, "fsgroup")
+        remove(control_plane, "secret", "fssec")

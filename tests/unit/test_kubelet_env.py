@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pykubelet.pods.env import container_env, field_value, resource_value, valid_name
+from pykubelet.pods.env import container_env, field_value, resource_value, service_env, valid_name
 from pykubelet.volumes.errors import ContainerConfigError
 from tests.unit.test_kubelet_volumes import POD, FakeClient, cm, sec
 
@@ -104,3 +104,40 @@ def test_resource_values_round_up_and_default_to_allocatable():
         value("limits.gpu")
     with pytest.raises(ContainerConfigError, match="container 'x' not found"):
         resource_value(pod, None, {"containerName": "x", "resource": "limits.cpu"}, lambda: ALLOCATABLE)
+
+
+def svc(namespace: str, name: str, ip: str, *ports: dict) -> dict:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": {"clusterIP": ip, "ports": list(ports)}}
+
+
+SERVICES = [svc("default", "kubernetes", "10.96.0.1", {"name": "https", "port": 443, "protocol": "TCP"}),
+            svc("app", "my-db", "10.96.0.9", {"port": 5432}, {"name": "metrics-udp", "port": 9000, "protocol": "UDP"}),
+            svc("app", "headless", "None", {"port": 80}), svc("app", "external", "", {"port": 80}),
+            svc("other", "elsewhere", "10.96.0.7", {"port": 80}), svc("default", "web", "10.96.0.8", {"port": 80})]
+
+
+def test_service_env_as_get_service_env_var_map():
+    env = service_env(SERVICES, "app", True)
+    assert env == {
+        "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+        "KUBERNETES_SERVICE_PORT_HTTPS": "443", "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+        "KUBERNETES_PORT_443_TCP": "tcp://10.96.0.1:443", "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+        "KUBERNETES_PORT_443_TCP_PORT": "443", "KUBERNETES_PORT_443_TCP_ADDR": "10.96.0.1",
+        "MY_DB_SERVICE_HOST": "10.96.0.9", "MY_DB_SERVICE_PORT": "5432", "MY_DB_SERVICE_PORT_METRICS_UDP": "9000",
+        "MY_DB_PORT": "tcp://10.96.0.9:5432", "MY_DB_PORT_5432_TCP": "tcp://10.96.0.9:5432",
+        "MY_DB_PORT_5432_TCP_PROTO": "tcp", "MY_DB_PORT_5432_TCP_PORT": "5432", "MY_DB_PORT_5432_TCP_ADDR": "10.96.0.9",
+        "MY_DB_PORT_9000_UDP": "udp://10.96.0.9:9000", "MY_DB_PORT_9000_UDP_PROTO": "udp",
+        "MY_DB_PORT_9000_UDP_PORT": "9000", "MY_DB_PORT_9000_UDP_ADDR": "10.96.0.9"}
+    # enableServiceLinks false: the master service only; in default, its other services are links too
+    assert set(service_env(SERVICES, "app", False)) == {k for k in env if k.startswith("KUBERNETES_")}
+    assert "WEB_SERVICE_HOST" in service_env(SERVICES, "default", True)
+    assert service_env([svc("x", "v6", "fd00::1", {"port": 80})], "x", True)["V6_PORT"] == "tcp://[fd00::1]:80"
+
+
+def test_explicit_env_wins_over_service_env_and_can_reference_it():
+    services = service_env(SERVICES, "app", True)
+    db = {"name": "DB", "value": "$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT)"}
+    env = container_env(POD, {"name": "c", "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}, db]},
+                        FakeClient(None), host_ips=[], pod_ips=[], allocatable=lambda: ALLOCATABLE, services=services)
+    assert env["KUBERNETES_SERVICE_HOST"] == "mine" and env["DB"] == "10.96.0.9:5432"
+    assert env["KUBERNETES_SERVICE_PORT"] == "443" and list(env)[:2] == ["KUBERNETES_SERVICE_HOST", "DB"]

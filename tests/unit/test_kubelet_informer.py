@@ -129,3 +129,24 @@ def test_handlers_enqueue_keys_and_bursts_collapse():
 
 def test_cluster_scoped_keys_are_the_name():
     assert key_of(obj("node-a", "1", None)) == "node-a"
+
+
+def test_decode_event_reads_only_the_version_of_a_bookmark():
+    """The API server's Pod bookmark has `spec.containers: null`, which the typed Pod model refuses: the
+    watch used to fail on it and retry ("Expected array, got null at $.spec.containers")."""
+    from lightkube.resources.core_v1 import Pod
+
+    from pykubelet.api.informer import decode_event
+
+    line = (b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"123",'
+            b'"creationTimestamp":null,"annotations":{"k8s.io/initial-events-end":"true"}},'
+            b'"spec":{"containers":null},"status":{}}}')
+    kind, bookmark = decode_event(line, Pod)
+    assert kind == BOOKMARK and bookmark.metadata.resourceVersion == "123"
+    kind, pod = decode_event(b'{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p",'
+                             b'"namespace":"n","resourceVersion":"7"},"spec":{"containers":[{"name":"c"}]}}}', Pod)
+    assert kind == ADDED and isinstance(pod, Pod) and key_of(pod) == "n/p"
+    assert pod.spec is not None and pod.spec.containers[0].name == "c"
+    with pytest.raises(Gone):
+        decode_event(b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure",'
+                     b'"message":"too old resource version","reason":"Expired","code":410}}', Pod)

@@ -99,3 +99,20 @@ def test_sent_on_change_or_when_the_report_period_is_over(tmp_path):
     assert ns.update() is True
     assert ns.update(force=True) is True
     assert [name for name, _ in client.patches] == ["node-a"] * 4
+
+
+def test_condition_flips_are_node_events(tmp_path):
+    """Each condition's first status and every flip is an event on the Node, as the kubelet's recordEventFunc."""
+    recorded: list = []
+    ns, _, runtime = reporter(tmp_path, lambda: 0.0)
+    ns.events = SimpleNamespace(event=lambda *args: recorded.append(args))
+    ns.build()
+    assert len(recorded) == 4  # the three pressure conditions (whatever this machine's), then Ready
+    assert recorded[-1] == ({"kind": "Node", "name": "node-a", "uid": "node-a"}, "Normal", "NodeReady",
+                            "Node node-a status is now: NodeReady")
+    recorded.clear()
+    ns.build()
+    assert recorded == []
+    runtime.down = True
+    ns.build()
+    assert [r for _, _, r, _ in recorded] == ["NodeNotReady"]

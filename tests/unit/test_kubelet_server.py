@@ -256,18 +256,23 @@ def pki(tmp_path):
                            alice=ca.issue("alice", "alice"))
 
 
-def start_server(tmp_path, pki, runtime, **settings) -> KubeletServer:
+def start_server(tmp_path, pki, runtime, pod_list=None, **settings) -> KubeletServer:
     s = Settings(node_name="node-a", node_ip="127.0.0.1", address="127.0.0.1", port=0, root_dir=tmp_path / "root",
                  tls_cert_file=pki.serving.cert, tls_private_key_file=pki.serving.key,
                  client_ca_file=pki.ca.pair.cert, **settings)
-    return KubeletServer(s, runtime, client=FakeReviews(allowed=True)).start()
+    return KubeletServer(s, runtime, client=FakeReviews(allowed=True), pod_list=pod_list).start()
 
 
 def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file):
-    server = start_server(tmp_path, pki, FakeRuntime(log_file))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+           "status": {"phase": "Running"}}
+    server = start_server(tmp_path, pki, FakeRuntime(log_file), pod_list=lambda: [pod])
     base, ca = f"https://127.0.0.1:{server.port}", str(pki.ca.pair.cert)
     as_apiserver = (str(pki.apiserver.cert), str(pki.apiserver.key))
     try:
+        r = requests.get(f"{base}/pods", verify=ca, cert=as_apiserver, timeout=5)
+        assert r.json() == {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [pod]}
+        server.metrics.pod_start_duration.observe(1.5)
         assert requests.get(f"{base}/healthz", verify=ca, timeout=5).status_code == 401
         assert requests.get(f"{base}/healthz", verify=ca, cert=as_apiserver, timeout=5).text == "ok"
         r = requests.get(f"{base}/containerLogs/default/web/app?tailLines=1&timestamps=true", verify=ca,
@@ -280,6 +285,8 @@ def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file)
         assert "kubelet_running_pods 1.0" in metrics
         assert 'kubelet_running_containers{container_state="running"} 1.0' in metrics
         assert 'kubelet_http_requests_total{long_running="false",method="get",path="/containerLogs"' in metrics
+        assert 'kubelet_pod_start_duration_seconds_bucket{le="2.0"} 1.0' in metrics
+        assert 'kubelet_pod_start_duration_seconds_bucket{le="1.0"} 0.0' in metrics
         server.authz.client.allowed = False
         r = requests.get(f"{base}/metrics/cadvisor", verify=ca, cert=(str(pki.alice.cert), str(pki.alice.key)),
                          timeout=5)

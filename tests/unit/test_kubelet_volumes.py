@@ -17,7 +17,7 @@ from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from pykubelet.config import Settings
-from pykubelet.volumes import atomic, hostpath, mount, objects, subpath
+from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.manager import VolumeManager, plugin_of
 
@@ -272,3 +272,31 @@ def test_token_refreshed_at_80_percent_of_its_life():
     assert tokens.get(POD, "sa", "", 1000) == "token-3"
     tokens.forget("u-1")
     assert tokens.get(POD, "sa", "", 1000) == "token-4"
+
+
+def test_fs_group_ownership_as_set_volume_ownership(tmp_path):
+    """Group, group permissions (read-write, or read-only for API data), setgid on directories; symlinks
+    changed but never followed; OnRootMismatch skips a root that is already right."""
+    gid = os.getgid()  # a group an unprivileged test may give files to
+    outside = tmp_path / "outside"
+    outside.write_text("node file")
+    os.chmod(outside, 0o600)
+    vol = tmp_path / "vol"
+    (vol / "sub").mkdir(parents=True)
+    (vol / "sub" / "f").write_text("x")
+    os.chmod(vol / "sub" / "f", 0o600)
+    os.chmod(vol, 0o700)
+    os.symlink(outside, vol / "link")
+    assert ownership.requires_change(vol, gid, readonly=False)
+    assert ownership.set_ownership(vol, gid, readonly=False)
+    assert stat.S_IMODE(os.stat(vol / "sub" / "f").st_mode) == 0o660
+    assert stat.S_IMODE(os.stat(vol / "sub").st_mode) & (stat.S_ISGID | 0o070) == stat.S_ISGID | 0o070
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o600  # the link's target is not touched
+    assert not ownership.requires_change(vol, gid, readonly=False)
+    assert not ownership.set_ownership(vol, gid, readonly=False, policy="OnRootMismatch")
+    ro = tmp_path / "ro"
+    atomic.write(ro, {"key": (b"v", 0o400)})
+    os.chmod(ro, 0o755)
+    assert ownership.set_ownership(ro, gid, readonly=True)
+    assert stat.S_IMODE(os.stat(ro / "key").st_mode) == 0o440 and os.stat(ro / "key").st_gid == gid
+    assert not ownership.requires_change(ro, gid, readonly=True)
