@@ -73,7 +73,7 @@ def test_deployment_journey(kubelet, runtime, request):
         assert again.returncode == 0 and "already running" in again.stdout, again.stdout + again.stderr
         started = time.monotonic()
         try:
-            journey(kubelet)
+            journey()
         except BaseException:
             for name, path in cluster.logs().items():
                 if "kubelet" in name or "cri" in name or "containerd" in name:
@@ -181,7 +181,7 @@ class ServiceClient(threading.Thread):
         self.join(10)
 
 
-def journey(kubelet: str = "pykubelet", nodes: int = 1, replicas: int = REPLICAS) -> None:
+def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
     names = {f"node-{i}" for i in range(1, nodes + 1)}
     kubectl("create", "deployment", "web", f"--image={HTTPD_PREVIOUS}", f"--replicas={replicas}")
     # the Deployment is recorded, its controller makes a ReplicaSet, which makes the pods
@@ -209,9 +209,8 @@ def journey(kubelet: str = "pykubelet", nodes: int = 1, replicas: int = REPLICAS
         assert "httpd stand-in" in kubectl("logs", name).stdout
         assert "httpd-foreground" in kubectl("exec", name, "--", "cat", "/proc/1/cmdline").stdout
     assert "usr\n" in kubectl("exec", "deploy/web", "--", "ls", "/").stdout
-    # the kubelet's events for each pod; TODO(kubelet10 merged): pykubelet reports Pulling/Pulled/Created too,
-    # so ask the stock kubelet's set of both
-    started = {"Pulled", "Created", "Started"} if kubelet == "kubelet" else {"Started"}
+    # the kubelet's events for each pod, the same set from both kubelets
+    started = {"Pulled", "Created", "Started"}
     wait_for(f"the kubelet's events {sorted(started)} for every pod", lambda: all(
         started <= r for r in kubelet_events(pods).values()), 30)
     # a ClusterIP Service in front of the deployment answers from the host (kube-proxy's DNAT on the node)
@@ -237,10 +236,8 @@ def journey(kubelet: str = "pykubelet", nodes: int = 1, replicas: int = REPLICAS
     gone = [p for p in many if p["metadata"]["uid"] != one[0]["metadata"]["uid"]]
     assert len(gone) == 9
     wait_for("only the remaining pod's sandbox and IP on the nodes", lambda: nodes_hold_only(one), 60)
-    # TODO(kubelet10 merged): pykubelet reports Killing for a graceful stop too (lifecycle.stop_container): ask both
-    if kubelet == "kubelet":
-        wait_for("the kubelet's Killing event for each of the 9", lambda: all(
-            "Killing" in r for r in kubelet_events(gone).values()), 30)
+    wait_for("the kubelet's Killing event for each of the 9", lambda: all(
+        "Killing" in r for r in kubelet_events(gone).values()), 30)
 
     # hairpin: the one web pod reaches the Service whose only endpoint is itself (the bridge sends the packet
     # back out of the port it came in on: hairpinMode on the pod's bridge port)
