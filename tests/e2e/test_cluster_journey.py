@@ -259,8 +259,20 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
             "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]}}}}
     kubectl("patch", "deployment/web", "--type=strategic", "-p", json.dumps(patch))
     kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
-    wait_for("one web pod, with its readiness probe", lambda: (lambda p: len(p) == 1 and "readinessProbe" in p[0][
-        "spec"]["containers"][0])(get("pods", "-l", "app=web")), 60)
+    web = wait_for("one web pod, with its readiness probe", lambda: (lambda p: p if len(p) == 1 and "readinessProbe"
+                   in p[0]["spec"]["containers"][0] else None)(get("pods", "-l", "app=web")), 60)
+    # the pod this patch replaced had no preStop, so it went at once while kube-proxy still sent it requests:
+    # the zero-failure check starts once the Service leads only to the new pod (20 answers in a row)
+    ip = web[0]["status"]["podIP"]
+    wait_for(f"the Service's endpoints down to {ip}", lambda: [a for s in get(
+        "endpointslices", "-l", "kubernetes.io/service-name=web") for e in s.get("endpoints") or []
+        for a in e["addresses"]] == [ip], 30)
+    streak = [0]
+
+    def answers_in_a_row() -> bool:
+        streak[0] = streak[0] + 1 if "It works!" in http(f"http://{cluster_ip}/", timeout=1) else 0
+        return streak[0] >= 20
+    wait_for("20 answers in a row from the Service", answers_in_a_row, 60, interval=0.05)
     client = ServiceClient(f"http://{cluster_ip}/")
     client.start()
     try:

@@ -134,6 +134,24 @@ def kernel_has_vlan_filtering() -> bool:
     return made.returncode == 0
 
 
+def test_bridge_keeps_its_mac_as_pods_come_and_go(cni: CNIEnv) -> None:
+    """As the reference's: the bridge's MAC is set explicitly (addr_assign_type 3, NET_ADDR_SET). Left to the
+    kernel it follows the lowest port MAC, and each pod's ARP entry for its gateway would go stale."""
+    conf = bridge_conf(cni, subnet="10.222.14.0/24")
+    first = cni.netns()
+    assert cni.run("pybridge", "ADD", conf, first, "c1").ok
+    sysfs = Path(f"/sys/class/net/{conf['bridge']}")
+    mac = (sysfs / "address").read_text()
+    assert (sysfs / "addr_assign_type").read_text().strip() == "3"
+    later = []
+    for i in range(3):  # host veths with random MACs: some lower than the bridge's
+        later.append(cni.netns())
+        assert cni.run("pybridge", "ADD", conf, later[-1], f"c{i + 2}").ok
+        assert (sysfs / "address").read_text() == mac
+    for i, netns in enumerate([first, *later]):
+        assert cni.run("pybridge", "DEL", conf, netns, f"c{i + 1}").ok
+
+
 def test_promisc(cni: CNIEnv) -> None:
     conf = {"cniVersion": "1.0.0", "name": cni.network(), "type": "pybridge", "bridge": cni.bridge(),
             "promiscMode": True, "ipam": {}}

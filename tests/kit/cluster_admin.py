@@ -29,9 +29,9 @@ def get(kind: str, *args: str) -> list[dict]:
     return json.loads(kubectl("get", kind, *args, "-o", "json").stdout).get("items", [])
 
 
-def http(url: str) -> str:
+def http(url: str, timeout: float = 3) -> str:
     try:
-        r = requests.get(url, timeout=3)
+        r = requests.get(url, timeout=timeout)
         return r.text if r.ok else ""
     except requests.RequestException:
         return ""
