@@ -182,11 +182,13 @@ class _Supervisor:
         write to a page shared with the launcher, which would stay this process's own for the container's
         whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned by the
         runtime's stage 1, comes to us as the subreaper all the same; the child inherits our stdio, which
-        the init takes over. Reports {"pid", "ooms"} or the error on a pipe, re-raised here as its kind."""
+        the init takes over. Reports {"pid", "ooms"} or the error (and whether the container was made, for
+        _undo) on a pipe, re-raised here as its kind."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             message: dict = {"error": "InternalError", "message": f"create {self.id}: failed"}
+            created = False
             try:
                 os.close(report_r)
                 # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: the
@@ -194,9 +196,10 @@ class _Supervisor:
                 for sig in _PYTHON_IGNORES:
                     signal.signal(sig, signal.SIG_DFL)
                 state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
+                created = True
                 message = {"pid": state.pid, "ooms": oom_count(self.runtime.store, self.id)}
             except BaseException as e:
-                message = launcher.error_message(e)
+                message = {**launcher.error_message(e), "created": created}  # created: _undo deletes it
             finally:
                 try:
                     os.write(report_w, json.dumps(message).encode())
@@ -213,8 +216,10 @@ class _Supervisor:
         try:
             message = json.loads(data)
         except ValueError as e:
+            self.created = True  # killed mid-way, maybe after the runtime made something: _undo deletes it
             raise errors.InternalError(f"create {self.id}: the runtime's child (pid {pid}) exited without a "
                                        "report") from e
+        self.created = bool(message.get("created", "error" not in message))
         launcher.raise_reported(message, f"create {self.id}")
         self.created, self.init_pid, self.ooms = True, int(message["pid"]), int(message["ooms"])
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ import pytest
 from pyruntime.cri import supervisor
 from pyruntime.cri.launcher import ContainerJob
 from pyruntime.cri.model import ExitRecord
-from pyruntime.errors import InvalidArgumentError
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.linux.syscalls import LinuxSyscalls
 
 
@@ -25,8 +26,8 @@ class StandIn:
     kernel = LinuxSyscalls()
     store = None
 
-    def __init__(self, script: str = "", fail: Exception | None = None) -> None:
-        self.script, self.fail = script, fail
+    def __init__(self, bundle: str, script: str = "", fail: Exception | None = None) -> None:
+        self.bundle, self.script, self.fail = bundle, script, fail
 
     def create(self, cid: str, bundle: str, console_socket: str | None = None) -> SimpleNamespace:
         Path(bundle, "creator").write_text(str(os.getpid()))
@@ -44,10 +45,13 @@ class StandIn:
         pid = int(os.read(r, 64))
         os.close(r)
         os.waitpid(stage1, 0)
+        Path(bundle, "init").write_text(str(pid))
         return SimpleNamespace(pid=pid)
 
     def delete(self, cid: str, force: bool = False) -> None:
-        pass
+        """Called by the supervisor, which knows the init only from what create left behind."""
+        os.kill(int(Path(self.bundle, "init").read_text()), signal.SIGKILL)
+        Path(self.bundle, "deleted").touch()
 
 
 @pytest.fixture
@@ -80,7 +84,7 @@ def exit_code(pid: int, timeout: float = 20) -> int:
 
 
 def test_the_init_made_in_the_create_child_is_reaped_by_the_supervisor(job):
-    pid, report = supervise(StandIn("sleep 0.3; echo out; echo err >&2; exit 7"), job)
+    pid, report = supervise(StandIn(job.bundle, "sleep 0.3; echo out; echo err >&2; exit 7"), job)
     assert set(report) == {"pid"} and report["pid"] != pid
     creator = int(Path(job.bundle, "creator").read_text())
     assert creator != pid and not os.path.exists(f"/proc/{creator}")  # a child of the supervisor's, gone
@@ -93,7 +97,18 @@ def test_the_init_made_in_the_create_child_is_reaped_by_the_supervisor(job):
 
 
 def test_a_failed_create_is_reported_as_its_kind(job):
-    pid, report = supervise(StandIn(fail=InvalidArgumentError("process.args: empty")), job)
+    pid, report = supervise(StandIn(job.bundle, fail=InvalidArgumentError("process.args: empty")), job)
     assert report == {"error": "InvalidArgumentError", "message": "process.args: empty"}
     assert exit_code(pid) == 1
-    assert not os.path.exists(job.exit_path)
+    assert not os.path.exists(job.exit_path) and not os.path.exists(os.path.join(job.bundle, "deleted"))
+
+
+def test_a_failure_after_the_runtime_made_the_container_deletes_it(job, monkeypatch):
+    def no_cgroup(store, cid):
+        raise FailedPreconditionError("memory.events: gone")
+
+    monkeypatch.setattr(supervisor, "oom_count", no_cgroup)
+    pid, report = supervise(StandIn(job.bundle, "sleep 60"), job)
+    assert report == {"error": "FailedPreconditionError", "message": "memory.events: gone"}
+    assert exit_code(pid) == 1
+    assert os.path.exists(os.path.join(job.bundle, "deleted"))  # and the init with it, reaped by the supervisor
