@@ -187,7 +187,7 @@ class _Supervisor:
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
-            message: dict = {"error": "InternalError", "message": f"create {self.id}: failed"}
+            message: dict
             created = False
             try:
                 os.close(report_r)
