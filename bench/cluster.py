@@ -22,26 +22,22 @@ as held). It writes the table between its markers in bench/README.md and a plot 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from bench import README, record_section
-from bench.cri import Grpc, daemon_memory, memory_kib, pod_memory
+from bench.cri import Grpc, daemon_memory, integration_lock, memory_kib, pod_memory
 from bench.runtime import pct
 from pynode_cluster import cluster
 from pynode_cluster.hosts import wait_for
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.cluster_admin import kubectl, provision
 
-LOCK = Path("/tmp/pynode-itest.lock")
 PLOT = README.with_name("cluster-start-latency.png")
 BEGIN, END = "<!-- bench-cluster:begin -->", "<!-- bench-cluster:end -->"
 SIZES = (30, 110)
@@ -56,21 +52,6 @@ def log(message: str) -> None:
     print(f"bench.cluster: {message}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def integration_lock() -> Iterator[None]:
-    """The integration lock, or the one this process inherited already locked (flock(1) keeps its descriptor
-    open in the command it runs; a second open description of the file would wait for it forever)."""
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{fd}") == str(LOCK):
-                fcntl.flock(int(fd), fcntl.LOCK_EX)  # ours already: returns at once
-                yield
-                return
-    with open(LOCK, "a") as f:
-        started = time.monotonic()
-        fcntl.flock(f, fcntl.LOCK_EX)
-        log(f"integration lock held after {time.monotonic() - started:.0f} s")
-        yield
 
 
 class PodWatch:
@@ -353,7 +334,7 @@ def bench(pairs: list[str], sizes: list[int], record: bool, out: Path | None) ->
     os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     results: dict[str, dict] = {}
     started = time.monotonic()
-    with integration_lock():
+    with integration_lock("bench.cluster"):
         for pair in pairs:
             t0 = time.monotonic()
             results[pair] = bench_pair(pair, sizes)

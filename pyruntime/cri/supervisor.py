@@ -9,7 +9,8 @@ an exit it did not see. setsid keeps the daemon's and the launcher's signals and
 PR_SET_CHILD_SUBREAPER makes the init (whose runtime parent exits during create) its child.
 
 It is one single-threaded selector loop, forked from the launcher with everything it runs already
-imported, so nearly all of its memory stays shared with the launcher; it imports nothing after the fork.
+imported, so nearly all of its memory stays shared with the launcher; it imports nothing after the fork,
+and it leaves Runtime.create, which touches most of the container code, to a child of its own (_create).
 It keeps no descriptor of the launcher's but `report`, so the daemon's and the launcher's sockets close
 when they exit. A container that never reads its stdin, never ends a line or outlives its output does
 not stall it: output is always drained (crilog.py), stdin is queued (attach.py), and once the init has
@@ -32,7 +33,7 @@ from pyruntime import errors
 from pyruntime.container import console
 from pyruntime.container.control import oom_count
 from pyruntime.container.create import become_subreaper
-from pyruntime.cri import attach
+from pyruntime.cri import attach, launcher
 from pyruntime.cri.crilog import CriLogWriter
 from pyruntime.cri.model import ExitRecord
 
@@ -158,7 +159,6 @@ class _Supervisor:
             os.dup2(null, target)
         for fd in (null, *theirs):
             os.close(fd)
-        self.ooms = oom_count(self.runtime.store, self.id)
         for fd in [*self.outputs, *([stdin_w] if stdin_w is not None else [])]:
             os.set_blocking(fd, False)
         sock = os.path.join(job.supervisor_dir, SOCKET)
@@ -177,16 +177,51 @@ class _Supervisor:
             self.sel.register(fd, selectors.EVENT_READ, lambda _m, fd=fd: self._read(fd))
 
     def _create(self, console_socket: str | None) -> None:
-        # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: the
-        # container's processes would not die writing to a closed pipe or past RLIMIT_FSIZE, as they expect
-        for sig in _PYTHON_IGNORES:
-            signal.signal(sig, signal.SIG_DFL)
+        """Runtime.create in a child of ours that exits once it is done. The create runs most of pyruntime's
+        container code (spec, mounts, cgroups, the init's fork): every object it touches or allocates is a
+        write to a page shared with the launcher, which would stay this process's own for the container's
+        whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned by the
+        runtime's stage 1, comes to us as the subreaper all the same; the child inherits our stdio, which
+        the init takes over. Reports {"pid", "ooms"} or the error (and whether the container was made, for
+        _undo) on a pipe, re-raised here as its kind."""
+        report_r, report_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            message: dict
+            created = False
+            try:
+                os.close(report_r)
+                # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: the
+                # container's processes would not die writing to a closed pipe or past RLIMIT_FSIZE
+                for sig in _PYTHON_IGNORES:
+                    signal.signal(sig, signal.SIG_DFL)
+                state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
+                created = True
+                message = {"pid": state.pid, "ooms": oom_count(self.runtime.store, self.id)}
+            except BaseException as e:
+                message = {**launcher.error_message(e), "created": created}  # created: _undo deletes it
+            finally:
+                try:
+                    os.write(report_w, json.dumps(message).encode())
+                finally:
+                    os._exit(0)
+        os.close(report_w)
+        data = b""
         try:
-            state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
-            self.created, self.init_pid = True, state.pid
+            while chunk := os.read(report_r, 4096):
+                data += chunk
         finally:
-            for sig in _PYTHON_IGNORES:
-                signal.signal(sig, signal.SIG_IGN)
+            os.close(report_r)
+            os.waitpid(pid, 0)
+        try:
+            message = json.loads(data)
+        except ValueError as e:
+            self.created = True  # killed mid-way, maybe after the runtime made something: _undo deletes it
+            raise errors.InternalError(f"create {self.id}: the runtime's child (pid {pid}) exited without a "
+                                       "report") from e
+        self.created = bool(message.get("created", "error" not in message))
+        launcher.raise_reported(message, f"create {self.id}")
+        self.created, self.init_pid, self.ooms = True, int(message["pid"]), int(message["ooms"])
 
     def _create_with_terminal(self) -> int:
         """The runtime sends the pty master over a console socket during create (the connection waits in
