@@ -43,16 +43,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from pyruntime import errors
-from pyruntime.cri.pause import (
-    PauseInfo,
-    PauseJob,
-    become_pause,
-    check_sysctls,
-    install_program,
-    pause_cgroup,
-    release_pause,
-    unpin,
-)
+from pyruntime.cri.pause import PauseInfo, PauseJob, become_pause, check_sysctls, pause_cgroup, release_pause, unpin
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError
 from pyruntime.oci.state import process_start_time
 
@@ -378,7 +369,6 @@ class _Server:
         from pyruntime.runtime import Runtime
         self.kernel = LinuxSyscalls()
         self.runtime: Runtime = Runtime(settings, kernel=self.kernel)
-        self.pause_program = install_program(layout.state)  # what every pause execs once set up (pause.py)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
@@ -480,8 +470,7 @@ class _Server:
         try:
             if cgroup is not None:
                 cgroup.create()
-            self._fork(rid, "pause", job,
-                       lambda report: become_pause(job, self.kernel, report, cgroup, self.pause_program),
+            self._fork(rid, "pause", job, lambda report: become_pause(job, self.kernel, report, cgroup),
                        extra={"cgroup": cgroup})
         except BaseException:
             if cgroup is not None:

@@ -12,14 +12,8 @@ change is its own (the pins, its cgroup); a sysctl that is not namespaced, or on
 pod shares with the host, would change the host and is refused. release_pause kills a pause only when
 pid and start time still name the process this module made: a recycled pid is never signalled.
 
-Memory: a CPython process can't be small. Forked from the launcher it shares its pages copy-on-write,
-but its own set-up (and any object it touches: a refcount is a write) leaves it ~2 MiB of private pages,
-2.3-3.3 MiB PSS a pod against the C pause's 0.05. So once set up, the pause execs PROGRAM: 79 bytes of
-machine code in a static ELF file (199 bytes) the launcher writes under Layout.state at start, doing what the
-Python loop below did (wait for SIGTERM/SIGINT, reap what is left to a pod's pid 1) in 12 KiB, as the
-C pause does. Pid, start time, namespaces, cgroup and title stay what they were (exec keeps them), so
-nothing that finds or releases a pause changes. Where there is no program for the machine, or the exec
-fails (a noexec /run), the pause stays in the same loop in Python.
+The process is forked from the launcher and shares its pages copy-on-write: after reporting it closes
+every fd, touches no Python objects it does not need and sleeps in sigwait.
 """
 from __future__ import annotations
 
@@ -29,7 +23,6 @@ import json
 import os
 import signal
 import socket
-import struct
 from dataclasses import dataclass, field
 
 from pyruntime.errors import InternalError, InvalidArgumentError
@@ -50,21 +43,6 @@ IPC_SYSCTLS = ("kernel.shm", "kernel.msg", "fs.mqueue.")
 PAUSE_CGROUP = "pause"  # the pause's leaf below the pod's cgroup parent
 EXIT_WAIT = 5.0  # seconds release_pause waits for a killed pause to be gone
 PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
-PROGRAM = "pyruntime-pause"  # the pause program's file name under Layout.state: also the process's comm
-WAITED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)  # blocked, and waited for, from the start
-
-# What the pause does once set up, as machine code (SIGTERM, SIGINT, SIGCHLD are blocked by the exec'ing
-# Python and stay blocked across execve). x86-64, `as` + `objdump -d` of:
-#   again: mov eax, 128 (rt_sigtimedwait); lea rdi, [rip + set]; xor esi, esi; xor edx, edx; mov r10d, 8
-#          syscall; cmp eax, 15 (SIGTERM); je done; cmp eax, 2 (SIGINT); je done
-#   reap:  mov eax, 61 (wait4); mov edi, -1; xor esi, esi; mov edx, 1 (WNOHANG); xor r10d, r10d; syscall
-#          test eax, eax; jg reap; jmp again
-#   done:  mov eax, 231 (exit_group); xor edi, edi; syscall
-#   set:   .quad 1 << (SIGCHLD - 1) | 1 << (SIGTERM - 1) | 1 << (SIGINT - 1)
-PROGRAM_CODE = {"x86_64": (0x3E, bytes.fromhex(
-    "b880000000488d3d3b00000031f631d241ba080000000f0583f80f742183f802741c"
-    "b83d000000bfffffffff31f6ba010000004531d20f0585c07fe6ebc2b8e700000031ff0f05"
-    "0240010000000000"))}
 
 
 @dataclass
@@ -190,44 +168,16 @@ def _recorded_pause(ns_dir: str) -> tuple[int, int]:
         return 0, 0
 
 
-def program_image(machine: str) -> bytes | None:
-    """The pause program as a static ELF64 executable for `machine` (os.uname().machine): one read+exec
-    segment holding the headers and PROGRAM_CODE, entered right after the headers; None for a machine
-    without code."""
-    if machine not in PROGRAM_CODE:
-        return None
-    e_machine, code = PROGRAM_CODE[machine]
-    base, ehsize, phsize = 0x400000, 64, 56
-    size = ehsize + phsize + len(code)
-    header = b"\x7fELF" + bytes((2, 1, 1)) + bytes(9) + struct.pack(  # ELFCLASS64, little-endian, SysV
-        "<HHIQQQIHHHHHH", 2, e_machine, 1, base + ehsize + phsize, ehsize, 0, 0, ehsize, phsize, 1, 0, 0, 0)
-    segment = struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # PT_LOAD, PF_R|PF_X
-    return header + segment + code
-
-
-def install_program(state_dir: str) -> str:
-    """Writes the pause program as state_dir/PROGRAM (replaced whole: running pauses keep the file they
-    exec'd) and returns its path; "" on a machine without one (the pauses then stay in Python)."""
-    image = program_image(os.uname().machine)
-    if image is None:
-        return ""
-    path = os.path.join(state_dir, PROGRAM)
-    os.makedirs(state_dir, mode=0o711, exist_ok=True)
-    atomic_write(path, image, mode=0o755)
-    return path
-
-
-def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None,
-                 program: str = "") -> None:
+def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
     """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
     the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
-    the cgroup once this process is gone). Then it execs `program` (install_program's path; "": none)."""
+    the cgroup once this process is gone)."""
     from pyruntime.cri import launcher
     pod_init = 0
     try:
         os.setsid()
         # blocked from the start: a pid namespace's init drops signals it neither handles nor blocks
-        signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
         if cgroup is not None:
             cgroup.add(os.getpid())
         flags = 0
@@ -246,7 +196,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             kernel.unshare(sc.CLONE_NEWPID)
             pod_init = os.fork()
             if pod_init == 0:
-                _settle(kernel, program, job.sandbox_id)
+                _settle(kernel)
             pid = pod_init
             namespaces["pid"] = f"/proc/{pid}/ns/pid"
         start = process_start_time(pid)
@@ -263,22 +213,17 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
         os._exit(1)
     if job.share_pid:
         os._exit(0)  # the pod's init carries on; its parent is the nearest subreaper (or init) from now on
-    _settle(kernel, program, job.sandbox_id)
+    _settle(kernel)
 
 
-def _settle(kernel: Syscalls, program: str, sandbox_id: str) -> None:
-    """The pause's whole life after set-up, until SIGTERM or SIGINT: no fds, reaping what a pod sharing
-    its pid namespace leaves to pid 1. In the pause program if there is one (argv as set_title made it),
-    else here, allocating nothing beyond the wait."""
+def _settle(kernel: Syscalls) -> None:
+    """The pause's whole life after set-up: no fds, no allocations beyond the wait, reaping what a pod
+    sharing its pid namespace leaves to pid 1, until SIGTERM or SIGINT."""
     kernel.close_range(0, 0xFFFFFFFF)
-    signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
-    if program:
-        try:
-            os.execv(program, [PROGRAM, sandbox_id])
-        except OSError:
-            pass  # no exec from the state dir (noexec): the same wait, in Python
+    waited = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     while True:
-        if signal.sigwait(WAITED) != signal.SIGCHLD:
+        if signal.sigwait(waited) != signal.SIGCHLD:
             os._exit(0)
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
