@@ -52,8 +52,6 @@ def log(message: str) -> None:
     print(f"bench.cluster: {message}", file=sys.stderr, flush=True)
 
 
-
-
 class PodWatch:
     """When each pod of the deployment was first seen (time.monotonic() at the event): ADDED, Running, Ready."""
 
