@@ -287,11 +287,14 @@ def test_fs_group_ownership_as_set_volume_ownership(tmp_path):
     os.chmod(vol / "sub" / "f", 0o600)
     os.chmod(vol, 0o700)
     os.symlink(outside, vol / "link")
+    (tmp_path / "outdir").mkdir(mode=0o700)
+    os.symlink(tmp_path / "outdir", vol / "dirlink")
     assert ownership.requires_change(vol, gid, readonly=False)
     assert ownership.set_ownership(vol, gid, readonly=False)
     assert stat.S_IMODE(os.stat(vol / "sub" / "f").st_mode) == 0o660
     assert stat.S_IMODE(os.stat(vol / "sub").st_mode) & (stat.S_ISGID | 0o070) == stat.S_ISGID | 0o070
-    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o600  # the link's target is not touched
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o600  # the links' targets are not touched
+    assert stat.S_IMODE(os.stat(tmp_path / "outdir").st_mode) == 0o700
     assert not ownership.requires_change(vol, gid, readonly=False)
     assert not ownership.set_ownership(vol, gid, readonly=False, policy="OnRootMismatch")
     ro = tmp_path / "ro"
