@@ -143,28 +143,6 @@ def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime
     assert not [p for h in cgroup_hierarchies() for p in h.glob(f"kubepods/**/pod{uid}")]
 
 
-def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
-    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
-    try:
-        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
-            get_pod(control_plane, "steady")), timeout=60)
-        uid = pod["metadata"]["uid"]
-        before = on_node(runtime, uid)
-        kubelet.kill()
-        kubelet.start()
-        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
-        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
-        time.sleep(5)
-        after = on_node(runtime, uid)
-        assert [s.id for s in after[0]] == [s.id for s in before[0]]
-        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
-        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
-        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
-    finally:
-        delete(control_plane, "steady")
-        kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
-
-
 def _events(cp, **selector) -> list[dict]:
     fields = ",".join(f"{k}={v}" for k, v in selector.items())
     out = cp.kubectl("get", "events", "-A", "--field-selector", fields, "-o", "json")
@@ -222,3 +200,25 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
         delete(control_plane, "story")
     killing = wait_for("Killing", lambda: [s for s in _story(control_plane, uid) if s[0] == "Killing"], timeout=20)
     assert killing == [("Killing", "spec.containers{main}", "Stopping container main")]
+
+
+def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
+    try:
+        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
+            get_pod(control_plane, "steady")), timeout=60)
+        uid = pod["metadata"]["uid"]
+        before = on_node(runtime, uid)
+        kubelet.kill()
+        kubelet.start()
+        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
+        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
+        time.sleep(5)
+        after = on_node(runtime, uid)
+        assert [s.id for s in after[0]] == [s.id for s in before[0]]
+        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
+        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
+        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
+    finally:
+        delete(control_plane, "steady")
+        kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
