@@ -1,4 +1,7 @@
 """Benchmarks run by `make bench`; each module with a main() is one benchmark."""
+import os
+import signal
+import sys
 from pathlib import Path
 
 README = Path(__file__).with_name("README.md")
@@ -14,3 +17,13 @@ def record_section(begin: str, end: str, body: str, readme: Path = README) -> No
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     readme.write_text(text)
+
+
+def start_as_root(name: str) -> bool:
+    """For a benchmark that makes kernel objects: a SIGTERM (a timeout, a CI cancel) unwinds like ^C, so its
+    clean-up runs and nothing is left; False, said on stderr, when not root."""
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    if os.geteuid() != 0:
+        print(f"{name}: needs root", file=sys.stderr)
+        return False
+    return True

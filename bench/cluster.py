@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
-from bench import README, record_section
+from bench import README, record_section, start_as_root
 from bench.cri import Grpc, daemon_memory, integration_lock, memory_kib, pod_memory
 from bench.runtime import pct
 from pynode_cluster import cluster
@@ -362,10 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"print only: leave bench/README.md and {PLOT.name} alone")
     p.add_argument("--json", type=Path, help="also write the raw samples here")
     args = p.parse_args(argv or [])
-    # a SIGTERM (a timeout, a CI cancel) unwinds like ^C, so the cluster is taken down
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
-    if os.geteuid() != 0:
-        log("needs root")
+    if not start_as_root("bench.cluster"):
         return 1
     return bench(args.pairs, sorted(args.sizes), args.record, args.json)
 

@@ -29,7 +29,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench import start_as_root
 from bench.cri import memory_kib
 from bench.runtime import pct
 from tests.conformance import critest
@@ -324,10 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the raw samples here")
     p.add_argument("--logs", type=Path, help="keep the kubelets' logs in this directory")
     args = p.parse_args(argv or [])
-    # a SIGTERM (a timeout, a CI cancel) unwinds like ^C, so the clean-up below runs and nothing is left
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
-    if os.geteuid() != 0:
-        log("needs root")
+    if not start_as_root("bench.kubelet"):
         return 1
     from pynode_cluster.components import PEERS
 
