@@ -8,7 +8,8 @@ through them.
 
 Daemons outlive the command that starts them, so each one's pid and start time go into a file under the
 state dir: `down` ends exactly those (a pid whose start time differs is someone else's now) and never a
-process by name.
+process by name. The start time is the kernel's, in ticks since boot: the wall-clock one psutil gives by default
+adds the boot time, which moves by a second when the clock is adjusted, and a daemon would then look gone.
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class Daemons:
         with open(log, "ab") as out:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **(env or {})}, cwd=log.parent)
-        started = psutil.Process(proc.pid).create_time()
+        started = psutil.Process(proc.pid).create_time(monotonic=True)
         (self.dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "start": started, "argv": argv,
                                                            "log": str(log), "netns": netns, "env": env}))
         return proc.pid
@@ -96,7 +97,7 @@ class Daemons:
         try:
             record = json.loads((self.dir / f"{name}.json").read_text())
             proc = psutil.Process(record["pid"])
-            if abs(proc.create_time() - record["start"]) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.create_time(monotonic=True) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except (OSError, ValueError, psutil.Error):
             pass
