@@ -8,8 +8,8 @@ through them.
 
 Daemons outlive the command that starts them, so each one's pid and start time go into a file under the
 state dir: `down` ends exactly those (a pid whose start time differs is someone else's now) and never a
-process by name. The start time is the kernel's, in ticks since boot: the wall-clock one psutil gives by default
-adds the boot time, which moves by a second when the clock is adjusted, and a daemon would then look gone.
+process by name. The start time is the kernel's, in ticks since boot: the wall-clock one psutil gives adds the boot
+time, which moves by a second when the clock is adjusted, and a daemon would then look gone.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Daemons:
         with open(log, "ab") as out:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **(env or {})}, cwd=log.parent)
-        started = psutil.Process(proc.pid).create_time(monotonic=True)
+        started = start_ticks(proc.pid)
         (self.dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "start": started, "argv": argv,
                                                            "log": str(log), "netns": netns, "env": env}))
         return proc.pid
@@ -97,7 +97,7 @@ class Daemons:
         try:
             record = json.loads((self.dir / f"{name}.json").read_text())
             proc = psutil.Process(record["pid"])
-            if proc.create_time(monotonic=True) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
+            if start_ticks(proc.pid) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except (OSError, ValueError, psutil.Error):
             pass
@@ -119,6 +119,15 @@ class Daemons:
         if proc is not None:
             terminate(proc, grace)
         (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: when `pid` started, in clock ticks since boot (None once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
 def terminate(proc: psutil.Process, grace: float) -> None:
