@@ -11,7 +11,9 @@ daemon kept open, as a kubelet does) and through crictl, one exec per call (what
 figures were measured with; crictl's own start-up, ~15-25 ms per exec, is in those). Memory is read while the
 N pods of the gRPC round run: the daemon's RSS and PSS (ours: the daemon plus its launcher, the fork
 server every pod process comes from), and per pod the PSS (/proc/PID/smaps_rollup) of the container's
-parent (our supervisor; containerd-shim-runc-v2) plus the pod's pause process.
+parent (our supervisor; containerd-shim-runc-v2) plus the pod's pause process. The pods are what a kubelet asks
+for without shareProcessNamespace (a pid namespace per container), for which pyruntime-cri runs no pause
+process (its pinned namespaces hold the pod) and containerd still runs one.
 
 It takes the integration lock (it makes bridges, netns, cgroups, mounts) and leaves the host as found, with
 the cleanup of the critest harness, whose endpoints and test registry it reuses. Needs root, containerd and
@@ -64,13 +66,15 @@ ENDPOINTS = (_network(critest.Containerd, ("bridge", "host-local", "portmap")),
 
 
 def pod_config(n: int, tag: str, logs: Path) -> dict:
+    """A pod as the kubelet asks for one without shareProcessNamespace: a pid namespace per container."""
     return {"metadata": {"name": f"bench-{tag}-{n}", "namespace": "bench", "uid": f"bench-{tag}-{n}", "attempt": 0},
-            "log_directory": str(logs / f"{tag}-{n}"), "linux": {}}
+            "log_directory": str(logs / f"{tag}-{n}"),
+            "linux": {"security_context": {"namespace_options": {"pid": 1}}}}
 
 
 def container_config(n: int) -> dict:
     return {"metadata": {"name": f"sleep-{n}"}, "image": {"image": IMAGE}, "command": ["sleep", "3600"],
-            "log_path": "sleep.log", "linux": {}}
+            "log_path": "sleep.log", "linux": {"security_context": {"namespace_options": {"pid": 1}}}}
 
 
 class Grpc:
@@ -181,7 +185,9 @@ def _timed(samples: list[float], call: Callable, *args):
 
 
 def memory_kib(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) in KiB of one process, from /proc/PID/smaps_rollup."""
+    """(RSS, PSS) in KiB of one process, from /proc/PID/smaps_rollup; pid 0 (a pod without a pause) is none."""
+    if pid == 0:
+        return 0, 0
     fields = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
         key, value = line.split(":", 1)

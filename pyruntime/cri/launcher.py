@@ -43,7 +43,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from pyruntime import errors
-from pyruntime.cri.pause import PauseInfo, PauseJob, become_pause, check_sysctls, pause_cgroup, release_pause, unpin
+from pyruntime.cri.pause import (
+    PauseInfo,
+    PauseJob,
+    become_pause,
+    check_sysctls,
+    pause_cgroup,
+    release_pause,
+    stays,
+    unpin,
+)
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError
 from pyruntime.oci.state import process_start_time
 
@@ -248,7 +257,8 @@ class Launcher:
     # -- requests
 
     def run_pause(self, job: PauseJob) -> PauseInfo:
-        """Returns once the pause runs with its namespaces pinned; a failure leaves no pin, cgroup or process."""
+        """Returns once the pod's namespaces are pinned (and its pause runs, when one stays); a failure leaves
+        no pin, cgroup or process."""
         reply, _ = self._call("pause", asdict(job))
         return PauseInfo(**reply)
 
@@ -461,7 +471,7 @@ class _Server:
         job = PauseJob(**raw)
         check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
         cgroup = None
-        if job.cgroup_parent:
+        if job.cgroup_parent and stays(job):
             from pyruntime.linux import cgroups
             try:
                 cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent), job.sandbox_id, self.kernel)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pyruntime.errors import InternalError
 from pyruntime.fsutil import atomic_write
+from pyruntime.oci.state import process_alive
 
 T = TypeVar("T", bound="Record")
 
@@ -109,6 +110,7 @@ def decode_pb(cls: Any, data: str) -> Any:
 class SandboxRecord(Record):
     """sandbox_dir/sandbox.json. `config`: the PodSandboxConfig (encode_pb). `namespaces`: kind (net, ipc,
     uts, pid) -> the path containers join; an absent kind is the host's (hostNetwork, hostIPC, hostPID).
+    `pinned`: the pause step finished (namespaces pinned; pause_pid is 0 for a pod without a pause process).
     `ready` turns False at StopPodSandbox and never back."""
 
     id: str
@@ -117,11 +119,22 @@ class SandboxRecord(Record):
     runtime_handler: str = ""
     ready: bool = True
     namespaces: dict[str, str] = field(default_factory=dict)
+    pinned: bool = False
     pause_pid: int = 0
     pause_start_time: int = 0  # /proc/PID/stat field 22: with the pid, names the process for good
     ips: list[str] = field(default_factory=list)  # the pod's IPs, the primary first
     cgroup_parent: str = ""
     network_torn_down: bool = False  # CNI DEL done (the addresses are released)
+
+    def namespaces_made(self) -> bool:
+        """The pause step was reached (a record written before `pinned` existed has only the pause's pid)."""
+        return self.pinned or self.pause_pid > 0
+
+    def namespaces_held(self) -> bool:
+        """The pod's namespaces are still held: by its pause when it has one, else by their pins alone."""
+        if self.pause_pid > 0:
+            return process_alive(self.pause_pid, self.pause_start_time)
+        return self.pinned
 
 
 @dataclass

@@ -1,19 +1,22 @@
-"""The built-in pause process: what holds a pod's namespaces, without an image or an exec.
+"""The built-in pause: what holds a pod's namespaces, without an image or an exec.
 
 A pod's network, IPC and UTS namespaces (and its pid namespace when the pod shares one) must exist
-before its first container and outlive every container restart. CRI-O can run pods without an infra
-container; here the launcher forks a Python process that unshares them, sets the pod's hostname and
-namespaced sysctls, and then only waits for a signal. The namespaces are also pinned by bind mounts
-under Layout.ns_dir, so CNI DEL and a restarted daemon still reach the network namespace after the
-pause is gone (StopPodSandbox must succeed even then).
+before its first container and outlive every container restart. The launcher forks a Python child that
+unshares them, sets the pod's hostname and namespaced sysctls, and bind-mounts each namespace under
+Layout.ns_dir. The pins alone keep a namespace alive, so a pod that does not share a pid namespace needs no
+process at all: the child exits once the pins are made, as CRI-O drops the infra container of such a pod,
+and the pod costs no resident process of its own (a waiting Python process is 3 MiB of a pod's memory).
+A pod that shares a pid namespace keeps a process: a pid namespace without one can't be entered, and its
+init must reap what the pod's containers orphan. CNI DEL and a restarted daemon reach the network
+namespace through its pin whether or not a process lives (StopPodSandbox must succeed even without one).
 
-Threat model: the pause runs as root in the host's mount namespace, so the only host state it may
-change is its own (the pins, its cgroup); a sysctl that is not namespaced, or one whose namespace the
-pod shares with the host, would change the host and is refused. release_pause kills a pause only when
-pid and start time still name the process this module made: a recycled pid is never signalled.
+Threat model: the child runs as root in the host's mount namespace, so the only host state it may change
+is its own (the pins, its cgroup); a sysctl that is not namespaced, or one whose namespace the pod shares
+with the host, would change the host and is refused. release_pause kills a pause only when pid and start
+time still name the process this module made: a recycled pid is never signalled.
 
-The process is forked from the launcher and shares its pages copy-on-write: after reporting it closes
-every fd, touches no Python objects it does not need and sleeps in sigwait.
+A pause that stays is forked from the launcher and shares its pages copy-on-write: after reporting it
+closes every fd, touches no Python objects it does not need and sleeps in sigwait.
 """
 from __future__ import annotations
 
@@ -47,9 +50,9 @@ PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
 
 @dataclass
 class PauseJob:
-    """cgroup_parent: "" for none; else the pause joins `<cgroup_parent>/pause` (made if missing, as
-    runc makes a container's cgroup). A leaf of its own rather than the parent itself, because on
-    cgroup v2 a cgroup with processes can't enable controllers for the pod's container cgroups."""
+    """cgroup_parent: "" for none; else a pause that stays (share_pid) joins `<cgroup_parent>/pause` (made if
+    missing, as runc makes a container's cgroup). A leaf of its own rather than the parent itself, because
+    on cgroup v2 a cgroup with processes can't enable controllers for the pod's container cgroups."""
 
     sandbox_id: str
     ns_dir: str
@@ -66,12 +69,18 @@ class PauseJob:
 class PauseInfo:
     """namespaces: kind (net, ipc, uts) -> the pinned file; "pid" -> /proc/PID/ns/pid when the pod shares
     a pid namespace (a pid namespace without processes can't be entered, so pinning it gains nothing).
+    pid and start_time: the pause that stays, 0 for a pod without one (no shared pid namespace).
     cgroup: the pause's cgroup path ("" for none)."""
 
     pid: int
     start_time: int
     namespaces: dict[str, str]
     cgroup: str = ""
+
+
+def stays(job: PauseJob) -> bool:
+    """Whether the pod needs a process of its own: only a shared pid namespace does (see the module doc)."""
+    return job.share_pid
 
 
 def pause_cgroup(cgroup_parent: str) -> str:
@@ -171,7 +180,7 @@ def _recorded_pause(ns_dir: str) -> tuple[int, int]:
 def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
     """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
     the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
-    the cgroup once this process is gone)."""
+    the cgroup once this process is gone). Exits once reported unless the pause stays (stays(job))."""
     from pyruntime.cri import launcher
     pod_init = 0
     try:
@@ -191,7 +200,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
         for name, value in job.sysctls.items():
             _write_sysctl(name, value)
         namespaces = pin(job, kernel)
-        pid = os.getpid()
+        pid = start = 0
         if job.share_pid:
             kernel.unshare(sc.CLONE_NEWPID)
             pod_init = os.fork()
@@ -199,21 +208,19 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
                 _settle(kernel)
             pid = pod_init
             namespaces["pid"] = f"/proc/{pid}/ns/pid"
-        start = process_start_time(pid)
-        if start is None:
-            raise InternalError(f"pause {pid}: exited during its set-up")
-        atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600)
+            start = process_start_time(pid) or 0
+            if not start:
+                raise InternalError(f"pause {pid}: exited during its set-up")
+            atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600)
         launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
-                                       "cgroup": pause_cgroup(job.cgroup_parent)})
+                                       "cgroup": pause_cgroup(job.cgroup_parent) if cgroup is not None else ""})
     except BaseException as e:
         if pod_init:
             os.kill(pod_init, signal.SIGKILL)
             os.waitpid(pod_init, 0)
         launcher.send_error(report, e)
         os._exit(1)
-    if job.share_pid:
-        os._exit(0)  # the pod's init carries on; its parent is the nearest subreaper (or init) from now on
-    _settle(kernel)
+    os._exit(0)  # a shared pid namespace's init carries on; its parent is the nearest subreaper from now on
 
 
 def _settle(kernel: Syscalls) -> None:

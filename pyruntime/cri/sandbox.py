@@ -1,9 +1,9 @@
-"""The pod sandbox half of the CRI RuntimeService: run, stop, remove, status, list.
-
-A sandbox is a record, a pause process holding the pod's namespaces (pinned by bind mounts so they outlive
-it), the files its containers mount (resolv.conf, hostname, hosts in the sandbox dir) and, unless it uses the
-host's network, a CNI attachment. RunPodSandbox writes the record first and then makes the rest in order; a
-failure at any step takes apart everything made so far, so a failed pod leaves no address, process or mount.
+"""The pod sandbox half of the CRI RuntimeService: run, stop, remove, status, list. A sandbox is a record, the
+pod's namespaces pinned by bind mounts (and a pause process, only when the pod shares a pid namespace:
+pause.py), the files its containers mount (resolv.conf, hostname, hosts in the sandbox dir) and, unless it
+uses the host's network, a CNI attachment. RunPodSandbox writes the record first and then makes the rest in
+order; a failure at any step takes apart everything made so far, so a failed pod leaves no address, process or
+mount.
 
 StopPodSandbox is the call the known anchors get wrong: a pod stuck Terminating because CNI DEL failed or the
 netns had already gone, and its address leaked. Here it always succeeds: the pod is marked not ready first (a
@@ -28,7 +28,6 @@ from pyruntime.cri.model import Layout, SandboxRecord, decode_pb, encode_pb
 from pyruntime.cri.store import Store, sandbox_name
 from pyruntime.errors import InvalidArgumentError, NotFoundError, PyRuntimeError
 from pyruntime.fsutil import atomic_write
-from pyruntime.oci.state import process_alive
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +115,7 @@ class Sandboxes:
             share_pid=options.pid == api_pb2.POD, sysctls=dict(config.linux.sysctls),
             cgroup_parent=config.linux.cgroup_parent))
         record.pause_pid, record.pause_start_time = info.pid, info.start_time
-        record.namespaces = dict(info.namespaces)
+        record.namespaces, record.pinned = dict(info.namespaces), True
         self.store.save_sandbox(record)
         if not host_network:
             m = config.metadata
@@ -155,8 +154,8 @@ class Sandboxes:
 
     def _teardown(self, record: SandboxRecord, config: api_pb2.PodSandboxConfig) -> None:
         if not record.network_torn_down:
-            # no pause recorded: the run stopped before the network was set up (its pid is saved first)
-            if record.pause_pid and config.linux.security_context.namespace_options.network != api_pb2.NODE:
+            # namespaces not made: the run stopped before the network was set up (they are saved first)
+            if record.namespaces_made() and config.linux.security_context.namespace_options.network != api_pb2.NODE:
                 netns = record.namespaces.get("net")
                 m = config.metadata
                 try:
@@ -192,13 +191,14 @@ class Sandboxes:
 
     def recover(self) -> None:
         """After store.recover(): a ready sandbox whose pause is gone (killed), or whose run a crash cut short
-        (its pause may live, but it never got its network), is not ready any more; StopPodSandbox from the
-        kubelet then releases what it holds."""
+        (before its namespaces were made, or after but before its network), is not ready any more;
+        StopPodSandbox from the kubelet then releases what it holds."""
         for record in self.store.sandboxes():
             if not record.ready:
                 continue
-            if not process_alive(record.pause_pid, record.pause_start_time):
-                log.warning("pod sandbox %s: its pause process is gone; marking it not ready", record.id)
+            if not record.namespaces_held():
+                log.warning("pod sandbox %s: its pause process is gone, or its namespaces were never made; "
+                            "marking it not ready", record.id)
             elif not self._network_done(record):
                 log.warning("pod sandbox %s: its RunPodSandbox was cut short before the network was set up; "
                             "marking it not ready", record.id)
@@ -216,7 +216,7 @@ class Sandboxes:
     # ---- status / list ------------------------------------------------------------------------------------
 
     def _state(self, record: SandboxRecord) -> api_pb2.PodSandboxState:
-        ready = record.ready and process_alive(record.pause_pid, record.pause_start_time)
+        ready = record.ready and record.namespaces_held()
         return api_pb2.SANDBOX_READY if ready else api_pb2.SANDBOX_NOTREADY
 
     def _pod_status(self, sandbox_id: str) -> api_pb2.PodSandboxStatus | None:

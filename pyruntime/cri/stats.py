@@ -2,7 +2,7 @@
 and the cadvisor-named metrics of ListPodSandboxMetrics).
 
 The figures come from the cgroups (pyruntime's runc-style stats of a container, the same reader on the
-pod's cgroup parent), from /proc/PID/net/dev of the pod's pause process for its network, and from a walk
+pod's cgroup parent), from /proc/net/dev as the pod's network namespace sees it, and from a walk
 of a container's writable layer. The kubelet evicts pods and scales them on these numbers, so they are
 computed as cadvisor and containerd compute them: the working set is usage minus inactive file pages
 (what the kernel can't drop), usage_nano_cores is the CPU time used between this sample and the previous
@@ -20,6 +20,7 @@ import time
 from proto import api_pb2
 from pyruntime.cri.model import ContainerRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import PyRuntimeError
+from pyruntime.linux.syscalls import CLONE_NEWNET, Syscalls
 from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False
@@ -212,13 +213,9 @@ def _sum(datas: list[dict]) -> dict:
             "pids": {"current": pids}}
 
 
-def network_usage(pid: int, timestamp: int) -> api_pb2.NetworkUsage | None:
-    """The interfaces of the network namespace `pid` lives in (the pod's, through its pause process)."""
-    try:
-        with open(f"/proc/{pid}/net/dev") as f:
-            lines = f.read().splitlines()[2:]
-    except OSError:
-        return None
+def network_usage(net_dev: str, timestamp: int) -> api_pb2.NetworkUsage:
+    """The interfaces of a /proc/net/dev text (pod_net_dev's)."""
+    lines = net_dev.splitlines()[2:]
     out = api_pb2.NetworkUsage(timestamp=timestamp)
     for line in lines:
         name, _, figures = line.partition(":")
@@ -247,6 +244,44 @@ def _pause_alive(sandbox: SandboxRecord) -> bool:
     return start is not None and (not sandbox.pause_start_time or start == sandbox.pause_start_time)
 
 
+def pod_net_dev(sandbox: SandboxRecord, kernel: Syscalls | None) -> str | None:
+    """/proc/net/dev as the pod's network namespace sees it: through its pause when one runs, else read by a
+    short-lived thread that joins the namespace through its pin. setns of a network namespace changes only
+    the calling thread, so the daemon's other threads are untouched, and the thread's end drops its hold
+    on the namespace. None for a pod in the host's network, or whose namespace is gone."""
+    if "net" not in sandbox.namespaces:
+        return None
+    if sandbox.pause_pid > 0:
+        return _read_text(f"/proc/{sandbox.pause_pid}/net/dev") if _pause_alive(sandbox) else None
+    if kernel is None:
+        return None
+    pin, got = sandbox.namespaces["net"], []
+
+    def read() -> None:
+        try:
+            fd = os.open(pin, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                kernel.setns(fd, CLONE_NEWNET, pin)
+            finally:
+                os.close(fd)
+        except (OSError, PyRuntimeError):
+            return
+        got.append(_read_text("/proc/thread-self/net/dev"))
+
+    reader = threading.Thread(target=read, name=f"net-dev {sandbox.id[:12]}")
+    reader.start()
+    reader.join()
+    return got[0] if got else None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], runtime: Runtime,
                   layout: Layout) -> api_pb2.PodSandboxStats:
     now = time.time_ns()
@@ -267,10 +302,9 @@ def sandbox_stats(sandbox: SandboxRecord, containers: list[ContainerRecord], run
     linux.memory.CopyFrom(memory_usage(pod, now))
     linux.process.timestamp = now
     _u64(linux.process, "process_count", int((pod.get("pids") or {}).get("current", 0)))
-    if "net" in sandbox.namespaces and _pause_alive(sandbox):
-        network = network_usage(sandbox.pause_pid, now)
-        if network is not None:
-            linux.network.CopyFrom(network)
+    net_dev = pod_net_dev(sandbox, runtime.kernel)
+    if net_dev is not None:
+        linux.network.CopyFrom(network_usage(net_dev, now))
     return out
 
 
@@ -414,13 +448,9 @@ def cgroup_samples(data: dict) -> list[Sample]:
     return out
 
 
-def network_samples(pid: int) -> list[Sample]:
-    """Per interface (but lo) of the network namespace `pid` lives in."""
-    try:
-        with open(f"/proc/{pid}/net/dev") as f:
-            lines = f.read().splitlines()[2:]
-    except OSError:
-        return []
+def network_samples(net_dev: str) -> list[Sample]:
+    """Per interface (but lo) of a /proc/net/dev text (pod_net_dev's)."""
+    lines = net_dev.splitlines()[2:]
     out: list[Sample] = []
     for line in lines:
         name, _, figures = line.partition(":")
@@ -485,7 +515,8 @@ def sandbox_metrics(sandbox: SandboxRecord, containers: list[ContainerRecord], r
         samples = _container_samples(record, stats, data, runtime, layout, now)
         out.container_metrics.append(api_pb2.ContainerMetrics(container_id=record.id,
                                                               metrics=_metrics(samples, labels, now)))
-    if "net" in sandbox.namespaces and _pause_alive(sandbox):
+    net_dev = pod_net_dev(sandbox, runtime.kernel)
+    if net_dev is not None:
         name = decode_pb(api_pb2.PodSandboxConfig, sandbox.config).metadata.name
-        out.metrics.extend(_metrics(network_samples(sandbox.pause_pid), [sandbox.id, name, ""], now))
+        out.metrics.extend(_metrics(network_samples(net_dev), [sandbox.id, name, ""], now))
     return out

@@ -299,6 +299,31 @@ def test_host_network_pod(cri_server) -> None:
         assert set(links) == set(os.listdir("/sys/class/net"))
 
 
+def test_a_pod_without_a_shared_pid_namespace_has_no_pause_process(cri_server) -> None:
+    """As the kubelet asks for most pods (pid CONTAINER): the pins alone hold the pod's namespaces; the pod
+    is ready, has its hostname, network and network figures, and stopping it releases all of it."""
+    c = cri_server
+    own_pid = {"security_context": {"namespace_options": {"pid": 1}}}
+    with c.pod("nopause", hostname="nopause-host", linux=own_pid) as pod:
+        info = c.json("inspectp", pod.id)["info"]
+        assert info["pid"] == 0 and set(info["namespaces"]) == {"net", "ipc", "uts"}
+        assert c.json("inspectp", pod.id)["status"]["state"] == "SANDBOX_READY"
+        cid = c.start_container(pod, "main", command=SLEEPER)
+        sh = lambda cmd: c.crictl("exec", "-s", cid, "sh", "-c", cmd).stdout.strip()  # noqa: E731
+        assert sh("hostname") == "nopause-host"
+        assert sh("ip -o -4 addr show eth0").split()[3].split("/")[0] == pod.ip()
+        assert sh("echo $$") == "1"  # pid 1 of a pid namespace of its own
+        sh("echo x | nc -u -w 1 $(ip route | awk '/^default/ {print $3}') 9; true")  # a datagram out of eth0
+        network = c.json("statsp", "-o", "json", "--id", pod.id)["stats"][0]["linux"]["network"]
+        assert network["defaultInterface"]["name"] == "eth0"
+        assert int(network["defaultInterface"]["txBytes"]["value"]) > 0
+        ip, pins = pod.ip(), info["namespaces"]
+        ipam = Path(c.work / "ipam")
+        assert any(ip in p.name for p in ipam.rglob("*"))
+    assert not any(Path(p).exists() for p in pins.values())
+    assert not any(ip in p.name for p in ipam.rglob("*")), "the pod's address is still in the host-local store"
+
+
 def test_process_titles(cri_server) -> None:
     c = cri_server
     with c.pod("titles") as pod:

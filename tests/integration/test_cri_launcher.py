@@ -19,6 +19,7 @@ import pytest
 
 from pyruntime.cri.launcher import ContainerJob, ExecJob, Launcher, PauseJob, release_pause
 from pyruntime.cri.model import Layout, SandboxRecord
+from pyruntime.cri.pause import pidfile
 from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls
@@ -66,30 +67,26 @@ def _mounts_under(path: str) -> list[str]:
 # pause
 
 
-def test_pause_pins_its_namespaces_with_hostname_and_sysctls_inside(launcher, layout):
+def test_a_pod_without_a_shared_pid_namespace_has_its_namespaces_pinned_and_no_process(launcher, layout):
     ns_dir = layout.ns_dir("s1")
     info = launcher.run_pause(PauseJob("s1", ns_dir, hostname="pod-host", sysctls={
         "net.ipv4.ip_forward": "1", "kernel/shm_rmid_forced": "1", "kernel.msgmax": "4321"}))
     try:
-        assert _alive(info.pid, info.start_time)
+        assert (info.pid, info.start_time, info.cgroup) == (0, 0, "")  # the pins alone hold the namespaces
         assert set(info.namespaces) == {"net", "ipc", "uts"}
         for kind, flag in (("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_NEWUTS)):
             pin = info.namespaces[kind]
             assert pin == os.path.join(ns_dir, kind)
             assert KERNEL.ns_type(pin) == flag
-            assert os.stat(pin).st_ino == os.stat(f"/proc/{info.pid}/ns/{kind}").st_ino
             assert os.stat(pin).st_ino != os.stat(f"/proc/self/ns/{kind}").st_ino
         assert _nsenter("--uts", info.namespaces["uts"], "hostname") == "pod-host"
         assert _nsenter("--net", info.namespaces["net"], "cat", "/proc/sys/net/ipv4/ip_forward") == "1"
         assert _nsenter("--ipc", info.namespaces["ipc"], "cat", "/proc/sys/kernel/shm_rmid_forced") == "1"
         assert _nsenter("--ipc", info.namespaces["ipc"], "cat", "/proc/sys/kernel/msgmax") == "4321"
         assert _nsenter("--net", info.namespaces["net"], "ip", "-o", "link").count("\n") == 0  # lo only
-        # the pause is small and quiet: no fds, in a session of its own
-        assert os.listdir(f"/proc/{info.pid}/fd") == []
-        assert os.getsid(info.pid) == info.pid
+        assert not os.path.exists(pidfile(ns_dir))
     finally:
         release_pause(info, ns_dir, KERNEL)
-    assert not _alive(info.pid, info.start_time)
     assert not os.path.exists(ns_dir) and _mounts_under(ns_dir) == []
     release_pause(info, ns_dir, KERNEL)  # idempotent
 
@@ -111,6 +108,9 @@ def test_pause_with_a_shared_pid_namespace_is_its_pid_1(launcher, layout):
         children = Path(f"/proc/{info.pid}/task/{info.pid}/children").read_text().split()
         assert children == []
         assert os.readlink(f"/proc/{info.pid}/ns/uts") == os.readlink("/proc/self/ns/uts")  # shared with the host
+        # the pause is small and quiet: no fds, in a session that is not the daemon's
+        assert os.listdir(f"/proc/{info.pid}/fd") == []
+        assert os.getsid(info.pid) != os.getsid(0)
     finally:
         release_pause(info, ns_dir, KERNEL)
     assert not _alive(info.pid, info.start_time)
@@ -120,7 +120,7 @@ def test_pause_with_a_shared_pid_namespace_is_its_pid_1(launcher, layout):
 def test_pause_joins_a_leaf_of_its_cgroup_parent(launcher, layout):
     parent = f"/pynode-test-pod-{uuid.uuid4().hex[:8]}"
     ns_dir = layout.ns_dir("s3")
-    info = launcher.run_pause(PauseJob("s3", ns_dir, cgroup_parent=parent))
+    info = launcher.run_pause(PauseJob("s3", ns_dir, share_pid=True, cgroup_parent=parent))
     try:
         assert info.cgroup == f"{parent}/pause"
         own = Path(f"/proc/{info.pid}/cgroup").read_text()
@@ -148,7 +148,7 @@ def test_bad_pause_requests_name_what_is_wrong_and_leave_nothing(launcher, layou
 def test_the_launcher_ends_with_its_client_and_its_pause_survives(layout, tmp_path):
     launcher = Launcher.spawn(Settings(root=str(tmp_path / "runtime")), layout)
     ns_dir = layout.ns_dir("s5")
-    info = launcher.run_pause(PauseJob("s5", ns_dir))
+    info = launcher.run_pause(PauseJob("s5", ns_dir, share_pid=True))
     try:
         launcher.close()
         assert not os.path.exists(f"/proc/{launcher.pid}")  # reaped by close()
@@ -165,7 +165,7 @@ def test_a_pause_whose_pid_never_reached_the_record_is_still_released(launcher, 
     """The daemon records the pause's pid once the launcher answers: killed before that, its sandbox record
     has no pid, and StopPodSandbox finds the pause through the note it leaves beside its pins."""
     ns_dir = layout.ns_dir("s8")
-    info = launcher.run_pause(PauseJob("s8", ns_dir))
+    info = launcher.run_pause(PauseJob("s8", ns_dir, share_pid=True))
     record = SandboxRecord(id="s8", config="", created_at=0)
     try:
         assert record.pause_pid == 0 and _alive(info.pid, info.start_time)

@@ -65,7 +65,7 @@ def _snapshot(node: CriNode) -> tuple[dict, dict, dict]:
 def test_kill9_daemon_keeps_pods_and_reports_exits_meanwhile(node):
     running = {}
     for i in range(PODS):
-        pod = node.run_pod(f"pod{i}")
+        pod = node.run_pod(f"pod{i}", share_pid=i % 2 == 0)  # with a pause process, and held by pins alone
         running[pod] = node.run_container(pod, f"pod{i}")
     quitter_pod = node.run_pod("quitter")
     quitter = node.run_container(quitter_pod, "quitter", command=("sh", "-c", "sleep 2; exit 7"))

@@ -148,13 +148,17 @@ class CriNode(PyruntimeCri):
     def pull(self, image: str) -> None:
         self.images.PullImage(api_pb2.PullImageRequest(image=api_pb2.ImageSpec(image=image)), timeout=120)
 
-    def pod_config(self, name: str) -> api_pb2.PodSandboxConfig:
-        return api_pb2.PodSandboxConfig(
+    def pod_config(self, name: str, share_pid: bool = True) -> api_pb2.PodSandboxConfig:
+        """`share_pid`: the pod's containers share a pid namespace (POD, the CRI's default: the pod has a pause
+        process) or each has its own (CONTAINER, as the kubelet asks for most pods: no pause process)."""
+        config = api_pb2.PodSandboxConfig(
             metadata=api_pb2.PodSandboxMetadata(name=name, namespace="resilience", uid=f"uid-{name}"),
             hostname=name, log_directory=str(self.work / "logs" / name))
+        config.linux.security_context.namespace_options.pid = api_pb2.POD if share_pid else api_pb2.CONTAINER
+        return config
 
-    def run_pod(self, name: str, timeout: float = 60) -> str:
-        return self.rt.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=self.pod_config(name)),
+    def run_pod(self, name: str, timeout: float = 60, share_pid: bool = True) -> str:
+        return self.rt.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=self.pod_config(name, share_pid)),
                                      timeout=timeout).pod_sandbox_id
 
     def run_container(self, pod_id: str, pod_name: str, name: str = "main", *, image: str = BUSYBOX,

@@ -390,7 +390,7 @@ def test_recover_after_restart(env):
     env.launcher.supervisors[1].kill()
     env.launcher.supervisors[1].wait()
     record = SandboxRecord.load(os.path.join(env.layout.sandbox_dir(gone_pod), "sandbox.json"))
-    record.pause_pid = 0
+    record.pause_start_time += 1  # its pid names another process now
     record.dump(os.path.join(env.layout.sandbox_dir(gone_pod), "sandbox.json"))
     env.build()
     env.store.recover()
@@ -404,6 +404,25 @@ def test_recover_after_restart(env):
     with pytest.raises(AlreadyExistsError):  # names are reserved again
         run_pod(env)
     assert sorted(c.id for c in env.containers.list(None)) == sorted([running, lost])
+
+
+def test_a_pod_without_a_pause_is_held_by_its_pins_and_one_cut_short_is_not(env):
+    """A pod that shares no pid namespace has no pause process (pid 0): its pinned namespaces keep it ready
+    across a restart. A run cut short before its namespaces were made is not ready after one."""
+    env.launcher.run_pause = lambda job: SimpleNamespace(pid=0, start_time=0,
+                                                         namespaces={"net": os.path.join(job.ns_dir, "net")})
+    held = run_pod(env)
+    cut = run_pod(env, "cut")
+    path = os.path.join(env.layout.sandbox_dir(cut), "sandbox.json")
+    record = SandboxRecord.load(path)
+    record.pinned, record.ips = False, []
+    record.dump(path)
+    env.watcher.stop()
+    env.build()
+    env.store.recover()
+    env.sandboxes.recover()
+    assert env.sandboxes.status(held).status.state == api_pb2.SANDBOX_READY
+    assert env.sandboxes.status(cut).status.state == api_pb2.SANDBOX_NOTREADY
 
 
 def test_recover_skips_a_corrupt_record(env):

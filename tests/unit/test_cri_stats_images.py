@@ -66,10 +66,19 @@ def test_disk_usage_counts_hard_links_once(tmp_path):
     assert stats.disk_usage(str(tmp_path / "none")) == (0, 0)
 
 
-def test_network_usage_of_this_process():
-    net = stats.network_usage(os.getpid(), 1)
-    assert net is not None and all(i.name != "lo" for i in net.interfaces)
-    assert stats.network_usage(2**22 + 1, 1) is None
+NET_DEV = "\n".join([  # /proc/net/dev: two header lines, then per interface 8 receive and 8 transmit figures
+    "Inter-|   Receive                                                |  Transmit",
+    " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier",
+    "    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0",
+    "  eth0: 5000 40 2 1 0 0 0 0 7000 50 3 0 0 0 0 0",
+])
+
+
+def test_network_usage_of_a_net_dev():
+    net = stats.network_usage(NET_DEV, 1)
+    assert [i.name for i in net.interfaces] == ["eth0"] and net.default_interface.name == "eth0"
+    eth0 = net.interfaces[0]
+    assert (eth0.rx_bytes.value, eth0.rx_errors.value, eth0.tx_bytes.value, eth0.tx_errors.value) == (5000, 2, 7000, 3)
 
 
 # what critest v1.37.0 (pkg/validate/pod.go) expects of ListMetricDescriptors, but the names it lists as
@@ -105,11 +114,11 @@ def test_cgroup_samples_match_their_descriptors(data):
     assert values["container_cpu_usage_seconds_total", ()] == (5 if data is V1 else 0)
 
 
-def test_network_samples_of_this_process():
-    samples = stats.network_samples(os.getpid())
-    assert all(extra != ["lo"] for _, extra, _ in samples)
+def test_network_samples_of_a_net_dev():
+    samples = stats.network_samples(NET_DEV)
+    assert {tuple(extra) for _, extra, _ in samples} == {("eth0",)}
     assert {name for name, _, _ in samples} <= {n for n in stats._DESCRIPTORS if "_network_" in n}
-    assert stats.network_samples(2**22 + 1) == []
+    assert ("container_network_receive_bytes_total", ["eth0"], 5000) in samples
 
 
 def test_process_figures_of_this_process():
