@@ -216,11 +216,11 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     pki_dir = STATE / "pki"
     server = f"https://{CP_IP}:{APISERVER_PORT}"
     ca = pki.control_plane(pki_dir, CP_IP)
-    pki.user_kubeconfig(ca, STATE / "super-admin.kubeconfig", server, "kubernetes-super-admin", ("system:masters",))
-    pki.user_kubeconfig(ca, admin_kubeconfig(), server, "kubernetes-admin", ("kubeadm:cluster-admins",))
-    cm = pki.user_kubeconfig(ca, STATE / "controller-manager.kubeconfig", server, "system:kube-controller-manager")
-    scheduler = pki.user_kubeconfig(ca, STATE / "scheduler.kubeconfig", server, "system:kube-scheduler")
-    proxy = pki.user_kubeconfig(ca, STATE / "kube-proxy.kubeconfig", server, "system:kube-proxy")
+    for stem, (user, groups) in pki.CONTROL_PLANE_USERS.items():
+        pki.user_kubeconfig(ca, STATE / f"{stem}.kubeconfig", server, user, groups)
+    proxy = STATE / "kube-proxy.kubeconfig"
+    argvs = components.control_plane_argvs(address=CP_IP, port=APISERVER_PORT, pki=pki_dir, etcd_dir=STATE / "etcd",
+                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE)
 
     d = daemons()
     hosts_dir = STATE / "certs.d"
@@ -231,28 +231,24 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         record.save()
 
     print("control plane: etcd, kube-apiserver", file=out)
-    d.start("etcd", components.etcd_argv(STATE / "etcd", *ETCD_PORTS), log_dir / "etcd.log", CP_NETNS)
-    d.start("kube-apiserver", components.apiserver_argv(etcd=f"http://127.0.0.1:{ETCD_PORTS[0]}", address=CP_IP,
-                                                        port=APISERVER_PORT, pki=pki_dir),
-            log_dir / "kube-apiserver.log", CP_NETNS)
+    for name in ("etcd", "kube-apiserver"):
+        d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
     admin = pki_dir / "super-admin"
     hosts.wait_for("kube-apiserver /readyz", lambda: _ready(server, pki_dir / "ca.crt", admin), 120,
                    failed=lambda: _dead(d, "etcd", "kube-apiserver"))
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUBEADM_RBAC}))
-    d.start("kube-controller-manager", components.controller_manager_argv(kubeconfig=cm, pki=pki_dir),
-            log_dir / "kube-controller-manager.log", CP_NETNS)
-    d.start("kube-scheduler", components.scheduler_argv(kubeconfig=scheduler), log_dir / "kube-scheduler.log",
-            CP_NETNS)
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
 
     for n in record.nodes:
         print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
         node = n.node()
         for hierarchy in cgroup_hierarchies():  # the stock kubelet wants its cgroup root to exist
             (hierarchy / node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
-        ca.issue(f"kubelet-{n.name}-serving", f"system:node:{n.name}", groups=("system:nodes",), client=False,
-                 server=True, hosts=(n.address, n.name))
-        kubeconfig = pki.user_kubeconfig(ca, STATE / f"kubelet-{n.name}.kubeconfig", server,
-                                         f"system:node:{n.name}", ("system:nodes",))
+        ca.ensure(pki.kubelet_serving(n.name, n.address))
+        client = pki.kubelet_client(n.name)
+        kubeconfig = pki.user_kubeconfig(ca, STATE / f"{client.name}.kubeconfig", server, client.common_name,
+                                         client.groups)
         # its plugins start the CNI helper of the node's netns (110 pods Running in 13 s, not 40): `down` stops it
         d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns)
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,

@@ -91,3 +91,24 @@ def kube_proxy_argv(*, kubeconfig: Path, node: str, cluster_cidr: str = CLUSTER_
     return [peer("kube-proxy"), "--kubeconfig", str(kubeconfig), "--proxy-mode", "iptables",
             "--hostname-override", node, "--cluster-cidr", cluster_cidr, "--conntrack-max-per-core", "0",
             "--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"]
+
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")  # in the order they start
+
+
+def control_plane_argvs(*, address: str, port: int, pki: Path, etcd_dir: Path, etcd_ports: tuple[int, int],
+                        kubeconfigs: Path, cluster_cidr: str = CLUSTER_CIDR,
+                        service_cidr: str = SERVICE_CIDR) -> dict[str, list[str]]:
+    """Every control-plane daemon's command line, by name in CONTROL_PLANE's order: the apiserver on
+    `address`:`port`, etcd beside it on loopback, the controller manager and the scheduler with the
+    kubeconfigs named after them in `kubeconfigs` (pki.CONTROL_PLANE_USERS). `make cluster` runs them in a
+    namespace, the lab as systemd units or on the host."""
+    return {
+        "etcd": etcd_argv(etcd_dir, *etcd_ports),
+        "kube-apiserver": apiserver_argv(etcd=f"http://127.0.0.1:{etcd_ports[0]}", address=address, port=port,
+                                         pki=pki, service_cidr=service_cidr),
+        "kube-controller-manager": controller_manager_argv(
+            kubeconfig=kubeconfigs / "controller-manager.kubeconfig", pki=pki, cluster_cidr=cluster_cidr,
+            service_cidr=service_cidr),
+        "kube-scheduler": scheduler_argv(kubeconfig=kubeconfigs / "scheduler.kubeconfig"),
+    }
