@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
-import requests
 
 from pykubelet.pods.termination import cgroup_hierarchies
 from pynode_cluster import components, hosts, pki
@@ -44,22 +43,6 @@ CONTAINERD_RUN = Path("/run/containerd")  # containerd 1.6's shims put their soc
 # what the stock kubelet sets on the host (protectKernelDefaults is off), put back by `down`
 KERNEL_KNOBS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
                 "kernel/keys/root_maxbytes")
-
-# What kubeadm adds to the API server's bootstrap RBAC that matters here: its admins' group is cluster-admin
-# (admin.kubeconfig and the apiserver's kubelet client are in it), and kube-proxy's service account is a
-# node-proxier (the bootstrap binding covers the user system:kube-proxy, which our kube-proxy is).
-# The node ClusterRoleBinding kubeadm once made is not needed with the Node authorizer.
-KUBEADM_RBAC = [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "kubeadm:cluster-admins"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]},
-    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "kubeadm:node-proxier"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
-     "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
-]
 
 
 class ClusterError(RuntimeError):
@@ -234,9 +217,11 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     for name in ("etcd", "kube-apiserver"):
         d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
     admin = pki_dir / "super-admin"
-    hosts.wait_for("kube-apiserver /readyz", lambda: _ready(server, pki_dir / "ca.crt", admin), 120,
+    hosts.wait_for("kube-apiserver /readyz",
+                   lambda: components.apiserver_ready(server, pki_dir / "ca.crt", admin), 120,
                    failed=lambda: _dead(d, "etcd", "kube-apiserver"))
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUBEADM_RBAC}))
+    kubectl("apply", "-f", "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": components.KUBEADM_RBAC}))
     for name in ("kube-controller-manager", "kube-scheduler"):
         d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
 
@@ -281,14 +266,6 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
-
-
-def _ready(server: str, ca: Path, client: Path) -> bool:
-    try:
-        return requests.get(f"{server}/readyz", timeout=2, verify=str(ca),
-                            cert=(f"{client}.crt", f"{client}.key")).status_code == 200
-    except requests.RequestException:
-        return False
 
 
 def _dead(d: hosts.Daemons, *names: str) -> str | None:

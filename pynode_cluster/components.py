@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import requests
+
 PEERS = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "kubernetes"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the apiserver's cert must name it
@@ -18,6 +20,31 @@ CLUSTER_CIDR = "10.244.0.0/16"  # pod CIDRs of the nodes, a /24 each
 ISSUER = "https://kubernetes.default.svc"
 APISERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local")
+
+# What kubeadm adds to the API server's bootstrap RBAC that matters here: its admins' group is cluster-admin
+# (admin.kubeconfig and the apiserver's kubelet client are in it), and kube-proxy's service account is a
+# node-proxier (the bootstrap binding covers the user system:kube-proxy, which our kube-proxy is).
+# The node ClusterRoleBinding kubeadm once made is not needed with the Node authorizer.
+KUBEADM_RBAC: list[dict] = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:cluster-admins"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]},
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:node-proxier"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
+     "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
+]
+
+
+def apiserver_ready(server: str, ca: Path, client: Path) -> bool:
+    """Whether the apiserver at `server` answers /readyz 200 to the client pair CLIENT.crt, CLIENT.key."""
+    try:
+        return requests.get(f"{server}/readyz", timeout=2, verify=str(ca),
+                            cert=(f"{client}.crt", f"{client}.key")).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def peer(name: str) -> str:
