@@ -71,6 +71,7 @@ def _check_free(lab: Lab) -> None:
     """Each address:port the control plane binds is free (a clear message rather than a daemon's log)."""
     for address, port in [(lab.control_plane_ip, lab.apiserver_port), *(("127.0.0.1", p) for p in LOOPBACK_PORTS)]:
         with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the daemons do: TIME_WAIT is no owner
             try:
                 s.bind((address, port))
             except OSError as e:
