@@ -37,6 +37,19 @@ KUBEADM_RBAC: list[dict] = [
      "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
 ]
 
+# Every registry whose name the test images, critest or a runtime's defaults (containerd's sandbox image) use
+MIRRORED_REGISTRIES = ("registry.k8s.io", "k8s.gcr.io", "gcr.io", "docker.io", "registry-1.docker.io", "quay.io")
+
+
+def mirror_hosts(mirror: str, registries: tuple[str, ...] = MIRRORED_REGISTRIES) -> dict[str, str]:
+    """containerd's certs.d layout (also read by pyruntime's image store), as relative path -> text, sending each
+    registry to the plain HTTP mirror at host:port `mirror`, for pull and resolve; `_default` covers any other
+    name. The mirror is also each one's `server`, the upstream a client falls back to when the mirror lacks an
+    image: a node without network (a test's, the lab's VMs) never reaches out, not even for a DNS lookup."""
+    text = (f'server = "http://{mirror}"\n\n[host."http://{mirror}"]\n'
+            f'  capabilities = ["pull", "resolve"]\n  skip_verify = true\n')
+    return {f"{name}/hosts.toml": text for name in (*registries, "_default")}
+
 
 def apiserver_ready(server: str, ca: Path, client: Path) -> bool:
     """Whether the apiserver at `server` answers /readyz 200 to the client pair CLIENT.crt, CLIENT.key."""

@@ -76,6 +76,7 @@ class Lab:
     apiserver_port: int = APISERVER_PORT
     service_cidr: str = components.SERVICE_CIDR
     cluster_cidr: str = components.CLUSTER_CIDR
+    registry_mirror: str = ""  # host:port of a plain-HTTP registry the nodes pull every image from ("": none)
 
     @classmethod
     def make(cls, control_plane_ip: str, nodes: list[tuple[str, str]], cluster_cidr: str = components.CLUSTER_CIDR,
@@ -106,7 +107,7 @@ class Lab:
     def to_json(self) -> str:
         return json.dumps({"schema": SCHEMA, "control_plane": {"ip": self.control_plane_ip},
                            "apiserver_port": self.apiserver_port, "service_cidr": self.service_cidr,
-                           "cluster_cidr": self.cluster_cidr,
+                           "cluster_cidr": self.cluster_cidr, "registry_mirror": self.registry_mirror or None,
                            "nodes": [dataclasses.asdict(n) for n in self.nodes]}, indent=2) + "\n"
 
     @classmethod
@@ -126,7 +127,9 @@ class Lab:
                                   for i, n in enumerate(data["nodes"])),
                       apiserver_port=_field(data, "apiserver_port", int, where),
                       service_cidr=_field(data, "service_cidr", str, where),
-                      cluster_cidr=_field(data, "cluster_cidr", str, where))
+                      cluster_cidr=_field(data, "cluster_cidr", str, where),
+                      registry_mirror=_field(data, "registry_mirror", str, where) if data.get("registry_mirror")
+                      else "")
         except (KeyError, TypeError, AttributeError) as e:
             raise LabError(f"{where}: missing or malformed {e}") from e
         lab.validate(where)
@@ -175,6 +178,8 @@ class Lab:
             cidrs.append(cidr)
         if not 0 < self.apiserver_port < 65536:
             raise LabError(f"{where}: apiserver_port {self.apiserver_port}: not a port")
+        if self.registry_mirror and not re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", self.registry_mirror):
+            raise LabError(f"{where}: registry_mirror {self.registry_mirror!r}: HOST:PORT")
 
 
 def _field(data: dict, key: str, kind: type, where: str):
@@ -378,6 +383,13 @@ class System:
         self.changes.append(f"linked {path} -> {target}")
         return True
 
+    def remove(self, path: Path) -> bool:
+        if not path.exists():
+            return False
+        path.unlink()
+        self.changes.append(f"removed {path}")
+        return True
+
     def sysctl(self, proc_sys: Path, key: str, value: str) -> bool:
         path = proc_sys / key.replace(".", "/")
         if path.read_text().strip() == value:
@@ -456,6 +468,11 @@ def _node_files(lab: Lab, name: str, lab_dir: Path, layout: Layout, system: Syst
     # the runtime reads its CNI conf dir again when it changes: no restart
     system.write(node.network_file, node.network(n.pod_cidr).encode())
     layout.certs_d.mkdir(parents=True, exist_ok=True)
+    for path, text in components.mirror_hosts(lab.registry_mirror or "-").items():
+        if lab.registry_mirror:
+            system.write(layout.certs_d / path, text.encode())
+        else:
+            system.remove(layout.certs_d / path)
     system.write(layout.modules_conf, "".join(f"{m}\n" for m in NODE_MODULES).encode())
     for module in NODE_MODULES:
         if not (layout.proc_sys / "net" / "bridge").is_dir():

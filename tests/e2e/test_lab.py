@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -79,7 +78,7 @@ def _words(line: str) -> list[str]:
 def lab_env(tmp_path: Path, monkeypatch):
     """lab.json and the PKI (prepare's), the bridge, make cluster's state dirs pointed here; torn down whatever
     happens."""
-    config = lab.Lab.make(CP, NODES, cluster_cidr=CLUSTER_CIDR)
+    config = lab.Lab.make(CP, NODES, cluster_cidr=CLUSTER_CIDR, registry_mirror=f"{CP}:{cluster_registry.PORT}")
     lab_dir = tmp_path / "lab"
     lab_dir.mkdir()
     (lab_dir / "lab.json").write_text(config.to_json())
@@ -121,15 +120,15 @@ def test_two_provisioned_nodes_join_the_hosts_control_plane_and_their_pods_reach
     assert lab_host.up(lab_dir / "lab.json", CP) == 0
     assert "node/lab-2" in kubectl("get", "nodes", "-o", "name").stdout  # made with its pod CIDR, before its kubelet
     registry_daemons = hosts.Daemons(cluster.STATE / "pids")  # cluster._down stops it with the rest
-    mirror_dir = tmp_path / "certs.d"
-    cluster_registry.start(registry_daemons, "", CP, tmp_path / "registry", mirror_dir, tmp_path / "registry.log")
+    host = cluster_registry.start(registry_daemons, "", CP, tmp_path / "registry", tmp_path / "certs.d",
+                                  tmp_path / "registry.log")
+    assert host == config.registry_mirror  # apply writes the nodes' certs.d for it
 
     for name, ip in NODES:
         netns = f"pylab-{name}"
         hosts.make_host(netns, BRIDGE, f"{ip}/24")
         hosts.sysctl(netns, "net.ipv4.ip_forward", "1")
         layout = node_layout(tmp_path, name)
-        shutil.copytree(mirror_dir, layout.certs_d)
         (tmp_path / "logs").mkdir(exist_ok=True)
         system = NamespaceSystem(netns=netns, node=name, units=layout.units,
                                  daemons=hosts.Daemons(cluster.STATE / "pids"), logs=tmp_path / "logs")

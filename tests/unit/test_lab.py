@@ -61,6 +61,7 @@ def test_each_node_gets_its_own_pod_cidr_and_lab_json_round_trips(tmp_path: Path
     (lambda d: d.update(apiserver_port="6443"), r"apiserver_port is '6443', not a int"),
     (lambda d: d.pop("nodes"), r"missing or malformed 'nodes'"),
     (lambda d: d.update(schema=2), r"schema is 2"),
+    (lambda d: d.update(registry_mirror="http://x:5000"), r"registry_mirror 'http://x:5000': HOST:PORT"),
 ])
 def test_a_wrong_lab_json_is_refused_naming_the_field(tmp_path: Path, change, message) -> None:
     data = json.loads(lab.Lab.make(CP, NODES).to_json())
@@ -244,6 +245,7 @@ def test_apply_node_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout
     kubeconfig = json.loads((layout.etc / "kubelet-node-1.kubeconfig").read_text())
     assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://10.205.0.1:6443"
     assert (node.cni_bin / "pybridge").stat().st_mode & 0o111
+    assert not list(layout.certs_d.iterdir())  # no mirror: images come from the registries their names say
 
     again = system.fresh()
     assert lab.apply("node", "node-1", lab_dir / "lab.json", again, layout) == []
@@ -291,3 +293,17 @@ def test_the_lab_module_runs_without_the_test_extra() -> None:
     """The VMs install the wheel's dependencies only: psutil (the test extra) must not be needed."""
     code = "import sys; sys.modules['psutil'] = None; import pynode_cluster.lab"
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_a_registry_mirror_goes_into_the_nodes_certs_d_and_out_again(lab_dir: Path, layout: lab.Layout) -> None:
+    config = lab.Lab.load(lab_dir / "lab.json")
+    (lab_dir / "lab.json").write_text(replace(config, registry_mirror="10.205.0.1:5000").to_json())
+    system = FakeSystem()
+    lab.apply("node", "node-1", lab_dir / "lab.json", system, layout)
+    hosts_toml = (layout.certs_d / "registry.k8s.io" / "hosts.toml").read_text()
+    assert 'server = "http://10.205.0.1:5000"' in hosts_toml and (layout.certs_d / "_default" / "hosts.toml").exists()
+    assert lab.apply("node", "node-1", lab_dir / "lab.json", system.fresh(), layout) == []
+    (lab_dir / "lab.json").write_text(config.to_json())
+    changes = lab.apply("node", "node-1", lab_dir / "lab.json", system.fresh(), layout)
+    assert f"removed {layout.certs_d / 'docker.io' / 'hosts.toml'}" in changes
+    assert not list(layout.certs_d.rglob("*.toml"))

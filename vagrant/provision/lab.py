@@ -147,9 +147,10 @@ def _stanza(deb: Path) -> str:
 
 # ---- prepare -----------------------------------------------------------------------------------------------
 
-def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], with_debs: bool = True) -> int:
+def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], registry_mirror: str = "",
+            with_debs: bool = True) -> int:
     started = time.monotonic()
-    config = lab.Lab.make(control_plane_ip, nodes)
+    config = lab.Lab.make(control_plane_ip, nodes, registry_mirror=registry_mirror)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps: list[tuple[str, list[str]]] = []
@@ -188,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--control-plane-ip", required=True)
     prep.add_argument("--node", type=_node, action="append", required=True, metavar="NAME=IP",
                       help="a node VM, in order (node i gets the pod CIDR 10.244.i.0/24)")
+    prep.add_argument("--registry-mirror", default="", metavar="HOST:PORT",
+                      help="a plain-HTTP registry the nodes pull every image from (VMs without network)")
     prep.add_argument("--no-debs", dest="debs", action="store_false",
                       help="no Debian packages (for VMs that have them or reach a mirror)")
     cp = sub.add_parser("control-plane", help="the lab's control plane on this host (root)")
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "prepare":
-            return prepare(args.out, args.control_plane_ip, args.node, args.debs)
+            return prepare(args.out, args.control_plane_ip, args.node, args.registry_mirror, args.debs)
         if os.geteuid() != 0:
             p.error("the control plane writes under /var/lib/pynode: run it as root")
         from pynode_cluster import lab_host
