@@ -219,7 +219,7 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     admin = pki_dir / "super-admin"
     hosts.wait_for("kube-apiserver /readyz",
                    lambda: components.apiserver_ready(server, pki_dir / "ca.crt", admin), 120,
-                   failed=lambda: _dead(d, "etcd", "kube-apiserver"))
+                   failed=lambda: d.exited("etcd", "kube-apiserver"))
     kubectl("apply", "-f", "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": components.KUBEADM_RBAC}))
     for name in ("kube-controller-manager", "kube-scheduler"):
@@ -237,14 +237,14 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         # its plugins start the CNI helper of the node's netns (110 pods Running in 13 s, not 40): `down` stops it
         d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns)
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,
-                       failed=lambda n=n: _dead(d, f"{n.name}-{runtime}"))
+                       failed=lambda n=n: d.exited(f"{n.name}-{runtime}"))
         d.start(f"{n.name}-{kubelet}", node.kubelet_argv(kubeconfig, pki_dir), log_dir / f"{n.name}-{kubelet}.log",
                 n.netns)
     for n in record.nodes:
         n.pod_cidr = hosts.wait_for(
             f"{n.name} registered with a pod CIDR",
             lambda n=n: kubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}", check=False).stdout, 90,
-            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
+            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
         record.routes.append(f"{n.pod_cidr} via {n.address}")
         record.save()
         hosts.ip("route", "add", n.pod_cidr, "via", n.address)
@@ -262,17 +262,10 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         hosts.wait_for(f"{n.name} Ready", lambda n=n: kubectl(
             "get", "node", n.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
             check=False).stdout == "True", 90,
-            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
+            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
-
-
-def _dead(d: hosts.Daemons, *names: str) -> str | None:
-    for name in names:
-        if d.process(name) is None:
-            return f"{name} exited; its log ends:\n{d.log(name)}"
-    return None
 
 
 # ---- down --------------------------------------------------------------------------------------------------

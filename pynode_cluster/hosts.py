@@ -103,6 +103,14 @@ class Daemons:
             pass
         return None
 
+    def exited(self, *names: str) -> str | None:
+        """The first of `names` that no longer runs, with the end of its log; None while all run (a wait's
+        `failed`)."""
+        for name in names:
+            if self.process(name) is None:
+                return f"{name} exited; its log ends:\n{self.log(name)}"
+        return None
+
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.json")) if self.dir.is_dir() else []
 

@@ -17,11 +17,10 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 
-from pynode_cluster import components, hosts
+from pynode_cluster import cluster, components, hosts
 from pynode_cluster.lab import ETCD_PORTS, Lab, LabError, kubeconfig, node_objects
 from pynode_cluster.pki import CONTROL_PLANE_USERS
 from pyruntime.fsutil import atomic_write
@@ -97,24 +96,9 @@ def _up(lab: Lab, pki: Path, out, timeout: float) -> None:
         if name == "kube-apiserver":
             hosts.wait_for("kube-apiserver /readyz",
                            lambda: components.apiserver_ready(lab.server, pki / "ca.crt", pki / "super-admin"),
-                           timeout, failed=lambda: _dead(d, "etcd", "kube-apiserver"))
-            _kubectl("apply", "-f", "-",
-                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": node_objects(lab)}))
-
-
-def _dead(d: hosts.Daemons, *names: str) -> str | None:
-    for name in names:
-        if d.process(name) is None:
-            return f"{name} exited; its log ends:\n{d.log(name)}"
-    return None
-
-
-def _kubectl(*args: str, input: str | None = None) -> str:
-    argv = [components.peer("kubectl"), "--kubeconfig", str(STATE / "super-admin.kubeconfig"), *args]
-    result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=60)
-    if result.returncode != 0:
-        raise LabError(f"kubectl {' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
-    return result.stdout
+                           timeout, failed=lambda: d.exited("etcd", "kube-apiserver"))
+            cluster.kubectl("apply", "-f", "-", kubeconfig=STATE / "super-admin.kubeconfig",
+                            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": node_objects(lab)}))
 
 
 def down(out=None) -> int:
