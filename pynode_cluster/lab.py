@@ -53,6 +53,7 @@ PEERS = tuple(dict.fromkeys(CONTROL_PLANE_PEERS + NODE_PEERS))
 # through kube-proxy's iptables rules (a Service whose endpoint is on the same bridge)
 NODE_SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
 NODE_MODULES = ("br_netfilter",)  # what makes net.bridge.* exist
+IP = "/bin/ip"  # iproute2's, where Debian 12 installs it (systemd wants an absolute path)
 
 
 class LabError(RuntimeError):
@@ -246,13 +247,15 @@ class Layout:
 @dataclass(frozen=True)
 class Unit:
     """One daemon as a systemd service `pynode-NAME.service`; `inputs` are the files it reads at start, so a
-    change of one restarts it."""
+    change of one restarts it. A `oneshot` unit runs `argv` and then each of `more` once, at boot."""
     name: str
     argv: list[str]
     description: str
     after: tuple[str, ...] = ()
     service: tuple[str, ...] = ()  # more [Service] lines
     inputs: tuple[Path, ...] = ()
+    oneshot: bool = False
+    more: tuple[list[str], ...] = ()
 
     @property
     def file(self) -> str:
@@ -260,10 +263,11 @@ class Unit:
 
     def render(self) -> str:
         after = " ".join(["network-online.target", *(f"pynode-{a}.service" for a in self.after)])
+        kind = ["Type=oneshot", "RemainAfterExit=yes"] if self.oneshot else ["Restart=always", "RestartSec=2"]
         lines = ["# written by `python -m pynode_cluster.lab apply` (vagrant/provision): edits are overwritten",
                  "[Unit]", f"Description={self.description}", "Wants=network-online.target", f"After={after}",
-                 "", "[Service]", "ExecStart=" + " ".join(map(_exec_arg, self.argv)), "Restart=always",
-                 "RestartSec=2", *self.service, "", "[Install]", "WantedBy=multi-user.target", ""]
+                 "", "[Service]", *kind, *("ExecStart=" + " ".join(map(_exec_arg, a)) for a in (self.argv, *self.more)),
+                 *self.service, "", "[Install]", "WantedBy=multi-user.target", ""]
         return "\n".join(lines)
 
 
@@ -311,6 +315,16 @@ def node_units(lab: Lab, name: str, layout: Layout) -> list[Unit]:
                                                       cluster_cidr=lab.cluster_cidr),
              "kube-proxy", after=(node.kubelet,), inputs=_kubeconfig_inputs(layout, "kube-proxy")),
     ]
+
+
+def routes_unit(lab: Lab, name: str | None) -> list[Unit]:
+    """The routes to the other nodes' pod CIDRs (every node's for the control plane, `name` None), set again at
+    each boot (apply sets them at once too)."""
+    routes = [[IP, "route", "replace", n.pod_cidr, "via", n.ip] for n in lab.nodes if n.name != name]
+    if not routes:
+        return []
+    return [Unit("routes", routes[0], "routes to the lab's pod CIDRs through their nodes", oneshot=True,
+                 more=tuple(routes[1:]))]
 
 
 def _kubeconfig_inputs(layout: Layout, stem: str) -> tuple[Path, ...]:
@@ -449,7 +463,7 @@ def _control_plane_files(lab: Lab, lab_dir: Path, layout: Layout, system: System
             changed.add(layout.etc / f"{stem}.kubeconfig")
     admin = kubeconfig(lab, layout.pki, "admin", pki.CONTROL_PLANE_USERS["admin"][0])
     system.write(layout.root_kubeconfig, admin, 0o600)
-    return [(u, any(p in changed for p in u.inputs)) for u in control_plane_units(lab, layout)]
+    return [(u, any(p in changed for p in u.inputs)) for u in control_plane_units(lab, layout) + routes_unit(lab, None)]
 
 
 def _node_files(lab: Lab, name: str, lab_dir: Path, layout: Layout, system: System) -> list[tuple[Unit, bool]]:
@@ -481,7 +495,7 @@ def _node_files(lab: Lab, name: str, lab_dir: Path, layout: Layout, system: Syst
     system.write(layout.sysctl_conf, "".join(f"{k} = {v}\n" for k, v in NODE_SYSCTLS.items()).encode())
     for key, value in NODE_SYSCTLS.items():
         system.sysctl(layout.proc_sys, key, value)
-    return [(u, any(p in changed for p in u.inputs)) for u in node_units(lab, name, layout)]
+    return [(u, any(p in changed for p in u.inputs)) for u in node_units(lab, name, layout) + routes_unit(lab, name)]
 
 
 def _routes(lab: Lab, name: str | None, system: System) -> None:

@@ -148,6 +148,19 @@ def test_the_node_units_run_make_clusters_command_lines(tmp_path: Path, peers: P
     assert "After=network-online.target pynode-pyruntime-cri.service" in kubelet.render()
 
 
+def test_the_routes_come_back_at_boot_through_a_oneshot_unit() -> None:
+    config = lab.Lab.make(CP, NODES)
+    (unit,) = lab.routes_unit(config, "node-1")
+    text = unit.render()
+    assert "Type=oneshot" in text and "RemainAfterExit=yes" in text and "Restart=" not in text
+    assert "ExecStart=/bin/ip route replace 10.244.2.0/24 via 10.205.0.22" in text
+    (control_plane,) = lab.routes_unit(config, None)
+    assert [x for x in control_plane.render().splitlines() if x.startswith("ExecStart=")] == [
+        "ExecStart=/bin/ip route replace 10.244.1.0/24 via 10.205.0.21",
+        "ExecStart=/bin/ip route replace 10.244.2.0/24 via 10.205.0.22"]
+    assert lab.routes_unit(lab.Lab.make(CP, NODES[:1]), "node-1") == []  # one node: nothing to route
+
+
 def test_exec_start_quotes_what_systemd_would_split_or_expand() -> None:
     argv = ["/bin/x", "a b", "50%", "$HOME", 'say "hi"', "back\\slash", ""]
     unit = lab.Unit("x", argv, "x")
@@ -229,7 +242,8 @@ def layout(tmp_path: Path, monkeypatch) -> lab.Layout:
 def test_apply_node_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout) -> None:
     system = FakeSystem()
     changes = lab.apply("node", "node-1", lab_dir / "lab.json", system, layout)
-    units = {"pynode-pyruntime-cri.service", "pynode-pykubelet.service", "pynode-kube-proxy.service"}
+    units = {"pynode-pyruntime-cri.service", "pynode-pykubelet.service", "pynode-kube-proxy.service",
+             "pynode-routes.service"}
     assert system.enabled == units and system.active == units
     assert system.routes == {"10.244.2.0/24": "10.205.0.22"}  # the other node's pods, not its own
     assert (layout.proc_sys / "net/ipv4/ip_forward").read_text() == "1"
@@ -270,7 +284,7 @@ def test_apply_restarts_only_the_daemon_whose_file_changed(lab_dir: Path, layout
 def test_apply_control_plane_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout) -> None:
     system = FakeSystem()
     changes = lab.apply("control-plane", "control-plane", lab_dir / "lab.json", system, layout)
-    assert system.active == {f"pynode-{n}.service" for n in components.CONTROL_PLANE}
+    assert system.active == {f"pynode-{n}.service" for n in (*components.CONTROL_PLANE, "routes")}
     assert system.routes == {"10.244.1.0/24": "10.205.0.21", "10.244.2.0/24": "10.205.0.22"}
     assert "kubectl apply: node/node-1 created" in changes
     nodes = {k: json.loads(v) for k, v in system.objects.items() if k.startswith("node/")}
