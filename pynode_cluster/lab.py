@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import filecmp
 import ipaddress
 import json
 import os
@@ -370,11 +371,11 @@ class System:
         return True
 
     def copy(self, source: Path, path: Path, mode: int = 0o755) -> bool:
-        """A peer binary: copied (through a temporary file, renamed) unless the same size and mtime are there."""
-        src = source.stat()
+        """A peer binary: copied (through a temporary file, renamed) unless the same bytes are there. The same
+        size and mtime count as the same bytes; an upload that did not keep the mtime (Vagrant's file
+        provisioner) is compared byte for byte."""
         try:
-            dst = path.stat()
-            if (dst.st_size, dst.st_mtime_ns, dst.st_mode & 0o7777) == (src.st_size, src.st_mtime_ns, mode):
+            if path.stat().st_mode & 0o7777 == mode and filecmp.cmp(source, path, shallow=True):
                 return False
         except OSError:
             pass
@@ -416,26 +417,32 @@ class System:
 # ---- apply -------------------------------------------------------------------------------------------------
 
 def apply(role: str, name: str, config: Path, system: System, layout: Layout = Layout(),
-          ready_timeout: float = 180) -> list[str]:
-    """Makes this machine the lab's `role` (`name` is the node's for a node); returns what changed."""
+          ready_timeout: float = 180, code_changed: bool = False) -> list[str]:
+    """Makes this machine the lab's `role` (`name` is the node's for a node); returns what changed.
+    `code_changed`: the project was installed anew (provision.sh says so), so the daemons that run its code
+    (the ones started by this interpreter's launchers) restart, as do those whose peer binary was replaced."""
     if role not in ROLES:
         raise LabError(f"role {role!r}: one of {', '.join(ROLES)}")
     lab = Lab.load(config)
     lab_dir = config.parent
     if role == "node":
         lab.node(name)  # names the nodes if it is not one
+    replaced: set[str] = set()  # programs whose file changed
     for peer in CONTROL_PLANE_PEERS if role == "control-plane" else NODE_PEERS:
         source = lab_dir / "bin" / peer
         if not source.is_file():
             raise LabError(f"{source} is missing: `lab.py prepare` copies the peers there")
-        system.copy(source, components.PEERS / peer)
+        if system.copy(source, components.PEERS / peer):
+            replaced.add(str(components.PEERS / peer))
+    if code_changed:
+        replaced |= {str(Path(sys.executable).with_name(n)) for n in ("pyruntime-cri", "pykubelet")}
     system.symlink(layout.kubectl_link, components.PEERS / "kubectl")
     if role == "control-plane":
         units = _control_plane_files(lab, lab_dir, layout, system)
     else:
         units = _node_files(lab, name, lab_dir, layout, system)
     _routes(lab, None if role == "control-plane" else name, system)
-    _units(units, layout, system)
+    _units([(u, changed or u.argv[0] in replaced) for u, changed in units], layout, system)
     if role == "control-plane":
         _api_objects(lab, layout, system, ready_timeout)
     return system.changes
@@ -550,10 +557,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("role", choices=ROLES)
     a.add_argument("name", help="the node's name in lab.json (the control plane's is informational)")
     a.add_argument("--config", type=Path, required=True, help="lab.json; its directory holds bin/ and pki/")
+    a.add_argument("--code-changed", action="store_true",
+                   help="the project was just (re)installed: restart the daemons that run its code")
     args = p.parse_args(argv)
     started = time.monotonic()
     try:
-        changes = apply(args.role, args.name, args.config.resolve(), System())
+        changes = apply(args.role, args.name, args.config.resolve(), System(), code_changed=args.code_changed)
     except LabError as e:
         print(f"lab apply {args.role} {args.name}: {e}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -261,6 +262,8 @@ def test_apply_node_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout
     assert (node.cni_bin / "pybridge").stat().st_mode & 0o111
     assert not list(layout.certs_d.iterdir())  # no mirror: images come from the registries their names say
 
+    for peer in (lab_dir / "bin").iterdir():  # uploaded again, as Vagrant's file provisioner does: new mtimes
+        os.utime(peer, (1e9, 1e9))
     again = system.fresh()
     assert lab.apply("node", "node-1", lab_dir / "lab.json", again, layout) == []
     assert not any(c[1] in ("daemon-reload", "restart", "start", "enable") for c in again.calls
@@ -279,6 +282,12 @@ def test_apply_restarts_only_the_daemon_whose_file_changed(lab_dir: Path, layout
     assert changes == [f"wrote {kubelet_json}", "route 10.244.2.0/24 via 10.205.0.22",
                        "restarted pynode-pykubelet.service"]
     assert ["systemctl", "daemon-reload"] not in again.calls
+
+    (lab_dir / "bin" / "kube-proxy").write_text("#!/bin/sh\necho a new kube-proxy\n")
+    assert lab.apply("node", "node-1", lab_dir / "lab.json", system.fresh(), layout) == [
+        f"installed {components.PEERS / 'kube-proxy'}", "restarted pynode-kube-proxy.service"]
+    assert lab.apply("node", "node-1", lab_dir / "lab.json", system.fresh(), layout, code_changed=True) == [
+        "restarted pynode-pyruntime-cri.service", "restarted pynode-pykubelet.service"]
 
 
 def test_apply_control_plane_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout) -> None:

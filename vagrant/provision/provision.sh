@@ -44,13 +44,16 @@ fi
 set -- "$LAB"/wheelhouse/pynode-*.whl
 wheel=$1
 sum=$(sha256sum "$wheel" | cut -d' ' -f1)
+code_changed=""
 if [ "$(cat "$VENV/.pynode-wheel" 2>/dev/null || true)" != "$sum" ]; then
     echo "installing $(basename "$wheel")"
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-index --find-links "$LAB/wheelhouse" "$wheel"
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-index --no-deps --force-reinstall "$wheel"
     echo "$sum" > "$VENV/.pynode-wheel.tmp"
     mv "$VENV/.pynode-wheel.tmp" "$VENV/.pynode-wheel"
+    code_changed=--code-changed  # the daemons that run the project's code restart
 fi
 
 # 3. the rest, in Python
-exec "$VENV/bin/python" -m pynode_cluster.lab apply "$ROLE" "$NAME" --config "$LAB/lab.json"
+# $code_changed unquoted: no word at all when empty
+exec "$VENV/bin/python" -m pynode_cluster.lab apply "$ROLE" "$NAME" --config "$LAB/lab.json" $code_changed
