@@ -30,7 +30,8 @@ if [ -n "$missing" ]; then
     mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial" "$APT_DIR/sources.list.d"
     echo "deb [trusted=yes] file:$LAB/debs ./" > "$APT_DIR/sources.list"
     set -- -o "Dir::Etc::SourceList=$APT_DIR/sources.list" -o "Dir::Etc::SourceParts=$APT_DIR/sources.list.d" \
-        -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache" -o "APT::Get::List-Cleanup=false"
+        -o "Dir::State::Lists=$APT_DIR/lists" -o "Dir::Cache=$APT_DIR/cache" -o "APT::Get::List-Cleanup=false" \
+        -o "DPkg::Lock::Timeout=300"  # a fresh VM's apt-daily may hold dpkg's lock for a while
     echo "installing from $LAB/debs:$missing"
     apt-get "$@" -q update
     # shellcheck disable=SC2086  # one word per package
