@@ -8,8 +8,8 @@ through them.
 
 Daemons outlive the command that starts them, so each one's pid and start time go into a file under the
 state dir: `down` ends exactly those (a pid whose start time differs is someone else's now) and never a
-process by name. The start time is the kernel's, in ticks since boot: the wall-clock one psutil gives adds the boot
-time, which moves by a second when the clock is adjusted, and a daemon would then look gone.
+process by name. The start time is the kernel's, in ticks since boot: the wall-clock one psutil gives by default
+adds the boot time, which moves by a second when the clock is adjusted, and a daemon would then look gone.
 """
 from __future__ import annotations
 
@@ -103,6 +103,14 @@ class Daemons:
             pass
         return None
 
+    def exited(self, *names: str) -> str | None:
+        """The first of `names` that no longer runs, with the end of its log; None while all run (a wait's
+        `failed`)."""
+        for name in names:
+            if self.process(name) is None:
+                return f"{name} exited; its log ends:\n{self.log(name)}"
+        return None
+
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.json")) if self.dir.is_dir() else []
 
@@ -121,12 +129,11 @@ class Daemons:
         (self.dir / f"{name}.json").unlink(missing_ok=True)
 
 
-def start_ticks(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat: when `pid` started, in clock ticks since boot (None once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
+def start_ticks(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field; psutil has no call for it:
+    its create_time adds the boot time). The command name before it may hold spaces and parentheses, so the
+    fields are counted from the last ')'."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()  # a command name is any bytes, not always UTF-8
     return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
