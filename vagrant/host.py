@@ -13,6 +13,7 @@ daemons and which pool it started in RUN/started.json, so `teardown` stops those
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -81,11 +82,13 @@ def _save(started: dict) -> None:
 
 
 def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat: tells a daemon we started from a later process that reused its pid."""
+    """Field 22 of /proc/PID/stat: tells a daemon we started from a later process that reused its pid. None once
+    it has ended, also while it is a zombie (a subreaper such as the test session reaps it later)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def _libvirt_chains() -> list[str]:
@@ -210,6 +213,12 @@ def teardown() -> list[str]:
         left += _remove_chains(started.pop("chains"))
         _save(started)
     shutil.rmtree(LAB_VAR / "console", ignore_errors=True)
+    for log in Path("/var/log/libvirt/qemu").glob(f"{PREFIX}*.log"):
+        log.unlink()
+    with contextlib.suppress(OSError):
+        LAB_VAR.rmdir()  # when the pool went with it
+    if not started["daemons"] and not started["pool"]:
+        shutil.rmtree(RUN, ignore_errors=True)
     return left
 
 
