@@ -20,15 +20,21 @@ sys.exit({func}())
 """
 
 
-def install(directory: Path, python: Path | None = None) -> list[Path]:
-    """Writes one launcher per plugin atomically; returns their paths."""
+def launchers(python: Path | None = None) -> dict[str, str]:
+    """Each plugin's executable name and its launcher's text (for `python`, default this interpreter)."""
     python = python or Path(sys.executable)
     site = sysconfig.get_paths()["purelib"]
+    return {name: TEMPLATE.format(python=python, repo=str(REPO), site=site, func=func)
+            for name, func in EXECUTABLES.items()}
+
+
+def install(directory: Path, python: Path | None = None) -> list[Path]:
+    """Writes one launcher per plugin atomically; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, func in EXECUTABLES.items():
+    for name, text in launchers(python).items():
         path = directory / name
-        atomic_write(path, TEMPLATE.format(python=python, repo=str(REPO), site=site, func=func), 0o755)
+        atomic_write(path, text, 0o755)
         written.append(path)
     return written
 

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
-import requests
 
 from pykubelet.pods.termination import cgroup_hierarchies
 from pynode_cluster import components, hosts, pki
@@ -44,22 +43,6 @@ CONTAINERD_RUN = Path("/run/containerd")  # containerd 1.6's shims put their soc
 # what the stock kubelet sets on the host (protectKernelDefaults is off), put back by `down`
 KERNEL_KNOBS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys",
                 "kernel/keys/root_maxbytes")
-
-# What kubeadm adds to the API server's bootstrap RBAC that matters here: its admins' group is cluster-admin
-# (admin.kubeconfig and the apiserver's kubelet client are in it), and kube-proxy's service account is a
-# node-proxier (the bootstrap binding covers the user system:kube-proxy, which our kube-proxy is).
-# The node ClusterRoleBinding kubeadm once made is not needed with the Node authorizer.
-KUBEADM_RBAC = [
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "kubeadm:cluster-admins"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]},
-    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}},
-    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-     "metadata": {"name": "kubeadm:node-proxier"},
-     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
-     "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
-]
 
 
 class ClusterError(RuntimeError):
@@ -216,11 +199,11 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     pki_dir = STATE / "pki"
     server = f"https://{CP_IP}:{APISERVER_PORT}"
     ca = pki.control_plane(pki_dir, CP_IP)
-    pki.user_kubeconfig(ca, STATE / "super-admin.kubeconfig", server, "kubernetes-super-admin", ("system:masters",))
-    pki.user_kubeconfig(ca, admin_kubeconfig(), server, "kubernetes-admin", ("kubeadm:cluster-admins",))
-    cm = pki.user_kubeconfig(ca, STATE / "controller-manager.kubeconfig", server, "system:kube-controller-manager")
-    scheduler = pki.user_kubeconfig(ca, STATE / "scheduler.kubeconfig", server, "system:kube-scheduler")
-    proxy = pki.user_kubeconfig(ca, STATE / "kube-proxy.kubeconfig", server, "system:kube-proxy")
+    for stem, (user, groups) in pki.CONTROL_PLANE_USERS.items():
+        pki.user_kubeconfig(ca, STATE / f"{stem}.kubeconfig", server, user, groups)
+    proxy = STATE / "kube-proxy.kubeconfig"
+    argvs = components.control_plane_argvs(address=CP_IP, port=APISERVER_PORT, pki=pki_dir, etcd_dir=STATE / "etcd",
+                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE)
 
     d = daemons()
     hosts_dir = STATE / "certs.d"
@@ -231,39 +214,37 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         record.save()
 
     print("control plane: etcd, kube-apiserver", file=out)
-    d.start("etcd", components.etcd_argv(STATE / "etcd", *ETCD_PORTS), log_dir / "etcd.log", CP_NETNS)
-    d.start("kube-apiserver", components.apiserver_argv(etcd=f"http://127.0.0.1:{ETCD_PORTS[0]}", address=CP_IP,
-                                                        port=APISERVER_PORT, pki=pki_dir),
-            log_dir / "kube-apiserver.log", CP_NETNS)
+    for name in ("etcd", "kube-apiserver"):
+        d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
     admin = pki_dir / "super-admin"
-    hosts.wait_for("kube-apiserver /readyz", lambda: _ready(server, pki_dir / "ca.crt", admin), 120,
-                   failed=lambda: _dead(d, "etcd", "kube-apiserver"))
-    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": KUBEADM_RBAC}))
-    d.start("kube-controller-manager", components.controller_manager_argv(kubeconfig=cm, pki=pki_dir),
-            log_dir / "kube-controller-manager.log", CP_NETNS)
-    d.start("kube-scheduler", components.scheduler_argv(kubeconfig=scheduler), log_dir / "kube-scheduler.log",
-            CP_NETNS)
+    hosts.wait_for("kube-apiserver /readyz",
+                   lambda: components.apiserver_ready(server, pki_dir / "ca.crt", admin), 120,
+                   failed=lambda: d.exited("etcd", "kube-apiserver"))
+    kubectl("apply", "-f", "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": components.KUBEADM_RBAC}))
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
 
     for n in record.nodes:
         print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
         node = n.node()
         for hierarchy in cgroup_hierarchies():  # the stock kubelet wants its cgroup root to exist
             (hierarchy / node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
-        ca.issue(f"kubelet-{n.name}-serving", f"system:node:{n.name}", groups=("system:nodes",), client=False,
-                 server=True, hosts=(n.address, n.name))
-        kubeconfig = pki.user_kubeconfig(ca, STATE / f"kubelet-{n.name}.kubeconfig", server,
-                                         f"system:node:{n.name}", ("system:nodes",))
+        ca.ensure(pki.kubelet_serving(n.name, n.address))
+        client = pki.kubelet_client(n.name)
+        kubeconfig = pki.user_kubeconfig(ca, STATE / f"{client.name}.kubeconfig", server, client.common_name,
+                                         client.groups)
         # its plugins start the CNI helper of the node's netns (110 pods Running in 13 s, not 40): `down` stops it
         d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns)
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,
-                       failed=lambda n=n: _dead(d, f"{n.name}-{runtime}"))
+                       failed=lambda n=n: d.exited(f"{n.name}-{runtime}"))
         d.start(f"{n.name}-{kubelet}", node.kubelet_argv(kubeconfig, pki_dir), log_dir / f"{n.name}-{kubelet}.log",
                 n.netns)
     for n in record.nodes:
         n.pod_cidr = hosts.wait_for(
             f"{n.name} registered with a pod CIDR",
             lambda n=n: kubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}", check=False).stdout, 90,
-            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
+            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
         record.routes.append(f"{n.pod_cidr} via {n.address}")
         record.save()
         hosts.ip("route", "add", n.pod_cidr, "via", n.address)
@@ -281,25 +262,10 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         hosts.wait_for(f"{n.name} Ready", lambda n=n: kubectl(
             "get", "node", n.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
             check=False).stdout == "True", 90,
-            failed=lambda n=n: _dead(d, f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
+            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
-
-
-def _ready(server: str, ca: Path, client: Path) -> bool:
-    try:
-        return requests.get(f"{server}/readyz", timeout=2, verify=str(ca),
-                            cert=(f"{client}.crt", f"{client}.key")).status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def _dead(d: hosts.Daemons, *names: str) -> str | None:
-    for name in names:
-        if d.process(name) is None:
-            return f"{name} exited; its log ends:\n{d.log(name)}"
-    return None
 
 
 # ---- down --------------------------------------------------------------------------------------------------

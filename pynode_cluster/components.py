@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import requests
+
 PEERS = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "kubernetes"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the apiserver's cert must name it
@@ -18,6 +20,44 @@ CLUSTER_CIDR = "10.244.0.0/16"  # pod CIDRs of the nodes, a /24 each
 ISSUER = "https://kubernetes.default.svc"
 APISERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                    "kubernetes.default.svc.cluster.local")
+
+# What kubeadm adds to the API server's bootstrap RBAC that matters here: its admins' group is cluster-admin
+# (admin.kubeconfig and the apiserver's kubelet client are in it), and kube-proxy's service account is a
+# node-proxier (the bootstrap binding covers the user system:kube-proxy, which our kube-proxy is).
+# The node ClusterRoleBinding kubeadm once made is not needed with the Node authorizer.
+KUBEADM_RBAC: list[dict] = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:cluster-admins"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+     "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "kubeadm:cluster-admins"}]},
+    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kube-proxy", "namespace": "kube-system"}},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+     "metadata": {"name": "kubeadm:node-proxier"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node-proxier"},
+     "subjects": [{"kind": "ServiceAccount", "name": "kube-proxy", "namespace": "kube-system"}]},
+]
+
+# Every registry whose name the test images, critest or a runtime's defaults (containerd's sandbox image) use
+MIRRORED_REGISTRIES = ("registry.k8s.io", "k8s.gcr.io", "gcr.io", "docker.io", "registry-1.docker.io", "quay.io")
+
+
+def mirror_hosts(mirror: str, registries: tuple[str, ...] = MIRRORED_REGISTRIES) -> dict[str, str]:
+    """containerd's certs.d layout (also read by pyruntime's image store), as relative path -> text, sending each
+    registry to the plain HTTP mirror at host:port `mirror`, for pull and resolve; `_default` covers any other
+    name. The mirror is also each one's `server`, the upstream a client falls back to when the mirror lacks an
+    image: a node without network (a test's, the lab's VMs) never reaches out, not even for a DNS lookup."""
+    text = (f'server = "http://{mirror}"\n\n[host."http://{mirror}"]\n'
+            f'  capabilities = ["pull", "resolve"]\n  skip_verify = true\n')
+    return {f"{name}/hosts.toml": text for name in (*registries, "_default")}
+
+
+def apiserver_ready(server: str, ca: Path, client: Path) -> bool:
+    """Whether the apiserver at `server` answers /readyz 200 to the client pair CLIENT.crt, CLIENT.key."""
+    try:
+        return requests.get(f"{server}/readyz", timeout=2, verify=str(ca),
+                            cert=(f"{client}.crt", f"{client}.key")).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def peer(name: str) -> str:
@@ -91,3 +131,24 @@ def kube_proxy_argv(*, kubeconfig: Path, node: str, cluster_cidr: str = CLUSTER_
     return [peer("kube-proxy"), "--kubeconfig", str(kubeconfig), "--proxy-mode", "iptables",
             "--hostname-override", node, "--cluster-cidr", cluster_cidr, "--conntrack-max-per-core", "0",
             "--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256"]
+
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")  # in the order they start
+
+
+def control_plane_argvs(*, address: str, port: int, pki: Path, etcd_dir: Path, etcd_ports: tuple[int, int],
+                        kubeconfigs: Path, cluster_cidr: str = CLUSTER_CIDR,
+                        service_cidr: str = SERVICE_CIDR) -> dict[str, list[str]]:
+    """Every control-plane daemon's command line, by name in CONTROL_PLANE's order: the apiserver on
+    `address`:`port`, etcd beside it on loopback, the controller manager and the scheduler with the
+    kubeconfigs named after them in `kubeconfigs` (pki.CONTROL_PLANE_USERS). `make cluster` runs them in a
+    namespace, the lab as systemd units or on the host."""
+    return {
+        "etcd": etcd_argv(etcd_dir, *etcd_ports),
+        "kube-apiserver": apiserver_argv(etcd=f"http://127.0.0.1:{etcd_ports[0]}", address=address, port=port,
+                                         pki=pki, service_cidr=service_cidr),
+        "kube-controller-manager": controller_manager_argv(
+            kubeconfig=kubeconfigs / "controller-manager.kubeconfig", pki=pki, cluster_cidr=cluster_cidr,
+            service_cidr=service_cidr),
+        "kube-scheduler": scheduler_argv(kubeconfig=kubeconfigs / "scheduler.kubeconfig"),
+    }

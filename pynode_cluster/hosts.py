@@ -78,7 +78,7 @@ class Daemons:
         with open(log, "ab") as out:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **(env or {})}, cwd=log.parent)
-        started = psutil.Process(proc.pid).create_time(monotonic=True)
+        started = start_ticks(proc.pid)
         (self.dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "start": started, "argv": argv,
                                                            "log": str(log), "netns": netns, "env": env}))
         return proc.pid
@@ -97,10 +97,18 @@ class Daemons:
         try:
             record = json.loads((self.dir / f"{name}.json").read_text())
             proc = psutil.Process(record["pid"])
-            if proc.create_time(monotonic=True) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
+            if start_ticks(proc.pid) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except (OSError, ValueError, psutil.Error):
             pass
+        return None
+
+    def exited(self, *names: str) -> str | None:
+        """The first of `names` that no longer runs, with the end of its log; None while all run (a wait's
+        `failed`)."""
+        for name in names:
+            if self.process(name) is None:
+                return f"{name} exited; its log ends:\n{self.log(name)}"
         return None
 
     def names(self) -> list[str]:
@@ -119,6 +127,14 @@ class Daemons:
         if proc is not None:
             terminate(proc, grace)
         (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
+def start_ticks(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field; psutil has no call for it:
+    its create_time adds the boot time). The command name before it may hold spaces and parentheses, so the
+    fields are counted from the last ')'."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
 def terminate(proc: psutil.Process, grace: float) -> None:

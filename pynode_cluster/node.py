@@ -128,28 +128,52 @@ class Node:
         install_plugins(self.cni_bin)
         self.cni_conf.mkdir(parents=True, exist_ok=True)
         self.run.mkdir(parents=True, exist_ok=True)
+        if self.runtime == "containerd":
+            work = self.dir / "containerd"
+            work.mkdir(parents=True, exist_ok=True)
+            (work / "containerd.toml").write_text(containerd_config(work, self.sock, self.cni_bin, self.cni_conf,
+                                                                    hosts_dir))
+        return self.runtime_command(hosts_dir)
+
+    def runtime_command(self, hosts_dir: Path) -> list[str]:
+        """The CRI server's command line alone (runtime_argv writes the files it reads)."""
         if self.runtime == "pyruntime-cri":
             return [launcher("pyruntime-cri"), "--listen", self.endpoint, "--root", str(self.dir / "cri-root"),
                     "--state", str(self.run / "cri-state"), "--cni-conf-dir", str(self.cni_conf),
                     "--cni-bin-dir", str(self.cni_bin), "--registry-config-dir", str(hosts_dir)]
         if self.runtime == "containerd":
-            work = self.dir / "containerd"
-            work.mkdir(parents=True, exist_ok=True)
-            config = work / "containerd.toml"
-            config.write_text(containerd_config(work, self.sock, self.cni_bin, self.cni_conf, hosts_dir))
+            config = self.dir / "containerd" / "containerd.toml"
             return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
         raise ValueError(f"runtime {self.runtime!r}: not one of {', '.join(RUNTIMES)}")
 
+    @property
+    def network_file(self) -> Path:
+        return self.cni_conf / "10-pynode.conflist"
+
+    def network(self, pod_cidr: str) -> str:
+        """The text of the node's pod network on `pod_cidr`."""
+        return json.dumps(pod_network(pod_cidr, self.dir / "ipam"), indent=2)
+
     def write_network(self, pod_cidr: str) -> Path:
-        path = self.cni_conf / "10-pynode.conflist"
+        path = self.network_file
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(pod_network(pod_cidr, self.dir / "ipam"), indent=2))
+        tmp.write_text(self.network(pod_cidr))
         tmp.rename(path)
         return path
 
+    @property
+    def kubelet_config_file(self) -> Path:
+        return self.dir / "kubelet.json"
+
     def kubelet_argv(self, kubeconfig: Path, pki: Path) -> list[str]:
-        """The kubelet for this node, serving on its address with a cert of the cluster CA, authorizing the
-        apiserver's calls by webhook as kubeadm's kubelets do."""
+        """The kubelet for this node (kubelet_command), its configuration written."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.kubelet_config_file.write_text(json.dumps(self.kubelet_config(pki), indent=2))
+        return self.kubelet_command(kubeconfig)
+
+    def kubelet_config(self, pki: Path) -> dict:
+        """The KubeletConfiguration: serving on the node's address with a cert of the cluster CA, authorizing
+        the apiserver's calls by webhook as kubeadm's kubelets do."""
         config: dict = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             "containerRuntimeEndpoint": self.endpoint, "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root,
@@ -161,20 +185,24 @@ class Node:
             "authorization": {"mode": "Webhook"},
             "failSwapOn": False, "failCgroupV1": False, "syncFrequency": "10s",
         }
-        root = self.dir / "kubelet"
         if self.kubelet == "kubelet":
             # the stock kubelet on hybrid (v1) cgroups, its files kept under the node's directory
             config |= {"volumePluginDir": str(self.dir / "volume-plugins"), "resolvConf": "",
                        "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
                        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
                                         "imagefs.available": "1%"}}
+        elif self.kubelet != "pykubelet":
+            raise ValueError(f"kubelet {self.kubelet!r}: not one of {', '.join(KUBELETS)}")
+        return config
+
+    def kubelet_command(self, kubeconfig: Path) -> list[str]:
+        """The kubelet's command line, reading kubelet_config_file."""
+        if self.kubelet == "kubelet":
             binary = peer("kubelet")
         elif self.kubelet == "pykubelet":
             binary = launcher("pykubelet")
         else:
             raise ValueError(f"kubelet {self.kubelet!r}: not one of {', '.join(KUBELETS)}")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "kubelet.json"
-        path.write_text(json.dumps(config, indent=2))
-        return [binary, "--config", str(path), "--kubeconfig", str(kubeconfig), "--hostname-override", self.name,
-                "--node-ip", self.address, "--root-dir", str(root), "-v", "2" if self.kubelet == "kubelet" else "0"]
+        return [binary, "--config", str(self.kubelet_config_file), "--kubeconfig", str(kubeconfig),
+                "--hostname-override", self.name, "--node-ip", self.address, "--root-dir", str(self.dir / "kubelet"),
+                "-v", "2" if self.kubelet == "kubelet" else "0"]

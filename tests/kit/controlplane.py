@@ -19,8 +19,7 @@ from pathlib import Path
 import requests
 
 from pynode_cluster import pki as pki_
-from pynode_cluster.cluster import KUBEADM_RBAC
-from pynode_cluster.components import apiserver_argv, etcd_argv, peer
+from pynode_cluster.components import KUBEADM_RBAC, apiserver_argv, etcd_argv, peer
 from pynode_cluster.pki import CA
 
 

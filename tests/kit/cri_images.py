@@ -26,6 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pynode_cluster.components import MIRRORED_REGISTRIES, mirror_hosts
 from tests.kit.busybox import ARCH, CACHE, busybox_from_deb, tar_directory
 from tests.kit.images import Entry, add_image, d, f, tar_entries, write_index
 
@@ -41,9 +42,6 @@ HTTPD_PREVIOUS = "registry.k8s.io/e2e-test-images/httpd:2.4.38-4"
 # critest specs that pull a reference pinned to an upstream digest: they cannot pass offline.
 DIGEST_PINNED_SPECS = ["public image with digest should be pulled and removed"]
 
-# Every registry whose name critest (or a runtime's defaults, e.g. containerd's sandbox image) uses.
-MIRRORED_REGISTRIES = ("registry.k8s.io", "k8s.gcr.io", "gcr.io", "docker.io", "registry-1.docker.io",
-                       "quay.io")
 
 # The users and groups of docker-library busybox:1.37.0, the base of cri-tools' own test images.
 BUSYBOX_PASSWD = """root:x:0:0:root:/root:/bin/sh
@@ -282,13 +280,8 @@ def push_all(registry, workdir: Path) -> list[str]:
 
 
 def write_hosts_dir(hosts_dir: Path, mirror: str, registries: tuple[str, ...] = MIRRORED_REGISTRIES) -> Path:
-    """containerd's certs.d layout (also read by pyruntime's image store) sending each registry to the plain
-    HTTP mirror at host:port `mirror`, for pull and resolve; `_default` covers any other name. The mirror is
-    also each one's `server`, the upstream a client falls back to when the mirror lacks an image: a test
-    must never reach out (not even a DNS lookup) to the real registry."""
-    for name in (*registries, "_default"):
-        d_ = Path(hosts_dir) / name
-        d_.mkdir(parents=True, exist_ok=True)
-        (d_ / "hosts.toml").write_text(f'server = "http://{mirror}"\n\n[host."http://{mirror}"]\n'
-                                       f'  capabilities = ["pull", "resolve"]\n  skip_verify = true\n')
+    """The certs.d mirror config (pynode_cluster.components.mirror_hosts) written into `hosts_dir`."""
+    for name, text in mirror_hosts(mirror, registries).items():
+        (Path(hosts_dir) / name).parent.mkdir(parents=True, exist_ok=True)
+        (Path(hosts_dir) / name).write_text(text)
     return Path(hosts_dir)
