@@ -4,10 +4,10 @@ emulation, joined to a control plane on this host, a deployment on it, and nothi
 The module's fixture walks the lab as a user would, with the host's preconditions checked first (libvirt, memory:
 a clear message and nothing made): the box (vagrant/box/build.sh, cached under ~/.cache/pynode/lab), what the
 guest is provisioned from (vagrant/provision/lab.py prepare), the lab's private libvirt network made before
-`vagrant up` (the control plane binds to its host side), the control plane and the test registry on that
-address, then `vagrant up node-1` with LAB_CONTROL_PLANE=host. The guest reaches nothing but that network.
-Its finalizer destroys the VM, removes the network, the pool's volumes, the routes and the daemons it started,
-and fails if libvirt still holds a domain, network or volume of the lab or a qemu process runs.
+`vagrant up` (the control plane binds to its host side), the control plane and the test registry (the node's
+image mirror) on that address, then `vagrant up node-1` with LAB_CONTROL_PLANE=host. The guest reaches nothing
+but that network. Its finalizer destroys the VM, removes the network, the pool's volumes, the routes and the
+daemons it started, and fails if libvirt still holds a domain, network or volume of the lab or a qemu process runs.
 
 Without vagrant/provision/lab.py (the guest side, written apart), a stand-in provision.sh (stub/) proves the
 upload and the shell provisioner, and the cluster tests are skipped. Times go to the terminal summary.
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from pynode_cluster import components, hosts
+from tests.kit import cluster_registry
 from tests.kit.cluster_admin import http
 from tests.kit.cri_images import HTTPD
 from tests.leakcheck import reap_orphans
@@ -36,13 +37,12 @@ HOST_PY = VAGRANT / "host.py"
 CACHE = Path.home() / ".cache" / "pynode" / "lab"
 LAB_DIR = VAGRANT / ".lab"  # lab.py's default: `control-plane up` reads its lab.json there
 STUB = Path(__file__).with_name("stub")
-SUBNET = "10.205.0"  # the Vagrantfile's
+SUBNET = "10.207.0"  # the Vagrantfile's
 HOST_IP, NODE, NODE_IP = f"{SUBNET}.1", "node-1", f"{SUBNET}.21"
 NETWORK = "pynode-lab-net"  # the Vagrantfile's private network, made here first so the control plane can bind
 MEMORY = 1536  # MiB of the VM; the host needs about 512 more for qemu, and the control plane's
 HOST_MEMORY = MEMORY + 512 + 1024
 ADMIN = Path("/var/lib/pynode/lab-host/admin.kubeconfig")  # lab_host's
-REGISTRY_PORT = 5000
 TIMES: dict[str, float] = {}  # printed by conftest.py's terminal summary
 pytestmark = pytest.mark.timeout(3000)  # the first test's setup holds the whole bring-up
 
@@ -120,15 +120,6 @@ def _remove_networks() -> None:
         run(["virsh", "-c", "qemu:///system", "net-undefine", net], check=False)
 
 
-def _registry(lab: Lab, root: Path) -> Path:
-    """The test registry (tests/kit) on the lab network's host side, and the certs.d mirror config the guest's
-    pyruntime-cri needs to pull from it over plain HTTP."""
-    from tests.kit import cluster_registry
-    hosts_dir = root / "certs.d"
-    cluster_registry.start(lab.registry, "", HOST_IP, root / "registry", hosts_dir, root / "registry.log")
-    return hosts_dir
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     check = run([sys.executable, str(HOST_PY), "check", "--memory", str(HOST_MEMORY)], check=False)
@@ -144,7 +135,8 @@ def lab(tmp_path_factory):
         started = time.monotonic()
         if lab.full:
             run([sys.executable, str(LAB_PY), "prepare", "--out", str(LAB_DIR), "--control-plane-ip", HOST_IP,
-                 "--node", f"{NODE}={NODE_IP}"], timeout=1800)
+                 "--node", f"{NODE}={NODE_IP}", "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}"],
+                timeout=1800)
         else:
             shutil.copytree(STUB, lab.env["LAB_DIR"])
         TIMES["lab.py prepare"] = time.monotonic() - started
@@ -153,12 +145,10 @@ def lab(tmp_path_factory):
             started = time.monotonic()
             run([sys.executable, str(LAB_PY), "control-plane", "up", "--config", str(LAB_DIR / "lab.json"),
                  "--ip", HOST_IP])
-            hosts_dir = _registry(lab, tmp)
+            cluster_registry.start(lab.registry, "", HOST_IP, tmp / "registry", tmp / "certs.d",
+                                   tmp / "registry.log")  # the nodes' mirror (lab.json's registry_mirror)
             TIMES["control plane and registry on the host"] = time.monotonic() - started
         lab.up(tmp / "vagrant-up.log")
-        if lab.full:  # the test registry's mirror config, before the first pull
-            lab.vagrant("upload", str(hosts_dir), "/tmp/pynode-certs.d", NODE)
-            lab.ssh("sudo mkdir -p /etc/pynode && sudo cp -rT /tmp/pynode-certs.d /etc/pynode/certs.d")
         yield lab
     finally:
         started = time.monotonic()
