@@ -53,8 +53,10 @@ echo "debootstrap: $((SECONDS - start)) s" >&2
 r="$work/rootfs"
 echo lab >"$r/etc/hostname"
 printf '/dev/vda / ext4 defaults,noatime 0 1\n' >"$r/etc/fstab"
-# the first interface (Vagrant's management network) by DHCP; Vagrant writes 50-vagrant-*.network for the others
-printf '[Match]\nName=eth0\n\n[Network]\nDHCP=yes\n' >"$r/etc/systemd/network/90-eth0.network"
+# the first interface (Vagrant's management network) by DHCP, known by its MAC (VMs of one box would otherwise
+# share a client id, and one lease); Vagrant writes 50-vagrant-*.network for the others
+printf '[Match]\nName=eth0\n\n[Network]\nDHCP=yes\n\n[DHCPv4]\nClientIdentifier=mac\n' \
+  >"$r/etc/systemd/network/90-eth0.network"
 ln -sf /lib/systemd/system/systemd-networkd.service "$r/etc/systemd/system/multi-user.target.wants/"
 # every VM gets host keys of its own at first boot, not the ones debootstrap made here
 rm -f "$r"/etc/ssh/ssh_host_*
