@@ -91,8 +91,9 @@ lab-setup: $(STAMPS)/venv
 lab-box: lab-setup
 	vagrant/box/build.sh --add
 
+# one VM after the other: the nodes join a control plane that is up (and 2 cores emulate one VM at a time best)
 lab-up: setup lab-box
-	cd vagrant && vagrant up
+	cd vagrant && vagrant up --no-parallel
 
 lab-down: $(STAMPS)/venv
 	cd vagrant && vagrant destroy -f
