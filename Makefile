@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
 .PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean \
-	cluster cluster-down
+	cluster cluster-down lab-setup lab-box lab-up lab-down test-lab
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -79,6 +79,31 @@ cluster: setup
 
 cluster-down: $(STAMPS)/venv
 	$(PY) vagrant/provision/cluster.py down
+
+# The Vagrant lab (vagrant/README.md), apart from `setup` and `test`: lab-setup installs the host's packages
+# (scripts/lab-packages.txt) and readies libvirt (vagrant/host.py: its daemons started by hand when they do not run);
+# lab-box builds and adds the libvirt box; lab-up brings up the VMs (LAB_NODES, LAB_MEMORY ... as the Vagrantfile
+# says); lab-down destroys them and stops what lab-setup started.
+lab-setup: $(STAMPS)/venv
+	scripts/install-apt.sh scripts/lab-packages.txt
+	$(PY) vagrant/host.py setup
+
+lab-box: lab-setup
+	vagrant/box/build.sh --add
+
+# one VM after the other: the nodes join a control plane that is up (and 2 cores emulate one VM at a time best)
+lab-up: setup lab-box
+	cd vagrant && vagrant up --no-parallel
+
+lab-down: $(STAMPS)/venv
+	cd vagrant && vagrant destroy -f
+	$(PY) vagrant/host.py teardown
+
+# One node VM of the lab under QEMU software emulation joined to a control plane on this host, a deployment on
+# it, and nothing left (tests/lab; about 8 minutes, 12 when the box is built: its own tier, `make test` does not
+# collect it; .ci/run calls it after `make test` when CI's 90 minutes hold it).
+test-lab: setup lab-setup
+	PYNODE_TEST_LAB=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab
 
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh
