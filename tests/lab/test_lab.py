@@ -8,15 +8,12 @@ guest is provisioned from (vagrant/provision/lab.py prepare), the lab's private 
 image mirror) on that address, then `vagrant up node-1` with LAB_CONTROL_PLANE=host. The guest reaches nothing
 but that network. Its finalizer destroys the VM, removes the network, the pool's volumes, the routes and the
 daemons it started, and fails if libvirt still holds a domain, network or volume of the lab or a qemu process runs.
-
-Without vagrant/provision/lab.py (the guest side, written apart), a stand-in provision.sh (stub/) proves the
-upload and the shell provisioner, and the cluster tests are skipped. Times go to the terminal summary.
+Times go to the terminal summary.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,7 +33,6 @@ LAB_PY = VAGRANT / "provision" / "lab.py"
 HOST_PY = VAGRANT / "host.py"
 CACHE = Path.home() / ".cache" / "pynode" / "lab"
 LAB_DIR = VAGRANT / ".lab"  # lab.py's default: `control-plane up` reads its lab.json there
-STUB = Path(__file__).with_name("stub")
 SUBNET = "10.207.0"  # the Vagrantfile's
 HOST_IP, NODE, NODE_IP = f"{SUBNET}.1", "node-1", f"{SUBNET}.21"
 NETWORK = "pynode-lab-net"  # the Vagrantfile's private network, made here first so the control plane can bind
@@ -64,11 +60,10 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 class Lab:
-    def __init__(self, dotfile: Path, full: bool):
-        self.full = full
+    def __init__(self, dotfile: Path):
         self.env = {"VAGRANT_HOME": str(CACHE / "vagrant.d"), "VAGRANT_DOTFILE_PATH": str(dotfile),
                     "LAB_CONTROL_PLANE": "host", "LAB_NODES": "1", "LAB_MEMORY": str(MEMORY),
-                    "LAB_PREPARE": "0", "LAB_DIR": str(LAB_DIR if full else dotfile.parent / "stub-lab"),
+                    "LAB_PREPARE": "0", "LAB_DIR": str(LAB_DIR),
                     "LAB_SUBNET": SUBNET}
         self.route = ""
         self.registry = hosts.Daemons(dotfile.parent / "registry-pids")
@@ -120,27 +115,23 @@ def lab(tmp_path_factory):
         pytest.fail(check.stderr.strip(), pytrace=False)  # nothing made yet
     begun = time.monotonic()
     tmp = tmp_path_factory.mktemp("lab")
-    lab = Lab(tmp / "dot", full=LAB_PY.exists())
+    lab = Lab(tmp / "dot")
     left: list[str] = []
     try:
         run([sys.executable, str(HOST_PY), "setup"])
         _box(lab.env)
         started = time.monotonic()
-        if lab.full:
-            run([sys.executable, str(LAB_PY), "prepare", "--out", str(LAB_DIR), "--control-plane-ip", HOST_IP,
-                 "--node", f"{NODE}={NODE_IP}", "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}"],
-                timeout=1800)
-        else:
-            shutil.copytree(STUB, lab.env["LAB_DIR"])
+        run([sys.executable, str(LAB_PY), "prepare", "--out", str(LAB_DIR), "--control-plane-ip", HOST_IP,
+             "--node", f"{NODE}={NODE_IP}", "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}"],
+            timeout=1800)
         TIMES["lab.py prepare"] = time.monotonic() - started
         _network()
-        if lab.full:
-            started = time.monotonic()
-            run([sys.executable, str(LAB_PY), "control-plane", "up", "--config", str(LAB_DIR / "lab.json"),
-                 "--ip", HOST_IP])
-            cluster_registry.start(lab.registry, "", HOST_IP, tmp / "registry", tmp / "certs.d",
-                                   tmp / "registry.log")  # the nodes' mirror (lab.json's registry_mirror)
-            TIMES["control plane and registry on the host"] = time.monotonic() - started
+        started = time.monotonic()
+        run([sys.executable, str(LAB_PY), "control-plane", "up", "--config", str(LAB_DIR / "lab.json"),
+             "--ip", HOST_IP])
+        cluster_registry.start(lab.registry, "", HOST_IP, tmp / "registry", tmp / "certs.d",
+                               tmp / "registry.log")  # the nodes' mirror (lab.json's registry_mirror)
+        TIMES["control plane and registry on the host"] = time.monotonic() - started
         lab.up()
         yield lab
     finally:
@@ -153,10 +144,9 @@ def lab(tmp_path_factory):
             hosts.ip("route", "del", lab.route, "via", NODE_IP, check=False)
         for name in lab.registry.names():
             lab.registry.stop(name)
-        if lab.full:
-            down = run([sys.executable, str(LAB_PY), "control-plane", "down"], check=False)
-            if down.returncode != 0:
-                left.append(f"control-plane down: {down.stdout}{down.stderr}")
+        down = run([sys.executable, str(LAB_PY), "control-plane", "down"], check=False)
+        if down.returncode != 0:
+            left.append(f"control-plane down: {down.stdout}{down.stderr}")
         _remove_networks()
         teardown = run([sys.executable, str(HOST_PY), "teardown"], check=False)
         reap_orphans()  # the daemons it stopped were orphans of this process (a subreaper: tests/conftest.py)
@@ -171,21 +161,11 @@ def lab(tmp_path_factory):
 
 def test_provisioned(lab):
     """The upload reached /opt/pynode-lab and provision.sh ran as ROLE NAME."""
-    if lab.full:
-        assert "pynode" in lab.ssh("ls /opt/pynode-lab/wheelhouse")
-        assert lab.ssh("systemctl is-system-running || true").strip() in ("running", "degraded")
-    else:
-        marker = lab.ssh("cat /var/lib/pynode-lab-stub")
-        assert marker.startswith(f"node {NODE} ") and "provision.sh" in marker, marker
-
-
-def _full(lab) -> None:
-    if not lab.full:
-        pytest.skip(f"{LAB_PY} (the guest side of the lab) is missing: the stand-in provision.sh ran")
+    assert "pynode" in lab.ssh("ls /opt/pynode-lab/wheelhouse")
+    assert lab.ssh("systemctl is-system-running || true").strip() in ("running", "degraded")
 
 
 def test_node_ready_and_deployment(lab):
-    _full(lab)
     started = time.monotonic()
     hosts.wait_for(f"{NODE} Ready", lambda: kubectl(
         "get", "node", NODE, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
@@ -223,6 +203,5 @@ def test_provision_again_changes_nothing(lab):
     lab.vagrant("provision", NODE)
     TIMES["vagrant provision again"] = time.monotonic() - started
     assert lab.ssh(snapshot) == before
-    if lab.full:
-        assert kubectl("get", "node", NODE, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
-                       ).stdout == "True"
+    assert kubectl("get", "node", NODE, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+                   ).stdout == "True"
