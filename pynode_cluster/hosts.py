@@ -24,6 +24,8 @@ from pathlib import Path
 
 import psutil
 
+from pyruntime.oci.state import process_start_time
+
 NETNS_DIR = Path("/run/netns")
 
 
@@ -78,7 +80,7 @@ class Daemons:
         with open(log, "ab") as out:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, env={**os.environ, **(env or {})}, cwd=log.parent)
-        started = start_ticks(proc.pid)
+        started = process_start_time(proc.pid)
         (self.dir / f"{name}.json").write_text(json.dumps({"pid": proc.pid, "start": started, "argv": argv,
                                                            "log": str(log), "netns": netns, "env": env}))
         return proc.pid
@@ -97,7 +99,7 @@ class Daemons:
         try:
             record = json.loads((self.dir / f"{name}.json").read_text())
             proc = psutil.Process(record["pid"])
-            if start_ticks(proc.pid) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
+            if process_start_time(proc.pid) == record["start"] and proc.status() != psutil.STATUS_ZOMBIE:
                 return proc
         except (OSError, ValueError, psutil.Error):
             pass
@@ -127,14 +129,6 @@ class Daemons:
         if proc is not None:
             terminate(proc, grace)
         (self.dir / f"{name}.json").unlink(missing_ok=True)
-
-
-def start_ticks(pid: int) -> int:
-    """When `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field; psutil has no call for it:
-    its create_time adds the boot time). The command name before it may hold spaces and parentheses, so the
-    fields are counted from the last ')'."""
-    stat = Path(f"/proc/{pid}/stat").read_bytes()  # a command name is any bytes, not always UTF-8
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
 def terminate(proc: psutil.Process, grace: float) -> None:

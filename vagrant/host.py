@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The lab's host side around libvirt: what `make lab-setup` readies and `make lab-clean` undoes.
+"""The lab's host side around libvirt: what `make lab-setup` readies and `make lab-down` undoes.
 
 `setup` makes libvirt usable on a machine whose PID 1 is not systemd (this workplace's): the system user that
 Debian's libvirt-daemon-system would add (its qemu driver refuses to start without it; that package itself
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pyruntime.oci.state import process_start_time  # pid + start: a daemon we started, not a pid reused
 
 PREFIX = "pynode-lab-"  # the Vagrantfile's domain and network prefix
 POOL = "pynode-lab"
@@ -81,16 +83,6 @@ def _save(started: dict) -> None:
     tmp.replace(RUN / "started.json")
 
 
-def _start_time(pid: int) -> str | None:
-    """Field 22 of /proc/PID/stat: tells a daemon we started from a later process that reused its pid. None once
-    it has ended, also while it is a zombie (a subreaper such as the test session reaps it later)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
 def _libvirt_chains() -> list[str]:
     """libvirt's iptables chains, as "TOOL TABLE CHAIN"."""
     found = []
@@ -148,7 +140,7 @@ def setup() -> None:
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         pid = int((RUN / f"{name}.pid").read_text())
-        started["daemons"][name] = [pid, _start_time(pid)]
+        started["daemons"][name] = [pid, process_start_time(pid)]
         _save(started)
         if not sock.exists():
             raise HostError(f"{name} started but {sock} did not appear: see /var/log/libvirt/{name}.log")
@@ -199,12 +191,12 @@ def teardown() -> list[str]:
     left = leftovers()
     for name in reversed(DAEMONS):  # libvirtd before virtlogd
         pid, start = started["daemons"].get(name, (None, None))
-        if pid is not None and _start_time(pid) == start:
+        if pid is not None and process_start_time(pid) == start:
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 30
-            while _start_time(pid) == start and time.monotonic() < deadline:
+            while process_start_time(pid) == start and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _start_time(pid) == start:
+            if process_start_time(pid) == start:
                 left.append(f"{name} (pid {pid}) did not stop on SIGTERM")
                 continue
         started["daemons"].pop(name, None)
