@@ -10,7 +10,7 @@ import pytest
 from pyruntime.cli.image import main
 from pyruntime.images.store import ImageStore
 from tests.integration.registry_server import Registry
-from tests.kit.busybox import build_busybox_image
+from tests.kit.busybox import build_busybox_image, static_busybox
 from tests.kit.images import build_layered_image
 
 
@@ -41,7 +41,7 @@ def test_export_then_import_round_trip_and_skopeo_reads_it(reg, tmp_path: Path) 
     assert imported.id == image.config_digest and imported.repo_tags == [ref]
     root = dst.prepare_rootfs(ref, "imported")
     try:
-        assert (root / "bin/busybox").stat().st_size == Path("/bin/busybox").stat().st_size
+        assert (root / "bin/busybox").stat().st_size == static_busybox().stat().st_size
     finally:
         dst.release_rootfs("imported")
 

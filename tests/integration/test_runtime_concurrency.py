@@ -67,8 +67,9 @@ def test_updates_lined_up_behind_a_held_lock_all_land(runtime, make_bundle):
                ("memory", "reservation"): ["--memory-reservation", str(48 * MIB)],
                ("pids", "limit"): ["--pids-limit", "77"],
                ("cpu", "shares"): ["--cpu-shares", "512"],
-               ("cpu", "quota"): ["--cpu-quota", "50000"],
-               ("blockIO", "weight"): ["--blkio-weight", "300"]}
+               ("cpu", "quota"): ["--cpu-quota", "50000"]}
+    if any(os.path.exists(f"/sys/fs/cgroup/blkio/{f}") for f in ("blkio.weight", "blkio.bfq.weight")):
+        updates[("blockIO", "weight")] = ["--blkio-weight", "300"]  # only under CFQ or BFQ
     fd = os.open(runtime.root / "c1", os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
