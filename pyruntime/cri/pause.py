@@ -180,7 +180,8 @@ def _recorded_pause(ns_dir: str) -> tuple[int, int]:
 def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
     """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
     the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
-    the cgroup once this process is gone). Exits once reported unless the pause stays (stays(job))."""
+    the cgroup once this process is gone). Exits once reported; the pause that stays (stays(job)) is the
+    child it forks as the pod's pid 1."""
     from pyruntime.cri import launcher
     pod_init = 0
     try:
