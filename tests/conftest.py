@@ -58,16 +58,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(autouse=True)
 def leak_check(request: pytest.FixtureRequest):
-    """Fails a root test that leaves a mount, netns, link, cgroup, state dir, process or iptables rule behind."""
-    if not _is_root_test(request.node) or os.environ.get("PYNODE_LEAKCHECK") == "0":
+    """Fails a root test that leaves a mount, netns, link, cgroup, state dir, process or iptables rule behind,
+    and any other test that leaves a process (found here, not at the session's end where no test is named)."""
+    if os.environ.get("PYNODE_LEAKCHECK") == "0":
         yield
         return
-    before = Snapshot.take()
+    take = Snapshot.take if _is_root_test(request.node) else Snapshot.processes
+    before = take()
     yield
     leaks: dict = {}
     for _ in range(20):  # processes being killed and links being deleted settle within a second
         reap_orphans()
-        leaks = Snapshot.take().leaked_since(before)
+        leaks = take().leaked_since(before)
         if not leaks:
             return
         time.sleep(0.05)

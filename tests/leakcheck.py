@@ -95,6 +95,11 @@ class Snapshot:
     kinds: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
+    def processes(cls) -> Snapshot:
+        """What a test without root can leave behind: a child process (a unit test's stand-in init)."""
+        return cls({"processes": _descendants()})
+
+    @classmethod
     def take(cls) -> Snapshot:
         return cls({
             "mounts": _mounts(),

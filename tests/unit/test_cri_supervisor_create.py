@@ -108,7 +108,7 @@ def test_a_failure_after_the_runtime_made_the_container_deletes_it(job, monkeypa
         raise FailedPreconditionError("memory.events: gone")
 
     monkeypatch.setattr(supervisor, "oom_count", no_cgroup)
-    pid, report = supervise(StandIn(job.bundle, "sleep 60"), job)
+    pid, report = supervise(StandIn(job.bundle, "exec sleep 60"), job)
     assert report == {"error": "FailedPreconditionError", "message": "memory.events: gone"}
     assert exit_code(pid) == 1
     assert os.path.exists(os.path.join(job.bundle, "deleted"))  # and the init with it, reaped by the supervisor
