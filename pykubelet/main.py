@@ -2,10 +2,11 @@
 file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
-before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop,
-the pod informer; then the pod workers (pykubelet/pods) over the pod sources (API pods and the static pods
-of --pod-manifest-path, whose mirror pods it keeps); without a kubeconfig, standalone mode: static pods
-only, no API client, statuses kept in memory and events logged. In both, the HTTPS server (pykubelet/server).
+before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop, the
+Node's pod CIDR handed to the runtime, the pod informer; then the pod workers (pykubelet/pods) over the pod
+sources (API pods and the static pods of --pod-manifest-path, whose mirror pods it keeps); without a
+kubeconfig, standalone mode: static pods only, no API client, statuses kept in memory and events logged. In
+both, the HTTPS server (pykubelet/server).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -43,7 +44,7 @@ def wait_for_runtime(runtime, stop: threading.Event) -> bool:
 
 
 def _wake_on(stop: threading.Event, wake: threading.Event) -> None:
-    """Wakes a loop that waits on `wake` (the status loop) once `stop` is set."""
+    """Wakes a loop that waits on `wake` (the status loop, the pod CIDR's) once `stop` is set."""
     stop.wait()
     wake.set()
 
@@ -117,8 +118,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                 log.warning("standalone mode without --pod-manifest-path: there is nothing to run")
         else:
             from pykubelet.api.client import make_client
-            from pykubelet.api.informer import pod_informer, service_informer
+            from pykubelet.api.informer import node_informer, pod_informer, service_informer
             from pykubelet.node.lease import NodeLease
+            from pykubelet.node.podcidr import PodCIDR
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
 
@@ -130,8 +132,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                 return
             api_pods = pod_informer(client, settings.node_name)
             services = service_informer(client)
-            loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run)]
-            threads.append(threading.Thread(target=_wake_on, args=(stop, status.changed), daemon=True))
+            node = node_informer(client, settings.node_name)
+            pod_cidr = PodCIDR(node, runtime, settings.node_name)
+            loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run),
+                      ("pod-cidr", pod_cidr.run)]
+            informers.append(node.start())
+            threads += [threading.Thread(target=_wake_on, args=(stop, wake), daemon=True)
+                        for wake in (status.changed, pod_cidr.changed)]
         static = None
         if settings.static_pod_path is not None:
             static = StaticPods(settings.static_pod_path, settings.node_name, settings.file_check_frequency)

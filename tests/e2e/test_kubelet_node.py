@@ -1,7 +1,8 @@
 """pykubelet as a node of a stock control plane: it registers as `system:node:NAME` through NodeRestriction,
 turns Ready with the machine's capacity, its addresses and the runtime's version, heartbeats through its
-Lease, reports a dead runtime as NotReady naming it (and Ready again when it is back), and stops cleanly
-on SIGTERM. On each CRI runtime of tests/e2e/conftest.py (containerd 1.6 and pyruntime-cri)."""
+Lease, hands the Node's pod CIDR to the runtime, reports a dead runtime as NotReady naming it (and Ready again
+when it is back), and stops cleanly on SIGTERM. On each CRI runtime of tests/e2e/conftest.py (containerd 1.6
+and pyruntime-cri)."""
 from __future__ import annotations
 
 import json
@@ -62,6 +63,18 @@ def test_node_registers_and_turns_ready(control_plane, cri, kubelet):
         assert condition(n, kind)["status"] == "False", condition(n, kind)
     wide = control_plane.kubectl("get", "node", NODE, "-o", "wide").stdout
     assert "Ready" in wide and NODE_IP in wide
+
+
+def test_the_nodes_pod_cidr_reaches_the_runtime(control_plane, cri, kubelet, runtime):
+    """Set by another (the controller manager in a cluster, the admin here), spec.podCIDRs go to the runtime
+    through CRI UpdateRuntimeConfig, as the stock kubelet's updatePodCIDR: pyruntime-cri's verbose Status
+    shows them; containerd (no CNI config template here) can only accept the call, which the kubelet logs."""
+    cidr = "10.99.0.0/24"
+    control_plane.kubectl("patch", "node", NODE, "-p", json.dumps({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}}))
+    if cri.name == "pyruntime-cri":
+        wait_for("the pod CIDR in pyruntime-cri's status", lambda: json.loads(
+            runtime.status(verbose=True).info["config"]).get("podCIDR") == cidr)
+    wait_for("the kubelet's word of it", lambda: f"pod CIDR {cidr} handed to the runtime" in kubelet.log_tail(100_000))
 
 
 def test_lease_renews(control_plane, kubelet):

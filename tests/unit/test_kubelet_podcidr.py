@@ -1,0 +1,84 @@
+"""The Node's pod CIDRs reach the runtime once per change, as the stock kubelet's updatePodCIDR: not before
+the Node has them, again when they change, and again after a call that failed."""
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import grpc
+
+from pykubelet.node.podcidr import PodCIDR, pod_cidrs
+from pykubelet.runtime import CRIError
+
+
+class NodeCache:
+    """The informer's interface as PodCIDR uses it."""
+
+    def __init__(self) -> None:
+        self.node: SimpleNamespace | None = None
+        self.handlers: list = []
+
+    def get(self, key: str):
+        return self.node if key == "node-1" else None
+
+    def add_handler(self, handler) -> None:
+        self.handlers.append(handler)
+
+    def set(self, cidrs: list[str] | None, single: str | None = None) -> None:
+        old, self.node = self.node, SimpleNamespace(spec=SimpleNamespace(podCIDRs=cidrs, podCIDR=single))
+        for handler in self.handlers:
+            handler("MODIFIED", old, self.node)
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.down = False
+
+    def update_runtime_config(self, pod_cidr: str) -> None:
+        if self.down:
+            raise CRIError("UpdateRuntimeConfig", grpc.StatusCode.UNAVAILABLE, "connection refused")
+        self.sent.append(pod_cidr)
+
+
+def test_sent_once_per_change_and_not_before_there_is_one() -> None:
+    cache, runtime = NodeCache(), Runtime()
+    pod_cidr = PodCIDR(cache, runtime, "node-1")  # type: ignore[arg-type]  # the stand-in runtime
+    pod_cidr.sync()
+    cache.set(None)
+    pod_cidr.sync()
+    assert runtime.sent == []  # no Node yet, then a Node without CIDRs: nothing to say
+    cache.set(["10.244.1.0/24", "fd00:10:244:1::/64"])
+    pod_cidr.sync()
+    pod_cidr.sync()
+    assert runtime.sent == ["10.244.1.0/24,fd00:10:244:1::/64"]  # dual-stack as one string, once
+    cache.set(["10.244.2.0/24"])
+    pod_cidr.sync()
+    assert runtime.sent[-1] == "10.244.2.0/24" and len(runtime.sent) == 2
+
+
+def test_a_failed_call_is_made_again() -> None:
+    cache, runtime = NodeCache(), Runtime()
+    pod_cidr = PodCIDR(cache, runtime, "node-1", retry=0.01)  # type: ignore[arg-type]  # the stand-in runtime
+    runtime.down = True
+    cache.set(["10.244.1.0/24"])
+    stop = threading.Event()
+    loop = threading.Thread(target=pod_cidr.run, args=(stop,))
+    loop.start()
+    try:
+        threading.Event().wait(0.05)
+        assert runtime.sent == [] and pod_cidr.applied == ""
+        runtime.down = False
+        for _ in range(200):
+            if runtime.sent:
+                break
+            threading.Event().wait(0.01)
+        assert runtime.sent == ["10.244.1.0/24"] and pod_cidr.applied == "10.244.1.0/24"
+    finally:
+        stop.set()
+        loop.join(5)
+
+
+def test_the_older_single_field_counts() -> None:
+    assert pod_cidrs(SimpleNamespace(spec=SimpleNamespace(podCIDRs=None, podCIDR="10.244.3.0/24"))) == "10.244.3.0/24"
+    assert pod_cidrs(None) == ""
