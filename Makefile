@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
 .PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean \
-	cluster cluster-down lab-setup lab-box lab-up lab-down test-lab
+	cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
 
 setup: apt $(STAMPS)/venv peers busybox
 
@@ -104,6 +104,11 @@ lab-down: $(STAMPS)/venv
 # collect it; .ci/run calls it after `make test` when CI's 90 minutes hold it).
 test-lab: setup lab-setup
 	PYNODE_TEST_LAB=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab
+
+# The whole lab in VMs as `make lab-up` brings it up (the control-plane VM and two nodes, about 7.5 GiB), the
+# cross-node check on it, and nothing left (tests/lab/test_lab_full.py; not part of CI).
+test-lab-full: setup lab-setup
+	PYNODE_TEST_LAB=1 PYNODE_TEST_LAB_FULL=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab/test_lab_full.py
 
 proto: $(STAMPS)/venv
 	scripts/gen-proto.sh

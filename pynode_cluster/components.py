@@ -105,13 +105,15 @@ def apiserver_argv(*, etcd: str, address: str, port: int, pki: Path, service_cid
 
 
 def controller_manager_argv(*, kubeconfig: Path, pki: Path, cluster_cidr: str = CLUSTER_CIDR,
-                            service_cidr: str = SERVICE_CIDR) -> list[str]:
-    """kubeadm's kube-controller-manager: node CIDR allocation, a token per controller, the root CA in every
-    namespace (kube-root-ca.crt, which kube-api-access volumes project) and the CSR signer."""
+                            service_cidr: str = SERVICE_CIDR, allocate_node_cidrs: bool = True) -> list[str]:
+    """kubeadm's kube-controller-manager: node CIDR allocation (unless whoever runs it gives the Nodes their
+    CIDRs), a token per controller, the root CA in every namespace (kube-root-ca.crt, which kube-api-access
+    volumes project) and the CSR signer."""
     return [peer("kube-controller-manager"), "--kubeconfig", str(kubeconfig),
             "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
             "--bind-address", "127.0.0.1", "--leader-elect=false",
-            "--allocate-node-cidrs", "--cluster-cidr", cluster_cidr, "--node-cidr-mask-size", "24",
+            f"--allocate-node-cidrs={str(allocate_node_cidrs).lower()}", "--cluster-cidr", cluster_cidr,
+            "--node-cidr-mask-size", "24",
             "--service-cluster-ip-range", service_cidr,
             "--use-service-account-credentials", "--root-ca-file", str(pki / "ca.crt"),
             "--service-account-private-key-file", str(pki / "sa.key"),
@@ -137,8 +139,8 @@ CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-sche
 
 
 def control_plane_argvs(*, address: str, port: int, pki: Path, etcd_dir: Path, etcd_ports: tuple[int, int],
-                        kubeconfigs: Path, cluster_cidr: str = CLUSTER_CIDR,
-                        service_cidr: str = SERVICE_CIDR) -> dict[str, list[str]]:
+                        kubeconfigs: Path, cluster_cidr: str = CLUSTER_CIDR, service_cidr: str = SERVICE_CIDR,
+                        allocate_node_cidrs: bool = True) -> dict[str, list[str]]:
     """Every control-plane daemon's command line, by name in CONTROL_PLANE's order: the apiserver on
     `address`:`port`, etcd beside it on loopback, the controller manager and the scheduler with the
     kubeconfigs named after them in `kubeconfigs` (pki.CONTROL_PLANE_USERS). `make cluster` runs them in a
@@ -149,6 +151,6 @@ def control_plane_argvs(*, address: str, port: int, pki: Path, etcd_dir: Path, e
                                          pki=pki, service_cidr=service_cidr),
         "kube-controller-manager": controller_manager_argv(
             kubeconfig=kubeconfigs / "controller-manager.kubeconfig", pki=pki, cluster_cidr=cluster_cidr,
-            service_cidr=service_cidr),
+            service_cidr=service_cidr, allocate_node_cidrs=allocate_node_cidrs),
         "kube-scheduler": scheduler_argv(kubeconfig=kubeconfigs / "scheduler.kubeconfig"),
     }

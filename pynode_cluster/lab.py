@@ -10,8 +10,9 @@ only when its unit or a file it reads changed, a route or knob is set only when 
 
 Pod CIDRs come from lab.json, not from the controller manager's allocation order: the routes between nodes
 must be known when a node is provisioned, before the other nodes register. The control plane creates each
-Node with its spec.podCIDR before its kubelet registers (the kubelets adopt an existing Node); the controller
-manager runs with the same flags as in `make cluster` and skips nodes that have a CIDR.
+Node with its spec.podCIDR (a kubelet adopts an existing Node), and its controller manager allocates none: a
+kubelet that registers first (a parallel `vagrant up`) leaves the CIDR empty until the control plane sets
+lab.json's, where an allocation would have raced it (a Node's podCIDR cannot change once set).
 
 Every system change goes through System, so the unit tests run apply against a temporary layout with a fake
 of the commands (systemctl, ip, modprobe). This module runs in the VMs from the installed wheel: it imports
@@ -284,7 +285,8 @@ def control_plane_units(lab: Lab, layout: Layout) -> list[Unit]:
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler with make cluster's command lines."""
     argvs = components.control_plane_argvs(
         address=lab.control_plane_ip, port=lab.apiserver_port, pki=layout.pki, etcd_dir=layout.state / "etcd",
-        etcd_ports=ETCD_PORTS, kubeconfigs=layout.etc, cluster_cidr=lab.cluster_cidr, service_cidr=lab.service_cidr)
+        etcd_ports=ETCD_PORTS, kubeconfigs=layout.etc, cluster_cidr=lab.cluster_cidr, service_cidr=lab.service_cidr,
+        allocate_node_cidrs=False)  # lab.json's, set by _api_objects
     pki_files = tuple(layout.pki / f for f in ("ca.crt", "ca.key", "sa.key", "sa.pub", "apiserver.crt", "apiserver.key",
                                                "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key"))
     return [

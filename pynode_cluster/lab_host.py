@@ -88,7 +88,8 @@ def _up(lab: Lab, pki: Path, out, timeout: float) -> None:
         atomic_write(STATE / f"{stem}.kubeconfig", kubeconfig(lab, pki, stem, user), mode=0o600)
     argvs = components.control_plane_argvs(address=lab.control_plane_ip, port=lab.apiserver_port, pki=pki,
                                            etcd_dir=STATE / "etcd", etcd_ports=ETCD_PORTS, kubeconfigs=STATE,
-                                           cluster_cidr=lab.cluster_cidr, service_cidr=lab.service_cidr)
+                                           cluster_cidr=lab.cluster_cidr, service_cidr=lab.service_cidr,
+                                           allocate_node_cidrs=False)  # lab.json's: node_objects below
     d = daemons()
     for name in components.CONTROL_PLANE:
         print(f"starting {name}", file=out)
