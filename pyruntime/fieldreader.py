@@ -152,3 +152,27 @@ class Obj:
         for k, v in value.items():
             check_type(v, f"{self.name(key)}[{json.dumps(k)}]", str)
         return dict(value)
+
+    def cpu_list(self, key: builtins.str) -> builtins.str | None:
+        """A cpuset list such as `0-3,7` (CPUs or memory nodes), stripped; checked here because the kernel's
+        EINVAL would not say which field."""
+        value = self.str(key)
+        if value is None:
+            return None
+        text = value.strip()
+        for part in text.split(",") if text else ():
+            bounds = part.split("-")
+            if len(bounds) > 2 or not all(b.strip().isdigit() for b in bounds):
+                raise SpecError(f"{self.name(key)}: must be a list like '0-3,7', got {shown(value)}")
+            if len(bounds) == 2 and int(bounds[0]) > int(bounds[1]):
+                raise SpecError(f"{self.name(key)}: has a range whose start is above its end, got {shown(value)}")
+        return text
+
+
+def cpu_set(cpu_list: str) -> frozenset[int]:
+    """The numbers of a list that Obj.cpu_list accepted: `0-2,7` is {0, 1, 2, 7}."""
+    out: set[int] = set()
+    for part in filter(None, cpu_list.split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)

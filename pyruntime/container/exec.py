@@ -70,8 +70,10 @@ def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
             console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
         cpus = (state.resources.get("cpu") or {}).get("cpus")
+        affinity = proc.exec_cpu_affinity.final if proc.exec_cpu_affinity else None
         program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)),
-                                        personality=state.personality, cpus_restricted=bool(cpus))
+                                        personality=state.personality, cpus_restricted=bool(cpus),
+                                        affinity=affinity)
         chan.send(sync.READY)
         chan.close()
         process.execute(seccomp, proc, program, env)
@@ -79,15 +81,28 @@ def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
         fail(chan if chan.sock.fileno() >= 0 else None, e, debug)
 
 
+def _initial_affinity(kernel: Syscalls, pid: int, cpus: frozenset[int], trace: Callable[[str], None]) -> None:
+    """execCPUAffinity.initial, set before the process joins the cgroup (where a cpuset narrows it, and
+    `final` or every CPU is set in stage 2); traced in runc's words, which its tests read."""
+    try:
+        kernel.sched_setaffinity(pid, set(cpus))
+    except sc.SyscallError as e:
+        raise process.ProcessError(f"process.execCPUAffinity.initial: {e}") from e
+    trace(f"nsexec-1[{pid}]: affinity: {hex(sum(1 << c for c in cpus))}")
+
+
 def with_defaults(proc: Process, state: ContainerState) -> Process:
-    """The exec'd process takes config.json's scheduler and I/O priority unless it has its own (runc's)."""
+    """The exec'd process takes config.json's scheduler, I/O priority and exec CPU affinity unless it has its
+    own (runc's)."""
     if (proc.scheduler is not None or not state.process.get("scheduler")) and (
-            proc.io_priority is not None or not state.process.get("ioPriority")):
+            proc.io_priority is not None or not state.process.get("ioPriority")) and (
+            proc.exec_cpu_affinity is not None or not state.process.get("execCPUAffinity")):
         return proc
     from pyruntime.record import replace
     config = state.process_spec()
     return replace(proc, scheduler=proc.scheduler or config.scheduler,
-                   io_priority=proc.io_priority or config.io_priority)
+                   io_priority=proc.io_priority or config.io_priority,
+                   exec_cpu_affinity=proc.exec_cpu_affinity or config.exec_cpu_affinity)
 
 
 def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
@@ -130,6 +145,7 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
     # reap it if it fails before exec (as runc's exec'd process is runc's child). After we return it
     # belongs to whoever waits for it: our caller, or our own subreaper once a detached `exec` exits.
     become_subreaper(kernel)
+    proc = with_defaults(proc, state)
     parent, child = Channel.pair()
     stage1_pid = 0
     try:
@@ -137,11 +153,13 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         stage1_pid = os.fork()
         if stage1_pid == 0:
             parent.close()
-            _stage1(kernel, state, seccomp, with_defaults(proc, state), child, console_sock, preserve_fds, debug)
+            _stage1(kernel, state, seccomp, proc, child, console_sock, preserve_fds, debug)
         child.close()
         if console_sock is not None:
             console_sock.close()
             console_sock = None
+        if proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None:
+            _initial_affinity(kernel, stage1_pid, proc.exec_cpu_affinity.initial, trace)
         cgroups.manager(state.cgroups_path, state.id, kernel).add(stage1_pid)
         parent.send(sync.GO)
         pid = parent.recv(sync.PID)["pid"]

@@ -54,9 +54,16 @@ def set_rlimits(proc: Process) -> None:
             raise ProcessError(f"setrlimit({r.type}, soft={r.soft}, hard={r.hard}): {e}") from e
 
 
-def reset_affinity(kernel: Syscalls) -> None:
-    """Every CPU, which the kernel narrows to the cgroup's cpuset: the affinity of whoever ran the
-    runtime (`taskset -c 0 pyruntime run`, a pinned shim) is not the container's, as with runc."""
+def set_affinity(kernel: Syscalls, final: frozenset[int] | None) -> None:
+    """An exec'd process's execCPUAffinity.final, else every CPU, which the kernel narrows to the cgroup's
+    cpuset: the affinity of whoever ran the runtime (`taskset -c 0 pyruntime run`, a pinned shim) is not the
+    container's, as with runc."""
+    if final is not None:
+        try:
+            kernel.sched_setaffinity(0, set(final))
+        except SyscallError as e:
+            raise ProcessError(f"process.execCPUAffinity.final: {e}") from e
+        return
     try:
         kernel.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
     except SyscallError as e:
@@ -194,7 +201,7 @@ def set_scheduling(kernel: Syscalls, proc: Process, personality: str | None, cpu
 
 def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds: set[int],
              notify: Callable[[int], None] | None = None, personality: str | None = None,
-             cpus_restricted: bool = False) -> tuple[str, dict[str, str]]:
+             cpus_restricted: bool = False, affinity: frozenset[int] | None = None) -> tuple[str, dict[str, str]]:
     """Everything up to the exec; returns the resolved program path and the environment. Errors name the
     step. The cwd is entered as root, before the user and capabilities change (runc's order: a cwd only
     root can enter works), and again as the user where root was refused.
@@ -203,7 +210,7 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
     for its fd; otherwise a no_new_privs filter waits for `execute`, the last step before exec."""
     set_rlimits(proc)
     kernel.reset_signals()  # before any seccomp filter, which may not allow rt_sigaction
-    reset_affinity(kernel)
+    set_affinity(kernel, affinity)
     set_scheduling(kernel, proc, personality, cpus_restricted)
     close_fds(kernel, keep_fds)
     env = environment(proc.env, proc.user.uid)

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from pyruntime.fieldreader import Obj, SpecError, check_range, check_type
+from pyruntime.fieldreader import Obj, SpecError, check_range, check_type, cpu_set
 from pyruntime.record import Factory, record
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
@@ -54,6 +54,14 @@ class Rlimit:
 
 
 @record
+class ExecCPUAffinity:
+    """process.execCPUAffinity, for a process that `exec` starts (never the init): `initial` while it joins the
+    container (before its cgroup), `final` from then on. None: not given."""
+    initial: frozenset[int] | None = None
+    final: frozenset[int] | None = None
+
+
+@record
 class Scheduler:
     """process.scheduler: sched_setattr(2)'s attributes, checked as runc checks them."""
     policy: str
@@ -87,6 +95,7 @@ class Process:
     selinux_label: str | None = None
     scheduler: Scheduler | None = None
     io_priority: IOPriority | None = None
+    exec_cpu_affinity: ExecCPUAffinity | None = None
 
 
 @record
@@ -228,7 +237,22 @@ def parse_process(p: Obj) -> Process:
         apparmor_profile=p.str("apparmorProfile"), selinux_label=p.str("selinuxLabel"),
         scheduler=_scheduler(p.obj("scheduler")),
         io_priority=IOPriority(io.choice("class", IOPRIO_CLASSES, "I/O priority class", required=True),
-                               io.int("priority", 0, lo=0, hi=7)) if io is not None else None)
+                               io.int("priority", 0, lo=0, hi=7)) if io is not None else None,
+        exec_cpu_affinity=_exec_cpu_affinity(p.obj("execCPUAffinity")))
+
+
+def _exec_cpu_affinity(o: Obj | None) -> ExecCPUAffinity | None:
+    """Each an affinity the kernel can take: a CPU list that names at least one CPU."""
+    if o is None:
+        return None
+    sets: dict[str, frozenset[int]] = {}
+    for key in ("initial", "final"):
+        text = o.cpu_list(key)
+        if text is not None:
+            sets[key] = cpu_set(text)
+            if not sets[key]:
+                raise SpecError(f"{o.name(key)}: names no CPU")
+    return ExecCPUAffinity(sets.get("initial"), sets.get("final"))
 
 
 def _scheduler(o: Obj | None) -> Scheduler | None:

@@ -190,6 +190,32 @@ def test_cpu_affinity_of_the_caller_is_not_inherited(runtime, make_bundle):
         runtime("delete", "-f", "c1", check=False)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+def test_exec_cpu_affinity_initial_then_final(runtime, make_bundle, tmp_path):
+    """process.execCPUAffinity (process.json's, else config.json's): `initial` while the process joins (runc's
+    debug line says the mask), `final` as the process runs; the init keeps every CPU (not for it)."""
+    bundle = make_bundle(["sleep", "100"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["execCPUAffinity"] = {"initial": "0", "final": "1"}
+    _save(bundle, config)
+    process_json = tmp_path / "process.json"
+    process_json.write_text(json.dumps({"args": ["grep", "Cpus_allowed_list", "/proc/self/status"], "cwd": "/",
+                                        "execCPUAffinity": {"initial": "1", "final": "0-1"}}))
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        assert os.sched_getaffinity(runtime.state("c1")["pid"]) == set(range(os.cpu_count() or 1))
+        done = runtime("--debug", "exec", "c1", "grep", "Cpus_allowed_list", "/proc/self/status")
+        assert "]: affinity: 0x1" in done.stderr and "nsexec" in done.stderr
+        assert done.stdout.split()[-1] == "1"
+        done = runtime("--debug", "exec", "--process", str(process_json), "c1")
+        assert "]: affinity: 0x2" in done.stderr and done.stdout.split()[-1] == "0-1"
+        process_json.write_text(json.dumps({"args": ["true"], "cwd": "/", "execCPUAffinity": {"final": "0-x"}}))
+        bad = runtime("exec", "--process", str(process_json), "c1", check=False)
+        assert bad.returncode != 0 and "execCPUAffinity.final: must be a list like '0-3,7'" in bad.stderr
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
 def test_debug_reports_the_set_up_stages_to_the_log_in_its_format(runtime, make_bundle, tmp_path):
     bundle = make_bundle(["sleep", "100"])
     text, as_json = tmp_path / "text.log", tmp_path / "json.log"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 
@@ -84,6 +85,27 @@ def test_runc_style_arguments():
         parse(["--nope"], flags)
     with pytest.raises(UsageError, match="needs an argument"):
         parse(["--bundle"], flags)
+
+
+def test_exec_cpu_affinity_is_read_as_cpu_sets_and_refused_by_name():
+    proc = config()["process"]
+    proc["execCPUAffinity"] = {"initial": "0-2,7", "final": " 1 "}
+    parsed = specmod.parse(config(process=proc), "/bundle").process
+    assert parsed is not None and parsed.exec_cpu_affinity == specmod.ExecCPUAffinity(frozenset({0, 1, 2, 7}), frozenset({1}))
+    for bad, message in (({"initial": "a"}, "process.execCPUAffinity.initial: must be a list like '0-3,7'"),
+                         ({"final": ""}, "process.execCPUAffinity.final: names no CPU"),
+                         ({"final": "3-1"}, "process.execCPUAffinity.final: has a range whose start is above")):
+        proc["execCPUAffinity"] = bad
+        with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+            specmod.parse(config(process=proc), "/bundle")
+
+
+def test_the_final_affinity_replaces_the_reset_to_every_cpu():
+    fake = FakeSyscalls()
+    process.set_affinity(fake, frozenset({1}))
+    process.set_affinity(fake, None)
+    assert fake.named("sched_setaffinity")[0] == ("sched_setaffinity", 0, {1})
+    assert fake.named("sched_setaffinity")[1][2] == set(range(os.cpu_count() or 1))
 
 
 def test_close_fds_closes_everything_but_what_is_kept():

@@ -204,23 +204,6 @@ def _memory(o: Obj) -> Memory:
     )
 
 
-def _cpu_list(o: Obj, key: str) -> str | None:
-    """A cpuset list such as `0-3,7`; checked here because the kernel's EINVAL would not say which field."""
-    value = o.str(key)
-    if value is None:
-        return None
-    text = value.strip()
-    if text == "":
-        return text
-    for part in text.split(","):
-        bounds = part.split("-")
-        if len(bounds) > 2 or not all(b.strip().isdigit() for b in bounds):
-            raise SpecError(f"{o.name(key)}: must be a list like '0-3,7', got {shown(value)}")
-        if len(bounds) == 2 and int(bounds[0]) > int(bounds[1]):
-            raise SpecError(f"{o.name(key)}: has a range whose start is above its end, got {shown(value)}")
-    return text
-
-
 def _cpu(o: Obj) -> Cpu:
     cpu = Cpu(
         shares=o.int("shares", lo=0, hi=UINT64_MAX),
@@ -229,8 +212,8 @@ def _cpu(o: Obj) -> Cpu:
         period=o.int("period", lo=0, hi=UINT64_MAX),
         realtime_runtime=o.int("realtimeRuntime", lo=INT64_MIN, hi=INT64_MAX),
         realtime_period=o.int("realtimePeriod", lo=0, hi=UINT64_MAX),
-        cpus=_cpu_list(o, "cpus"),
-        mems=_cpu_list(o, "mems"),
+        cpus=o.cpu_list("cpus"),
+        mems=o.cpu_list("mems"),
         idle=o.int("idle", lo=0, hi=1),
     )
     if cpu.burst is not None and cpu.quota is not None and cpu.quota > 0 and cpu.burst > cpu.quota:
