@@ -172,6 +172,9 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             _hand_over_notify_fd(spec, parent, init_pid, runtime_view)
         parent.recv(sync.READY)
+        if spec.linux.seccomp is not None and trace is not silent:  # the init loaded it with these (runc's words)
+            from pyruntime.linux import seccomp
+            trace(f"seccomp filter flags: {seccomp.filter_flags(spec.linux.seccomp)}")
         trace("init: closing the pipe to signal completion")
         store.save(state)
         if pid_file:

@@ -172,6 +172,9 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         except ChildError:
             os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
             raise
+        if seccomp is not None and trace is not silent:  # the process loads it with these (runc's words)
+            from pyruntime.linux import seccomp as libseccomp
+            trace(f"seccomp filter flags: {libseccomp.filter_flags(seccomp)}")
         trace("setns_init: about to exec")
         return pid
     finally:

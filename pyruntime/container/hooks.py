@@ -38,6 +38,13 @@ def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict
             raise HookError(f"{what}: {e.strerror}") from e
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).decode(errors="replace").strip()[-500:]
-            raise HookError(
-                f"{what}: exit status {done.returncode}" + (f": {detail}" if detail else "")
-            )
+            raise HookError(f"{what}: {_ended(done.returncode)}" + (f": {detail}" if detail else ""))
+
+
+def _ended(returncode: int) -> str:
+    """How the hook ended, in Go's words as runc reports it: `exit status 3`, `signal: bad system call`."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    import signal
+    name = signal.strsignal(-returncode) or f"signal {-returncode}"
+    return f"signal: {name[:1].lower()}{name[1:]}"

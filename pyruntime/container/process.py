@@ -232,11 +232,12 @@ def finalize(kernel: Syscalls, profile: Seccomp | None, proc: Process, keep_fds:
 
 def execute(profile: Seccomp | None, proc: Process, program: str, env: dict[str, str],
             before_exec: Callable[[], None] | None = None) -> None:
-    """Loads the no_new_privs seccomp filter as the very last step, then becomes the workload."""
-    if before_exec is not None:
-        before_exec()
+    """Loads the no_new_privs seccomp filter, runs `before_exec` (the startContainer hooks: under the filter,
+    as runc runs them), then becomes the workload."""
     if proc.no_new_privileges and not _uses_notify(profile):
         load_seccomp(profile)
+    if before_exec is not None:
+        before_exec()
     try:
         os.execve(program, list(proc.args), env)
     except OSError as e:

@@ -95,7 +95,6 @@ _KERNEL_FLAGS: Mapping[str, int] = {
     "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV": 32,
 }
 _FLAG_NEW_LISTENER = 8
-_FLAG_TSYNC_ESRCH = 16
 _SECCOMP_SET_MODE_FILTER = 1
 # Actions under which a syscall unknown to the profile should run (runc's isAllowAction): no stub.
 _LETS_THROUGH = frozenset({"SCMP_ACT_ALLOW", "SCMP_ACT_LOG", "SCMP_ACT_TRACE"})
@@ -161,7 +160,7 @@ class Seccomp:
     default_action: str
     default_errno_ret: int | None = None
     architectures: tuple[str, ...] = ()
-    flags: tuple[str, ...] = ()
+    flags: tuple[str, ...] | None = None  # None: the field is absent (not an empty list), see effective_flags
     listener_path: str | None = None
     listener_metadata: str | None = None
     syscalls: tuple[Syscall, ...] = ()
@@ -175,6 +174,7 @@ class Seccomp:
             raise SpecError(f"{o.name('defaultAction')}: SCMP_ACT_NOTIFY cannot be the default action")
         archs = o.strings("architectures")
         flags = o.strings("flags")
+        named = o.get("flags", list) is not None
         listener_path = o.str("listenerPath") or None
         listener_metadata = o.str("listenerMetadata") or None
         if listener_metadata is not None and listener_path is None:
@@ -188,7 +188,7 @@ class Seccomp:
             default_action=default_action,
             default_errno_ret=default_errno_ret,
             architectures=tuple(archs),
-            flags=tuple(flags),
+            flags=tuple(flags) if named else None,
             listener_path=listener_path,
             listener_metadata=listener_metadata,
             syscalls=tuple(Syscall.from_spec(s) for s in o.objs("syscalls")),
@@ -406,13 +406,11 @@ def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
             if action != default:
                 added = _add_rules(lib, ctx, syscall, action, warn)
                 notify_rules += added if syscall.action == "SCMP_ACT_NOTIFY" else 0
-        flags = 0
-        for flag in seccomp.flags:
+        for flag in effective_flags(seccomp):
             _set_flag(lib, ctx, flag)
-            flags |= _KERNEL_FLAGS[flag]
-        if notify_rules:  # as libseccomp: the listener, and only then killable waits; TSYNC then needs ESRCH
-            flags |= _FLAG_NEW_LISTENER | (_FLAG_TSYNC_ESRCH if flags & _KERNEL_FLAGS["SECCOMP_FILTER_FLAG_TSYNC"]
-                                           else 0)
+        flags = filter_flags(seccomp)
+        if notify_rules:  # as libseccomp: the listener, and only then killable waits (a notify rule may name
+            flags |= _FLAG_NEW_LISTENER  # only syscalls this libseccomp does not know: no rule, no listener)
         else:
             flags &= ~_KERNEL_FLAGS["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]
         stub = b"" if seccomp.default_action in _LETS_THROUGH else enosys_stub(_highest_syscalls(lib, seccomp))
@@ -449,6 +447,44 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
 
 
+@cache
+def supported_flags() -> frozenset[str]:
+    """The spec's flags that libseccomp accepts as attributes, which it grants only after probing the kernel
+    for each; none without libseccomp. Cached: a forked init asks after pivot_root, where the probe's files
+    are gone."""
+    try:
+        lib = _lib()
+    except OSError:
+        return frozenset()
+    ctx = lib.seccomp_init(ACTIONS["SCMP_ACT_ALLOW"])
+    try:
+        return frozenset(flag for flag, attr in FLAGS.items() if lib.seccomp_attr_set(ctx, attr, 1) == 0)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def effective_flags(seccomp: Seccomp) -> tuple[str, ...]:
+    """The flags the filter is loaded with, chosen as runc chooses them: the spec's, less TSYNC (the process
+    that loads the filter has one thread: nothing to synchronise); when the spec names none (the field absent,
+    not an empty list), SPEC_ALLOW where libseccomp and the kernel have it, runc's default: the filter then
+    forces no Speculative Store Bypass mitigation on the workload, which can still ask for one with prctl."""
+    if seccomp.flags is None:
+        spec_allow = "SECCOMP_FILTER_FLAG_SPEC_ALLOW"
+        return (spec_allow,) if spec_allow in supported_flags() else ()
+    return tuple(f for f in seccomp.flags if f != "SECCOMP_FILTER_FLAG_TSYNC")
+
+
+def filter_flags(seccomp: Seccomp) -> int:
+    """seccomp(2)'s flags for effective_flags, which --debug reports as runc does ("seccomp filter flags: 4");
+    WAIT_KILLABLE_RECV only with a notify rule (it changes how a notified syscall waits, and the kernel refuses
+    it without a listener)."""
+    flags = 0
+    for flag in effective_flags(seccomp):
+        if flag != "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV" or seccomp.uses_notify:
+            flags |= _KERNEL_FLAGS[flag]
+    return flags
+
+
 def features() -> dict:
     """The seccomp part of `pyruntime features`: what this runtime and the host's libseccomp understand.
 
@@ -459,11 +495,7 @@ def features() -> dict:
         lib = _lib()
     except OSError:
         return {"enabled": False}
-    ctx = lib.seccomp_init(ACTIONS["SCMP_ACT_ALLOW"])
-    try:
-        supported = sorted(flag for flag, attr in FLAGS.items() if lib.seccomp_attr_set(ctx, attr, 1) == 0)
-    finally:
-        lib.seccomp_release(ctx)
+    supported = sorted(supported_flags())
     return {
         "enabled": True,
         "actions": sorted(ACTIONS),

@@ -574,3 +574,32 @@ def test_bad_scheduling_settings_are_refused_naming_the_field(runtime, make_bund
         assert done.returncode == 1 and message in done.stderr, done.stderr
     finally:
         runtime("delete", "-f", "c1", check=False)
+
+
+def test_seccomp_flags_default_to_spec_allow_and_start_container_hooks_run_under_the_filter(runtime, make_bundle):
+    """runc's choice of flags, which --debug reports: none named means SPEC_ALLOW where the host has it, an
+    empty list means none. A startContainer hook runs under the container's filter (killed by it here)."""
+    bundle = make_bundle(["sh", "-c", "mkdir /tmp/x"])
+    config = _config(bundle)
+    config["process"]["noNewPrivileges"] = True
+    config["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW",
+                                  "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}
+    _save(bundle, config)
+    default = 4 if "SECCOMP_FILTER_FLAG_SPEC_ALLOW" in seccomp.supported_flags() else 0
+    for flags, expected in ((None, default), ([], 0), (["SECCOMP_FILTER_FLAG_LOG"], 2)):
+        if flags is not None:
+            config["linux"]["seccomp"]["flags"] = flags
+        _save(bundle, config)
+        done = runtime("--debug", "run", "--bundle", str(bundle), "c1", check=False)
+        assert done.returncode != 0 and "Operation not permitted" in done.stderr + done.stdout
+        assert f'"seccomp filter flags: {expected}"' in done.stderr, (flags, done.stderr[-2000:])
+        runtime("delete", "-f", "c1", check=False)
+
+    config["process"]["args"] = ["true"]
+    config["linux"]["seccomp"]["syscalls"][0]["action"] = "SCMP_ACT_KILL"
+    config["hooks"] = {"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "mkdir /tmp/y"]}]}
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c2", check=False)
+    runtime("delete", "-f", "c2", check=False)
+    assert done.returncode != 0
+    assert "error running startContainer hook #0" in done.stderr and "signal: bad system call" in done.stderr

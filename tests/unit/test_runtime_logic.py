@@ -91,7 +91,8 @@ def test_exec_cpu_affinity_is_read_as_cpu_sets_and_refused_by_name():
     proc = config()["process"]
     proc["execCPUAffinity"] = {"initial": "0-2,7", "final": " 1 "}
     parsed = specmod.parse(config(process=proc), "/bundle").process
-    assert parsed is not None and parsed.exec_cpu_affinity == specmod.ExecCPUAffinity(frozenset({0, 1, 2, 7}), frozenset({1}))
+    assert parsed is not None
+    assert parsed.exec_cpu_affinity == specmod.ExecCPUAffinity(frozenset({0, 1, 2, 7}), frozenset({1}))
     for bad, message in (({"initial": "a"}, "process.execCPUAffinity.initial: must be a list like '0-3,7'"),
                          ({"final": ""}, "process.execCPUAffinity.final: names no CPU"),
                          ({"final": "3-1"}, "process.execCPUAffinity.final: has a range whose start is above")):

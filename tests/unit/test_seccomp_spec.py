@@ -171,3 +171,20 @@ def test_enosys_stub_answers_numbers_above_the_profiles_highest_per_arch() -> No
     assert _run_bpf(only_native, x86_64, 0x40000000 + 1) == "next"
     assert _run_bpf(only_native, x86_64, 11) == enosys
     assert _run_bpf(seccomp.enosys_stub({}), x86_64, 1000) == "next"
+
+
+def test_flags_as_runc_chooses_them(monkeypatch) -> None:
+    """Absent: SPEC_ALLOW where the host has it; an empty list: none; TSYNC never (one thread loads the
+    filter); WAIT_KILLABLE_RECV only with a notify rule. filter_flags is what --debug reports."""
+    monkeypatch.setattr(seccomp, "supported_flags", lambda: frozenset(seccomp.FLAGS))
+    assert parse().flags is None and seccomp.effective_flags(parse()) == ("SECCOMP_FILTER_FLAG_SPEC_ALLOW",)
+    assert seccomp.filter_flags(parse()) == 4
+    assert seccomp.effective_flags(parse(flags=[])) == () and seccomp.filter_flags(parse(flags=[])) == 0
+    both = parse(flags=["SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
+                        "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"])
+    assert seccomp.filter_flags(both) == 2 | 4
+    notify = parse(flags=["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"], listenerPath="/run/agent.sock",
+                   syscalls=[{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}])
+    assert seccomp.filter_flags(notify) == 32
+    monkeypatch.setattr(seccomp, "supported_flags", lambda: frozenset({"SECCOMP_FILTER_FLAG_LOG"}))
+    assert seccomp.filter_flags(parse()) == 0  # no SPEC_ALLOW on this host: none
