@@ -25,6 +25,10 @@ from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 from pyruntime.oci.validate import validate
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.linux.seccomp import Seccomp
+
 
 def silent(_msg: str) -> None:
     pass
@@ -76,15 +80,16 @@ def _kill_and_reap(pid: int) -> None:
         pass
 
 
-def _hand_over_notify_fd(spec: Spec, chan: Channel, init_pid: int, state: dict) -> None:
-    """The container's seccomp notify fd goes to the agent at listenerPath, with the state, as runc
-    sends it (the agent lives in the runtime's mount namespace, where the container can't reach)."""
+def hand_over_notify_fd(profile: Seccomp, chan: Channel, pid: int, state: dict) -> None:
+    """The seccomp notify fd of the process `pid` (the init, or one that exec started) goes to the agent at
+    listenerPath, with the container's state, as runc sends it (the agent lives in the runtime's mount
+    namespace, where the container can't reach)."""
     from pyruntime.linux import seccomp
     fd = chan.recv_fd(sync.SECCOMP)
     if fd is None:
         return  # every notify rule named syscalls this kernel lacks: no filter fd was made
     try:
-        seccomp.send_listener_fd(spec.linux.seccomp, fd, pid=init_pid, state=state)
+        seccomp.send_listener_fd(profile, fd, pid=pid, state=state)
     finally:
         os.close(fd)
 
@@ -170,7 +175,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view, cwd=bundle)
         parent.send(sync.STATE, state=runtime_view)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
-            _hand_over_notify_fd(spec, parent, init_pid, runtime_view)
+            hand_over_notify_fd(spec.linux.seccomp, parent, init_pid, runtime_view)
         parent.recv(sync.READY)
         if spec.linux.seccomp is not None and trace is not silent:  # the init loaded it with these (runc's words)
             from pyruntime.linux import seccomp

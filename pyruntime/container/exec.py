@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable
 
 from pyruntime.container import process, sync
-from pyruntime.container.create import become_subreaper, require_single_thread, silent
+from pyruntime.container.create import become_subreaper, hand_over_notify_fd, require_single_thread, silent
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
@@ -21,7 +21,7 @@ from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import Process
-from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState
+from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState, oci_state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
@@ -71,9 +71,16 @@ def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
             console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
         cpus = (state.resources.get("cpu") or {}).get("cpus")
         affinity = proc.exec_cpu_affinity.final if proc.exec_cpu_affinity else None
+        sent: list[int] = []
+
+        def notify(fd: int) -> None:
+            chan.send_fd(sync.SECCOMP, fd)
+            sent.append(fd)
         program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)),
-                                        personality=state.personality, cpus_restricted=bool(cpus),
+                                        notify, personality=state.personality, cpus_restricted=bool(cpus),
                                         affinity=affinity)
+        if seccomp is not None and seccomp.uses_notify and not sent:
+            chan.send(sync.SECCOMP)  # every notify rule named a syscall this kernel lacks: no fd
         chan.send(sync.READY)
         chan.close()
         process.execute(seccomp, proc, program, env)
@@ -125,11 +132,11 @@ def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str |
             raise ContainerError(f"cannot exec in a paused container {cid!r}: it is paused; resume it first")
         if status not in (RUNNING, CREATED):
             raise ContainerError(f"cannot exec in container {cid!r}: it is {status}")
-        return _exec(kernel, state, proc, console_socket, preserve_fds, debug, trace or silent)
+        return _exec(kernel, state, status, proc, console_socket, preserve_fds, debug, trace or silent)
 
 
-def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket: str | None, preserve_fds: int,
-          debug: bool, trace: Callable[[str], None]) -> int:
+def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, console_socket: str | None,
+          preserve_fds: int, debug: bool, trace: Callable[[str], None]) -> int:
     seccomp = state.seccomp_spec()
     # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
     from pyruntime.linux import capabilities  # noqa: F401
@@ -168,6 +175,8 @@ def _exec(kernel: Syscalls, state: ContainerState, proc: Process, console_socket
         parent.send(sync.PID_RECEIVED)
         trace(f"child process in init() (pid {pid})")
         try:
+            if seccomp is not None and seccomp.uses_notify:  # its own filter's fd, for the agent as the init's
+                hand_over_notify_fd(seccomp, parent, pid, oci_state(state, status))
             parent.recv(sync.READY)
         except ChildError:
             os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing

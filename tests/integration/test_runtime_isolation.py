@@ -312,6 +312,45 @@ def test_seccomp_notify_fd_reaches_the_agent_at_listener_path(runtime, make_bund
     runtime("delete", "c1")
 
 
+def test_an_exec_with_notify_rules_hands_its_own_fd_to_the_agent(runtime, make_bundle, tmp_path):
+    """exec loads the container's filter in the new process, whose notify fd reaches the agent too, with the
+    container's state and the process's pid (runc's setns init does the same)."""
+    import socket
+    import threading
+    listener = tmp_path / "agent.sock"
+    bundle = make_bundle(["sleep", "100"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": str(listener),
+                                  "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_NOTIFY"}]}
+    (bundle / "config.json").write_text(json.dumps(config))
+    messages: list[dict] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(listener))
+        server.listen(2)
+
+        def agent() -> None:  # takes each fd and goes away from it: notified syscalls then fail (ENOSYS)
+            for _ in range(2):
+                conn, _ = server.accept()
+                with conn:
+                    data, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+                messages.append(json.loads(data))
+                for fd in fds:
+                    os.close(fd)
+        thread = threading.Thread(target=agent, daemon=True)
+        thread.start()
+        try:
+            runtime("run", "-d", "--bundle", str(bundle), "c1")
+            init_pid = runtime.state("c1")["pid"]
+            done = runtime("exec", "c1", "sh", "-c", "mkdir /dev/shm/x; echo status=$?")
+            thread.join(10)
+        finally:
+            runtime("delete", "-f", "c1", check=False)
+    assert "status=1" in done.stdout, done.stdout + done.stderr  # the agent went away: ENOSYS
+    assert len(messages) == 2 and messages[0]["pid"] == init_pid
+    assert messages[1]["pid"] not in (0, init_pid)  # the exec'd process's own
+    assert messages[1]["state"]["status"] == "running" and messages[1]["state"]["pid"] == init_pid
+
+
 def test_oom_score_adj_is_set_and_never_lowered_below_the_runtimes(runtime, make_bundle):
     with open("/proc/self/oom_score_adj") as f:
         ours = int(f.read())
