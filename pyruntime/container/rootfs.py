@@ -84,8 +84,12 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
         return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
     if m.type in ("proc", "sysfs"):
         _require_plain_dir(kernel, root_fd, m)
+    copy_up, readonly = -1, 0
     if m.type == "tmpfs":
         opts = _tmpfs_options(kernel, root_fd, m, opts)
+        if "tmpcopyup" in m.options:
+            copy_up, readonly = _copy_up_source(kernel, root_fd, m), opts.flags & sc.MS_RDONLY
+            opts = MountOptions(opts.flags & ~sc.MS_RDONLY, opts.propagation, opts.data, opts.recursive)
     if _is_bind(m, opts):
         try:
             src_is_dir = os.path.isdir(source or "")
@@ -106,6 +110,8 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 kernel.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
         else:
             kernel.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
+        if copy_up >= 0:
+            _copy_up(kernel, copy_up, root_fd, m, opts.flags | readonly, opts.data)
         if opts.propagation or opts.recursive != (0, 0):
             fresh = paths.open_in_root(kernel, root_fd, m.destination)
             try:
@@ -117,6 +123,78 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
                 os.close(fresh)
     finally:
         os.close(target)
+        if copy_up >= 0:
+            os.close(copy_up)
+
+
+def _copy_up_source(kernel: Syscalls, root_fd: int, m: Mount) -> int:
+    """tmpcopyup (runc's): the directory the tmpfs will hide, opened before the mount so that its entries
+    stay reachable (the tmpfs is then mounted writable until they are copied in); -1 when there is no
+    directory there yet, so nothing to copy."""
+    try:
+        return paths.open_in_root(kernel, root_fd, m.destination, os.O_RDONLY | os.O_DIRECTORY)
+    except SyscallError as e:
+        if e.errno != errno.ENOENT:
+            raise
+        return -1
+
+
+def _copy_up(kernel: Syscalls, source: int, root_fd: int, m: Mount, flags: int, data: str) -> None:
+    """The hidden directory's entries into the new tmpfs, then the tmpfs read-only if `flags` say so."""
+    mounted = paths.open_in_root(kernel, root_fd, m.destination, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        copy_tree(source, mounted)
+    except OSError as e:
+        raise SyscallError(e.errno or errno.EIO, f"mount {m.destination}: tmpcopyup: {e}") from e
+    finally:
+        os.close(mounted)
+    if flags & sc.MS_RDONLY:
+        fd = paths.open_in_root(kernel, root_fd, m.destination)
+        try:
+            kernel.mount(None, paths.fd_path(fd), None, sc.MS_REMOUNT | flags, data or None)
+        finally:
+            os.close(fd)
+
+
+def copy_tree(src: int, dst: int) -> None:
+    """Copies the entries of the directory `src` into `dst` (open directory fds): directories, files,
+    symlinks and special files with their modes, owners and times. Nothing in `src` is followed: each entry
+    is opened relative to its parent with O_NOFOLLOW and a symlink is copied as a link, so an image's symlink
+    can't pull a host file into the container."""
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.scandir(src) as entries:
+        listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+    for name, st in listed:
+        kind = stat.S_IFMT(st.st_mode)
+        if kind == stat.S_IFDIR:
+            os.mkdir(name, 0o700, dir_fd=dst)
+            inner_src = os.open(name, nofollow | os.O_DIRECTORY, dir_fd=src)
+            inner_dst = os.open(name, nofollow | os.O_DIRECTORY, dir_fd=dst)
+            try:
+                copy_tree(inner_src, inner_dst)
+            finally:
+                os.close(inner_src)
+                os.close(inner_dst)
+        elif kind == stat.S_IFLNK:
+            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+        elif kind == stat.S_IFREG:
+            fin = os.open(name, nofollow, dir_fd=src)
+            try:
+                fout = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                               dir_fd=dst)
+                try:
+                    while os.sendfile(fout, fin, None, 1 << 20):
+                        pass
+                finally:
+                    os.close(fout)
+            finally:
+                os.close(fin)
+        else:
+            os.mknod(name, st.st_mode, st.st_rdev, dir_fd=dst)
+        os.chown(name, st.st_uid, st.st_gid, dir_fd=dst, follow_symlinks=False)
+        if kind != stat.S_IFLNK:  # after chown, which clears setuid and setgid
+            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+        os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
 
 
 def _tmpfs_options(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions) -> MountOptions:
