@@ -205,6 +205,24 @@ def test_devices_already_in_place_are_not_rewritten(bases, writes):
     assert writes[0] == ("devices.deny", "a") and len(writes) == 5
 
 
+def test_denies_after_the_allows_are_replayed_as_the_kernel_applies_them(bases, writes):
+    """runc's usual list (deny-all, a deny of /dev/kmsg, the allows) and a deny taking one access away are
+    recognised as in place: no rewrite, so no moment where /dev/null is denied (runc's minimal transitions)."""
+    mgr = V1Manager(bases, ("c1",))
+    d = populate(mgr)
+    rules = Resources.from_spec({"devices": [
+        {"allow": False, "access": "rwm"}, {"allow": False, "type": "c", "major": 1, "minor": 11, "access": "rwa"},
+        {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},
+        {"allow": True, "type": "c", "major": 5, "minor": 0, "access": "rwm"},
+        {"allow": False, "type": "c", "major": 5, "minor": 0, "access": "m"}]})
+    (d["devices"] / "devices.list").write_text("c 1:3 rwm\nc 5:0 rw\n")
+    mgr.set(rules)
+    assert writes == []
+    (d["devices"] / "devices.list").write_text("c 1:3 rwm\nc 5:0 rwm\n")  # the deny of m not applied yet
+    mgr.set(rules)
+    assert writes[0] == ("devices.deny", "a")
+
+
 def test_unified_refused_on_v1(bases):
     mgr = V1Manager(bases, ("c1",))
     populate(mgr)

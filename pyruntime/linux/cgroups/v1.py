@@ -354,13 +354,28 @@ def _exceptions(entries: list[str]) -> dict[str, set[str]]:
 
 
 def _devices_in_place(current: str, rules: tuple[DeviceRule, ...]) -> bool:
-    """True when `rules` is deny-all plus allows and the cgroup's allow-list is exactly those allows."""
-    if rules[0].allow or rules[0].v1_entry() != "a *:* rwm":
+    """True when the cgroup's allow-list is already what `rules` (deny-all first) would leave: the rules
+    replayed as the kernel applies them to a default-deny list, where an allow adds its access to the device's
+    entry and a deny takes its access away from an entry of exactly that device (denying a device that no
+    entry allows, such as runc's usual `c 1:11` for /dev/kmsg, changes nothing). A list with an allow-all
+    after the first rule can't be replayed this way and is rewritten."""
+    if not rules or rules[0].allow or rules[0].v1_entry() != "a *:* rwm":
         return False
-    allows = rules[1:]
-    if any(not r.allow or r.type == "a" for r in allows):
-        return False
-    return _exceptions(current.splitlines()) == _exceptions([r.v1_entry() for r in allows])
+    allowed: dict[str, set[str]] = {}
+    for rule in rules[1:]:
+        if rule.type == "a":
+            if rule.allow:
+                return False
+            allowed = {}
+            continue
+        key = " ".join(rule.v1_entry().split()[:2])
+        if rule.allow:
+            allowed.setdefault(key, set()).update(rule.access)
+        elif key in allowed:
+            allowed[key] -= set(rule.access)
+            if not allowed[key]:
+                del allowed[key]
+    return _exceptions(current.splitlines()) == allowed
 
 
 def _inherit_cpuset(parent: str, child: str) -> None:
