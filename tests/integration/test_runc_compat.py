@@ -605,20 +605,23 @@ def test_seccomp_flags_default_to_spec_allow_and_start_container_hooks_run_under
     assert "error running startContainer hook #0" in done.stderr and "signal: bad system call" in done.stderr
 
 
-def test_tmpcopyup_fills_the_tmpfs_with_what_it_hides(runtime, make_bundle):
+def test_tmpcopyup_fills_the_tmpfs_with_what_it_hides(runtime, make_bundle, tmp_path, rootfs):
     """runc's tmpcopyup: the directory's entries are copied into the tmpfs mounted over it (modes kept), which
     stays read-only when asked; the image's directory itself is untouched."""
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "dir1" / "dir2").mkdir(parents=True)
+    os.chmod(own / "dir1" / "dir2", 0o777)
+    (own / "dir1" / "file").write_text("from the image\n")
     bundle = make_bundle(["sh", "-c", "ls -ld /dir1/dir2; cat /dir1/file; touch /dir1/new && echo wrote"])
-    (bundle / "rootfs" / "dir1" / "dir2").mkdir(parents=True)
-    os.chmod(bundle / "rootfs" / "dir1" / "dir2", 0o777)
-    (bundle / "rootfs" / "dir1" / "file").write_text("from the image\n")
     config = _config(bundle)
+    config["root"] = {"path": str(own)}
     config["mounts"].append({"source": "tmpfs", "destination": "/dir1", "type": "tmpfs", "options": ["tmpcopyup"]})
     _save(bundle, config)
     done = runtime("run", "--bundle", str(bundle), "c1", check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("drwxrwxrwx") and "from the image" in done.stdout and "wrote" in done.stdout
-    assert not (bundle / "rootfs" / "dir1" / "new").exists()
+    assert not (own / "dir1" / "new").exists()
     config["mounts"][-1]["options"] = ["tmpcopyup", "ro"]
     _save(bundle, config)
     done = runtime("run", "--bundle", str(bundle), "c2", check=False)
