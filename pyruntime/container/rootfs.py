@@ -143,7 +143,7 @@ def _copy_up(kernel: Syscalls, source: int, root_fd: int, m: Mount, flags: int, 
     """The hidden directory's entries into the new tmpfs, then the tmpfs read-only if `flags` say so."""
     mounted = paths.open_in_root(kernel, root_fd, m.destination, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        copy_tree(source, mounted)
+        copy_tree(kernel, source, mounted)
     except OSError as e:
         raise SyscallError(e.errno or errno.EIO, f"mount {m.destination}: tmpcopyup: {e}") from e
     finally:
@@ -156,7 +156,7 @@ def _copy_up(kernel: Syscalls, source: int, root_fd: int, m: Mount, flags: int, 
             os.close(fd)
 
 
-def copy_tree(src: int, dst: int) -> None:
+def copy_tree(kernel: Syscalls, src: int, dst: int) -> None:
     """Copies the entries of the directory `src` into `dst` (open directory fds): directories, files,
     symlinks and special files with their modes, owners and times. Nothing in `src` is followed: each entry
     is opened relative to its parent with O_NOFOLLOW and a symlink is copied as a link, so an image's symlink
@@ -171,12 +171,12 @@ def copy_tree(src: int, dst: int) -> None:
             inner_src = os.open(name, nofollow | os.O_DIRECTORY, dir_fd=src)
             inner_dst = os.open(name, nofollow | os.O_DIRECTORY, dir_fd=dst)
             try:
-                copy_tree(inner_src, inner_dst)
+                copy_tree(kernel, inner_src, inner_dst)
             finally:
                 os.close(inner_src)
                 os.close(inner_dst)
         elif kind == stat.S_IFLNK:
-            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+            kernel.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
         elif kind == stat.S_IFREG:
             fin = os.open(name, nofollow, dir_fd=src)
             try:
@@ -190,10 +190,10 @@ def copy_tree(src: int, dst: int) -> None:
             finally:
                 os.close(fin)
         else:
-            os.mknod(name, st.st_mode, st.st_rdev, dir_fd=dst)
-        os.chown(name, st.st_uid, st.st_gid, dir_fd=dst, follow_symlinks=False)
+            kernel.mknod(name, st.st_mode, st.st_rdev, dir_fd=dst)
+        kernel.chown(name, st.st_uid, st.st_gid, dir_fd=dst, follow_symlinks=False)
         if kind != stat.S_IFLNK:  # after chown, which clears setuid and setgid
-            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
+            kernel.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=dst)
         os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
 
 

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 from pyruntime.container.rootfs import copy_tree
+from pyruntime.linux.syscalls import LinuxSyscalls
 
 
 def test_a_tree_is_copied_with_modes_times_and_links_as_links(tmp_path: Path) -> None:
@@ -22,7 +23,7 @@ def test_a_tree_is_copied_with_modes_times_and_links_as_links(tmp_path: Path) ->
     dst.mkdir()
     fds = [os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in (src, dst)]
     try:
-        copy_tree(*fds)
+        copy_tree(LinuxSyscalls(), *fds)
     finally:
         for fd in fds:
             os.close(fd)
