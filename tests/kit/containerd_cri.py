@@ -6,7 +6,8 @@ It is critest's containerd endpoint (tests/conformance/critest.py) with our plug
 reference ones and a bridge and pod subnet of its own, so a kubelet test never meets a critest run or a
 system containerd. stop() ends containerd by pid; what containerd 1.6 keeps outside its directory
 (/run/containerd, where its shims put their sockets whatever the config says) goes when it did not
-exist before. Pods are the kubelet's to remove: a test stops its pods before the runtime.
+exist before. Pods are the kubelet's to remove: a test stops its pods before the runtime; what a failed test
+left is removed through CRI before containerd stops.
 """
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ class ContainerdCri(Containerd):
             self.proc = None
 
 
+def _remove_pods(endpoint: ContainerdCri) -> None:
+    """The pods a failed test left (`crictl rmp -fa`): containerd keeps each one's network namespace and veth
+    until its sandbox is removed, and they would outlive containerd."""
+    if endpoint.proc is None:
+        return
+    from pykubelet.runtime import CRIError, CRIRuntime
+    client = CRIRuntime(endpoint.url, timeout=30)
+    try:
+        for sandbox in client.list_pod_sandbox():
+            with contextlib.suppress(CRIError):
+                client.stop_pod_sandbox(sandbox.id)
+                client.remove_pod_sandbox(sandbox.id)
+    except CRIError:
+        pass  # containerd is not answering: nothing more to ask of it
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
 def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[ContainerdCri]:
     """containerd with CRI on, serving at `.url` (unix://WORK/cri.sock) until the block ends. `hosts_dir`:
@@ -59,6 +78,7 @@ def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[Contai
         endpoint.start()
         yield endpoint
     finally:
+        _remove_pods(endpoint)
         endpoint.stop()
         if not run_dir_existed:
             shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)
