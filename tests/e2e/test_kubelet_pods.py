@@ -14,8 +14,18 @@ import time
 import requests
 
 from proto import api_pb2
-from pykubelet.pods.termination import cgroup_hierarchies
-from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, condition, delete, get_pod, on_node, wait_for, wait_pod
+from tests.kit.kubelet_node import (
+    BUSYBOX,
+    HTTPD,
+    apply,
+    condition,
+    delete,
+    get_pod,
+    kubepods_dirs,
+    on_node,
+    wait_for,
+    wait_pod,
+)
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-pods"
@@ -140,7 +150,7 @@ def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime
     assert not (kubelet.pods_dir / f"default_term_{uid}").exists()
     reservations = cri.work / "ipam"
     assert not any(ip in p.name for p in reservations.rglob("*")), list(reservations.rglob("*"))
-    assert not [p for h in cgroup_hierarchies() for p in h.glob(f"kubepods/**/pod{uid}")]
+    assert not [p for p in kubepods_dirs() if p.name == f"pod{uid}"]
 
 
 def _events(cp, **selector) -> list[dict]:

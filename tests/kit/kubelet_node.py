@@ -8,6 +8,7 @@ KubeletConfiguration fields with KUBELET_CONFIG."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,10 @@ PYKUBELET = Path(sys.executable).parent / "pykubelet"
 
 
 def kubepods_dirs() -> set[Path]:
-    return {p for h in cgroup_hierarchies() for top in h.glob("kubepods*") for p in [top, *top.rglob("*")]
-            if p.is_dir()}
+    """os.walk, not rglob: the running kubelet removes a finished pod's cgroup while this walks, and rglob
+    raises on a directory that went away between listing and entering it."""
+    return {Path(dirpath) for h in cgroup_hierarchies() for top in h.glob("kubepods*")
+            for dirpath, _dirs, _files in os.walk(top)}
 
 
 def remove_new_cgroups(before: set[Path]) -> None:
