@@ -48,25 +48,32 @@ def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
 
 
 def join_namespaces(kernel: Syscalls, spec: Spec) -> None:
-    for kind in JOIN_ORDER:
-        ns = spec.linux.namespace(kind)
-        if ns is None or ns.path is None:
-            continue
-        try:
-            fd = os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from e
-        try:
-            kernel.setns(fd, NS_FLAGS[kind], f"{ns.path} ({kind} namespace)")
-        except SyscallError as e:
-            if e.errno == errno.EINVAL:
-                raise SyscallError(errno.EINVAL, f"linux.namespaces: {ns.path} is not a {kind} namespace") from e
-            raise
-        finally:
+    """Every path is opened before the first setns, as runc's nsexec does: once in a joined user namespace
+    we are its root, a stranger to the host's files, and the pins of a pod's other namespaces (a root-only
+    directory) could no longer be opened."""
+    fds: list[tuple[str, str, int]] = []
+    try:
+        for kind in JOIN_ORDER:
+            ns = spec.linux.namespace(kind)
+            if ns is None or ns.path is None:
+                continue
+            try:
+                fds.append((kind, ns.path, os.open(ns.path, os.O_RDONLY | os.O_CLOEXEC)))
+            except OSError as e:
+                raise SyscallError(e.errno, f"linux.namespaces: {kind} namespace {ns.path}: {e.strerror}") from e
+        for kind, path, fd in fds:
+            try:
+                kernel.setns(fd, NS_FLAGS[kind], f"{path} ({kind} namespace)")
+            except SyscallError as e:
+                if e.errno == errno.EINVAL:
+                    raise SyscallError(errno.EINVAL, f"linux.namespaces: {path} is not a {kind} namespace") from e
+                raise
+            if kind == "user":
+                os.setresgid(0, 0, 0)
+                os.setresuid(0, 0, 0)
+    finally:
+        for _kind, _path, fd in fds:
             os.close(fd)
-        if kind == "user":
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
 
 
 def write_sysctls(spec: Spec) -> None:
@@ -99,6 +106,9 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
             from pyruntime.container import console as console_mod
             console = console_mod.connect(console_socket) if console_socket else None
         preload(spec)
+        if spec.process is not None and spec.process.oom_score_adj is not None:
+            # while still root on the host: a joined user namespace's root may not write it
+            process.set_oom_score_adj(spec.process.oom_score_adj)
         join_namespaces(kernel, spec)
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
         if "user" in new:
@@ -118,8 +128,6 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
         chan.recv(sync.GO)
         if "cgroup" in new:
             kernel.unshare(sc.CLONE_NEWCGROUP)
-        if spec.process is not None and spec.process.oom_score_adj is not None:
-            process.set_oom_score_adj(spec.process.oom_score_adj)
         pid = os.fork()
         if pid == 0:
             stage2(kernel, spec, bundle, chan, fifo, console, preserve_fds,

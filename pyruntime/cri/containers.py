@@ -39,7 +39,7 @@ from pyruntime.errors import (
     UnavailableError,
 )
 from pyruntime.fsutil import atomic_write
-from pyruntime.images.mount import mount_all, unmount
+from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,15 @@ class ExecTimeoutError(UnavailableError):
 
 def _now() -> int:
     return time.time_ns()
+
+
+def _idmap(sandbox: Any, sandbox_config: api_pb2.PodSandboxConfig) -> IdMap | None:
+    """For a pod with a user namespace of its own: its root is to own the files root owns in the image."""
+    path = sandbox.namespaces.get("user")
+    if not path:
+        return None
+    opts = sandbox_config.linux.security_context.namespace_options.userns_options
+    return IdMap(path, opts.uids[0].host_id, opts.gids[0].host_id)  # container id 0: checked at RunPodSandbox
 
 
 class Containers:
@@ -125,11 +134,12 @@ class Containers:
         bundle = self.layout.bundle(container_id)
         rootfs = os.path.join(bundle, "rootfs")
         os.makedirs(rootfs, mode=0o755, exist_ok=True)
-        self._mount_rootfs(image.id, container_id, rootfs)
+        userns = _idmap(sandbox, sandbox_config)
+        self._mount_rootfs(image.id, container_id, rootfs, userns)
         for index, image_id in volumes.items():
             target = image_volume_dir(self.layout, container_id, index)
             os.makedirs(target, mode=0o755, exist_ok=True)
-            self._mount_rootfs(image_id, f"{container_id}-{os.path.basename(target)}", target)
+            self._mount_rootfs(image_id, f"{container_id}-{os.path.basename(target)}", target, userns)
         image_config = json.loads(self.images.content.read(image.config_digest))
         spec = self.container_spec(config, sandbox, sandbox_config, image_config, rootfs, layout=self.layout,
                                    cgroup_driver=self.cgroup_driver, container_id=container_id,
@@ -160,20 +170,20 @@ class Containers:
                     raise NotFoundError(f"config.mounts[{index}].image: {e}") from e
         return out
 
-    def _mount_rootfs(self, image_id: str, container_id: str, rootfs: str) -> None:
+    def _mount_rootfs(self, image_id: str, container_id: str, rootfs: str, userns: IdMap | None) -> None:
         """The image store's writable snapshot, mounted at the bundle's rootfs (or, for an image volume, at
         its directory, bound read-only into the container); where the kernel refuses the overlay the store's
         copy snapshotter stands in (as ImageStore.prepare_rootfs does)."""
         prepared = self.images.prepare_mounts(image_id, container_id)
         try:
-            mount_all(prepared.mounts, rootfs, self.kernel)
+            mount_all(prepared.mounts, rootfs, self.kernel, userns)
         except OSError:
             if prepared.driver != "overlay":
                 raise
             unmount(rootfs, self.kernel)
             self.images.release_rootfs(container_id)
             prepared = self.images.prepare_mounts(image_id, container_id, driver="copy")
-            mount_all(prepared.mounts, rootfs, self.kernel)
+            mount_all(prepared.mounts, rootfs, self.kernel, userns)
 
     def _undo_create(self, container_id: str) -> None:
         try:

@@ -63,11 +63,14 @@ class PauseJob:
     share_pid: bool = False
     sysctls: dict[str, str] = field(default_factory=dict)
     cgroup_parent: str = ""
+    # a user namespace of the pod's own (mode POD): [container id, host id, length] ranges; none: the host's
+    uid_map: list[list[int]] = field(default_factory=list)
+    gid_map: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
 class PauseInfo:
-    """namespaces: kind (net, ipc, uts) -> the pinned file; "pid" -> /proc/PID/ns/pid when the pod shares
+    """namespaces: kind (user, net, ipc, uts) -> the pinned file; "pid" -> /proc/PID/ns/pid when the pod shares
     a pid namespace (a pid namespace without processes can't be entered, so pinning it gains nothing).
     pid and start_time: the pause that stays, 0 for a pod without one (no shared pid namespace).
     cgroup: the pause's cgroup path ("" for none)."""
@@ -127,9 +130,8 @@ def pin(job: PauseJob, kernel: Syscalls, proc: str = "self") -> dict[str, str]:
     """Bind-mounts the namespaces the job makes, of process `proc` (a pid, or self), under job.ns_dir."""
     os.makedirs(job.ns_dir, mode=0o700, exist_ok=True)
     pinned = {}
-    for kind, _flag in PINNED:
-        if not getattr(job, f"new_{kind}"):
-            continue
+    kinds = [kind for kind, _flag in PINNED if getattr(job, f"new_{kind}")]
+    for kind in ["user"] * bool(job.uid_map) + kinds:
         path = os.path.join(job.ns_dir, kind)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         kernel.mount(f"/proc/{proc}/ns/{kind}", path, None, sc.MS_BIND, None)
@@ -190,23 +192,14 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD})
         if cgroup is not None:
             cgroup.add(os.getpid())
-        flags = 0
-        for kind, flag in PINNED:
-            if getattr(job, f"new_{kind}"):
-                flags |= flag
-        if flags:
-            kernel.unshare(flags)
-        if job.new_uts and job.hostname:
-            kernel.sethostname(job.hostname)
-        for name, value in job.sysctls.items():
-            _write_sysctl(name, value)
-        namespaces = pin(job, kernel)
+        if job.uid_map:
+            namespaces, pod_init = _user_namespace_pod(job, kernel)
+        else:
+            _make_namespaces(job, kernel)
+            namespaces = pin(job, kernel)
+            pod_init = _pod_init(job, kernel)
         pid = start = 0
-        if job.share_pid:
-            kernel.unshare(sc.CLONE_NEWPID)
-            pod_init = os.fork()
-            if pod_init == 0:
-                _settle(kernel)
+        if pod_init:
             pid = pod_init
             namespaces["pid"] = f"/proc/{pid}/ns/pid"
             start = process_start_time(pid) or 0
@@ -222,6 +215,86 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
         launcher.send_error(report, e)
         os._exit(1)
     os._exit(0)  # a shared pid namespace's init carries on; its parent is the nearest subreaper from now on
+
+
+def _make_namespaces(job: PauseJob, kernel: Syscalls) -> None:
+    flags = 0
+    for kind, flag in PINNED:
+        if getattr(job, f"new_{kind}"):
+            flags |= flag
+    if flags:
+        kernel.unshare(flags)
+    if job.new_uts and job.hostname:
+        kernel.sethostname(job.hostname)
+    for name, value in job.sysctls.items():
+        _write_sysctl(name, value)
+
+
+def _pod_init(job: PauseJob, kernel: Syscalls) -> int:
+    """The pid 1 of a shared pid namespace (0 when the pod shares none): the process that stays."""
+    if not job.share_pid:
+        return 0
+    kernel.unshare(sc.CLONE_NEWPID)
+    pod_init = os.fork()
+    if pod_init == 0:
+        _settle(kernel)
+    return pod_init
+
+
+def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str], int]:
+    """Makes the pod's namespaces owned by a user namespace of its own, so that root in the pod is not root
+    on the host and its network, IPC and UTS namespaces answer to the pod's root. A process that unshares a
+    user namespace can neither write its maps beyond its own id nor mount on the host (its capabilities
+    end at the namespace's border): so a child unshares and makes the namespaces, and this process, still
+    root on the host, writes the child's maps and pins the child's namespaces. Returns the pins and the
+    pod's pid 1 (0 when it shares no pid namespace)."""
+    from pyruntime.cri import launcher
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    child = os.fork()
+    if child == 0:
+        try:
+            ours.close()
+            kernel.unshare(sc.CLONE_NEWUSER)
+            launcher.send_message(theirs, {"unshared": True})
+            if theirs.recv(64) != b"mapped":
+                os._exit(1)
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            _make_namespaces(job, kernel)
+            launcher.send_message(theirs, {"init": _pod_init(job, kernel)})
+            theirs.recv(64)  # pinned: the namespaces no longer need this process
+        except BaseException as e:
+            launcher.send_error(theirs, e)
+            os._exit(1)
+        os._exit(0)
+    theirs.close()
+    init = 0
+    try:
+        launcher.raise_reported(_reply(ours, "unshare a user namespace"), "pause")
+        for name, ranges in (("uid_map", job.uid_map), ("gid_map", job.gid_map)):
+            with open(f"/proc/{child}/{name}", "w") as f:
+                f.write("".join(f"{inside} {outside} {length}\n" for inside, outside, length in ranges))
+        ours.send(b"mapped")
+        message = _reply(ours, "make the pod's namespaces")
+        launcher.raise_reported(message, "pause")
+        init = int(message["init"])
+        namespaces = pin(job, kernel, str(child))
+        ours.send(b"pinned")
+        return namespaces, init
+    except BaseException:
+        if init:
+            os.kill(init, signal.SIGKILL)  # not our child: the pid is safe until its parent, waited below, is gone
+        raise
+    finally:
+        ours.close()
+        os.waitpid(child, 0)
+
+
+def _reply(sock: socket.socket, step: str) -> dict:
+    data = sock.recv(65536)
+    if not data:
+        raise InternalError(f"pause: the child that makes a user namespace exited before it could {step}")
+    return json.loads(data)
 
 
 def _settle(kernel: Syscalls) -> None:

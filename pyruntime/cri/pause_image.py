@@ -77,6 +77,10 @@ class Pauses:
     def run_pause(self, job: PauseJob) -> PauseInfo:
         if not self.image:
             return self.launcher.run_pause(job)
+        if job.uid_map:  # the pause container would make the pod's namespaces in the host's user namespace
+            raise InvalidArgumentError("config.linux.security_context.namespace_options.userns_options.mode: POD: "
+                                       "a user namespace of the pod's own needs the built-in pause, and this "
+                                       f"daemon runs {self.image} instead (sandbox_image)")
         check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
         bundle = self.bundle(job.sandbox_id)
         os.makedirs(bundle, mode=0o700, exist_ok=True)

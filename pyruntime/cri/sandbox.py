@@ -32,6 +32,7 @@ from pyruntime.fsutil import atomic_write
 log = logging.getLogger(__name__)
 
 RUNTIME_HANDLERS = ("", "pyruntime", "runc")  # runc: the name a RuntimeClass made for containerd uses
+ID_LIMIT = (1 << 32) - 1  # (uid_t)-1 is no id: the last id a user namespace can map is 2^32 - 2
 DEFAULT_HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 
 
@@ -50,6 +51,41 @@ def _read(path: str) -> bytes:
             return f.read()
     except FileNotFoundError:
         return b""
+
+
+def user_namespace_maps(config: api_pb2.PodSandboxConfig) -> dict[str, list[list[int]]]:
+    """The pause job's uid_map and gid_map for the pod's user namespace: empty for the host's (mode NODE,
+    or no userns_options at all, whatever the enum's zero says); one range each for mode POD. Refuses, naming
+    the field, what the kubelet never sends and containerd refuses too: other modes, more or fewer than one
+    range, a range that leaves the pod's root unmapped, and a host namespace beside a user namespace of
+    the pod's own (its network, IPC and pid namespaces would answer to the host's root, not the pod's)."""
+    ns = config.linux.security_context.namespace_options
+    where = "config.linux.security_context.namespace_options"
+    if not ns.HasField("userns_options") or ns.userns_options.mode == api_pb2.NamespaceMode.NODE:
+        return {"uid_map": [], "gid_map": []}
+    opts = ns.userns_options
+    if opts.mode != api_pb2.NamespaceMode.POD:
+        raise InvalidArgumentError(f"{where}.userns_options.mode: {api_pb2.NamespaceMode.Name(opts.mode)}: a pod's "
+                                   "user namespace is the host's (NODE) or its own (POD)")
+    for kind in ("network", "ipc", "pid"):
+        if getattr(ns, kind) == api_pb2.NamespaceMode.NODE:
+            raise InvalidArgumentError(f"{where}.{kind}: NODE: the host's {kind} namespace can't go with a user "
+                                       "namespace of the pod's own (userns_options.mode POD)")
+    maps: dict[str, list[list[int]]] = {}
+    for key, name in (("uids", "uid_map"), ("gids", "gid_map")):
+        ranges = getattr(opts, key)
+        if len(ranges) != 1:
+            raise InvalidArgumentError(f"{where}.userns_options.{key}: {len(ranges)} mappings: a pod's user "
+                                       "namespace takes exactly one")
+        m = ranges[0]
+        if m.container_id != 0:
+            raise InvalidArgumentError(f"{where}.userns_options.{key}[0].container_id: {m.container_id}: the "
+                                       "pod's root (id 0) must be mapped")
+        if not 0 < m.length <= ID_LIMIT - m.host_id:
+            raise InvalidArgumentError(f"{where}.userns_options.{key}[0]: host_id {m.host_id} and length "
+                                       f"{m.length}: not a non-empty range of host ids below {ID_LIMIT}")
+        maps[name] = [[m.container_id, m.host_id, m.length]]
+    return maps
 
 
 class Sandboxes:
@@ -75,14 +111,7 @@ class Sandboxes:
         for field in ("name", "namespace", "uid"):
             if not getattr(config.metadata, field):
                 raise InvalidArgumentError(f"config.metadata.{field}: must not be empty")
-        ns_options = config.linux.security_context.namespace_options
-        userns = ns_options.userns_options  # absent: NODE (the enum's zero is POD)
-        if ns_options.HasField("userns_options") and userns.mode != api_pb2.NamespaceMode.NODE:
-            # the pause holds no user namespace yet: running the pod in the host's would drop the isolation
-            # asked for (Status does not advertise user_namespaces, so a kubelet does not ask)
-            raise InvalidArgumentError("config.linux.security_context.namespace_options.userns_options.mode: "
-                                       f"{api_pb2.NamespaceMode.Name(userns.mode)}: pyruntime-cri runs pods in "
-                                       "the host's user namespace only (NODE)")
+        user_namespace_maps(config)  # refused before anything is made
         if req.runtime_handler not in RUNTIME_HANDLERS:
             raise NotFoundError(f"runtime_handler: no runtime handler {req.runtime_handler!r} (this runtime has "
                                 f"{', '.join(repr(h) for h in RUNTIME_HANDLERS)})")
@@ -113,7 +142,7 @@ class Sandboxes:
             sandbox_id=record.id, ns_dir=self.layout.ns_dir(record.id), hostname=config.hostname,
             new_net=not host_network, new_ipc=options.ipc != api_pb2.NODE, new_uts=not host_network,
             share_pid=options.pid == api_pb2.POD, sysctls=dict(config.linux.sysctls),
-            cgroup_parent=config.linux.cgroup_parent))
+            cgroup_parent=config.linux.cgroup_parent, **user_namespace_maps(config)))
         record.pause_pid, record.pause_start_time = info.pid, info.start_time
         record.namespaces, record.pinned = dict(info.namespaces), True
         self.store.save_sandbox(record)

@@ -35,10 +35,80 @@ class Mount:
         return cls(d["type"], d["source"], list(d.get("options") or []))
 
 
-def mount_all(mounts: list[Mount], target: Path | str, kernel: Syscalls) -> None:
-    """Make `mounts` at `target`, in order (each on top of the one before, as containerd's mount.All does)."""
-    for m in mounts:
-        _mount(m, str(target), kernel)
+@dataclass(frozen=True)
+class IdMap:
+    """A pod's user namespace (its /proc/PID/ns/user or a pin of it) and the host ids its root maps to."""
+    userns: str
+    root_uid: int
+    root_gid: int
+
+
+def mount_all(mounts: list[Mount], target: Path | str, kernel: Syscalls, idmap: IdMap | None = None) -> None:
+    """Make `mounts` at `target`, in order (each on top of the one before, as containerd's mount.All does).
+    `idmap`: for a pod with a user namespace of its own, whose root is to own what root owns in the image."""
+    if idmap is None:
+        for m in mounts:
+            _mount(m, str(target), kernel)
+        return
+    userns_fd = os.open(idmap.userns, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for m in mounts:
+            _mount_idmapped(m, str(target), kernel, userns_fd, idmap)
+    finally:
+        os.close(userns_fd)
+
+
+def staging_dir(target: str) -> str:
+    return f"{target}.idmap"
+
+
+def _mount_idmapped(m: Mount, target: str, kernel: Syscalls, userns_fd: int, idmap: IdMap) -> None:
+    """An overlay can't be idmapped itself, but its lower layers can (Linux >= 5.19), as containerd's overlay
+    snapshotter does for user namespaces: each lower layer is mounted idmapped under a staging directory
+    beside `target`, the overlay is made of those, and the staging mounts are detached again (the overlay
+    keeps what it needs). No file of the image is chowned: its layers stay shared with every other pod,
+    whatever its map. The upper layer, this container's own and still empty, is chowned to the pod's root:
+    the overlay writes it with its mounter's (the host root's) credentials, which an idmapped mount of it
+    could not represent. A bind (the copy snapshotter's private copy) is idmapped itself."""
+    if m.type != "overlay":
+        if m.type != "bind":
+            raise InvalidArgumentError(f"mount {m.source} on {target}: unsupported mount type {m.type!r}")
+        kernel.mount_idmapped(m.source, userns_fd, target)
+        return
+    staging = staging_dir(target)
+    os.makedirs(staging, mode=0o700, exist_ok=True)
+    try:
+        options = []
+        for opt in m.options:
+            key, _, value = opt.partition("=")
+            if key == "lowerdir":
+                layers: list[str] = []
+                for layer in value.split(":"):
+                    layers.append(os.path.join(staging, str(len(layers))))
+                    os.mkdir(layers[-1], 0o700)
+                    kernel.mount_idmapped(layer, userns_fd, layers[-1])
+                opt = "lowerdir=" + ":".join(layers)
+            elif key == "upperdir":
+                kernel.chown(value, idmap.root_uid, idmap.root_gid)
+            options.append(opt)
+        _mount(Mount("overlay", m.source, options), target, kernel)
+    finally:
+        _drop_staging(staging, kernel)
+
+
+def _drop_staging(staging: str, kernel: Syscalls) -> None:
+    """Detaches and removes the staging mounts of an idmapped overlay: left behind by a crash between
+    their making and their removal, the directory would hold mounts of the image's layers."""
+    for name in os.listdir(staging) if os.path.isdir(staging) else ():
+        path = os.path.join(staging, name)
+        try:
+            kernel.umount(path, MNT_DETACH)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOENT):
+                raise
+        os.rmdir(path)
+    if os.path.isdir(staging):
+        os.rmdir(staging)
 
 
 def _mount(m: Mount, target: str, kernel: Syscalls) -> None:
@@ -72,6 +142,7 @@ def is_mountpoint(path: Path | str) -> bool:
 def unmount(target: Path | str, kernel: Syscalls) -> bool:
     """Undo mount_all at `target` (lazily, so a process still inside does not block a release);
     False when nothing was mounted there."""
+    _drop_staging(staging_dir(str(target)), kernel)
     if not os.path.exists(target) or not is_mountpoint(target):
         return False
     while True:  # a bind over an overlay is two mounts

@@ -65,6 +65,9 @@ MOUNT_ATTR_NOATIME = 0x10
 MOUNT_ATTR_STRICTATIME = 0x20
 MOUNT_ATTR_NODIRATIME = 0x80
 MOUNT_ATTR_NOSYMFOLLOW = 0x200000
+MOUNT_ATTR_IDMAP = 0x100000
+OPEN_TREE_CLONE = 0x1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 
 # namespaces
 CLONE_NEWNS = 0x00020000
@@ -95,11 +98,11 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
-               "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
-               "sched_setattr": 314, "ioprio_set": 251, "personality": 135},
+               "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+               "mount_setattr": 442, "sched_setattr": 314, "ioprio_set": 251, "personality": 135},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
-                "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "mount_setattr": 442,
-                "sched_setattr": 274, "ioprio_set": 30, "personality": 92},
+                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+                "mount_setattr": 442, "sched_setattr": 274, "ioprio_set": 30, "personality": 92},
 }[os.uname().machine]
 
 
@@ -254,6 +257,12 @@ class Syscalls:
         raise NotImplementedError
 
     def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
+        raise NotImplementedError
+
+    def mount_idmapped(self, source: str, userns_fd: int, target: str) -> None:
+        """Mounts at `target` a clone of the mount at `source` (a bind mount of it, submounts left out) whose
+        file ids are shifted through the user namespace `userns_fd`: a file owned by 0 on disk is owned by
+        whatever 0 maps to in that namespace."""
         raise NotImplementedError
 
 
@@ -429,6 +438,18 @@ class LinuxSyscalls(Syscalls):
         attr = (ctypes.c_uint64 * 4)(attr_set, attr_clr, 0, 0)  # struct mount_attr, without propagation/userns
         self._new_api("mount_setattr", fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
                       ctypes.sizeof(attr), what=f"mount_setattr {path} (set {attr_set:#x}, clear {attr_clr:#x})")
+
+    def mount_idmapped(self, source: str, userns_fd: int, target: str) -> None:
+        tree = self._new_api("open_tree", AT_FDCWD, source.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+                             what=f"open_tree {source} (clone)")
+        try:
+            attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)  # struct mount_attr
+            self._new_api("mount_setattr", tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr),
+                          what=f"mount_setattr {source} (idmap)")
+            self._new_api("move_mount", tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH,
+                          what=f"move_mount idmapped {source} to {target}")
+        finally:
+            os.close(tree)
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         """A mount through fsopen/fsconfig/fsmount/move_mount, for options too many for mount(2)'s one

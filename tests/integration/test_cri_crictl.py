@@ -324,6 +324,32 @@ def test_a_pod_without_a_shared_pid_namespace_has_no_pause_process(cri_server) -
     assert not any(ip in p.name for p in ipam.rglob("*")), "the pod's address is still in the host-local store"
 
 
+def test_a_pod_with_a_user_namespace_of_its_own(cri_server) -> None:
+    """hostUsers: false as the kubelet asks for it: the pod's root is host id 200000, yet owns the image's
+    files (its rootfs is idmapped, no layer chowned), and what it writes belongs to 200000 on the host."""
+    c = cri_server
+    ids = [{"container_id": 0, "host_id": 200000, "length": 65536}]
+    userns = {"security_context": {"namespace_options": {"pid": 1, "userns_options": {"uids": ids, "gids": ids}}}}
+    with c.pod("userns", linux=userns) as pod:
+        info = c.json("inspectp", pod.id)["info"]
+        assert set(info["namespaces"]) == {"user", "net", "ipc", "uts"}
+        cid = c.start_container(pod, "main", command=SLEEPER)
+        sh = lambda cmd: c.crictl("exec", "-s", cid, "sh", "-c", cmd).stdout.split()  # noqa: E731
+        assert sh("cat /proc/self/uid_map /proc/self/gid_map") == ["0", "200000", "65536"] * 2
+        assert sh("id -u; stat -c '%u %g' /bin/busybox /etc") == ["0", "0", "0", "0", "0"]
+        sh("echo x > /written; mkdir /var/made")
+        assert sh("ip -o -4 addr show eth0")[3].split("/")[0] == pod.ip()
+        init = int(c.json("inspect", cid)["info"]["pid"])
+        for name in ("written", "var/made"):
+            st = os.stat(f"/proc/{init}/root/{name}")
+            assert (st.st_uid, st.st_gid) == (200000, 200000), name
+        layers = list((c.work / "root" / "images").glob("**/snapshots/*/fs/bin/busybox"))
+        assert layers and all(p.stat().st_uid == 0 for p in layers), "an image file changed owner on disk"
+        # the host's root is nobody in there: a file only it may write stays unwritable
+        assert "Permission denied" in c.crictl("exec", cid, "sh", "-c", "echo x > /etc/hostname",
+                                                 check=False).stderr
+
+
 def test_process_titles(cri_server) -> None:
     c = cri_server
     with c.pod("titles") as pod:

@@ -59,6 +59,8 @@ class RuntimeServicer(api_pb2_grpc.RuntimeServiceServicer):
         handler = response.runtime_handlers.add(name="")
         # pyruntime applies "rro" with mount_setattr(2) (Linux >= 5.12), which ocispec asks for
         handler.features.recursive_read_only_mounts = True
+        # a POD user namespace: the pause maps and pins it, containers join it with their rootfs idmapped
+        handler.features.user_namespaces = True
         response.features.supplemental_groups_policy = True  # ocispec applies Strict and Merge
         if request.verbose:
             response.info["config"] = json.dumps(dict(self.info, podCIDR=self.pod_cidr))
