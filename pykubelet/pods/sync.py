@@ -27,7 +27,7 @@ from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import lifecycle
+from pykubelet.pods import lifecycle, userns
 from pykubelet.pods.backoff import Backoff
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
@@ -292,7 +292,9 @@ def dns_config(pod: dict, settings: Settings) -> api_pb2.DNSConfig | None:
     return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
 
 
-def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.PodSandboxConfig:
+def sandbox_config(pod: dict, settings: Settings, attempt: int = 0,
+                   host_range: int | None = None) -> api_pb2.PodSandboxConfig:
+    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py)."""
     meta, spec = pod["metadata"], pod["spec"]
     hostname = settings.node_name if spec.get("hostNetwork") else (spec.get("hostname") or meta["name"])[:63]
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.get("protocol", "TCP")),
@@ -305,6 +307,10 @@ def sandbox_config(pod: dict, settings: Settings, attempt: int = 0) -> api_pb2.P
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod), privileged=privileged,
         supplemental_groups=supplemental_groups(pod), seccomp=seccomp(security_context(pod, None)))
+    if host_range is not None:
+        ids = [api_pb2.IDMapping(container_id=0, host_id=host_range, length=userns.LENGTH)]
+        security.namespace_options.userns_options.CopyFrom(
+            api_pb2.UserNamespace(mode=api_pb2.NamespaceMode.POD, uids=ids, gids=ids))
     if "runAsUser" in sc:
         security.run_as_user.value = sc["runAsUser"]
     if "runAsGroup" in sc:
@@ -377,6 +383,18 @@ class PodSyncer:
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
         self._failed_pulls: dict[str, float] = {}  # image -> when its last pull failed
+        self.userns = userns.UserNamespaces(settings.root_dir / "pods")
+
+    def _user_namespace(self, pod: dict) -> int | None:
+        """The pod's host id range for hostUsers: false, once the runtime says it can make such a pod: the
+        stock kubelet's check, so that the pod is never run in the host's user namespace instead."""
+        if pod["spec"].get("hostUsers", True) is not False:
+            return None
+        handlers = self.runtime.status().runtime_handlers
+        if not any(h.name == "" and h.features.user_namespaces for h in handlers):
+            raise userns.UserNamespaceError("spec.hostUsers: false: the container runtime does not support user "
+                                            "namespaces (no features.user_namespaces in its Status)")
+        return self.userns.host_range(pod)
 
     def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str) -> None:
         """An event about `pod`, or about its (init or regular) container `container`."""
@@ -450,7 +468,15 @@ class PodSyncer:
                 self.event(pod, None, WARNING, "NetworkNotReady", f"network is not ready: {why}")
                 result.again_in(2.0)
                 return result
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=len(state.sandboxes))
+            try:
+                host_range = self._user_namespace(pod)
+            except userns.UserNamespaceError as e:
+                for c in spec.get("containers", []):
+                    result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
+                self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
+                result.again_in(10.0)
+                return result
+            sandbox_cfg = sandbox_config(pod, self.settings, attempt=len(state.sandboxes), host_range=host_range)
             log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
             try:
                 sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
@@ -466,8 +492,9 @@ class PodSyncer:
             if sandbox is None:
                 result.again_in(1.0)
                 return result
-        else:
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt)
+        else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
+            sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt,
+                                         host_range=self.userns.host_range(pod))
         policy = spec.get("restartPolicy", "Always")
         # once a regular container ran in this sandbox, the init containers are done; once they all ended
         # for good, the sidecars go (they never keep a pod from completing)

@@ -199,6 +199,7 @@ def update(store: Store, cid: str, raw_resources: dict) -> None:
     """Merges `raw_resources` (linux.resources of the spec, any subset) into the container's and applies
     the result; the lock spans read, cgroup write and record write, so concurrent updates serialize."""
     from pyruntime.linux.cgroups.resources import Resources
+    raw_resources = _fixed_up(raw_resources)
     try:
         new = Resources.from_spec(raw_resources)
     except ValueError as e:
@@ -212,6 +213,20 @@ def update(store: Store, cid: str, raw_resources: dict) -> None:
         _cgroup(state).set(merged.with_device_policy() if merged.devices else merged)
         state.resources = _merge_raw(state.resources, raw_resources)
         store.save(state)
+
+
+def _fixed_up(raw: dict) -> dict:
+    """runc update's fix-ups, which make an update of one value drop another the container had (0: unset)
+    rather than apply it again where the kernel would refuse the pair: an update of cpu.idle alone drops the
+    shares (an idle group refuses cpu.shares and cpu.weight), and one of memory.limit -1 alone drops the
+    swap limit (an unlimited memory under a finite memory+swap is refused; the cgroup driver then makes swap
+    unlimited too)."""
+    cpu, memory = raw.get("cpu"), raw.get("memory")
+    if isinstance(cpu, dict) and "idle" in cpu and "shares" not in cpu:
+        raw = {**raw, "cpu": {**cpu, "shares": 0}}
+    if isinstance(memory, dict) and memory.get("limit") == -1 and "swap" not in memory:
+        raw = {**raw, "memory": {**memory, "swap": 0}}
+    return raw
 
 
 def _merge_raw(current: dict, update: dict) -> dict:

@@ -16,11 +16,11 @@ from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, Store, validate_id
 from pyruntime.container.sync import Channel
-from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
 from pyruntime.linux import cgroups
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
-from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
+from pyruntime.linux.syscalls import CLONE_NEWUSER, PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 from pyruntime.oci.validate import validate
@@ -54,7 +54,7 @@ def cgroup_resources(spec: Spec) -> Resources:
     return (spec.linux.resources or Resources()).with_device_policy(linux_device_rules(spec))
 
 
-def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:
+def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...], where: str = "linux") -> None:
     path = f"/proc/{pid}/{name}"
     text = "".join(f"{m.container_id} {m.host_id} {m.size}\n" for m in maps)
     try:
@@ -62,7 +62,51 @@ def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...]) -> None:
             f.write(text)
     except OSError as e:
         field = "uidMappings" if name == "uid_map" else "gidMappings"
-        raise InvalidArgumentError(f"linux.{field}: write {path}: {e.strerror}") from e
+        raise InvalidArgumentError(f"{where}.{field}: write {path}: {e.strerror}") from e
+
+
+def _idmap_usernses(kernel: Syscalls, spec: Spec) -> dict[int, int]:
+    """An fd of a user namespace holding each idmapped mount's mappings, by its index in spec.mounts:
+    mount_setattr(2) takes a mapping as a user namespace, not as numbers. Made here, root on the host,
+    before the init forks (it inherits them; close-on-exec keeps them from the workload)."""
+    fds: dict[int, int] = {}
+    try:
+        for i, m in enumerate(spec.mounts):
+            if m.uid_mappings:
+                fds[i] = _mapped_userns(kernel, m.uid_mappings, m.gid_mappings, f"mounts[{i}]")
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        raise
+    return fds
+
+
+def _mapped_userns(kernel: Syscalls, uids: tuple[IDMapping, ...], gids: tuple[IDMapping, ...], where: str) -> int:
+    """A child unshares a user namespace and waits; its maps are written from here, its namespace opened,
+    and it is let go: the open fd alone keeps the namespace."""
+    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(hold_w)
+            kernel.unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u")
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(hold_r)
+    os.close(ready_w)
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise InternalError(f"{where}: the child that was to hold the mount's user namespace could not unshare")
+        _write_id_map(pid, "uid_map", uids, where)
+        _write_id_map(pid, "gid_map", gids, where)
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(hold_w)
+        os.close(ready_r)
+        os.waitpid(pid, 0)
 
 
 def write_pid_file(path: str, pid: int) -> None:
@@ -149,11 +193,16 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         cg.set(cgroup_resources(spec))
         os.mkfifo(store.path(cid, FIFO), 0o600)
         trace("nsexec container setup")
-        stage1_pid = os.fork()
-        if stage1_pid == 0:
-            parent.close()
-            init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
-                        console_socket, preserve_fds, debug)
+        idmap_fds = _idmap_usernses(kernel, spec)
+        try:
+            stage1_pid = os.fork()
+            if stage1_pid == 0:
+                parent.close()
+                init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
+                            console_socket, preserve_fds, idmap_fds, debug)
+        finally:
+            for fd in idmap_fds.values():
+                os.close(fd)
         child.close()
         userns = spec.linux.namespace("user")
         if userns is not None and userns.path is None:

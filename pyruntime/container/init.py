@@ -96,7 +96,7 @@ def preload(spec: Spec) -> None:
 
 
 def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: str,
-           console_socket: str | None, preserve_fds: int, debug: bool = False) -> None:
+           console_socket: str | None, preserve_fds: int, idmap_fds: dict[int, int], debug: bool = False) -> None:
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         # opened before a user namespace makes us an unmapped stranger to the runtime's own files
@@ -109,6 +109,10 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
         if spec.process is not None and spec.process.oom_score_adj is not None:
             # while still root on the host: a joined user namespace's root may not write it
             process.set_oom_score_adj(spec.process.oom_score_adj)
+        in_userns = spec.linux.namespace("user") is not None
+        fds = rootfs.MountFds(idmap_fds, rootfs.open_sources(kernel, spec, bundle) if in_userns else {})
+        if in_userns:
+            rootfs.enter_bundle(spec)
         join_namespaces(kernel, spec)
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
         if "user" in new:
@@ -130,8 +134,7 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
             kernel.unshare(sc.CLONE_NEWCGROUP)
         pid = os.fork()
         if pid == 0:
-            stage2(kernel, spec, bundle, chan, fifo, console, preserve_fds,
-                   spec.linux.namespace("user") is not None, debug)
+            stage2(kernel, spec, bundle, chan, fifo, console, preserve_fds, in_userns, fds, debug)
         chan.send(sync.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
@@ -139,7 +142,7 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
 
 
 def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, console,
-           preserve_fds: int, in_userns: bool, debug: bool = False) -> None:
+           preserve_fds: int, in_userns: bool, fds: rootfs.MountFds, debug: bool = False) -> None:
     """`fifo`: the exec fifo, open for reading and writing (the only fd of the runtime's that the
     container's init holds): `start` writes the byte this process waits for, and this fd's closing at
     execve tells `start` that the workload runs, so that poststart hooks never run before it."""
@@ -157,7 +160,7 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
             state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
             run_hooks("createContainer", spec.hooks.get("createContainer", ()), state, cwd=spec.root.path)
 
-        rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot)
+        rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot, fds)
         if spec.hostname is not None:
             kernel.sethostname(spec.hostname)
         if spec.domainname is not None:

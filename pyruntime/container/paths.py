@@ -30,11 +30,12 @@ def _open_dir(kernel: Syscalls, root_fd: int, path: str) -> int:
     return open_in_root(kernel, root_fd, path, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def mkdir_all(kernel: Syscalls, root_fd: int, path: str, mode: int = 0o755) -> int:
+def mkdir_all(kernel: Syscalls, root_fd: int, path: str, mode: int = 0o755, _depth: int = 0) -> int:
     """Creates every missing directory of `path` inside the root and returns an O_PATH fd of the last.
 
     Each prefix is resolved from the root again, so a symlink met on the way is followed as the
-    container would see it, never relative to the host.
+    container would see it, never relative to the host; a dangling one gets its target made (inside the
+    root), as runc's MkdirAllInRoot does, so that a path through it exists afterwards.
     """
     parts = [p for p in clean(path).split("/") if p]
     for i, part in enumerate(parts):
@@ -45,13 +46,21 @@ def mkdir_all(kernel: Syscalls, root_fd: int, path: str, mode: int = 0o755) -> i
         except SyscallError as e:
             if e.errno != errno.ENOENT:
                 raise
-        parent = _open_dir(kernel, root_fd, "/" + "/".join(parts[:i]))
+        above = "/" + "/".join(parts[:i])
+        parent = _open_dir(kernel, root_fd, above)
         try:
             os.mkdir(part, mode, dir_fd=parent)
+            continue
         except FileExistsError:
-            pass
+            try:
+                link = os.readlink(part, dir_fd=parent)
+            except OSError:
+                continue  # made meanwhile by someone else
         finally:
             os.close(parent)
+        if _depth >= 40:
+            raise SyscallError(errno.ELOOP, f"{path}: too many levels of symbolic links")
+        os.close(mkdir_all(kernel, root_fd, posixpath.join(above, link), mode, _depth + 1))
     return open_in_root(kernel, root_fd, path, O_PATH | os.O_DIRECTORY)
 
 

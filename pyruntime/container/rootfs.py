@@ -21,7 +21,7 @@ from pyruntime.linux import syscalls as sc
 from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
-from pyruntime.record import record
+from pyruntime.record import Factory, record, replace
 
 # statvfs flags a bind remount must keep: in a user namespace they are locked and dropping one is EPERM
 _LOCKED = ((os.ST_RDONLY, sc.MS_RDONLY), (os.ST_NOSUID, sc.MS_NOSUID), (os.ST_NODEV, sc.MS_NODEV),
@@ -77,7 +77,19 @@ def _source(m: Mount, bundle: str) -> str | None:
     return m.source
 
 
-def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: bool) -> None:
+def below_root(m: Mount, rootfs: str) -> Mount:
+    """A destination spelled as the host's path of the rootfs (`<rootfs>/mnt`) means the path below it, as
+    runc reads it (pathrs.LexicallyStripRoot): configs written for runc, its own tests among them, rely on it."""
+    root = rootfs.rstrip("/")
+    if m.destination == root or m.destination.startswith(root + "/"):
+        return replace(m, destination=m.destination[len(root):] or "/")
+    return m
+
+
+def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: bool,
+              userns_fd: int | None = None, source_tree: int | None = None) -> None:
+    """`userns_fd`: for an idmapped bind (mounts[].uidMappings), a user namespace holding its mappings.
+    `source_tree`: for a bind, its source already copied (MountFds.sources), to attach as it is."""
     opts = parse_options(m.options)
     source = _source(m, bundle)
     if m.type == "cgroup":
@@ -92,8 +104,8 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
             opts = MountOptions(opts.flags & ~sc.MS_RDONLY, opts.propagation, opts.data, opts.recursive)
     if _is_bind(m, opts):
         try:
-            src_is_dir = os.path.isdir(source or "")
-            os.stat(source or "")
+            src_is_dir = stat.S_ISDIR((os.fstat(source_tree) if source_tree is not None
+                                       else os.stat(source or "")).st_mode)
         except OSError as e:
             raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from e
         target = paths.make_target(kernel, root_fd, m.destination, src_is_dir)
@@ -103,11 +115,15 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
         where = paths.fd_path(target)
         if _is_bind(m, opts):
             extra = opts.flags & ~(sc.MS_BIND | sc.MS_REC | sc.MS_REMOUNT)
-            if extra:
-                _bind_remount(kernel, root_fd, source or "", target, m.destination, extra,
-                              bool(opts.flags & sc.MS_REC))
+            if source_tree is not None:
+                kernel.attach_mount(source_tree, where)
+            elif userns_fd is not None:
+                kernel.mount_idmapped(source or "", userns_fd, where, rbind=bool(opts.flags & sc.MS_REC),
+                                      ridmap="ridmap" in m.options)
             else:
                 kernel.mount(source, where, None, sc.MS_BIND | (opts.flags & sc.MS_REC), None)
+            if extra:  # the remount must name the new mount, so the target is opened again
+                _remount(kernel, root_fd, m.destination, extra)
         else:
             kernel.mount(source or m.type, where, m.type, opts.flags, opts.data or None)
         if copy_up >= 0:
@@ -258,6 +274,10 @@ def _bind_remount(kernel: Syscalls, root_fd: int, source: str, target_fd: int, d
                   recursive: bool = True) -> None:
     """A bind mount with flags: the remount must name the new mount, so the target is opened again."""
     kernel.mount(source, paths.fd_path(target_fd), None, sc.MS_BIND | (sc.MS_REC if recursive else 0), None)
+    _remount(kernel, root_fd, destination, flags)
+
+
+def _remount(kernel: Syscalls, root_fd: int, destination: str, flags: int) -> None:
     fresh = paths.open_in_root(kernel, root_fd, destination)
     try:
         where = paths.fd_path(fresh)
@@ -433,18 +453,56 @@ def _parent_mount_private(kernel: Syscalls, path: str) -> None:
         kernel.mount(None, parent.mount_point, None, sc.MS_PRIVATE, None)
 
 
-def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None]) -> None:
-    """Builds the container's root and pivots into it; `before_pivot` runs the create-time hooks."""
+@record
+class MountFds:
+    """What the mounts use that was opened before the container's namespaces were entered, by index in
+    spec.mounts. `idmap`: a user namespace holding an idmapped mount's mappings (made by the runtime).
+    `sources`: in a container with a user namespace, each bind source outside the rootfs as a detached
+    copy (open_tree) made while still root on the host: the container's root may not reach it by path (a
+    kubelet's pods directory is 0750), and a mount of the host's namespace can't be bound into another
+    one, only a detached copy attached (runc's mount source fds). Sources inside the rootfs are looked up
+    when mounted, so that they see the container's earlier mounts."""
+    idmap: dict[int, int] = Factory(dict)
+    sources: dict[int, int] = Factory(dict)
+
+
+def open_sources(kernel: Syscalls, spec: Spec, bundle: str) -> dict[int, int]:
+    """MountFds.sources; a source that can't be copied is left to the mount, which names the error."""
+    root = spec.root.path.rstrip("/") + "/"
+    out = {}
+    for i, m in enumerate(spec.mounts):
+        source, opts = _source(m, bundle), parse_options(m.options)
+        if source and _is_bind(m, opts) and not (source + "/").startswith(root):
+            try:
+                out[i] = kernel.clone_mount(source, bool(opts.flags & sc.MS_REC))
+            except OSError:
+                pass
+    return out
+
+
+def enter_bundle(spec: Spec) -> None:
+    """Makes the rootfs's parent the working directory, while still root on the host: from there the
+    container's root (in a user namespace of its own) reaches the rootfs by a relative path even when the
+    directories above are not open to it (a CRI server's state under a 0700 directory)."""
+    os.chdir(os.path.dirname(spec.root.path.rstrip("/")))
+
+
+def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_pivot: Callable[[], None],
+            fds: MountFds) -> None:
+    """Builds the container's root and pivots into it; `before_pivot` runs the create-time hooks. In a user
+    namespace the rootfs is named relative to the working directory enter_bundle() chose."""
     propagation = PROPAGATION_OPTIONS.get(spec.linux.rootfs_propagation, sc.MS_SLAVE | sc.MS_REC)
     kernel.mount(None, "/", None, propagation, None)
     rootfs = spec.root.path
     _parent_mount_private(kernel, rootfs)
-    kernel.mount(rootfs, rootfs, None, sc.MS_BIND | sc.MS_REC, None)
-    root_fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    here = os.path.basename(rootfs.rstrip("/")) if in_userns else rootfs
+    kernel.mount(here, here, None, sc.MS_BIND | sc.MS_REC, None)
+    root_fd = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         cgroup_ns = spec.linux.namespace("cgroup") is not None
-        for m in spec.mounts:
-            mount_one(kernel, root_fd, m, bundle, cgroup_ns)
+        for i, m in enumerate(spec.mounts):
+            mount_one(kernel, root_fd, below_root(m, rootfs), bundle, cgroup_ns, fds.idmap.get(i),
+                      fds.sources.get(i))
         dev_mount = next((m for m in spec.mounts if paths.clean(m.destination) == "/dev"), None)
         if dev_mount is None or not _is_bind(dev_mount, parse_options(dev_mount.options)):
             for dev in DEFAULT_DEVICES + tuple(d for d in spec.linux.devices
@@ -459,7 +517,7 @@ def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_p
         before_pivot()
     finally:
         os.close(root_fd)
-    pivot(kernel, rootfs)
+    pivot(kernel, here)
     if spec.linux.rootfs_propagation:
         kernel.mount(None, "/", None, propagation, None)
     if spec.root.readonly:

@@ -152,6 +152,11 @@ class Syscall:
             if not n or not set(n) <= _NAME_CHARS:
                 raise SpecError(f"{o.name('names')}[{i}]: {shown(n)} is not a syscall name")
         action, errno_ret = _action(o, "action", "errnoRet")
+        if action == "SCMP_ACT_NOTIFY" and "write" in names:
+            # the init still writes (the start fifo, its reports) once its filter is in: each would wait on
+            # the agent; refused as runc refuses it, with runc's message
+            raise SpecError(f"{o.name('names')}[{names.index('write')}]: SCMP_ACT_NOTIFY cannot be used for "
+                            "the write syscall")
         return cls(names, action, errno_ret, tuple(Arg.from_spec(a) for a in o.objs("args")))
 
 
@@ -444,7 +449,8 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
             sock.connect(seccomp.listener_path)
             sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
         except OSError as e:
-            raise OSError(e.errno, f"seccomp listener {seccomp.listener_path}: {e.strerror}") from e
+            raise OSError(e.errno, "failed to connect with seccomp agent specified in the seccomp profile: "
+                                   f"{seccomp.listener_path}: {e.strerror}") from e
 
 
 @cache

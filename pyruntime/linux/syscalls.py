@@ -51,6 +51,7 @@ MNT_DETACH = 2
 FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
 FSCONFIG_SET_STRING, FSCONFIG_CMD_CREATE = 1, 6
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOVE_MOUNT_T_SYMLINKS = 0x10
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
@@ -259,10 +260,20 @@ class Syscalls:
     def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
         raise NotImplementedError
 
-    def mount_idmapped(self, source: str, userns_fd: int, target: str) -> None:
-        """Mounts at `target` a clone of the mount at `source` (a bind mount of it, submounts left out) whose
-        file ids are shifted through the user namespace `userns_fd`: a file owned by 0 on disk is owned by
-        whatever 0 maps to in that namespace."""
+    def clone_mount(self, source: str, recursive: bool) -> int:
+        """open_tree(OPEN_TREE_CLONE): a detached copy of the mount at `source` (with its submounts if
+        `recursive`), which attach_mount can put in another mount namespace; the caller closes it."""
+        raise NotImplementedError
+
+    def attach_mount(self, tree: int, target: str) -> None:
+        """move_mount(2) of a detached tree onto `target` (a /proc/self/fd magic link is followed)."""
+        raise NotImplementedError
+
+    def mount_idmapped(self, source: str, userns_fd: int, target: str, *, rbind: bool = False,
+                       ridmap: bool = False) -> None:
+        """Mounts at `target` a clone of the mount at `source` (a bind mount of it; with `rbind` its submounts
+        too) whose file ids are shifted through the user namespace `userns_fd`: a file owned by 0 on disk is
+        owned by whatever 0 maps to in that namespace. `ridmap`: the submounts are idmapped too."""
         raise NotImplementedError
 
 
@@ -439,15 +450,23 @@ class LinuxSyscalls(Syscalls):
         self._new_api("mount_setattr", fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
                       ctypes.sizeof(attr), what=f"mount_setattr {path} (set {attr_set:#x}, clear {attr_clr:#x})")
 
-    def mount_idmapped(self, source: str, userns_fd: int, target: str) -> None:
-        tree = self._new_api("open_tree", AT_FDCWD, source.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+    def clone_mount(self, source: str, recursive: bool) -> int:
+        return self._new_api("open_tree", AT_FDCWD, source.encode(),
+                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0),
                              what=f"open_tree {source} (clone)")
+
+    def attach_mount(self, tree: int, target: str) -> None:
+        self._new_api("move_mount", tree, b"", AT_FDCWD, target.encode(),
+                      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS, what=f"move_mount to {target}")
+
+    def mount_idmapped(self, source: str, userns_fd: int, target: str, *, rbind: bool = False,
+                       ridmap: bool = False) -> None:
+        tree = self.clone_mount(source, rbind)
         try:
             attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)  # struct mount_attr
-            self._new_api("mount_setattr", tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr),
-                          what=f"mount_setattr {source} (idmap)")
-            self._new_api("move_mount", tree, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH,
-                          what=f"move_mount idmapped {source} to {target}")
+            self._new_api("mount_setattr", tree, b"", AT_EMPTY_PATH | (AT_RECURSIVE if ridmap else 0),
+                          ctypes.byref(attr), ctypes.sizeof(attr), what=f"mount_setattr {source} (idmap)")
+            self.attach_mount(tree, target)
         finally:
             os.close(tree)
 

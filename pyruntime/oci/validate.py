@@ -41,7 +41,7 @@ def validate(spec: Spec, cgroup_driver: str, kernel: Syscalls) -> None:
             raise SpecError(f"{field}: setting a {field} needs the container's own uts namespace in "
                             "linux.namespaces")
     _sysctls(linux)
-    _mounts(spec.mounts)
+    _mounts(spec.mounts, spec.linux)
     _devices(linux)
     _cgroups(linux, cgroup_driver)
 
@@ -141,7 +141,7 @@ def _is_bind(m: Mount) -> bool:
     return m.type == "bind" or "bind" in m.options or "rbind" in m.options
 
 
-def _mounts(mounts: tuple[Mount, ...]) -> None:
+def _mounts(mounts: tuple[Mount, ...], linux: Linux) -> None:
     for i, m in enumerate(mounts):
         where = f"mounts[{i}]"
         if m.type is not None and (not m.type or any(c in m.type for c in "/ \t\n\0")):
@@ -149,8 +149,24 @@ def _mounts(mounts: tuple[Mount, ...]) -> None:
         if _is_bind(m) and not m.source:
             raise SpecError(f"{where}.source: required for a bind mount")
         if m.uid_mappings or m.gid_mappings or {"idmap", "ridmap"} & set(m.options):
-            field = "uidMappings" if m.uid_mappings else "gidMappings" if m.gid_mappings else "options"
-            raise SpecError(f"{where}.{field}: idmapped mounts are not supported by pyruntime")
+            _idmapped_mount(m, where, linux)
+
+
+def _idmapped_mount(m: Mount, where: str, linux: Linux) -> None:
+    """runc's rules (checkIDMapMounts), less what pyruntime does not do: idmapping a mount into a container
+    with a user namespace of its own (the mount would have to be idmapped from outside it, by the runtime,
+    where the container's earlier mounts are out of sight), and so `idmap`/`ridmap` without mappings, which
+    take the container's."""
+    if not _is_bind(m):
+        raise SpecError(f"{where}.type: idmapped mounts are only supported for bind mounts, not {shown(m.type)}")
+    if linux.namespace("user") is not None:
+        raise SpecError(f"{where}.uidMappings: pyruntime does not idmap mounts into a container with a user "
+                        "namespace of its own")
+    if not m.uid_mappings or not m.gid_mappings:
+        field = "gidMappings" if m.uid_mappings else "uidMappings"
+        raise SpecError(f"{where}.{field}: an idmapped mount needs both uidMappings and gidMappings")
+    _check_maps(m.uid_mappings, f"{where}.uidMappings")
+    _check_maps(m.gid_mappings, f"{where}.gidMappings")
 
 
 def _devices(linux: Linux) -> None:

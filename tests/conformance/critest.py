@@ -290,7 +290,6 @@ def run_endpoint(cls: type[Endpoint], mirror: Mirror, out_dir: Path, *, parallel
             fcntl.flock(lock_file, fcntl.LOCK_EX)
         before = HostState.take()
         work = Path(tempfile.mkdtemp(prefix=f"pynode-critest-{cls.name}-", dir="/var/tmp"))
-        work.chmod(0o711)  # as /var/lib: the root of a pod's user namespace must reach its bundle's rootfs
         endpoint = cls(work, mirror.hosts_dir)
         run_dir_existed = CONTAINERD_RUN.exists()
         try:

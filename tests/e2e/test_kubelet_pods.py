@@ -232,3 +232,31 @@ def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, 
     finally:
         delete(control_plane, "steady")
         kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
+
+
+def test_a_pod_with_host_users_false_gets_a_user_namespace_or_waits_with_the_reason(control_plane, kubelet, cri,
+                                                                                     kubepods, tmp_path):
+    """hostUsers: false: on pyruntime-cri the pod runs as root of its own user namespace (a 65536-id range
+    of the node's); containerd 1.6 can't make one, so the pod waits with the reason, never runs unmapped."""
+    script = "cat /proc/self/uid_map; id -u; exec sleep 3600"
+    container = {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script]}
+    apply(control_plane, tmp_path, pod_spec("userns", container, hostUsers=False))
+    try:
+        if cri.name != "pyruntime-cri":
+            pod = wait_pod(control_plane, "userns", "waiting with the reason", lambda p: any(
+                "does not support user namespaces" in cs.get("state", {}).get("waiting", {}).get("message", "")
+                for cs in p.get("status", {}).get("containerStatuses", [])))
+            assert pod["status"]["phase"] == "Pending"
+            events = _events(control_plane, reason="FailedCreatePodSandBox", type="Warning")
+            assert any(e["involvedObject"]["name"] == "userns" for e in events)
+            return
+        pod = wait_pod(control_plane, "userns", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
+        uid = pod["metadata"]["uid"]
+        log_file = kubelet.pods_dir / f"default_userns_{uid}" / "main" / "0.log"
+        lines = wait_for("the container's output", lambda: (lambda t: t if len(t) >= 2 else None)(
+            [line.split(" ", 3)[3] for line in log_file.read_text().splitlines()]), timeout=20)
+        inside, outside, length = (int(x) for x in lines[0].split())
+        assert (inside, length) == (0, 65536) and outside >= 65536 and outside % 65536 == 0, lines[0]
+        assert lines[1] == "0"
+    finally:
+        delete(control_plane, "userns")

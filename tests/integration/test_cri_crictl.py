@@ -333,9 +333,15 @@ def test_a_pod_with_a_user_namespace_of_its_own(cri_server) -> None:
     with c.pod("userns", linux=userns) as pod:
         info = c.json("inspectp", pod.id)["info"]
         assert set(info["namespaces"]) == {"user", "net", "ipc", "uts"}
-        cid = c.start_container(pod, "main", command=SLEEPER)
+        volume = c.work / "volumes" / "userns"  # below 0700 directories, as a kubelet's pods directory
+        volume.mkdir(parents=True)
+        (volume / "data").write_text("from the host\n")
+        assert c.work.stat().st_mode & 0o777 == 0o700
+        cid = c.start_container(pod, "main", command=SLEEPER,
+                                mounts=[{"container_path": "/data", "host_path": str(volume), "readonly": True}])
         sh = lambda cmd: c.crictl("exec", "-s", cid, "sh", "-c", cmd).stdout.split()  # noqa: E731
         assert sh("cat /proc/self/uid_map /proc/self/gid_map") == ["0", "200000", "65536"] * 2
+        assert sh("cat /data/data") == ["from", "the", "host"]
         assert sh("id -u; stat -c '%u %g' /bin/busybox /etc") == ["0", "0", "0", "0", "0"]
         sh("echo x > /written; mkdir /var/made")
         assert sh("ip -o -4 addr show eth0")[3].split("/")[0] == pod.ip()

@@ -315,6 +315,72 @@ def test_update_takes_runcs_units_and_flag_names(runtime, make_bundle):
         runtime("delete", "-f", "c1", check=False)
 
 
+def test_update_of_cpu_idle_does_not_write_the_shares_an_idle_group_refuses(runtime, make_bundle):
+    """runc's "update cgroup cpu.idle": a container run with cpu shares goes idle, back and idle again."""
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["resources"] = {"cpu": {"shares": 100}}
+    _save(bundle, config)
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        try:
+            _cgroup_file(pid, "cpu", "cpu.idle")
+        except FileNotFoundError:
+            pytest.skip("kernel without cpu.idle")
+        for idle in ("1", "0", "1"):
+            runtime("update", "c1", "--cpu-idle", idle)
+            assert _cgroup_file(pid, "cpu", "cpu.idle") == idle
+        runtime("update", "c1", "--cpu-period", "10000")  # another limit leaves the group idle
+        assert _cgroup_file(pid, "cpu", "cpu.idle") == "1"
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_update_of_memory_to_unlimited_lifts_the_swap_limit_too(runtime, make_bundle):
+    """runc's "update cgroup v1/v2 common limits": --memory -1 after a memory+swap limit."""
+    bundle = make_bundle(["sleep", "100"])
+    config = _config(bundle)
+    config["linux"]["resources"] = {"memory": {"limit": 33554432}}
+    _save(bundle, config)
+    v2 = cgroups.detect(LinuxSyscalls()) == "v2"
+    swap_file = "memory.swap.max" if v2 else "memory.memsw.limit_in_bytes"
+    try:
+        runtime("run", "-d", "--bundle", str(bundle), "c1")
+        pid = runtime.state("c1")["pid"]
+        try:
+            _cgroup_file(pid, "memory", swap_file)
+        except FileNotFoundError:
+            pytest.skip("kernel without swap accounting")
+        runtime("update", "c1", "--memory-swap", "96468992")
+        runtime("update", "c1", "--memory", "-1")
+        unlimited = "max" if v2 else "9223372036854771712"  # v1: LONG_MAX, page-aligned
+        assert _cgroup_file(pid, "memory", "memory.max" if v2 else "memory.limit_in_bytes") == unlimited
+        assert _cgroup_file(pid, "memory", swap_file) == unlimited
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_an_idmapped_bind_mount_shows_its_files_through_its_own_mappings(runtime, make_bundle, tmp_path):
+    """mounts[].uidMappings (runc's idmap.bats): on-disk owner k shows as the host id k maps to."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "root-owned").write_text("x")
+    (data / "owned-by-1").write_text("y")
+    os.chown(data / "owned-by-1", 1, 2)
+    bundle = make_bundle(["sh", "-c", "stat -c '%n %u %g' /data/root-owned /data/owned-by-1; touch /data/new"])
+    config = _config(bundle)
+    ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    config["mounts"].append({"destination": "/data", "type": "bind", "source": str(data),
+                             "options": ["rbind", "ro"], "uidMappings": ids, "gidMappings": ids})
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.stdout.split("\n")[:2] == ["/data/root-owned 100000 100000", "/data/owned-by-1 100001 100002"], \
+        done.stderr
+    assert "Read-only file system" in done.stderr  # the remount for "ro" reached the idmapped mount
+    assert (data / "root-owned").stat().st_uid == 0  # nothing on disk changed
+
+
 def test_kill_reaches_every_process_of_a_container_in_the_host_pid_namespace(runtime, make_bundle):
     bundle = make_bundle(["sleep", "100"])
     config = _config(bundle)

@@ -67,7 +67,6 @@ class CriNode(PyruntimeCri):
                  netns: str | None = None, work: Path | None = None) -> None:
         if work is None:
             work = Path(tempfile.mkdtemp(prefix="pynode-crinode-", dir="/var/tmp"))
-            work.chmod(0o711)  # as /var/lib: the root of a pod's user namespace must reach its bundle's rootfs
         work.mkdir(parents=True, exist_ok=True)
         super().__init__(work, hosts_dir)
         self.bridge, self.subnet, self.netns = bridge, subnet, netns

@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import threading
+import time
 import zlib
 
 import pytest
@@ -317,6 +318,10 @@ def echo_server():
     srv.start()
     yield srv
     srv.stop()
+    # a session's copying threads end once their sockets close, just after stop() joined the session
+    deadline = time.monotonic() + 5
+    while threading.active_count() != threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert threading.active_count() == threads_before, threading.enumerate()
 
 

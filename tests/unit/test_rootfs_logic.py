@@ -5,6 +5,7 @@ the /proc/self/fd path the runtime would have mounted on, before its fd is close
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -135,3 +136,30 @@ def test_a_device_in_a_user_namespace_is_a_bind_of_the_hosts_node(fake, root):
     (_, source, _target, _fstype, flags, _data), = fake.named("mount")
     assert (source, flags) == ("/dev/null", syscalls.MS_BIND)
     assert fake.targets == [str(r / "dev" / "null")] and (r / "dev" / "null").stat().st_size == 0
+
+
+def test_a_destination_spelled_with_the_rootfs_host_path_is_below_the_root():
+    m = rootfs.below_root(Mount("/b/rootfs/mnt/x", "bind", "/src", ("rbind",)), "/b/rootfs/")
+    assert m == Mount("/mnt/x", "bind", "/src", ("rbind",))
+    assert rootfs.below_root(Mount("/b/rootfs", "tmpfs"), "/b/rootfs").destination == "/"
+    assert rootfs.below_root(Mount("/b/rootfsx/y", "tmpfs"), "/b/rootfs").destination == "/b/rootfsx/y"
+
+
+def test_a_bind_target_through_a_dangling_symlink_is_made_where_the_symlinks_lead(fake, root, tmp_path):
+    # runc's "bind mount through a dangling symlink component": /etc/hosts -> /jump/baz/hosts, /jump -> /tmp/foo/bar
+    r, fd = root
+    (r / "jump").symlink_to("/tmp/foo/bar")
+    (r / "etc" / "hosts").symlink_to("/jump/baz/hosts")
+    src = tmp_path / "hosts"
+    src.write_text("")
+    rootfs.mount_one(fake, fd, Mount("/etc/hosts", "bind", str(src), ("bind",)), "/bundle", False)
+    assert (r / "tmp" / "foo" / "bar" / "baz" / "hosts").is_file()
+    assert fake.targets == [str(r / "tmp" / "foo" / "bar" / "baz" / "hosts")]
+
+
+def test_a_symlink_loop_on_the_way_to_a_target_is_refused(fake, root):
+    r, fd = root
+    (r / "loop").symlink_to("/loop")
+    with pytest.raises(SyscallError) as e:
+        rootfs.mount_one(fake, fd, Mount("/loop/x", "tmpfs", "tmpfs"), "/bundle", False)
+    assert e.value.errno == errno.ELOOP

@@ -154,15 +154,35 @@ def test_a_sysctl_in_a_namespace_joined_by_path_must_not_be_the_runtimes_own():
     ({"destination": "/x", "options": ["bind"]}, "mounts[7].source: required for a bind mount"),
     ({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
       "uidMappings": [{"containerID": 0, "hostID": 1, "size": 1}]},
-     "mounts[7].uidMappings: idmapped mounts are not supported by pyruntime"),
+     "mounts[7].gidMappings: an idmapped mount needs both uidMappings and gidMappings"),
     ({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
       "gidMappings": [{"containerID": 0, "hostID": 1, "size": 1}]},
-     "mounts[7].gidMappings: idmapped mounts are not supported by pyruntime"),
+     "mounts[7].uidMappings: an idmapped mount needs both uidMappings and gidMappings"),
     ({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind", "idmap"]},
-     "mounts[7].options: idmapped mounts are not supported by pyruntime"),
+     "mounts[7].uidMappings: an idmapped mount needs both uidMappings and gidMappings"),
+    ({"destination": "/x", "type": "tmpfs", "source": "tmpfs", "options": ["idmap"],
+      "uidMappings": [{"containerID": 0, "hostID": 1, "size": 1}],
+      "gidMappings": [{"containerID": 0, "hostID": 1, "size": 1}]},
+     'mounts[7].type: idmapped mounts are only supported for bind mounts, not "tmpfs"'),
+    ({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
+      "uidMappings": [{"containerID": 0, "hostID": 1, "size": 10}, {"containerID": 5, "hostID": 100, "size": 1}],
+      "gidMappings": [{"containerID": 0, "hostID": 1, "size": 1}]},
+     "mounts[7].uidMappings[1]: containerID range overlaps mounts[7].uidMappings[0]"),
 ])
 def test_mounts(mount, message):
     assert refused(config(lambda c: c["mounts"].append(mount))) == message
+
+
+def test_an_idmapped_mount_into_a_container_with_its_own_user_namespace_is_refused():
+    ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+
+    def change(c):
+        c["linux"]["namespaces"].append({"type": "user"})
+        c["linux"]["uidMappings"] = c["linux"]["gidMappings"] = ids
+        c["mounts"].append({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
+                            "uidMappings": ids, "gidMappings": ids})
+    assert refused(config(change)) == ("mounts[7].uidMappings: pyruntime does not idmap mounts into a container "
+                                       "with a user namespace of its own")
 
 
 def test_a_valid_bind_mount_passes():

@@ -184,14 +184,14 @@ class V2Manager(CgroupManager):
 
     def _set_memory(self, m: Memory) -> None:
         swap = None
-        if m.swap is not None:
+        if m.limit == -1 and not m.swap:
+            swap = -1  # as runc: unlimited memory with swap unset (absent or 0) means both unlimited
+        elif m.swap is not None:
             limit = m.limit
             if limit is None:
                 current = (read_optional(self._file("memory.max")) or "max").strip()
                 limit = -1 if current == "max" else int(current)
             swap = swap_to_v2(m.swap, limit)
-        elif m.limit == -1:
-            swap = -1  # as runc: unlimited memory with swap unset means both unlimited
         if swap is not None:
             try:
                 self._write("memory.swap.max", _limit(swap))
