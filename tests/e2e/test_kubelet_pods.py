@@ -212,28 +212,6 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
     assert killing == [("Killing", "spec.containers{main}", "Stopping container main")]
 
 
-def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
-    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
-    try:
-        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
-            get_pod(control_plane, "steady")), timeout=60)
-        uid = pod["metadata"]["uid"]
-        before = on_node(runtime, uid)
-        kubelet.kill()
-        kubelet.start()
-        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
-        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
-        time.sleep(5)
-        after = on_node(runtime, uid)
-        assert [s.id for s in after[0]] == [s.id for s in before[0]]
-        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
-        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
-        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
-    finally:
-        delete(control_plane, "steady")
-        kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
-
-
 def test_a_pod_with_host_users_false_gets_a_user_namespace_or_waits_with_the_reason(control_plane, kubelet, cri,
                                                                                      kubepods, tmp_path):
     """hostUsers: false: on pyruntime-cri the pod runs as root of its own user namespace (a 65536-id range
@@ -260,3 +238,26 @@ def test_a_pod_with_host_users_false_gets_a_user_namespace_or_waits_with_the_rea
         assert lines[1] == "0"
     finally:
         delete(control_plane, "userns")
+
+
+def test_kubelet_killed_and_restarted_recreates_nothing(control_plane, kubelet, runtime, kubepods, tmp_path):
+    apply(control_plane, tmp_path, pod_spec("steady", {"name": "httpd", "image": HTTPD}))
+    try:
+        pod = wait_for("steady Ready", lambda: (lambda p: p if condition(p, "Ready") == "True" else None)(
+            get_pod(control_plane, "steady")), timeout=60)
+        uid = pod["metadata"]["uid"]
+        before = on_node(runtime, uid)
+        kubelet.kill()
+        kubelet.start()
+        # the restarted kubelet syncs every pod at once (its first relist); give it a few passes
+        wait_for("the kubelet's pod workers", lambda: kubelet.log_path.read_text().count("starting pykubelet") == 2)
+        time.sleep(5)
+        after = on_node(runtime, uid)
+        assert [s.id for s in after[0]] == [s.id for s in before[0]]
+        assert [(c.id, c.state) for c in after[1]] == [(c.id, api_pb2.CONTAINER_RUNNING) for c in before[1]]
+        cs = get_pod(control_plane, "steady")["status"]["containerStatuses"][0]
+        assert cs["restartCount"] == 0 and cs["ready"] and "running" in cs["state"]
+    finally:
+        delete(control_plane, "steady")
+        kubelet.stop()  # the restarted process is this test's: the leak check wants it gone (so: the last test)
+
