@@ -353,6 +353,9 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         security.run_as_group.value = sc["runAsGroup"]
     env = plain_env(container) if envs is None else envs
     grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
+    userns_options = security.namespace_options.userns_options
+    if userns_options.uids:  # as the stock kubelet: a pod with a user namespace gets its volumes idmapped
+        mounts = [_idmapped(m, userns_options) for m in mounts or []]
     return api_pb2.ContainerConfig(
         metadata=api_pb2.ContainerMetadata(name=container["name"], attempt=restart),
         image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container["image"]),
@@ -368,6 +371,15 @@ def container_config(pod: dict, container: dict, image_ref: str, restart: int,
         log_path=f"{container['name']}/{restart}.log", mounts=mounts or [],
         stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")), tty=bool(container.get("tty")),
         linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
+
+
+def _idmapped(mount: api_pb2.Mount, userns_options: api_pb2.UserNamespace) -> api_pb2.Mount:
+    """A copy of `mount` seen through the pod's mappings: what root owns on the host, the pod's root owns."""
+    out = api_pb2.Mount()
+    out.CopyFrom(mount)
+    out.uidMappings.extend(userns_options.uids)
+    out.gidMappings.extend(userns_options.gids)
+    return out
 
 
 class PodSyncer:

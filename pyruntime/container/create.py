@@ -16,11 +16,11 @@ from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, Store, validate_id
 from pyruntime.container.sync import Channel
-from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
-from pyruntime.linux import cgroups
+from pyruntime.linux import cgroups, userns
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
-from pyruntime.linux.syscalls import CLONE_NEWUSER, PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
+from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 from pyruntime.oci.validate import validate
@@ -54,15 +54,8 @@ def cgroup_resources(spec: Spec) -> Resources:
     return (spec.linux.resources or Resources()).with_device_policy(linux_device_rules(spec))
 
 
-def _write_id_map(pid: int, name: str, maps: tuple[IDMapping, ...], where: str = "linux") -> None:
-    path = f"/proc/{pid}/{name}"
-    text = "".join(f"{m.container_id} {m.host_id} {m.size}\n" for m in maps)
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as e:
-        field = "uidMappings" if name == "uid_map" else "gidMappings"
-        raise InvalidArgumentError(f"{where}.{field}: write {path}: {e.strerror}") from e
+def _id_map_text(maps: tuple[IDMapping, ...]) -> str:
+    return "".join(f"{m.container_id} {m.host_id} {m.size}\n" for m in maps)
 
 
 def _idmap_usernses(kernel: Syscalls, spec: Spec) -> dict[int, int]:
@@ -70,10 +63,16 @@ def _idmap_usernses(kernel: Syscalls, spec: Spec) -> dict[int, int]:
     mount_setattr(2) takes a mapping as a user namespace, not as numbers. Made here, root on the host,
     before the init forks (it inherits them; close-on-exec keeps them from the workload)."""
     fds: dict[int, int] = {}
+    user_ns = spec.linux.namespace("user")
     try:
         for i, m in enumerate(spec.mounts):
-            if m.uid_mappings:
-                fds[i] = _mapped_userns(kernel, m.uid_mappings, m.gid_mappings, f"mounts[{i}]")
+            if not m.uid_mappings and not {"idmap", "ridmap"} & set(m.options):
+                continue
+            if not m.uid_mappings and user_ns is not None and user_ns.path is not None:
+                fds[i] = _open_ns(user_ns.path, f"mounts[{i}]")  # the joined namespace is the mapping
+            else:  # without mappings of its own: the container's
+                fds[i] = _mapped_userns(kernel, m.uid_mappings or spec.linux.uid_mappings,
+                                        m.gid_mappings or spec.linux.gid_mappings, f"mounts[{i}]")
     except BaseException:
         for fd in fds.values():
             os.close(fd)
@@ -81,31 +80,21 @@ def _idmap_usernses(kernel: Syscalls, spec: Spec) -> dict[int, int]:
     return fds
 
 
-def _mapped_userns(kernel: Syscalls, uids: tuple[IDMapping, ...], gids: tuple[IDMapping, ...], where: str) -> int:
-    """A child unshares a user namespace and waits; its maps are written from here, its namespace opened,
-    and it is let go: the open fd alone keeps the namespace."""
-    hold_r, hold_w = os.pipe2(os.O_CLOEXEC)
-    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(hold_w)
-            kernel.unshare(CLONE_NEWUSER)
-            os.write(ready_w, b"u")
-            os.read(hold_r, 1)
-        finally:
-            os._exit(0)
-    os.close(hold_r)
-    os.close(ready_w)
+def _open_ns(path: str, where: str) -> int:
     try:
-        if os.read(ready_r, 1) != b"u":
-            raise InternalError(f"{where}: the child that was to hold the mount's user namespace could not unshare")
-        _write_id_map(pid, "uid_map", uids, where)
-        _write_id_map(pid, "gid_map", gids, where)
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InvalidArgumentError(f"{where}: the container's user namespace {path}: {e.strerror}") from e
+
+
+def _mapped_userns(kernel: Syscalls, uids: tuple[IDMapping, ...], gids: tuple[IDMapping, ...], where: str) -> int:
+    """The child holding the mapped namespace waits until it is opened here: the open fd alone keeps it."""
+    pid, sock = userns.fork_mapped(kernel, (_id_map_text(uids), f"{where}.uidMappings"),
+                                   (_id_map_text(gids), f"{where}.gidMappings"), lambda s: s.recv(1))
+    try:
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
-        os.close(hold_w)
-        os.close(ready_r)
+        sock.close()
         os.waitpid(pid, 0)
 
 
@@ -204,11 +193,11 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
             for fd in idmap_fds.values():
                 os.close(fd)
         child.close()
-        userns = spec.linux.namespace("user")
-        if userns is not None and userns.path is None:
+        user_ns = spec.linux.namespace("user")
+        if user_ns is not None and user_ns.path is None:
             parent.recv(sync.USERNS)
-            _write_id_map(stage1_pid, "uid_map", spec.linux.uid_mappings)
-            _write_id_map(stage1_pid, "gid_map", spec.linux.gid_mappings)
+            userns.write_id_map(stage1_pid, "uid_map", _id_map_text(spec.linux.uid_mappings), "linux.uidMappings")
+            userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings), "linux.gidMappings")
             parent.send(sync.MAPPED)
         cg.add(stage1_pid)
         parent.send(sync.GO)

@@ -110,7 +110,7 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
             # while still root on the host: a joined user namespace's root may not write it
             process.set_oom_score_adj(spec.process.oom_score_adj)
         in_userns = spec.linux.namespace("user") is not None
-        fds = rootfs.MountFds(idmap_fds, rootfs.open_sources(kernel, spec, bundle) if in_userns else {})
+        fds = rootfs.MountFds(idmap_fds, rootfs.open_sources(kernel, spec, bundle, idmap_fds) if in_userns else {})
         if in_userns:
             rootfs.enter_bundle(spec)
         join_namespaces(kernel, spec)

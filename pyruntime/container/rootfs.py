@@ -460,23 +460,34 @@ class MountFds:
     `sources`: in a container with a user namespace, each bind source outside the rootfs as a detached
     copy (open_tree) made while still root on the host: the container's root may not reach it by path (a
     kubelet's pods directory is 0750), and a mount of the host's namespace can't be bound into another
-    one, only a detached copy attached (runc's mount source fds). Sources inside the rootfs are looked up
-    when mounted, so that they see the container's earlier mounts."""
+    one, only a detached copy attached (runc's mount source fds); an idmapped one is idmapped then, as only
+    the host's root may. Sources inside the rootfs are looked up when mounted, so that they see the
+    container's earlier mounts (validation keeps idmapped mounts out of there)."""
     idmap: dict[int, int] = Factory(dict)
     sources: dict[int, int] = Factory(dict)
 
 
-def open_sources(kernel: Syscalls, spec: Spec, bundle: str) -> dict[int, int]:
-    """MountFds.sources; a source that can't be copied is left to the mount, which names the error."""
+def open_sources(kernel: Syscalls, spec: Spec, bundle: str, idmap: dict[int, int]) -> dict[int, int]:
+    """MountFds.sources; a source that can't be copied is left to the mount, which names the error, unless
+    it is idmapped: the container's root could not idmap it, so the host's error (a filesystem that can't
+    be idmapped) is the one to give."""
     root = spec.root.path.rstrip("/") + "/"
-    out = {}
-    for i, m in enumerate(spec.mounts):
-        source, opts = _source(m, bundle), parse_options(m.options)
-        if source and _is_bind(m, opts) and not (source + "/").startswith(root):
-            try:
-                out[i] = kernel.clone_mount(source, bool(opts.flags & sc.MS_REC))
-            except OSError:
-                pass
+    out: dict[int, int] = {}
+    try:
+        for i, m in enumerate(spec.mounts):
+            source, opts = _source(m, bundle), parse_options(m.options)
+            if source and _is_bind(m, opts) and not (source + "/").startswith(root):
+                try:
+                    out[i] = kernel.clone_mount(source, bool(opts.flags & sc.MS_REC), idmap.get(i),
+                                                "ridmap" in m.options)
+                except OSError as e:
+                    if i in idmap:
+                        raise SyscallError(e.errno, f"mount {m.destination}: idmapped source {source}: "
+                                                    f"{e.strerror}") from e
+    except BaseException:
+        for fd in out.values():
+            os.close(fd)
+        raise
     return out
 
 

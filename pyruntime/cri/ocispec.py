@@ -522,8 +522,9 @@ def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: boo
             continue
         if not m.host_path.startswith("/"):
             raise InvalidArgumentError(f"{where}.host_path: {m.host_path!r} must be an absolute path")
-        if m.uidMappings or m.gidMappings:
-            raise InvalidArgumentError(f"{where}.uidMappings: idmapped mounts are not supported by pyruntime")
+        if bool(m.uidMappings) != bool(m.gidMappings):
+            field = "gidMappings" if m.uidMappings else "uidMappings"
+            raise InvalidArgumentError(f"{where}.{field}: an idmapped mount needs both uidMappings and gidMappings")
         source = m.host_path
         if not os.path.lexists(source):
             try:  # containerd makes a missing host path a directory (hostPath DirectoryOrCreate relies on it)
@@ -549,8 +550,12 @@ def _cri_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: boo
             if not opt or any(c in opt for c in ", \t\n\0"):
                 raise InvalidArgumentError(f"{where}.mount_options[{j}]: {opt!r} is not a mount option")
             options.append(opt)
-        out.append({"destination": os.path.normpath(m.container_path), "type": "bind", "source": source,
-                    "options": options})
+        mount = {"destination": os.path.normpath(m.container_path), "type": "bind", "source": source,
+                 "options": options}
+        if m.uidMappings:  # the stock kubelet idmaps every mount of a pod with a user namespace
+            for key, maps in (("uidMappings", m.uidMappings), ("gidMappings", m.gidMappings)):
+                mount[key] = [{"containerID": x.container_id, "hostID": x.host_id, "size": x.length} for x in maps]
+        out.append(mount)
     return out, rootfs_propagation
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.fsutil import atomic_write
 from pyruntime.linux import syscalls as sc
+from pyruntime.linux import userns
 from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
@@ -243,39 +244,31 @@ def _pod_init(job: PauseJob, kernel: Syscalls) -> int:
 
 def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str], int]:
     """Makes the pod's namespaces owned by a user namespace of its own, so that root in the pod is not root
-    on the host and its network, IPC and UTS namespaces answer to the pod's root. A process that unshares a
-    user namespace can neither write its maps beyond its own id nor mount on the host (its capabilities
-    end at the namespace's border): so a child unshares and makes the namespaces, and this process, still
-    root on the host, writes the child's maps and pins the child's namespaces. Returns the pins and the
-    pod's pid 1 (0 when it shares no pid namespace)."""
+    on the host and its network, IPC and UTS namespaces answer to the pod's root. A child root in that
+    namespace makes them (pyruntime.linux.userns); this process, still root on the host, pins them (a
+    mount on the host is beyond the child's capabilities). Returns the pins and the pod's pid 1 (0 when it
+    shares no pid namespace)."""
     from pyruntime.cri import launcher
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    child = os.fork()
-    if child == 0:
+
+    def make_namespaces(sock: socket.socket) -> None:
         try:
-            ours.close()
-            kernel.unshare(sc.CLONE_NEWUSER)
-            launcher.send_message(theirs, {"unshared": True})
-            if theirs.recv(64) != b"mapped":
-                os._exit(1)
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
             _make_namespaces(job, kernel)
-            launcher.send_message(theirs, {"init": _pod_init(job, kernel)})
-            theirs.recv(64)  # pinned: the namespaces no longer need this process
+            launcher.send_message(sock, {"init": _pod_init(job, kernel)})
+            sock.recv(64)  # pinned: the namespaces no longer need this process
         except BaseException as e:
-            launcher.send_error(theirs, e)
-            os._exit(1)
-        os._exit(0)
-    theirs.close()
+            launcher.send_error(sock, e)
+            raise
+
+    field = "sandbox_config.linux.security_context.namespace_options.userns_options"
+    child, ours = userns.fork_mapped(kernel, (_id_map_text(job.uid_map), f"{field}.uids"),
+                                     (_id_map_text(job.gid_map), f"{field}.gids"), make_namespaces)
     init = 0
     try:
-        launcher.raise_reported(_reply(ours, "unshare a user namespace"), "pause")
-        for name, ranges in (("uid_map", job.uid_map), ("gid_map", job.gid_map)):
-            with open(f"/proc/{child}/{name}", "w") as f:
-                f.write("".join(f"{inside} {outside} {length}\n" for inside, outside, length in ranges))
-        ours.send(b"mapped")
-        message = _reply(ours, "make the pod's namespaces")
+        data = ours.recv(65536)
+        if not data:
+            raise InternalError("pause: the child that makes a user namespace exited before it made the pod's "
+                                "namespaces")
+        message = json.loads(data)
         launcher.raise_reported(message, "pause")
         init = int(message["init"])
         namespaces = pin(job, kernel, str(child))
@@ -290,11 +283,8 @@ def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str]
         os.waitpid(child, 0)
 
 
-def _reply(sock: socket.socket, step: str) -> dict:
-    data = sock.recv(65536)
-    if not data:
-        raise InternalError(f"pause: the child that makes a user namespace exited before it could {step}")
-    return json.loads(data)
+def _id_map_text(ranges: list[list[int]]) -> str:
+    return "".join(f"{inside} {outside} {length}\n" for inside, outside, length in ranges)
 
 
 def _settle(kernel: Syscalls) -> None:

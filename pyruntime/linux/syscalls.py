@@ -260,9 +260,10 @@ class Syscalls:
     def mount_setattr_recursive(self, fd: int, attr_set: int, attr_clr: int, path: str) -> None:
         raise NotImplementedError
 
-    def clone_mount(self, source: str, recursive: bool) -> int:
+    def clone_mount(self, source: str, recursive: bool, userns_fd: int | None = None, ridmap: bool = False) -> int:
         """open_tree(OPEN_TREE_CLONE): a detached copy of the mount at `source` (with its submounts if
-        `recursive`), which attach_mount can put in another mount namespace; the caller closes it."""
+        `recursive`), which attach_mount can put in another mount namespace; the caller closes it. With
+        `userns_fd`, the copy is idmapped through that user namespace (its submounts too with `ridmap`)."""
         raise NotImplementedError
 
     def attach_mount(self, tree: int, target: str) -> None:
@@ -450,10 +451,20 @@ class LinuxSyscalls(Syscalls):
         self._new_api("mount_setattr", fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, ctypes.byref(attr),
                       ctypes.sizeof(attr), what=f"mount_setattr {path} (set {attr_set:#x}, clear {attr_clr:#x})")
 
-    def clone_mount(self, source: str, recursive: bool) -> int:
-        return self._new_api("open_tree", AT_FDCWD, source.encode(),
+    def clone_mount(self, source: str, recursive: bool, userns_fd: int | None = None, ridmap: bool = False) -> int:
+        tree = self._new_api("open_tree", AT_FDCWD, source.encode(),
                              OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (AT_RECURSIVE if recursive else 0),
                              what=f"open_tree {source} (clone)")
+        if userns_fd is None:
+            return tree
+        try:
+            attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)  # struct mount_attr
+            self._new_api("mount_setattr", tree, b"", AT_EMPTY_PATH | (AT_RECURSIVE if ridmap else 0),
+                          ctypes.byref(attr), ctypes.sizeof(attr), what=f"mount_setattr {source} (idmap)")
+        except BaseException:
+            os.close(tree)
+            raise
+        return tree
 
     def attach_mount(self, tree: int, target: str) -> None:
         self._new_api("move_mount", tree, b"", AT_FDCWD, target.encode(),
@@ -461,11 +472,8 @@ class LinuxSyscalls(Syscalls):
 
     def mount_idmapped(self, source: str, userns_fd: int, target: str, *, rbind: bool = False,
                        ridmap: bool = False) -> None:
-        tree = self.clone_mount(source, rbind)
+        tree = self.clone_mount(source, rbind, userns_fd, ridmap)
         try:
-            attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)  # struct mount_attr
-            self._new_api("mount_setattr", tree, b"", AT_EMPTY_PATH | (AT_RECURSIVE if ridmap else 0),
-                          ctypes.byref(attr), ctypes.sizeof(attr), what=f"mount_setattr {source} (idmap)")
             self.attach_mount(tree, target)
         finally:
             os.close(tree)

@@ -284,7 +284,10 @@ def _mounts(o: Obj) -> tuple[Mount, ...]:
     out = []
     for m in o.objs("mounts"):
         dest = m.str("destination", required=True)
-        out.append(Mount(_abs(dest, f"{m.path}.destination"), m.str("type"), m.str("source"),
+        if not dest:
+            raise SpecError(f"{m.path}.destination: must be a path inside the container, got ''")
+        # relative: deprecated, but the runtime spec has it taken as relative to "/" (runc too)
+        out.append(Mount(dest if dest.startswith("/") else "/" + dest, m.str("type"), m.str("source"),
                          tuple(m.strings("options")), _id_mappings(m, "uidMappings"), _id_mappings(m, "gidMappings")))
     return tuple(out)
 

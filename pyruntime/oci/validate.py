@@ -41,7 +41,7 @@ def validate(spec: Spec, cgroup_driver: str, kernel: Syscalls) -> None:
             raise SpecError(f"{field}: setting a {field} needs the container's own uts namespace in "
                             "linux.namespaces")
     _sysctls(linux)
-    _mounts(spec.mounts, spec.linux)
+    _mounts(spec.mounts, spec.linux, spec.root.path)
     _devices(linux)
     _cgroups(linux, cgroup_driver)
 
@@ -141,7 +141,7 @@ def _is_bind(m: Mount) -> bool:
     return m.type == "bind" or "bind" in m.options or "rbind" in m.options
 
 
-def _mounts(mounts: tuple[Mount, ...], linux: Linux) -> None:
+def _mounts(mounts: tuple[Mount, ...], linux: Linux, root: str) -> None:
     for i, m in enumerate(mounts):
         where = f"mounts[{i}]"
         if m.type is not None and (not m.type or any(c in m.type for c in "/ \t\n\0")):
@@ -149,22 +149,28 @@ def _mounts(mounts: tuple[Mount, ...], linux: Linux) -> None:
         if _is_bind(m) and not m.source:
             raise SpecError(f"{where}.source: required for a bind mount")
         if m.uid_mappings or m.gid_mappings or {"idmap", "ridmap"} & set(m.options):
-            _idmapped_mount(m, where, linux)
+            _idmapped_mount(m, where, linux, root)
 
 
-def _idmapped_mount(m: Mount, where: str, linux: Linux) -> None:
-    """runc's rules (checkIDMapMounts), less what pyruntime does not do: idmapping a mount into a container
-    with a user namespace of its own (the mount would have to be idmapped from outside it, by the runtime,
-    where the container's earlier mounts are out of sight), and so `idmap`/`ridmap` without mappings, which
-    take the container's."""
+def _idmapped_mount(m: Mount, where: str, linux: Linux, root: str) -> None:
+    """runc's rules (checkIDMapMounts): `idmap`/`ridmap` without mappings take the container's (those of a
+    joined user namespace are the namespace's own). Less what
+    pyruntime does not do: into a container with a user namespace of its own, a mount is idmapped from
+    outside that namespace (as only the host's root may) before the container's mounts are made, so its
+    source can't be inside the rootfs, where those mounts would be out of its sight."""
     if not _is_bind(m):
         raise SpecError(f"{where}.type: idmapped mounts are only supported for bind mounts, not {shown(m.type)}")
-    if linux.namespace("user") is not None:
-        raise SpecError(f"{where}.uidMappings: pyruntime does not idmap mounts into a container with a user "
-                        "namespace of its own")
-    if not m.uid_mappings or not m.gid_mappings:
-        field = "gidMappings" if m.uid_mappings else "uidMappings"
+    user_ns = linux.namespace("user")
+    in_userns = user_ns is not None
+    joined = user_ns is not None and user_ns.path is not None  # the namespace itself holds the mappings
+    uids = m.uid_mappings or (linux.uid_mappings if in_userns else ())
+    gids = m.gid_mappings or (linux.gid_mappings if in_userns else ())
+    if not (joined and not m.uid_mappings and not m.gid_mappings) and (not uids or not gids):
+        field = "gidMappings" if uids else "uidMappings"
         raise SpecError(f"{where}.{field}: an idmapped mount needs both uidMappings and gidMappings")
+    if in_userns and m.source and (m.source.rstrip("/") + "/").startswith(root.rstrip("/") + "/"):
+        raise SpecError(f"{where}.source: {m.source} is inside the rootfs; pyruntime idmaps a mount into a "
+                        "container with a user namespace of its own only from a source outside it")
     _check_maps(m.uid_mappings, f"{where}.uidMappings")
     _check_maps(m.gid_mappings, f"{where}.gidMappings")
 

@@ -241,3 +241,28 @@ def test_stock_kubelet_runs_a_static_pod(node, kubelet):
     subprocess.run([*crictl, "rmp", "--all", "--force"], check=True, capture_output=True)
     assert node.pods() == [] and node.containers() == []
     assert node.allocated_ips() == set()
+
+
+def test_stock_kubelet_runs_a_pod_with_host_users_false(node, kubelet):
+    """hostUsers: false: the stock kubelet picks the pod's id range, asks for a POD user namespace and gives
+    every mount the pod's mappings; the pod runs as root of its own range and owns its emptyDir."""
+    script = "cat /proc/self/uid_map; id -u; stat -c %u /scratch; touch /scratch/made; exec sleep 3600"
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "userns", "namespace": "default"},
+                "spec": {"hostUsers": False, "volumes": [{"name": "scratch", "emptyDir": {}}],
+                         "containers": [{"name": "main", "image": HTTPD, "imagePullPolicy": "IfNotPresent",
+                                         "command": ["sh", "-c", script],
+                                         "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}]}}
+    (kubelet.manifests / "userns.json").write_text(json.dumps(manifest))
+    kubelet.start()
+    try:
+        logs = wait_for("the container's output under the kubelet's pod log dir", lambda: [
+            p for p in kubelet.pod_logs.rglob("*.log") if len(p.read_text().splitlines()) >= 3], timeout=120,
+            interval=0.2)
+    except TimeoutError as e:
+        raise AssertionError(f"{e}\n{kubelet.log_tail()}") from e
+    lines = [line.split(" ", 3)[3] for line in logs[0].read_text().splitlines()]
+    inside, outside, length = (int(x) for x in lines[0].split())
+    assert (inside, length) == (0, 65536) and outside >= 65536, lines[0]
+    assert lines[1:3] == ["0", "0"]  # root, and the emptyDir's owner
+    made = list((kubelet.root / "state" / "pods").glob("*/volumes/kubernetes.io~empty-dir/scratch/made"))
+    assert made and made[0].stat().st_uid == 0  # written through the idmapped mount: root's on disk

@@ -215,10 +215,13 @@ def test_events_tell_the_usual_story(control_plane, kubelet, kubepods, tmp_path)
 def test_a_pod_with_host_users_false_gets_a_user_namespace_or_waits_with_the_reason(control_plane, kubelet, cri,
                                                                                      kubepods, tmp_path):
     """hostUsers: false: on pyruntime-cri the pod runs as root of its own user namespace (a 65536-id range
-    of the node's); containerd 1.6 can't make one, so the pod waits with the reason, never runs unmapped."""
-    script = "cat /proc/self/uid_map; id -u; exec sleep 3600"
-    container = {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script]}
-    apply(control_plane, tmp_path, pod_spec("userns", container, hostUsers=False))
+    of the node's), and owns its emptyDir (idmapped, as the stock kubelet asks); containerd 1.6 can't make
+    one, so the pod waits with the reason, never runs unmapped."""
+    script = "cat /proc/self/uid_map; id -u; stat -c %u /scratch; exec sleep 3600"
+    container = {"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script],
+                 "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    apply(control_plane, tmp_path, pod_spec("userns", container, hostUsers=False,
+                                            volumes=[{"name": "scratch", "emptyDir": {}}]))
     try:
         if cri.name != "pyruntime-cri":
             pod = wait_pod(control_plane, "userns", "waiting with the reason", lambda p: any(
@@ -231,11 +234,11 @@ def test_a_pod_with_host_users_false_gets_a_user_namespace_or_waits_with_the_rea
         pod = wait_pod(control_plane, "userns", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
         uid = pod["metadata"]["uid"]
         log_file = kubelet.pods_dir / f"default_userns_{uid}" / "main" / "0.log"
-        lines = wait_for("the container's output", lambda: (lambda t: t if len(t) >= 2 else None)(
+        lines = wait_for("the container's output", lambda: (lambda t: t if len(t) >= 3 else None)(
             [line.split(" ", 3)[3] for line in log_file.read_text().splitlines()]), timeout=20)
         inside, outside, length = (int(x) for x in lines[0].split())
         assert (inside, length) == (0, 65536) and outside >= 65536 and outside % 65536 == 0, lines[0]
-        assert lines[1] == "0"
+        assert lines[1:3] == ["0", "0"]  # root, and the emptyDir's owner
     finally:
         delete(control_plane, "userns")
 

@@ -326,7 +326,9 @@ def test_a_pod_without_a_shared_pid_namespace_has_no_pause_process(cri_server) -
 
 def test_a_pod_with_a_user_namespace_of_its_own(cri_server) -> None:
     """hostUsers: false as the kubelet asks for it: the pod's root is host id 200000, yet owns the image's
-    files (its rootfs is idmapped, no layer chowned), and what it writes belongs to 200000 on the host."""
+    files (its rootfs is idmapped, no layer chowned), and what it writes belongs to 200000 on the host; a
+    volume the stock kubelet idmaps with the pod's mappings is the pod's root's, and what is written there
+    belongs to the host's root on disk."""
     c = cri_server
     ids = [{"container_id": 0, "host_id": 200000, "length": 65536}]
     userns = {"security_context": {"namespace_options": {"pid": 1, "userns_options": {"uids": ids, "gids": ids}}}}
@@ -337,13 +339,19 @@ def test_a_pod_with_a_user_namespace_of_its_own(cri_server) -> None:
         volume.mkdir(parents=True)
         (volume / "data").write_text("from the host\n")
         assert c.work.stat().st_mode & 0o777 == 0o700
+        idmapped = c.work / "volumes" / "idmapped"
+        idmapped.mkdir(mode=0o755)
         cid = c.start_container(pod, "main", command=SLEEPER,
-                                mounts=[{"container_path": "/data", "host_path": str(volume), "readonly": True}])
+                                mounts=[{"container_path": "/data", "host_path": str(volume), "readonly": True},
+                                        {"container_path": "/vol", "host_path": str(idmapped),
+                                         "uidMappings": ids, "gidMappings": ids}])
         sh = lambda cmd: c.crictl("exec", "-s", cid, "sh", "-c", cmd).stdout.split()  # noqa: E731
         assert sh("cat /proc/self/uid_map /proc/self/gid_map") == ["0", "200000", "65536"] * 2
         assert sh("cat /data/data") == ["from", "the", "host"]
         assert sh("id -u; stat -c '%u %g' /bin/busybox /etc") == ["0", "0", "0", "0", "0"]
-        sh("echo x > /written; mkdir /var/made")
+        sh("echo x > /written; mkdir /var/made; echo y > /vol/out")
+        assert sh("stat -c '%u %g' /vol /vol/out /data") == ["0", "0", "0", "0", "65534", "65534"]
+        assert (idmapped / "out").stat().st_uid == 0 and (idmapped / "out").read_text() == "y\n"
         assert sh("ip -o -4 addr show eth0")[3].split("/")[0] == pod.ip()
         init = int(c.json("inspect", cid)["info"]["pid"])
         for name in ("written", "var/made"):

@@ -2,6 +2,7 @@
 (`make conformance-runc`): each test here is what a user would check by hand."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -9,6 +10,7 @@ import os
 import select
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from pyruntime.linux import cgroups, seccomp
 from pyruntime.linux.seccomp import Seccomp
 from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.integration.test_seccomp import BUSYBOX, BUSYBOX_START
+from tests.kit.busybox import build_rootfs
 from tests.kit.child import run_in_child
 
 
@@ -315,50 +318,46 @@ def test_update_takes_runcs_units_and_flag_names(runtime, make_bundle):
         runtime("delete", "-f", "c1", check=False)
 
 
-def test_update_of_cpu_idle_does_not_write_the_shares_an_idle_group_refuses(runtime, make_bundle):
-    """runc's "update cgroup cpu.idle": a container run with cpu shares goes idle, back and idle again."""
+@contextlib.contextmanager
+def _running_with(runtime, make_bundle, resources: dict, controller: str, needed: str) -> Iterator[int]:
+    """A detached `sleep` container c1 with linux.resources `resources`; yields its pid, or skips when
+    the kernel lacks the cgroup file `needed`."""
     bundle = make_bundle(["sleep", "100"])
     config = _config(bundle)
-    config["linux"]["resources"] = {"cpu": {"shares": 100}}
+    config["linux"]["resources"] = resources
     _save(bundle, config)
     try:
         runtime("run", "-d", "--bundle", str(bundle), "c1")
         pid = runtime.state("c1")["pid"]
         try:
-            _cgroup_file(pid, "cpu", "cpu.idle")
+            _cgroup_file(pid, controller, needed)
         except FileNotFoundError:
-            pytest.skip("kernel without cpu.idle")
+            pytest.skip(f"kernel without {needed}")
+        yield pid
+    finally:
+        runtime("delete", "-f", "c1", check=False)
+
+
+def test_update_of_cpu_idle_does_not_write_the_shares_an_idle_group_refuses(runtime, make_bundle):
+    """runc's "update cgroup cpu.idle": a container run with cpu shares goes idle, back and idle again."""
+    with _running_with(runtime, make_bundle, {"cpu": {"shares": 100}}, "cpu", "cpu.idle") as pid:
         for idle in ("1", "0", "1"):
             runtime("update", "c1", "--cpu-idle", idle)
             assert _cgroup_file(pid, "cpu", "cpu.idle") == idle
         runtime("update", "c1", "--cpu-period", "10000")  # another limit leaves the group idle
         assert _cgroup_file(pid, "cpu", "cpu.idle") == "1"
-    finally:
-        runtime("delete", "-f", "c1", check=False)
 
 
 def test_update_of_memory_to_unlimited_lifts_the_swap_limit_too(runtime, make_bundle):
     """runc's "update cgroup v1/v2 common limits": --memory -1 after a memory+swap limit."""
-    bundle = make_bundle(["sleep", "100"])
-    config = _config(bundle)
-    config["linux"]["resources"] = {"memory": {"limit": 33554432}}
-    _save(bundle, config)
     v2 = cgroups.detect(LinuxSyscalls()) == "v2"
     swap_file = "memory.swap.max" if v2 else "memory.memsw.limit_in_bytes"
-    try:
-        runtime("run", "-d", "--bundle", str(bundle), "c1")
-        pid = runtime.state("c1")["pid"]
-        try:
-            _cgroup_file(pid, "memory", swap_file)
-        except FileNotFoundError:
-            pytest.skip("kernel without swap accounting")
+    with _running_with(runtime, make_bundle, {"memory": {"limit": 33554432}}, "memory", swap_file) as pid:
         runtime("update", "c1", "--memory-swap", "96468992")
         runtime("update", "c1", "--memory", "-1")
         unlimited = "max" if v2 else "9223372036854771712"  # v1: LONG_MAX, page-aligned
         assert _cgroup_file(pid, "memory", "memory.max" if v2 else "memory.limit_in_bytes") == unlimited
         assert _cgroup_file(pid, "memory", swap_file) == unlimited
-    finally:
-        runtime("delete", "-f", "c1", check=False)
 
 
 def test_an_idmapped_bind_mount_shows_its_files_through_its_own_mappings(runtime, make_bundle, tmp_path):
@@ -379,6 +378,36 @@ def test_an_idmapped_bind_mount_shows_its_files_through_its_own_mappings(runtime
         done.stderr
     assert "Read-only file system" in done.stderr  # the remount for "ro" reached the idmapped mount
     assert (data / "root-owned").stat().st_uid == 0  # nothing on disk changed
+
+
+def test_an_idmapped_bind_mount_into_a_container_with_its_own_user_namespace(runtime, make_bundle, tmp_path):
+    """What a kubelet asks for a pod with hostUsers: false: a volume owned by root on the host is the
+    container's root's (with the mount's own mappings, or the container's for a bare `idmap`), and what the
+    container writes there belongs to root on disk."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "root-owned").write_text("x")
+    bundle = make_bundle(["sh", "-c", "stat -c '%n %u %g' /a/root-owned /b/root-owned /; "
+                                      "touch /a/new && echo wrote"])
+    config = _config(bundle)
+    ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    config["linux"]["namespaces"].append({"type": "user"})
+    config["linux"]["uidMappings"] = config["linux"]["gidMappings"] = ids
+    shared = tmp_path / "shared"  # the rootfs's own directory must be open to the mapped root; above it, not
+    shared.mkdir(mode=0o755)
+    config["root"]["path"] = str(build_rootfs(shared / "rootfs"))
+    for target in ("a", "b"):  # the mapped root may not make them in a rootfs the host's root owns
+        (shared / "rootfs" / target).mkdir()
+    config["mounts"] += [
+        {"destination": "/a", "type": "bind", "source": str(data), "options": ["rbind"], "uidMappings": ids,
+         "gidMappings": ids},
+        {"destination": "/b", "type": "bind", "source": str(data), "options": ["rbind", "idmap"]},
+    ]
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    assert done.stdout.split("\n")[:4] == ["/a/root-owned 0 0", "/b/root-owned 0 0",
+                                           "/ 65534 65534", "wrote"], done.stderr
+    assert (data / "new").stat().st_uid == 0 and (data / "new").stat().st_gid == 0
 
 
 def test_kill_reaches_every_process_of_a_container_in_the_host_pid_namespace(runtime, make_bundle):

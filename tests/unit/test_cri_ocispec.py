@@ -426,6 +426,19 @@ def test_pod_shm_and_readonly_rootfs(rootfs, layout):
     assert "ro" in m["/etc/hostname"]["options"] and spec["root"]["readonly"] is True
 
 
+def test_idmapped_request_mounts(rootfs, layout, tmp_path):
+    """The stock kubelet gives every mount of a pod with a user namespace the pod's mappings."""
+    ids = [api_pb2.IDMapping(container_id=0, host_id=100000, length=65536)]
+    cfg = container(mounts=[api_pb2.Mount(container_path="/v", host_path=str(tmp_path), uidMappings=ids,
+                                          gidMappings=ids)])
+    m = mounts_of(build(cfg, rootfs, layout))["/v"]
+    assert m["uidMappings"] == m["gidMappings"] == [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    assert "uidMappings" not in mounts_of(build(cfg, rootfs, layout))["/etc/hosts"]
+    del cfg.mounts[0].gidMappings[:]
+    assert refused(cfg, rootfs, layout) == ("config.mounts[0].gidMappings: an idmapped mount needs both uidMappings "
+                                            "and gidMappings")
+
+
 def test_request_mounts(rootfs, layout, tmp_path):
     host = tmp_path / "data"
     host.mkdir()

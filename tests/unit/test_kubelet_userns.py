@@ -10,7 +10,7 @@ import pytest
 from proto import api_pb2
 from pykubelet.config import Settings
 from pykubelet.pods import userns
-from pykubelet.pods.sync import sandbox_config
+from pykubelet.pods.sync import container_config, sandbox_config
 
 
 def pod(uid: str, host_users: bool | None = False) -> dict:
@@ -50,3 +50,18 @@ def test_the_sandbox_asks_for_the_pods_own_user_namespace(tmp_path):
     assert opts.userns_options == api_pb2.UserNamespace(mode=api_pb2.NamespaceMode.POD, uids=ids, gids=ids)
     plain = sandbox_config(pod("a", None), settings).linux.security_context.namespace_options
     assert not plain.HasField("userns_options")
+
+
+def test_the_containers_volumes_are_idmapped_through_the_pods_mappings(tmp_path):
+    """As the stock kubelet: what root owns in an emptyDir on the host, the pod's root owns."""
+    settings = Settings(node_name="n", root_dir=tmp_path)
+    p = pod("a")
+    volume = api_pb2.Mount(container_path="/data", host_path="/var/lib/x")
+    config = container_config(p, p["spec"]["containers"][0], "busybox", 0,
+                              sandbox_config(p, settings, host_range=131072), mounts=[volume])
+    ids = [api_pb2.IDMapping(container_id=0, host_id=131072, length=65536)]
+    assert list(config.mounts[0].uidMappings) == list(config.mounts[0].gidMappings) == ids
+    assert not volume.uidMappings  # the volume manager's mount is not changed
+    plain = container_config(p, p["spec"]["containers"][0], "busybox", 0, sandbox_config(p, settings),
+                             mounts=[volume])
+    assert not plain.mounts[0].uidMappings

@@ -163,3 +163,39 @@ def test_a_symlink_loop_on_the_way_to_a_target_is_refused(fake, root):
     with pytest.raises(SyscallError) as e:
         rootfs.mount_one(fake, fd, Mount("/loop/x", "tmpfs", "tmpfs"), "/bundle", False)
     assert e.value.errno == errno.ELOOP
+
+
+def _spec_with_binds():
+    from pyruntime.oci import spec as specmod
+    from pyruntime.oci.default import default_spec
+    config = default_spec()
+    ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    first = len(config["mounts"])
+    config["mounts"] += [
+        {"destination": "/v", "type": "bind", "source": "/host/v", "options": ["rbind", "ridmap"],
+         "uidMappings": ids, "gidMappings": ids},
+        {"destination": "/in", "type": "bind", "source": "/b/rootfs/x", "options": ["bind"]},
+        {"destination": "/z", "type": "bind", "source": "/host/z", "options": ["bind"]},
+    ]
+    return specmod.parse(config, "/b"), first
+
+
+def test_bind_sources_outside_the_rootfs_are_copied_the_idmapped_ones_idmapped(fake):
+    """In a container with a user namespace: what its root could not reach or idmap, the host's root does."""
+    spec, first = _spec_with_binds()
+    fds = rootfs.open_sources(fake, spec, "/b", {first: 7})
+    assert sorted(fds) == [first, first + 2]  # not the source inside the rootfs
+    assert fake.named("clone_mount") == [("clone_mount", "/host/v", True, 7, True),
+                                         ("clone_mount", "/host/z", False, None, False)]
+
+
+def test_an_idmapped_source_that_cannot_be_idmapped_fails_with_the_hosts_error():
+    spec, first = _spec_with_binds()
+
+    class NoIdmap(FakeSyscalls):
+        def clone_mount(self, source, recursive, userns_fd=None, ridmap=False):
+            if userns_fd is not None:
+                raise SyscallError(errno.EINVAL, f"mount_setattr {source} (idmap): Invalid argument")
+            return 0
+    with pytest.raises(SyscallError, match=r"mount /v: idmapped source /host/v: mount_setattr /host/v \(idmap\)"):
+        rootfs.open_sources(NoIdmap(), spec, "/b", {first: 7})

@@ -40,7 +40,7 @@ def test_default_spec_parses_into_typed_objects():
     (lambda c: c["process"]["rlimits"].append({"type": "RLIMIT_BOGUS", "soft": 1, "hard": 1}), "unknown rlimit"),
     (lambda c: c["process"].__setitem__("oomScoreAdj", 5000), "process.oomScoreAdj: 5000 is out of range"),
     (lambda c: c["process"]["user"].__setitem__("uid", True), "process.user.uid: must be an integer"),
-    (lambda c: c["mounts"].append({"destination": "relative"}), "mounts[7].destination: must be an absolute path"),
+    (lambda c: c["mounts"].append({"destination": ""}), "mounts[7].destination: must be a path inside the container"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 1, "size": 1}]),
      "need a user namespace"),
     (lambda c: c["linux"]["namespaces"].remove({"type": "uts"}), "hostname: setting a hostname needs the container"),
@@ -57,6 +57,13 @@ def test_invalid_configs_name_the_field(mutate, message):
     with pytest.raises(SpecError) as err:
         validate(specmod.parse(c, "/bundle"), "v1", FakeSyscalls())
     assert message in str(err.value)
+
+
+def test_a_relative_mount_destination_is_relative_to_the_containers_root():
+    """Deprecated but allowed by the runtime spec (runc's idmap.bats uses one)."""
+    c = config()
+    c["mounts"].append({"destination": "tmp/mount-1", "type": "tmpfs", "source": "tmpfs"})
+    assert specmod.parse(c, "/bundle").mounts[-1].destination == "/tmp/mount-1"
 
 
 def test_mount_options_split_into_flags_propagation_and_data():

@@ -173,16 +173,31 @@ def test_mounts(mount, message):
     assert refused(config(lambda c: c["mounts"].append(mount))) == message
 
 
-def test_an_idmapped_mount_into_a_container_with_its_own_user_namespace_is_refused():
+def _userns_with_mount(mount: dict):
     ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
 
     def change(c):
         c["linux"]["namespaces"].append({"type": "user"})
         c["linux"]["uidMappings"] = c["linux"]["gidMappings"] = ids
-        c["mounts"].append({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
-                            "uidMappings": ids, "gidMappings": ids})
-    assert refused(config(change)) == ("mounts[7].uidMappings: pyruntime does not idmap mounts into a container "
-                                       "with a user namespace of its own")
+        c["mounts"].append(mount)
+    return change
+
+
+def test_an_idmapped_mount_into_a_container_with_its_own_user_namespace_comes_from_outside_its_rootfs():
+    ids = [{"containerID": 0, "hostID": 100000, "size": 65536}]
+    check(config(_userns_with_mount({"destination": "/x", "type": "bind", "source": "/s", "options": ["rbind"],
+                                     "uidMappings": ids, "gidMappings": ids})))
+    check(config(_userns_with_mount({"destination": "/x", "type": "bind", "source": "/s",
+                                     "options": ["rbind", "idmap"]})))  # the container's mappings
+    joined = config(_userns_with_mount({"destination": "/x", "type": "bind", "source": "/s",
+                                        "options": ["rbind", "idmap"]}))
+    del joined["linux"]["uidMappings"], joined["linux"]["gidMappings"]
+    joined["linux"]["namespaces"][-1]["path"] = "/proc/self/ns/user"
+    check(joined)  # the joined namespace's own mappings
+    assert refused(config(_userns_with_mount({"destination": "/x", "type": "bind", "source": "/bundle/rootfs/s",
+                                              "options": ["rbind", "idmap"]}))) == (
+        "mounts[7].source: /bundle/rootfs/s is inside the rootfs; pyruntime idmaps a mount into a container with "
+        "a user namespace of its own only from a source outside it")
 
 
 def test_a_valid_bind_mount_passes():
