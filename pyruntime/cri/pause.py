@@ -127,12 +127,13 @@ def _write_sysctl(name: str, value: str) -> None:
         raise
 
 
-def pin(job: PauseJob, kernel: Syscalls, proc: str = "self") -> dict[str, str]:
-    """Bind-mounts the namespaces the job makes, of process `proc` (a pid, or self), under job.ns_dir."""
+def pin(job: PauseJob, kernel: Syscalls, proc: str = "self", user: bool = True) -> dict[str, str]:
+    """Bind-mounts the namespaces the job makes, of process `proc` (a pid, or self), under job.ns_dir;
+    `user`: its user namespace too, when the job has one (False: pinned already)."""
     os.makedirs(job.ns_dir, mode=0o700, exist_ok=True)
     pinned = {}
     kinds = [kind for kind, _flag in PINNED if getattr(job, f"new_{kind}")]
-    for kind in ["user"] * bool(job.uid_map) + kinds:
+    for kind in ["user"] * (user and bool(job.uid_map)) + kinds:
         path = os.path.join(job.ns_dir, kind)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         kernel.mount(f"/proc/{proc}/ns/{kind}", path, None, sc.MS_BIND, None)
@@ -259,7 +260,7 @@ def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str]
             launcher.send_error(sock, e)
             raise
 
-    field = "sandbox_config.linux.security_context.namespace_options.userns_options"
+    field = "config.linux.security_context.namespace_options.userns_options"  # RunPodSandbox's
     child, ours = userns.fork_mapped(kernel, (_id_map_text(job.uid_map), f"{field}.uids"),
                                      (_id_map_text(job.gid_map), f"{field}.gids"), make_namespaces)
     init = 0

@@ -6,7 +6,9 @@ containerd runs it. Such a pause is made the way any container is: its image pul
 service (so the configured mirrors and credentials apply), a writable snapshot from the image store, a
 config.json, and Runtime.create in a supervisor forked by the launcher (the daemon never forks), then
 Runtime.start. Its config.json asks for new net, ipc and uts namespaces (and always a pid namespace of its
-own, which the pod's containers join when the pod shares one), so the runtime makes them; once it is created
+own, which the pod's containers join when the pod shares one), so the runtime makes them; for a pod with a
+user namespace of its own, that one is made and pinned first, the rootfs idmapped through it, and the
+container joins it, so that it owns the others. Once it is created
 they are pinned under Layout.ns_dir exactly as the built-in pause pins its own, and the rest of the daemon
 (CNI, containers joining by path, stats, recovery) can't tell the two apart: SandboxRecord.pause_pid is the
 pause container's init, with its start time.
@@ -28,7 +30,7 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from proto import api_pb2
@@ -38,6 +40,7 @@ from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_pa
 from pyruntime.cri.pause import check_sysctls, pin, unpin
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.fsutil import atomic_write
+from pyruntime.images.mount import IdMap
 from pyruntime.oci.default import MASKED, READONLY
 from pyruntime.oci.state import process_alive, process_start_time
 
@@ -77,10 +80,6 @@ class Pauses:
     def run_pause(self, job: PauseJob) -> PauseInfo:
         if not self.image:
             return self.launcher.run_pause(job)
-        if job.uid_map:  # the pause container would make the pod's namespaces in the host's user namespace
-            raise InvalidArgumentError("config.linux.security_context.namespace_options.userns_options.mode: POD: "
-                                       "a user namespace of the pod's own needs the built-in pause, and this "
-                                       f"daemon runs {self.image} instead (sandbox_image)")
         check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
         bundle = self.bundle(job.sandbox_id)
         os.makedirs(bundle, mode=0o700, exist_ok=True)
@@ -95,15 +94,19 @@ class Pauses:
 
     def _run(self, job: PauseJob, bundle: str) -> PauseInfo:
         image = self._pulled()
-        rootfs = str(self.images.store.prepare_rootfs(image.id, snapshot_key(job.sandbox_id)))
+        user_ns = self._user_namespace(job) if job.uid_map else None
+        idmap = IdMap(user_ns, job.uid_map[0][1], job.gid_map[0][1]) if user_ns else None
+        rootfs = str(self.images.store.prepare_rootfs(image.id, snapshot_key(job.sandbox_id), idmap))
         image_config = json.loads(self.images.store.content.read(image.config_digest)).get("config") or {}
-        spec = self.spec(job, image_config, rootfs)
+        spec = self.spec(job, image_config, rootfs, user_ns)
         atomic_write(os.path.join(bundle, "config.json"), json.dumps(spec).encode(), mode=0o600)
         info: SupervisorInfo = self.launcher.create_container(ContainerJob(
             container_id=job.sandbox_id, bundle=bundle, log_path="", tty=False, stdin=False, stdin_once=False,
             exit_path=os.path.join(bundle, "exit.json"), supervisor_dir=self._supervisor_dir(job.sandbox_id)))
         atomic_write(os.path.join(bundle, SUPERVISOR_RECORD), json.dumps(asdict(info)).encode(), mode=0o600)
-        namespaces = pin(job, self.kernel, proc=str(info.init_pid))
+        namespaces = pin(job, self.kernel, proc=str(info.init_pid), user=False)
+        if user_ns:
+            namespaces["user"] = user_ns
         if job.share_pid:
             namespaces["pid"] = f"/proc/{info.init_pid}/ns/pid"
         start = process_start_time(info.init_pid)
@@ -112,6 +115,15 @@ class Pauses:
                                           f"({info.init_pid}) exited before it started")
         self.runtime.start(job.sandbox_id)
         return PauseInfo(pid=info.init_pid, start_time=start, namespaces=namespaces)
+
+    def _user_namespace(self, job: PauseJob) -> str:
+        """The pod's user namespace, made and pinned before the pause container: its rootfs is idmapped
+        through it (the image's files the pod root's, as in the pod's containers), and the container joins
+        it to make the namespaces it will own. Made by the launcher's built-in pause step, asked for that
+        namespace alone (the daemon, with gRPC's threads, never forks)."""
+        alone = replace(job, hostname="", new_net=False, new_ipc=False, new_uts=False, share_pid=False,
+                        sysctls={}, cgroup_parent="")
+        return self.launcher.run_pause(alone).namespaces["user"]
 
     def _pulled(self) -> Any:
         """The sandbox image, pulled first if the store lacks it (as containerd pulls its sandbox image)."""
@@ -123,8 +135,9 @@ class Pauses:
         self.images.pull_image(api_pb2.ImageSpec(image=self.image))
         return self.images.store.get(self.image)
 
-    def spec(self, job: PauseJob, image: dict, rootfs: str) -> dict:
-        """The pause container's config.json: the image's command as an unprivileged pod infra process."""
+    def spec(self, job: PauseJob, image: dict, rootfs: str, user_ns: str | None = None) -> dict:
+        """The pause container's config.json: the image's command as an unprivileged pod infra process;
+        `user_ns`: the pod's user namespace, to join."""
         args = list(image.get("Entrypoint") or []) + list(image.get("Cmd") or [])
         if not args:
             raise InvalidArgumentError(f"sandbox_image: {self.image} has neither Entrypoint nor Cmd")
@@ -135,7 +148,8 @@ class Pauses:
                 raise InvalidArgumentError(f"sandbox_image: {self.image}: User {image['User']!r} must be numeric "
                                            "(a pause image has no /etc/passwd to look names up in)")
             user = {"uid": int(uid), "gid": int(gid or uid)}
-        namespaces = [{"type": "mount"}, {"type": "pid"}]
+        namespaces = [{"type": "user", "path": user_ns}] if user_ns else []
+        namespaces += [{"type": "mount"}, {"type": "pid"}]
         namespaces += [{"type": kind} for kind, new in (("network", job.new_net), ("ipc", job.new_ipc),
                                                          ("uts", job.new_uts)) if new]
         spec: dict = {

@@ -24,7 +24,7 @@ from pyruntime.images import archive
 from pyruntime.images.content import ContentStore
 from pyruntime.images.gc import GarbageCollector, PruneReport
 from pyruntime.images.metadata import Image, ImageDB
-from pyruntime.images.mount import mount_all, unmount
+from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.images.pull import ProgressCallback, Puller
 from pyruntime.images.registry import Credentials, Platform
 from pyruntime.images.snapshots import ContainerMount, SnapshotStore
@@ -105,18 +105,19 @@ class ImageStore:
             image_id, chain = self.db.chain(ref_or_id)
             return self.snapshots.prepare(container_id, image_id, chain, driver=driver)
 
-    def prepare_rootfs(self, ref_or_id: str, container_id: str) -> Path:
+    def prepare_rootfs(self, ref_or_id: str, container_id: str, idmap: IdMap | None = None) -> Path:
         """A writable rootfs for a container, mounted at the path returned: an overlay of the image's snapshots
-        with its own upper directory, or a copy of them where overlayfs is refused."""
+        with its own upper directory, or a copy of them where overlayfs is refused. `idmap`: for a container
+        in a pod's user namespace (mount.mount_all)."""
         record = self.prepare_mounts(ref_or_id, container_id)
         try:
-            mount_all(record.mounts, record.rootfs, self.kernel)
+            mount_all(record.mounts, record.rootfs, self.kernel, idmap)
         except OSError:
             self.snapshots.release(container_id)
             if record.driver != "overlay":
                 raise
             record = self.prepare_mounts(ref_or_id, container_id, driver="copy")
-            mount_all(record.mounts, record.rootfs, self.kernel)
+            mount_all(record.mounts, record.rootfs, self.kernel, idmap)
         return Path(record.rootfs)
 
     def release_rootfs(self, container_id: str) -> bool:

@@ -166,6 +166,33 @@ def test_pod_runs_on_the_pause_image_and_leaves_nothing(daemon: PauseImageCri, t
     assert [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(daemon.work) in m] == []
 
 
+def test_a_pod_with_a_user_namespace_of_its_own_on_the_pause_image(daemon: PauseImageCri, tmp_path: Path) -> None:
+    """hostUsers: false with a pause image: the runtime makes the pod's user namespace for the pause container,
+    which owns the pod's other namespaces; the pod's container joins it, root inside, host id 300000 outside."""
+    crictl(daemon, "pull", BUSYBOX)
+    ids = [{"container_id": 0, "host_id": 300000, "length": 65536}]
+    userns = {"security_context": {"namespace_options": {"pid": 0, "userns_options": {"uids": ids, "gids": ids}}}}
+    pod = tmp_path / "pod.json"
+    pod.write_text(json.dumps({"metadata": {"name": "userns", "namespace": "default", "uid": "userns-1"},
+                               "log_directory": str(tmp_path / "logs"), "linux": userns}))
+    box = tmp_path / "box.json"
+    box.write_text(json.dumps({"metadata": {"name": "box"}, "image": {"image": BUSYBOX},
+                               "command": ["sleep", "3600"], "log_path": "box.log", "linux": userns}))
+    pod_id = crictl(daemon, "runp", str(pod))
+    pause_pid = json.loads(crictl(daemon, "inspectp", pod_id))["info"]["pid"]
+    assert Path(f"/proc/{pause_pid}/uid_map").read_text().split() == ["0", "300000", "65536"]
+    container_id = crictl(daemon, "create", pod_id, str(box), str(pod))
+    crictl(daemon, "start", container_id)
+    init = json.loads(crictl(daemon, "inspect", container_id))["info"]["pid"]
+    for kind in ("user", "net", "ipc", "uts", "pid"):
+        assert ns_inode(init, kind) == ns_inode(pause_pid, kind), kind
+    assert crictl(daemon, "exec", "-s", container_id, "sh", "-c", "id -u; echo x > /made") == "0"
+    assert os.stat(f"/proc/{init}/root/made").st_uid == 300000
+    crictl(daemon, "rmp", "-f", pod_id)
+    assert crictl(daemon, "pods", "-q") == "" and pause_processes() == []
+    assert [m for m in Path("/proc/self/mountinfo").read_text().splitlines() if str(daemon.work) in m] == []
+
+
 @pytest.mark.parametrize("daemon", ["registry.k8s.io/pause:missing"], indirect=True)
 def test_a_missing_sandbox_image_fails_the_pod_and_leaves_nothing(daemon: PauseImageCri, tmp_path: Path) -> None:
     pod = tmp_path / "pod.json"
