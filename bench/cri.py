@@ -72,9 +72,12 @@ def pod_config(n: int, tag: str, logs: Path) -> dict:
             "linux": {"security_context": {"namespace_options": {"pid": 1}}}}
 
 
-def container_config(n: int) -> dict:
+def container_config(n: int, seccomp: bool = False) -> dict:
+    """`seccomp`: the RuntimeDefault profile (0 in the proto's enum), as a pod of the "restricted" Pod
+    Security Standard or a kubelet with seccompDefault asks for every container."""
+    security: dict = {"namespace_options": {"pid": 1}, **({"seccomp": {"profile_type": 0}} if seccomp else {})}
     return {"metadata": {"name": f"sleep-{n}"}, "image": {"image": IMAGE}, "command": ["sleep", "3600"],
-            "log_path": "sleep.log", "linux": {"security_context": {"namespace_options": {"pid": 1}}}}
+            "log_path": "sleep.log", "linux": {"security_context": security}}
 
 
 class Grpc:
@@ -228,14 +231,15 @@ def pod_memory(client: Grpc, pods: list[tuple[str, str]]) -> dict[str, float]:
     return {k: statistics.mean(v) for k, v in per.items()}
 
 
-def run_round(clients: dict, pods: int, logs: Path, tag: str, measure: Callable | None = None) -> dict:
+def run_round(clients: dict, pods: int, logs: Path, tag: str, measure: Callable | None = None,
+              seccomp: bool = False) -> dict:
     """`pods` pods on every daemon, alternating; then (measure) memory; then every teardown."""
     times: dict[str, dict[str, list[float]]] = {name: {op: [] for op in OPS} for name in clients}
     made: dict[str, list[tuple[str, str]]] = {name: [] for name in clients}
     try:
         for n in range(pods):
             for name, client in clients.items():
-                pod, ctr = pod_config(n, f"{tag}-{name}", logs), container_config(n)
+                pod, ctr = pod_config(n, f"{tag}-{name}", logs), container_config(n, seccomp)
                 pod_id = _timed(times[name]["runp"], client.runp, pod)
                 made[name].append((pod_id, ""))
                 cid = _timed(times[name]["create+start"], client.create_start, pod_id, pod, ctr)
@@ -295,7 +299,7 @@ def report(results: dict, pods: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench(pods: int, vias: list[str], out: Path | None) -> int:
+def bench(pods: int, vias: list[str], out: Path | None, seccomp: bool = False) -> int:
     # this checkout's pyruntime-cri (and its pyruntime), as `make` runs with the venv's launchers
     os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     ctypes.CDLL(None, use_errno=True).prctl(critest.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -324,14 +328,14 @@ def bench(pods: int, vias: list[str], out: Path | None) -> int:
 
             print("bench.cri: daemons up, images pulled", file=sys.stderr)
             # a warm-up pod each, not counted (first-use costs: image snapshot mounts, CNI plugin caches)
-            run_round(clients, 1, logs, "warmup")
+            run_round(clients, 1, logs, "warmup", seccomp=seccomp)
             if "grpc" in vias:
-                results["grpc"] = run_round(clients, pods, logs, "grpc", measure)
+                results["grpc"] = run_round(clients, pods, logs, "grpc", measure, seccomp)
                 results["memory"] = results["grpc"]["memory"]
             if "crictl" in vias:
                 cli = {n: Crictl(ep.url, work) for n, ep in endpoints.items()}
                 results["crictl"] = run_round(cli, pods, logs, "crictl",
-                                              None if "memory" in results else measure)
+                                              None if "memory" in results else measure, seccomp)
                 results.setdefault("memory", results["crictl"]["memory"])
         finally:
             for client in clients.values():
@@ -355,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", "--pods", type=int, default=PODS, help=f"pods per daemon and round (default {PODS})")
     p.add_argument("--via", action="append", choices=("grpc", "crictl"), help="default: both")
     p.add_argument("--json", type=Path, help="also write the raw samples here")
+    p.add_argument("--seccomp", action="store_true", help="containers with the RuntimeDefault seccomp profile")
     args = p.parse_args(argv or [])
     if os.geteuid() != 0:
         print("bench.cri: needs root", file=sys.stderr)
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if not needed.exists():
             print(f"bench.cri: {needed} is missing: run `make peers`", file=sys.stderr)
             return 1
-    return bench(args.pods, args.via or ["grpc", "crictl"], args.json)
+    return bench(args.pods, args.via or ["grpc", "crictl"], args.json, args.seccomp)
 
 
 if __name__ == "__main__":

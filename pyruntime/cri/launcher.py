@@ -373,7 +373,8 @@ class _Server:
         import pyruntime.linux.capabilities
         import pyruntime.linux.cgroups
         import pyruntime.oci.spec  # noqa: F401
-        from pyruntime.cri import supervisor
+        from pyruntime.cri import seccomp_default, supervisor
+        seccomp_default.precompile()
         from pyruntime.linux.syscalls import LinuxSyscalls
         self.supervise = supervisor.supervise  # imported here, not per child: faster create, pages shared
         from pyruntime.runtime import Runtime

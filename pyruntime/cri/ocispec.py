@@ -21,13 +21,10 @@ from collections.abc import Callable, Iterable
 
 from proto import api_pb2
 from pyruntime.cri.model import Layout, SandboxRecord
+from pyruntime.cri.seccomp_default import DEFAULT_CAPS
 from pyruntime.errors import InternalError, InvalidArgumentError
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# containerd's default capability set for a container (oci/spec.go's defaultUnixCaps)
-DEFAULT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
-                "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
-                "CAP_KILL", "CAP_AUDIT_WRITE")
 MASKED_PATHS = ("/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
                 "/sys/devices/virtual/powercap", "/proc/scsi")

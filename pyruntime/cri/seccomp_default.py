@@ -7,11 +7,20 @@ not allowed fails with EPERM; `personality` only with the values glibc and the 3
 filter cannot read) fails with ENOSYS so libcs fall back to `clone`. A capability in the container's
 bounding set unlocks the syscalls that capability guards, as in the reference profile; kernels that do
 not know a name skip it (pyruntime/linux/seccomp.py does, as runc).
+
+Most containers have containerd's default capability set, so most RuntimeDefault containers get one and the
+same profile: precompile() has the launcher compile it once (libseccomp takes ~10 ms), and the containers
+it forks load the result.
 """
 from __future__ import annotations
 
 import errno
 import platform
+
+# containerd's default capability set for a container (oci/spec.go's defaultUnixCaps)
+DEFAULT_CAPS = ("CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW",
+                "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+                "CAP_KILL", "CAP_AUDIT_WRITE")
 
 # allowed for every container
 _ALLOWED = """
@@ -111,3 +120,14 @@ def default_profile(bounding: list[str], machine: str | None = None) -> dict:
                                        "op": "SCMP_CMP_MASKED_EQ"}]))
         rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
     return {"defaultAction": "SCMP_ACT_ERRNO", "architectures": list(arches), "syscalls": rules}
+
+
+def precompile() -> None:
+    """Compiles the profile of a container with the default capabilities into this process's filter cache
+    (pyruntime.linux.seccomp.compile_filter), for the processes it forks; a host where that fails (no
+    libseccomp) leaves the error to the containers that ask for the profile."""
+    from pyruntime.linux import seccomp
+    try:
+        seccomp.compile_filter(seccomp.Seccomp.from_spec(default_profile(list(DEFAULT_CAPS))))
+    except OSError:
+        pass

@@ -363,34 +363,27 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _install(lib: ctypes.CDLL, ctx: int, stub: bytes, flags: int) -> int:
-    """Loads stub + libseccomp's program into the calling thread with seccomp(2); returns its result
-    (the listener fd with SECCOMP_FILTER_FLAG_NEW_LISTENER)."""
-    from pyruntime.linux._libc import libc
-
-    fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
-    try:
-        _check(lib.seccomp_export_bpf(ctx, fd), "seccomp_export_bpf")
-        program = stub + os.pread(fd, os.fstat(fd).st_size, 0)
-    finally:
-        os.close(fd)
-    buf = ctypes.create_string_buffer(program, len(program))
-    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
-    nr = lib.seccomp_syscall_resolve_name(b"seccomp")
-    rc = libc.syscall(nr, _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog))
-    if rc < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"seccomp(SECCOMP_SET_MODE_FILTER, {flags:#x}): {os.strerror(e)}")
-    return rc
+@record
+class Program:
+    """A compiled filter: the BPF program (the ENOSYS stub, then libseccomp's), the seccomp(2) flags, and
+    whether it has notify rules (then the kernel hands back a listener fd)."""
+    bpf: bytes
+    flags: int
+    notify: bool
 
 
-def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
-    """Loads the filter into the calling thread; returns the notify fd when a SCMP_ACT_NOTIFY rule was loaded.
+# compiled filters of this process, by profile: libseccomp takes ~10 ms to compile a RuntimeDefault profile
+# (a rule per syscall per architecture, then the BPF generation); a CRI launcher compiles its default
+# profile once and every container it forks inherits the result (precompile)
+_compiled: dict[Seccomp, Program] = {}
 
-    The notify fd (close-on-exec) belongs to the caller, which hands it to whoever calls
-    send_listener_fd: listenerPath is a host path, outside the container's mount namespace. Without
-    no_new_privs this needs CAP_SYS_ADMIN, so call it before capabilities are dropped in that case.
-    """
+
+def compile_filter(seccomp: Seccomp, *, warn: Warn | None = None) -> Program:
+    """The filter `seccomp` describes, compiled by libseccomp, or this process's earlier compilation of an
+    equal profile (whose warnings were given then)."""
+    program = _compiled.get(seccomp)
+    if program is not None:
+        return program
     lib = _lib()
     default = _action_value(seccomp.default_action, seccomp.default_errno_ret)
     ctx = lib.seccomp_init(default)
@@ -419,10 +412,43 @@ def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
         else:
             flags &= ~_KERNEL_FLAGS["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]
         stub = b"" if seccomp.default_action in _LETS_THROUGH else enosys_stub(_highest_syscalls(lib, seccomp))
-        fd = _install(lib, ctx, stub, flags)
-        return fd if notify_rules else None
+        fd = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
+        try:
+            _check(lib.seccomp_export_bpf(ctx, fd), "seccomp_export_bpf")
+            program = Program(stub + os.pread(fd, os.fstat(fd).st_size, 0), flags, bool(notify_rules))
+        finally:
+            os.close(fd)
     finally:
         lib.seccomp_release(ctx)
+    _compiled[seccomp] = program
+    return program
+
+
+def _install(program: Program) -> int:
+    """Loads the program into the calling thread with seccomp(2); returns its result (the listener fd with
+    SECCOMP_FILTER_FLAG_NEW_LISTENER)."""
+    from pyruntime.linux._libc import libc
+
+    buf = ctypes.create_string_buffer(program.bpf, len(program.bpf))
+    fprog = _SockFprog(len(program.bpf) // 8, ctypes.addressof(buf))
+    rc = libc.syscall(_lib().seccomp_syscall_resolve_name(b"seccomp"), _SECCOMP_SET_MODE_FILTER, program.flags,
+                      ctypes.byref(fprog))
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"seccomp(SECCOMP_SET_MODE_FILTER, {program.flags:#x}): {os.strerror(e)}")
+    return rc
+
+
+def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
+    """Loads the filter into the calling thread; returns the notify fd when a SCMP_ACT_NOTIFY rule was loaded.
+
+    The notify fd (close-on-exec) belongs to the caller, which hands it to whoever calls
+    send_listener_fd: listenerPath is a host path, outside the container's mount namespace. Without
+    no_new_privs this needs CAP_SYS_ADMIN, so call it before capabilities are dropped in that case.
+    """
+    program = compile_filter(seccomp, warn=warn)
+    fd = _install(program)
+    return fd if program.notify else None
 
 
 def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str, object]) -> None:

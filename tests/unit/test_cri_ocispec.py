@@ -311,6 +311,24 @@ def test_seccomp_unset_is_unconfined_and_runtime_default(rootfs, layout):
     assert clone3["errnoRet"] == errno.ENOSYS and profile["defaultAction"] == "SCMP_ACT_ERRNO"
 
 
+def test_the_launchers_precompiled_filter_is_the_one_a_default_container_loads(rootfs, layout, monkeypatch):
+    """A RuntimeDefault container with the default capabilities finds its filter compiled by the launcher's
+    precompile (libseccomp is not run again); another capability set is compiled on its own."""
+    from pyruntime.cri import seccomp_default
+    from pyruntime.linux import seccomp
+    monkeypatch.setattr(seccomp, "_compiled", {})
+    seccomp_default.precompile()
+    assert len(seccomp._compiled) == 1
+    cfg = container()
+    cfg.linux.security_context.seccomp.profile_type = api_pb2.SecurityProfile.RuntimeDefault
+    profile = Seccomp.from_spec(json.loads(json.dumps(build(cfg, rootfs, layout)["linux"]["seccomp"])))
+    assert profile in seccomp._compiled
+    monkeypatch.setattr(seccomp, "_lib", lambda: pytest.fail("compiled again"))
+    assert seccomp.compile_filter(profile) is seccomp._compiled[profile]
+    cfg.linux.security_context.capabilities.add_capabilities.append("CAP_SYS_TIME")
+    assert Seccomp.from_spec(build(cfg, rootfs, layout)["linux"]["seccomp"]) not in seccomp._compiled
+
+
 def test_seccomp_default_follows_capabilities():
     admin = default_profile(["CAP_SYS_ADMIN", "CAP_SYS_TIME"], machine="x86_64")
     names = {n for r in admin["syscalls"] for n in r["names"]}
