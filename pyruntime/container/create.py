@@ -98,6 +98,22 @@ def _mapped_userns(kernel: Syscalls, uids: tuple[IDMapping, ...], gids: tuple[ID
         os.waitpid(pid, 0)
 
 
+def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager) -> tuple[int, bool]:
+    """Forks stage 1 without moving it afterwards: born in the cgroup's cgroup2 directory (if it has one),
+    it enters the v1 ones itself (True). Where the kernel refuses the first (before 5.7), forked plainly,
+    for the caller to move (False). Either way no process waits on the kernel's cgroup lock but the last."""
+    path = cg.cgroup2_dir()
+    if path is None:
+        return os.fork(), True
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return kernel.fork_into_cgroup(fd), True
+    except OSError:
+        return os.fork(), False
+    finally:
+        os.close(fd)
+
+
 def write_pid_file(path: str, pid: int) -> None:
     atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp")
 
@@ -184,11 +200,11 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         trace("nsexec container setup")
         idmap_fds = _idmap_usernses(kernel, spec)
         try:
-            stage1_pid = os.fork()
+            stage1_pid, in_cgroup = fork_in_cgroup(kernel, cg)
             if stage1_pid == 0:
                 parent.close()
                 init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
-                            console_socket, preserve_fds, idmap_fds, debug)
+                            console_socket, preserve_fds, idmap_fds, debug, cg.enter_v1 if in_cgroup else None)
         finally:
             for fd in idmap_fds.values():
                 os.close(fd)
@@ -199,7 +215,8 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
             userns.write_id_map(stage1_pid, "uid_map", _id_map_text(spec.linux.uid_mappings), "linux.uidMappings")
             userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings), "linux.gidMappings")
             parent.send(sync.MAPPED)
-        cg.add(stage1_pid)
+        if not in_cgroup:
+            cg.add(stage1_pid)
         parent.send(sync.GO)
         init_pid = parent.recv(sync.PID)["pid"]
         os.waitpid(stage1_pid, 0)

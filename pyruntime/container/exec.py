@@ -12,7 +12,13 @@ import socket
 from collections.abc import Callable
 
 from pyruntime.container import process, sync
-from pyruntime.container.create import become_subreaper, hand_over_notify_fd, require_single_thread, silent
+from pyruntime.container.create import (
+    become_subreaper,
+    fork_in_cgroup,
+    hand_over_notify_fd,
+    require_single_thread,
+    silent,
+)
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, Store
 from pyruntime.container.sync import Channel, ChildError
@@ -32,11 +38,15 @@ PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "p
 
 
 def _stage1(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, proc: Process, chan: Channel,
-            console_sock: socket.socket | None, preserve_fds: int, debug: bool) -> None:
+            console_sock: socket.socket | None, preserve_fds: int, debug: bool,
+            enter_cgroup: Callable[[], None] | None) -> None:
+    """`enter_cgroup`: as init.stage1's, once the runtime says go (after it set the initial CPU affinity)."""
     namespaces, init_pid = state.namespaces, state.pid
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         chan.recv(sync.GO)
+        if enter_cgroup is not None:
+            enter_cgroup()
         if proc.oom_score_adj is not None:  # before the mount namespace: its /proc has no /proc/self for us yet
             process.set_oom_score_adj(proc.oom_score_adj)
         fds = []
@@ -157,17 +167,25 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
     stage1_pid = 0
     try:
         trace("nsexec container setup")
-        stage1_pid = os.fork()
+        cg = cgroups.manager(state.cgroups_path, state.id, kernel)
+        initial = proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None
+        if initial:  # set before the process is in the cgroup, whose cpuset may not hold those CPUs
+            stage1_pid, in_cgroup = os.fork(), False
+        else:
+            stage1_pid, in_cgroup = fork_in_cgroup(kernel, cg)
         if stage1_pid == 0:
             parent.close()
-            _stage1(kernel, state, seccomp, proc, child, console_sock, preserve_fds, debug)
+            _stage1(kernel, state, seccomp, proc, child, console_sock, preserve_fds, debug,
+                    cg.enter_v1 if in_cgroup else None)
         child.close()
         if console_sock is not None:
             console_sock.close()
             console_sock = None
-        if proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None:
+        if initial:
+            assert proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None
             _initial_affinity(kernel, stage1_pid, proc.exec_cpu_affinity.initial, trace)
-        cgroups.manager(state.cgroups_path, state.id, kernel).add(stage1_pid)
+        if not in_cgroup:
+            cg.add(stage1_pid)
         parent.send(sync.GO)
         pid = parent.recv(sync.PID)["pid"]
         os.waitpid(stage1_pid, 0)

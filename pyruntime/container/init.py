@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable
 
 from pyruntime.container import process, rootfs, sync
 from pyruntime.container.hooks import run_hooks
@@ -96,8 +97,13 @@ def preload(spec: Spec) -> None:
 
 
 def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: str,
-           console_socket: str | None, preserve_fds: int, idmap_fds: dict[int, int], debug: bool = False) -> None:
+           console_socket: str | None, preserve_fds: int, idmap_fds: dict[int, int], debug: bool = False,
+           enter_cgroup: Callable[[], None] | None = None) -> None:
+    """`enter_cgroup`: moves this process into the container's cgroup (CgroupManager.enter_v1), first of all,
+    while it is still root on the host and sees the host's cgroup mounts; None: the runtime moves it."""
     try:
+        if enter_cgroup is not None:
+            enter_cgroup()
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
         # opened before a user namespace makes us an unmapped stranger to the runtime's own files
         fifo = os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 
 from pyruntime.errors import InternalError
 from pyruntime.linux._libc import libc
@@ -100,11 +101,28 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-               "mount_setattr": 442, "sched_setattr": 314, "ioprio_set": 251, "personality": 135},
+               "mount_setattr": 442, "sched_setattr": 314, "ioprio_set": 251, "personality": 135, "clone3": 435},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
                 "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-                "mount_setattr": 442, "sched_setattr": 274, "ioprio_set": 30, "personality": 92},
+                "mount_setattr": 442, "sched_setattr": 274, "ioprio_set": 30, "personality": 92, "clone3": 435},
 }[os.uname().machine]
+
+
+CLONE_INTO_CGROUP = 0x200000000
+_libc_gil = ctypes.PyDLL(None, use_errno=True)
+
+
+class _CloneArgs(ctypes.Structure):  # struct clone_args, up to `cgroup` (CLONE_ARGS_SIZE_VER2)
+    _fields_ = [(name, ctypes.c_uint64) for name in ("flags", "pidfd", "child_tid", "parent_tid", "exit_signal",
+                                                      "stack", "stack_size", "tls", "set_tid", "set_tid_size",
+                                                      "cgroup")]
+
+
+def _path_of_fd(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"fd {fd}"
 
 
 class _SchedAttr(ctypes.Structure):
@@ -275,6 +293,14 @@ class Syscalls:
         """Mounts at `target` a clone of the mount at `source` (a bind mount of it; with `rbind` its submounts
         too) whose file ids are shifted through the user namespace `userns_fd`: a file owned by 0 on disk is
         owned by whatever 0 maps to in that namespace. `ridmap`: the submounts are idmapped too."""
+        raise NotImplementedError
+
+    def fork_into_cgroup(self, cgroup_fd: int) -> int:
+        """fork(2) whose child starts in the cgroup2 directory `cgroup_fd` (clone3 CLONE_INTO_CGROUP): 0 in
+        the child, its pid in the parent. A process moved by a cgroup.procs write waits on the kernel's
+        cgroup threadgroup lock (an RCU grace period: 5-20 ms here); one born in its cgroup does not.
+        CPython's fork bookkeeping (PyOS_BeforeFork and the AfterFork pair) runs around it as os.fork's.
+        OSError when the kernel refuses (before 5.7: ENOSYS; a cgroup that can't take processes)."""
         raise NotImplementedError
 
 
@@ -477,6 +503,20 @@ class LinuxSyscalls(Syscalls):
             self.attach_mount(tree, target)
         finally:
             os.close(tree)
+
+    def fork_into_cgroup(self, cgroup_fd: int) -> int:
+        args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=cgroup_fd)
+        ctypes.pythonapi.PyOS_BeforeFork()
+        # through PyDLL: the GIL stays held across the clone, as os.fork holds it
+        pid = _libc_gil.syscall(_SYSCALL_NR["clone3"], ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
+        if pid == 0:
+            ctypes.pythonapi.PyOS_AfterFork_Child()
+            return 0
+        err = ctypes.get_errno()
+        ctypes.pythonapi.PyOS_AfterFork_Parent()
+        if pid < 0:
+            raise SyscallError(err, f"clone3(CLONE_INTO_CGROUP) into {_path_of_fd(cgroup_fd)}: {os.strerror(err)}")
+        return pid
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:
         """A mount through fsopen/fsconfig/fsmount/move_mount, for options too many for mount(2)'s one

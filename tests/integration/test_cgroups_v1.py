@@ -100,6 +100,30 @@ def test_create_and_set_limits(ctr):
     assert f"0::/pyruntime/{ctr.id}" in out
 
 
+def test_a_child_born_in_the_cgroup2_part_that_enters_the_v1_ones_itself_is_in_every_hierarchy(ctr):
+    """create's way in, which writes no cgroup.procs (each write waits on the kernel's cgroup lock): the
+    child is cloned into the cgroup2 directory and writes "0" into each v1 `tasks` file itself."""
+    from pyruntime.container.create import fork_in_cgroup
+    r, w = os.pipe()
+    pid, in_cgroup = fork_in_cgroup(LinuxSyscalls(), ctr.cg)
+    if pid == 0:
+        try:
+            os.close(r)
+            ctr.cg.enter_v1()
+            with open("/proc/self/cgroup", "rb") as f:
+                os.write(w, f.read())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        lines = f.read().decode().splitlines()
+    os.waitpid(pid, 0)
+    assert in_cgroup
+    assert lines and all(line.split(":", 2)[2] == f"/pyruntime/{ctr.id}" for line in lines
+                         if line.split(":", 2)[1] not in ("", "rdma", "misc")), lines
+    assert any(line.startswith("0::") for line in lines) == (ctr.cg.unified is not None)
+
+
 def test_devices_set_twice_keeps_list(ctr):
     rules = Resources.from_spec({"devices": [{"allow": False, "access": "rwm"},
                                              {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"},

@@ -179,6 +179,18 @@ class CgroupManager(ABC):
         """Moves a process, with all its threads, into the cgroup."""
 
     @abstractmethod
+    def cgroup2_dir(self) -> str | None:
+        """The cgroup's directory in the cgroup2 hierarchy (a unified host's, or a hybrid host's cgroup2
+        part), for a child to be born in (Syscalls.fork_into_cgroup); None when it has no cgroup2 part."""
+
+    @abstractmethod
+    def enter_v1(self) -> None:
+        """Moves the calling single-threaded process into the cgroup's cgroup v1 directories, by its one
+        thread: "0" written to `tasks` spares the kernel its global threadgroup lock (which a cgroup.procs
+        write takes, waiting an RCU grace period, 5-20 ms here). cgroup2 has no such write (cgroup.threads
+        moves threads only within a domain): its part is cgroup2_dir's."""
+
+    @abstractmethod
     def set(self, resources: Resources) -> None:
         """Writes the limits that `resources` gives and leaves the others as they are."""
 

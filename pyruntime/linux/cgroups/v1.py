@@ -89,6 +89,13 @@ class V1Manager(CgroupManager):
         if self.unified is not None:
             self.unified.add(pid)
 
+    def cgroup2_dir(self) -> str | None:
+        return self.unified.path if self.unified is not None else None
+
+    def enter_v1(self) -> None:
+        for path in self.dirs.values():
+            write(os.path.join(path, "tasks"), "0")
+
     def set(self, resources: Resources) -> None:
         if resources.unified:
             raise CgroupError(errno.EINVAL, "linux.resources.unified: invalid configuration: needs cgroup v2, "

@@ -166,6 +166,12 @@ class V2Manager(CgroupManager):
     def add(self, pid: int) -> None:
         self._write("cgroup.procs", str(pid))
 
+    def cgroup2_dir(self) -> str | None:
+        return self.path
+
+    def enter_v1(self) -> None:
+        pass
+
     def set(self, resources: Resources) -> None:
         if resources.devices:
             check_devices(resources.devices)
