@@ -183,7 +183,9 @@ def delete(args: CmdArgs) -> None:
     if conf.macspoofchk:
         spoofcheck.teardown(args.container_id, args.ifname)
     if conf.layer3 and conf.ip_masq:
-        ipmasq.teardown(conf.name, args.container_id)
+        prev = args.prev_result()  # the families to clean up: without a result, both
+        families = tuple(sorted({ip.family for ip in prev.ips})) if prev is not None and prev.ips else (4, 6)
+        ipmasq.teardown(conf.name, args.container_id, families)
 
 
 def _container_state(ifname: str) -> dict[str, Any] | None:

@@ -23,29 +23,47 @@ def comment(network: str, container_id: str) -> str:
 
 
 def setup(address: IPInterface, network: str, container_id: str) -> None:
+    """A new chain (the usual case) goes in with its rules and jump in one iptables-restore batch: nothing
+    of the attachment can exist yet, since no rule may jump to a missing chain. An existing one (a
+    repeated ADD) gets each rule checked and added unless there."""
     version = address.version
     chain = iptables.chain_name(network, container_id)
     note = comment(network, container_id)
-    if iptables.run(version, "-n", "-L", chain, check=False).returncode != 0:
-        iptables.run(version, "-N", chain)
     multicast = "224.0.0.0/4" if version == 4 else "ff00::/8"
     tagged = ["-m", "comment", "--comment", note]
-    iptables.insert_unique(version, chain, ["-d", str(address.network), "-j", "ACCEPT", *tagged])
-    iptables.insert_unique(version, chain, ["!", "-d", multicast, "-j", "MASQUERADE", *tagged])
-    iptables.insert_unique(version, "POSTROUTING", ["-s", str(address.ip), "-j", chain, *tagged])
+    rules = [(chain, ["-d", str(address.network), "-j", "ACCEPT", *tagged]),
+             (chain, ["!", "-d", multicast, "-j", "MASQUERADE", *tagged]),
+             ("POSTROUTING", ["-s", str(address.ip), "-j", chain, *tagged])]
+    if iptables.run(version, "-n", "-L", chain, check=False).returncode != 0:
+        if iptables.restore(version, [f"-N {chain}", *(f"-A {c} {iptables.quoted(r)}" for c, r in rules)]):
+            return
+        iptables.run(version, "-N", chain)
+    for target, rule in rules:
+        iptables.insert_unique(version, target, rule)
 
 
 def teardown(network: str, container_id: str, versions: tuple[int, ...] = (4, 6)) -> None:
-    """Removes the POSTROUTING jumps to the attachment's chain and the chain itself; missing pieces are fine."""
+    """Removes the POSTROUTING jumps to the attachment's chain and the chain itself; missing pieces are fine.
+    Per family, one listing of the nat table and one iptables-restore batch (iptables.restore), command by
+    command only if the batch is refused. `versions`: the families the attachment had addresses in."""
     chain = iptables.chain_name(network, container_id)
     for version in versions:
-        listing = iptables.run(version, "-S", "POSTROUTING", check=False)
-        for line in listing.stdout.splitlines():
-            if line.startswith("-A POSTROUTING ") and f"-j {chain}" in line:
-                iptables.run(version, "-D", "POSTROUTING", *shlex.split(line[len("-A POSTROUTING "):]), check=False)
-        if iptables.run(version, "-n", "-L", chain, check=False).returncode == 0:
+        listing = iptables.run(version, "-S", check=False).stdout.splitlines()
+        jumps = [line[len("-A POSTROUTING "):] for line in listing
+                 if line.startswith("-A POSTROUTING ") and _jumps_to(line, chain)]
+        exists = f"-N {chain}" in listing
+        commands = [f"-D POSTROUTING {rule}" for rule in jumps] + ([f"-F {chain}", f"-X {chain}"] if exists else [])
+        if not commands or iptables.restore(version, commands):
+            continue
+        for rule in jumps:
+            iptables.run(version, "-D", "POSTROUTING", *shlex.split(rule), check=False)
+        if exists:
             iptables.run(version, "-F", chain, check=False)
             iptables.run(version, "-X", chain, check=False)
+
+
+def _jumps_to(line: str, chain: str) -> bool:
+    return f" -j {chain} " in f"{line} "
 
 
 def validate_backend(backend: str | None) -> None:

@@ -24,6 +24,29 @@ def tool(version: int) -> str:
     return "iptables" if version == 4 else "ip6tables"
 
 
+def quoted(args: list[str]) -> str:
+    """`args` as one line of iptables-restore input (its quoting is `iptables -S`'s: double quotes, with
+    backslashes before quotes and backslashes inside)."""
+    def one(arg: str) -> str:
+        if arg and not any(c in arg for c in ' "\\\'\t'):
+            return arg
+        return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return " ".join(one(a) for a in args)
+
+
+def restore(version: int, commands: list[str], table: str = NAT) -> bool:
+    """Applies `commands` (lines as `iptables -S` prints them, -A/-D/-F/-X) to `table` in one transaction
+    (`iptables-restore --noflush`): one exec where a command each would take as many. False when it is
+    refused as a whole (a rule gone meanwhile, no iptables-restore), for the caller to go command by command."""
+    batch = f"*{table}\n" + "".join(f"{c}\n" for c in commands) + "COMMIT\n"
+    try:
+        proc = subprocess.run([f"{tool(version)}-restore", "-w", "--noflush"], input=batch, capture_output=True,
+                              text=True, check=False)
+    except OSError:
+        return False
+    return proc.returncode == 0
+
+
 def run(version: int, *args: str, check: bool = True, table: str = NAT) -> subprocess.CompletedProcess[str]:
     """`iptables -w -t TABLE ARGS`; a failure with `check` is a CNIError naming the command and iptables' words."""
     proc = subprocess.run([tool(version), "-w", "-t", table, *args], capture_output=True, text=True, check=False)
