@@ -44,20 +44,20 @@ def setup(address: IPInterface, network: str, container_id: str) -> None:
 
 def teardown(network: str, container_id: str, versions: tuple[int, ...] = (4, 6)) -> None:
     """Removes the POSTROUTING jumps to the attachment's chain and the chain itself; missing pieces are fine.
-    Per family, one listing of the nat table and one iptables-restore batch (iptables.restore), command by
-    command only if the batch is refused. `versions`: the families the attachment had addresses in."""
+    Per family, a listing of POSTROUTING (not the whole nat table, which kube-proxy can fill with thousands
+    of rules) and one iptables-restore batch (iptables.restore); command by command when the batch is
+    refused (the chain is gone already, or a rule went meanwhile). `versions`: the families the attachment
+    had addresses in."""
     chain = iptables.chain_name(network, container_id)
     for version in versions:
-        listing = iptables.run(version, "-S", check=False).stdout.splitlines()
+        listing = iptables.run(version, "-S", "POSTROUTING", check=False).stdout.splitlines()
         jumps = [line[len("-A POSTROUTING "):] for line in listing
                  if line.startswith("-A POSTROUTING ") and _jumps_to(line, chain)]
-        exists = f"-N {chain}" in listing
-        commands = [f"-D POSTROUTING {rule}" for rule in jumps] + ([f"-F {chain}", f"-X {chain}"] if exists else [])
-        if not commands or iptables.restore(version, commands):
+        if iptables.restore(version, [*(f"-D POSTROUTING {rule}" for rule in jumps), f"-F {chain}", f"-X {chain}"]):
             continue
         for rule in jumps:
             iptables.run(version, "-D", "POSTROUTING", *shlex.split(rule), check=False)
-        if exists:
+        if iptables.run(version, "-n", "-L", chain, check=False).returncode == 0:
             iptables.run(version, "-F", chain, check=False)
             iptables.run(version, "-X", chain, check=False)
 
