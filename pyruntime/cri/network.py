@@ -5,7 +5,9 @@ The network is the first valid config (lexically) among the .conflist/.conf/.jso
 a .conf or .json holds one plugin and is wrapped in a list. The directory is re-read whenever a file in
 it changes, so NetworkReady follows it without a restart (the anchors' "cni config uninitialized" until a
 restart), and a bad file is skipped with its reason logged instead of taking the node's network down.
-As go-cni does, every pod also gets the loopback plugin on `lo` (network "cni-loopback").
+Every pod's `lo` is set up by the runtime itself, as CRI-O's ocicni does, rather than by an exec of the
+loopback plugin as go-cni does: the same result for one ioctl instead of a process (12 ms of a RunPodSandbox
+here). An attachment of "cni-loopback" cached by an earlier version is still DEL'd with its cache.
 
 ADD runs the chain in order, each plugin getting the previous one's result; the final result, the config
 bytes used and the attachment's CNI_ARGS and capability args are cached under cache_dir/results in
@@ -49,9 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IFNAME = "eth0"
-LOOPBACK_NETWORK = "cni-loopback"
-LOOPBACK_VERSION = "0.3.1"
-LOOPBACK_TYPES = ("pyloopback", "loopback")  # ours when installed, else the reference's
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 CACHE_KIND = "cniCacheV1"
@@ -385,13 +384,6 @@ class Network:
             return False
 
     # the operations
-    def _loopback(self) -> NetworkList | None:
-        kind = next((k for k in LOOPBACK_TYPES if self._find(k)), None)
-        if kind is None:
-            return None
-        conf = {"cniVersion": LOOPBACK_VERSION, "name": LOOPBACK_NETWORK, "plugins": [{"type": kind}]}
-        return parse_conf(json.dumps(conf).encode(), LOOPBACK_NETWORK, is_list=True)
-
     @staticmethod
     def _attachment(sandbox_id: str, netns: str, ifname: str, name: str, namespace: str, uid: str,
                     port_mappings: Iterable[api_pb2.PortMapping], cgroup_parent: str) -> Attachment:
@@ -404,28 +396,20 @@ class Network:
 
     def setup(self, sandbox_id: str, netns: str, *, name: str, namespace: str, uid: str,
               port_mappings: Iterable[api_pb2.PortMapping] = (), cgroup_parent: str = "") -> list[str]:
-        """Attaches the pod (netns: the pinned netns path) to lo and the network; returns its IPs, IPv4 first.
-        On failure nothing stays attached, and the error carries the plugin's CNI code, msg and details."""
+        """Sets lo up and attaches the pod (netns: the pinned netns path) to the network; returns its IPs,
+        IPv4 first. On failure nothing stays attached, and the error carries the plugin's CNI code, msg and
+        details."""
         conf, why = self.network()
         if conf is None:
             raise FailedPreconditionError(f"sandbox {sandbox_id}: network not ready: cni plugin not initialized: {why}")
-        lo = self._loopback()
-        if lo is None:
-            raise FailedPreconditionError(f"sandbox {sandbox_id}: no loopback plugin ({' or '.join(LOOPBACK_TYPES)}) "
-                                          f"in {':'.join(self.bin_dirs)}")
-        mappings = list(port_mappings)
-        done: list[tuple[NetworkList, Attachment]] = []
+        self.kernel.loopback_up(netns)
+        att = self._attachment(sandbox_id, netns, IFNAME, name, namespace, uid, port_mappings, cgroup_parent)
         try:
-            result: dict[str, Any] = {}
-            for net, ifname in ((lo, "lo"), (conf, IFNAME)):
-                att = self._attachment(sandbox_id, netns, ifname, name, namespace, uid, mappings, cgroup_parent)
-                done.append((net, att))
-                result = self._add(net, att)
+            result = self._add(conf, att)
         except PyRuntimeError as e:
-            for net, att in reversed(done):
-                for failure in self._delete(net, att, None):
-                    e.add_note(f"rollback: {failure}")
-                _remove(self._cache_path(net.name, att))
+            for failure in self._delete(conf, att, None):
+                e.add_note(f"rollback: {failure}")
+            _remove(self._cache_path(conf.name, att))
             raise
         return pod_ips(result)
 
@@ -482,9 +466,9 @@ class Network:
                 if not errors:
                     _remove(path)
                 failures += errors
-            if cached:
-                continue
-            current = self.network()[0] if ifname == IFNAME else self._loopback()
+            if cached or ifname != IFNAME:
+                continue  # an uncached lo was set up without a plugin: nothing to DEL
+            current = self.network()[0]
             if current is not None:
                 failures += self._delete(current, self._attachment(sandbox_id, live, ifname, name, namespace, uid,
                                                                mappings, cgroup_parent), None)

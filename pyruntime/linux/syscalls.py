@@ -71,6 +71,9 @@ MOUNT_ATTR_IDMAP = 0x100000
 OPEN_TREE_CLONE = 0x1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 
+# interface flags (linux/sockios.h, linux/if.h)
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
 # namespaces
 CLONE_NEWNS = 0x00020000
 NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), linux/nsfs.h
@@ -233,6 +236,11 @@ class Syscalls:
         raise NotImplementedError
 
     def ns_type(self, path: str) -> int | None:
+        raise NotImplementedError
+
+    def loopback_up(self, netns: str) -> None:
+        """Sets `lo` up in the network namespace pinned at `netns` (as CRI-O's ocicni does, instead of a
+        loopback CNI plugin exec)."""
         raise NotImplementedError
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
@@ -400,6 +408,41 @@ class LinuxSyscalls(Syscalls):
             raise _os_fail("ioctl(NS_GET_NSTYPE)", path, None, e) from e
         finally:
             os.close(fd)
+
+    def loopback_up(self, netns: str) -> None:
+        """From a thread of its own that enters the namespace and ends: a network namespace is per thread,
+        so the calling process (a threaded daemon, which must not fork) never leaves its own."""
+        import fcntl
+        import socket
+        import struct
+        import threading
+        try:
+            fd = os.open(netns, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _os_fail("open", netns, None, e) from e
+        failure: list[BaseException] = []
+
+        def bring_up() -> None:
+            try:
+                self.setns(fd, CLONE_NEWNET, netns)
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    request = struct.pack("16sh22x", b"lo", 0)
+                    try:
+                        flags = struct.unpack_from("16xh", fcntl.ioctl(s, SIOCGIFFLAGS, request))[0]
+                        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
+                    except OSError as e:
+                        raise _os_fail("ioctl(SIOCSIFFLAGS, lo)", netns, None, e) from e
+            except BaseException as e:
+                failure.append(e)
+
+        try:
+            thread = threading.Thread(target=bring_up, name="loopback-up")
+            thread.start()
+            thread.join()
+        finally:
+            os.close(fd)
+        if failure:
+            raise failure[0]
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
         ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),

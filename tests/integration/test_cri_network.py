@@ -77,7 +77,7 @@ def test_setup_gives_an_address_that_answers_and_teardown_releases_it(node: Node
     assert ping(None, ips[0])
     lo = subprocess.run(["ip", "-n", Path(netns).name, "-j", "link", "show", "lo"], capture_output=True, text=True,
                         check=True)
-    assert "UP" in json.loads(lo.stdout)[0]["flags"], "the runtime brought lo up (go-cni's loopback network)"
+    assert "UP" in json.loads(lo.stdout)[0]["flags"], "the runtime brought lo up (as ocicni does, no plugin)"
     assert tcp_roundtrip(netns, "0.0.0.0", None, via=("127.0.0.1", 18092)) == "HELLO", "the host port leads in"
     node.net.check("sb-one", netns)
     assert dnat_chains()

@@ -140,6 +140,7 @@ def test_pod_runs_on_the_pause_image_and_leaves_nothing(daemon: PauseImageCri, t
     for kind in ("net", "ipc", "uts", "pid"):
         assert ns_inode(init, kind) == ns_inode(pause_pid, kind), kind
     assert crictl(daemon, "exec", "-s", container_id, "hostname") == "pauseimg"
+    assert int(crictl(daemon, "exec", "-s", container_id, "cat", "/sys/class/net/lo/flags"), 16) & 1, "lo is up"
     assert crictl(daemon, "exec", "-s", container_id, "cat", "/proc/1/cmdline").rstrip("\0") == "/pause"
     ip = json.loads(crictl(daemon, "inspectp", pod_id))["status"]["network"]["ip"]
     assert ip.startswith("10.236.0.")
@@ -187,6 +188,8 @@ def test_a_pod_with_a_user_namespace_of_its_own_on_the_pause_image(daemon: Pause
     for kind in ("user", "net", "ipc", "uts", "pid"):
         assert ns_inode(init, kind) == ns_inode(pause_pid, kind), kind
     assert crictl(daemon, "exec", "-s", container_id, "sh", "-c", "id -u; echo x > /made") == "0"
+    assert int(crictl(daemon, "exec", "-s", container_id, "cat", "/sys/class/net/lo/flags"), 16) & 1, \
+        "lo is up in a network namespace the pod's user namespace owns"
     assert os.stat(f"/proc/{init}/root/made").st_uid == 300000
     crictl(daemon, "rmp", "-f", pod_id)
     assert crictl(daemon, "pods", "-q") == "" and pause_processes() == []

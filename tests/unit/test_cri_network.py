@@ -15,7 +15,7 @@ import pytest
 from proto import api_pb2
 from pyruntime import errors
 from pyruntime.cri.network import Network, PluginError, parse_conf, pod_ips
-from pyruntime.linux.syscalls import LinuxSyscalls
+from pyruntime.linux.syscalls import FakeSyscalls
 
 FAKE = """#!{python}
 import json, os, sys, time
@@ -51,7 +51,8 @@ def world(tmp_path: Path):
 
     class World:
         conf_dir, cache = conf_dir_, cache_
-        net = Network(str(conf_dir), [str(tmp_path / "nothing"), str(bin_dir)], str(cache), kernel=LinuxSyscalls(),
+        kernel = FakeSyscalls()
+        net = Network(str(conf_dir), [str(tmp_path / "nothing"), str(bin_dir)], str(cache), kernel=kernel,
                       env={"PATH": os.environ["PATH"], "FAKE_LOG": str(log), "CNI_COMMAND": "stale"}, timeout=5)
 
         @staticmethod
@@ -123,14 +124,13 @@ def test_status_follows_the_conf_dir_and_skips_bad_files(world) -> None:
     assert "does not exist" in world.net.status()[2]
 
 
-def test_setup_runs_lo_then_the_chain_and_caches_what_it_ran(world) -> None:
+def test_setup_sets_lo_up_runs_the_chain_and_caches_what_it_ran(world) -> None:
     world.conf()
     ips = world.net.setup("sb1", "/run/netns/x", name="web", namespace="ns1", uid="u1", port_mappings=ports(),
                           cgroup_parent="/kubepods/pod1")
     assert ips == ["10.9.0.5", "fd00::5"]
-    lo, br, pm = world.calls()
-    assert (lo["type"], lo["env"]["CNI_IFNAME"], lo["conf"]["name"], lo["conf"]["cniVersion"]) == \
-        ("pyloopback", "lo", "cni-loopback", "0.3.1")
+    assert world.kernel.named("loopback_up") == [("loopback_up", "/run/netns/x")], "lo without a plugin exec"
+    br, pm = world.calls()
     assert br["env"] == {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "sb1", "CNI_NETNS": "/run/netns/x",
                          "CNI_IFNAME": "eth0", "CNI_PATH": world.net.bin_dirs[0] + ":" + world.net.bin_dirs[1],
                          "CNI_ARGS": "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns1;K8S_POD_NAME=web;"
@@ -145,7 +145,7 @@ def test_setup_runs_lo_then_the_chain_and_caches_what_it_ran(world) -> None:
     assert json.loads(base64.b64decode(cached["config"]))["name"] == "fakenet"
     assert cached["capabilityArgs"]["cgroupPath"] == "/kubepods/pod1"
     assert ["K8S_POD_NAME", "web"] in cached["cniArgs"]
-    assert (world.cache / "results" / "cni-loopback-sb1-lo").exists()
+    assert sorted(os.listdir(world.cache / "results")) == ["fakenet-sb1-eth0"]
     assert oct((world.cache / "results" / "fakenet-sb1-eth0").stat().st_mode & 0o777) == "0o600"
 
 
@@ -156,17 +156,31 @@ def test_teardown_uses_the_cached_config_in_reverse_even_after_the_conf_dir_chan
     (world.conf_dir / "10-a.conflist").unlink()
     (world.conf_dir / "20-other.conf").write_text('{"cniVersion": "1.0.0", "name": "other", "type": "fakebr"}')
     world.net.teardown("sb1", "/proc/self/ns/net")
-    pm, br, lo = world.calls()
-    assert [c["type"] for c in (pm, br, lo)] == ["fakepm", "fakebr", "pyloopback"]
-    assert all(c["env"]["CNI_COMMAND"] == "DEL" for c in (pm, br, lo))
+    pm, br = world.calls()
+    assert [c["type"] for c in (pm, br)] == ["fakepm", "fakebr"]
+    assert all(c["env"]["CNI_COMMAND"] == "DEL" for c in (pm, br))
     assert pm["conf"]["name"] == "fakenet" and pm["conf"]["runtimeConfig"]["portMappings"][0]["hostPort"] == 5353
     assert pm["conf"]["prevResult"]["ips"][1]["address"] == "10.9.0.5/24"
     assert br["env"]["CNI_NETNS"] == "/proc/self/ns/net" and "K8S_POD_NAME=web" in br["env"]["CNI_ARGS"]
-    assert "prevResult" not in lo["conf"], "0.3.1 has no prevResult on DEL"
     assert not list((world.cache / "results").iterdir())
     world.net.teardown("sb1", "/proc/self/ns/net")  # again: the current network, no prevResult
     assert [(c["type"], c["conf"]["name"], "prevResult" in c["conf"]) for c in world.calls()] == \
-        [("fakebr", "other", False), ("pyloopback", "cni-loopback", False)]
+        [("fakebr", "other", False)]
+
+
+def test_teardown_dels_a_loopback_attachment_an_earlier_version_cached(world) -> None:
+    """Sandboxes made before lo was set up without a plugin have a cni-loopback cache entry: still undone."""
+    world.conf()
+    conf = {"cniVersion": "0.3.1", "name": "cni-loopback", "plugins": [{"type": "pyloopback"}]}
+    record = {"kind": "cniCacheV1", "containerId": "sb1", "ifName": "lo", "networkName": "cni-loopback",
+              "config": base64.b64encode(json.dumps(conf).encode()).decode(), "cniArgs": [],
+              "result": {"cniVersion": "0.3.1"}}
+    (world.cache / "results").mkdir(parents=True)
+    (world.cache / "results" / "cni-loopback-sb1-lo").write_text(json.dumps(record))
+    world.net.teardown("sb1", "/proc/self/ns/net")
+    assert [(c["type"], c["env"]["CNI_IFNAME"], c["env"]["CNI_COMMAND"]) for c in world.calls()] == [
+        ("fakepm", "eth0", "DEL"), ("fakebr", "eth0", "DEL"), ("pyloopback", "lo", "DEL")]
+    assert not list((world.cache / "results").iterdir())
 
 
 def test_teardown_of_a_gone_netns_passes_an_empty_cni_netns_and_tolerates_forgotten_containers(world) -> None:
@@ -175,7 +189,7 @@ def test_teardown_of_a_gone_netns_passes_an_empty_cni_netns_and_tolerates_forgot
     world.calls()
     world.net.teardown("sb1", "/run/netns/pyt-gone-for-good")
     calls = world.calls()
-    assert [c["env"]["CNI_NETNS"] for c in calls] == ["", "", ""]
+    assert [c["env"]["CNI_NETNS"] for c in calls] == ["", ""]
     assert not list((world.cache / "results").iterdir())
 
 
@@ -188,7 +202,7 @@ def test_a_failing_del_still_runs_the_others_keeps_the_cache_and_reports_the_cni
     assert "'fakepm' DEL" in str(err.value) and "code 11: busy: iptables lock" in str(err.value)
     assert isinstance(err.value, PluginError)
     assert (err.value.code, err.value.msg, err.value.details) == (11, "busy", "iptables lock")
-    assert [c["type"] for c in world.calls()] == ["fakepm", "fakebr", "pyloopback"], "IPAM ran all the same"
+    assert [c["type"] for c in world.calls()] == ["fakepm", "fakebr"], "IPAM ran all the same"
     assert (world.cache / "results" / "fakenet-sb1-eth0").exists(), "kept for the retry"
 
 
@@ -199,9 +213,8 @@ def test_a_failed_add_is_rolled_back_and_raised_with_its_code(world, code: int, 
     with pytest.raises(kind, match=f"'fakepm' ADD for sandbox sb1: code {code}: nope: why"):
         world.net.setup("sb1", "/proc/self/ns/net", name="p", namespace="n", uid="u")
     assert [(c["type"], c["env"]["CNI_COMMAND"]) for c in world.calls()] == [
-        ("pyloopback", "ADD"), ("fakebr", "ADD"), ("fakepm", "ADD"),
-        ("fakepm", "DEL"), ("fakebr", "DEL"), ("pyloopback", "DEL")]
-    assert not list((world.cache / "results").iterdir())
+        ("fakebr", "ADD"), ("fakepm", "ADD"), ("fakepm", "DEL"), ("fakebr", "DEL")]
+    assert not list(world.cache.rglob("*sb1*")), "nothing cached"
 
 
 def test_setup_without_a_network_or_a_plugin_fails_naming_them(world) -> None:
