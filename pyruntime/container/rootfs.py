@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pyruntime.container import paths
 from pyruntime.linux import mountinfo
 from pyruntime.linux import syscalls as sc
+from pyruntime.linux.cgroups.paths import Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup
 from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
@@ -264,10 +265,19 @@ def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
         os.close(fd)
 
 
-def _cgroup_hierarchies() -> list[tuple[str, str, str]]:
-    """(mount point, fstype, super options) of each cgroup hierarchy the runtime sees."""
-    return [(m.mount_point, m.fstype, ",".join(m.super_options)) for m in mountinfo.read()
-            if m.fstype in ("cgroup", "cgroup2")]
+def _cgroup_hierarchies() -> list[tuple[Hierarchy, str]]:
+    """Each cgroup hierarchy the runtime sees (v1 ones, then cgroup2), with the directory of this process's
+    cgroup in it: what a container without a cgroup namespace gets at /sys/fs/cgroup, as runc binds it.
+    The init runs this from inside the container's cgroups, so that is the container's own cgroup and
+    never the host's tree above it (the other pods' cgroups, names and limits)."""
+    v1, v2 = parse_mountinfo(_read("/proc/self/mountinfo"))
+    own = parse_proc_cgroup(_read("/proc/self/cgroup"))
+    return [(h, base_dir(h, False, own)) for h in (*v1, *((v2,) if v2 is not None else ()))]
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
 
 
 def _bind_remount(kernel: Syscalls, root_fd: int, source: str, target_fd: int, destination: str, flags: int,
@@ -292,9 +302,10 @@ def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, 
     flags = opts.flags | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     target = paths.make_target(kernel, root_fd, m.destination, True)
     try:
-        if any(mp == "/sys/fs/cgroup" and t == "cgroup2" for mp, t, _ in hierarchies):
+        unified = next((own for h, own in hierarchies if not h.key and h.mountpoint == "/sys/fs/cgroup"), None)
+        if unified is not None:
             if not cgroup_ns:
-                _bind_remount(kernel, root_fd, "/sys/fs/cgroup", target, m.destination, flags)
+                _bind_remount(kernel, root_fd, unified, target, m.destination, flags)
             else:
                 kernel.mount("cgroup2", paths.fd_path(target), "cgroup2", flags, None)
             return
@@ -302,16 +313,17 @@ def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, 
                      "mode=755")
     finally:
         os.close(target)
-    for mount_point, fstype, superopts in hierarchies:
-        name = os.path.basename(mount_point)
+    for h, own in hierarchies:
+        name = os.path.basename(h.mountpoint)
         sub = paths.mkdir_all(kernel, root_fd, os.path.join(m.destination, name))
         try:
             if cgroup_ns:
-                controllers = ",".join(o for o in superopts.split(",") if o not in ("rw", "ro"))
-                kernel.mount("cgroup", paths.fd_path(sub), fstype, flags,
-                             controllers if fstype == "cgroup" else None)
+                if h.key:
+                    kernel.mount("cgroup", paths.fd_path(sub), "cgroup", flags, ",".join(sorted(h.controllers)))
+                else:
+                    kernel.mount("cgroup2", paths.fd_path(sub), "cgroup2", flags, None)
             else:
-                _bind_remount(kernel, root_fd, mount_point, sub, os.path.join(m.destination, name), flags)
+                _bind_remount(kernel, root_fd, own, sub, os.path.join(m.destination, name), flags)
         finally:
             os.close(sub)
     if opts.flags & sc.MS_RDONLY:

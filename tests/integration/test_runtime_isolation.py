@@ -90,6 +90,28 @@ def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
                 (hierarchy / "pyruntime-test").rmdir()
 
 
+def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_hosts_tree(runtime, make_bundle):
+    """As runc binds it (and as a CRI container on a v1 host runs, with no cgroup namespace): the container's
+    own cgroup at /sys/fs/cgroup/<hierarchy>, so a process reads its own limit there, and no other
+    container's cgroup (their names, their usage) is in sight."""
+    bundle = make_bundle(["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; ls /sys/fs/cgroup/memory"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"]["namespaces"] = [n for n in config["linux"]["namespaces"] if n["type"] != "cgroup"]
+    config["linux"]["cgroupsPath"] = "/pyruntime-test/own1"
+    config["linux"]["resources"]["memory"] = {"limit": 96 << 20}
+    (bundle / "config.json").write_text(json.dumps(config))
+    try:
+        out = runtime("run", "--bundle", str(bundle), "own1").stdout.split()
+        assert out[0] == str(96 << 20), "the container's own limit, not the host root's"
+        assert "pyruntime-test" not in out and "memory.limit_in_bytes" in out
+    finally:
+        runtime("delete", "--force", "own1", check=False)
+        for hierarchy in Path("/sys/fs/cgroup").iterdir():
+            for leftover in (hierarchy / "pyruntime-test" / "own1", hierarchy / "pyruntime-test"):
+                if leftover.is_dir():
+                    leftover.rmdir()
+
+
 def test_capabilities_and_no_new_privs(runtime, make_bundle):
     done = run(runtime, make_bundle, ["grep", "-E", "^(CapEff|CapBnd|CapPrm|NoNewPrivs)", "/proc/self/status"],
                process__capabilities={"bounding": ["CAP_KILL", "CAP_CHOWN"], "effective": ["CAP_KILL", "CAP_CHOWN"],
