@@ -7,6 +7,12 @@ within one filesystem), fsync it (else the rename can reach the disk before the 
 empty file after a power cut), rename it over the target, and fsync the directory (else the rename
 itself can be lost). Kept at the top of the package, importing nothing of it, so that both
 pyruntime.container and pyruntime.images use it without depending on each other.
+
+The fsyncs guard against a power cut only: a crash of the writing process is covered by the rename alone.
+So a record of live processes under /run (a container's state.json, a pid file: `durable=False`) skips
+them, as runc's state.json does: a power cut ends every process such a record describes, so the record
+means nothing after it, and the two fsyncs (a journal commit each on ext4) cost more than the rest of the
+write. What must outlive a reboot (the image store, the CRI daemon's records under its --root) stays durable.
 """
 from __future__ import annotations
 
@@ -26,8 +32,8 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644,
-                tmp: str | os.PathLike[str] | None = None) -> Iterator[io.BufferedWriter]:
+def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644, tmp: str | os.PathLike[str] | None = None,
+                durable: bool = True) -> Iterator[io.BufferedWriter]:
     """A binary file to write the new content into; it replaces `path` when the block ends without error.
 
     The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
@@ -42,17 +48,19 @@ def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644,
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_path)
         raise
-    fsync_dir(directory or ".")
+    if durable:
+        fsync_dir(directory or ".")
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
-                 tmp: str | os.PathLike[str] | None = None) -> None:
+                 tmp: str | os.PathLike[str] | None = None, durable: bool = True) -> None:
     """Replaces `path` with `data` (see atomic_file)."""
-    with atomic_file(path, mode=mode, tmp=tmp) as f:
+    with atomic_file(path, mode=mode, tmp=tmp, durable=durable) as f:
         f.write(data)

@@ -115,7 +115,7 @@ def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager) -> tuple[int, bo
 
 
 def write_pid_file(path: str, pid: int) -> None:
-    atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp")
+    atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp", durable=False)
 
 
 def _kill_and_reap(pid: int) -> None:

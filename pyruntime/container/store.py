@@ -1,8 +1,9 @@
 """Container state on disk: one directory per container under the runtime root (runc's --root).
 
 The directory is the container's existence: `mkdir` is the atomic test that an id is free, and
-state.json is replaced with a temp file, fsync and rename, so a crash at any point leaves either the
-old record or the new one. Commands that change a container hold an flock on its directory, because
+state.json is replaced with a temp file and a rename, so a crash at any point leaves either the
+old record or the new one (without fsync, as runc writes it: fsutil says why a record of live processes
+needs none). Commands that change a container hold an flock on its directory, because
 two runtime processes (a shim's delete and a user's kill, say) may touch it at once.
 """
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Store:
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp")
+        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp", durable=False)
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)

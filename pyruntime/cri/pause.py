@@ -207,7 +207,8 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             start = process_start_time(pid) or 0
             if not start:
                 raise InternalError(f"pause {pid}: exited during its set-up")
-            atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600)
+            atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600,
+                         durable=False)
         launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
                                        "cgroup": pause_cgroup(job.cgroup_parent) if cgroup is not None else ""})
     except BaseException as e:

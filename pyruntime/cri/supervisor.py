@@ -202,17 +202,18 @@ class _Supervisor:
                 message = {**launcher.error_message(e), "created": created}  # created: _undo deletes it
             finally:
                 try:
-                    os.write(report_w, json.dumps(message).encode())
+                    os.write(report_w, json.dumps(message).encode() + b"\n")
                 finally:
                     os._exit(0)
         os.close(report_w)
         data = b""
-        try:
-            while chunk := os.read(report_r, 4096):
+        try:  # up to the newline, not the end of the pipe: the child's exit (~1 ms) is reaped by the loop
+            while not data.endswith(b"\n") and (chunk := os.read(report_r, 4096)):
                 data += chunk
         finally:
             os.close(report_r)
-            os.waitpid(pid, 0)
+            if not data.endswith(b"\n"):
+                os.waitpid(pid, 0)
         try:
             message = json.loads(data)
         except ValueError as e:

@@ -38,6 +38,14 @@ def test_the_temporary_name_can_be_chosen(tmp_path):
     assert seen == ["blob.put"] and target.read_bytes() == b"x" and os.listdir(tmp_path / "ingest") == []
 
 
+@pytest.mark.parametrize("durable,syncs", [(True, 2), (False, 0)])
+def test_only_a_durable_write_syncs_the_file_and_its_directory(tmp_path, monkeypatch, durable, syncs):
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    atomic_write(tmp_path / "state.json", b"x", durable=durable)
+    assert len(synced) == syncs and (tmp_path / "state.json").read_bytes() == b"x"
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
