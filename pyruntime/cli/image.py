@@ -70,7 +70,7 @@ def main(argv: list[str], settings: Settings | None = None) -> int:
 
     from pyruntime.cli import errors as exits
     from pyruntime.images.metadata import ImageNotFound
-    from pyruntime.images.registry import Credentials, Platform
+    from pyruntime.images.request import Credentials, Platform
     from pyruntime.images.store import ImageStore
     from pyruntime.settings import SNAPSHOTTERS
     from pyruntime.settings import Settings as _Settings

@@ -16,11 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyruntime.errors import InvalidArgumentError
+from pyruntime.images.request import Credentials
 from pyruntime.settings import DEFAULT_HOSTS_DIR, Settings
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pyruntime.images.registry import Credentials
 
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -79,7 +76,6 @@ class Config:
 
     def pull_credentials(self) -> tuple[Credentials | None, dict[str, Credentials]]:
         """What PullImage uses when the request has no AuthConfig: (for any registry, by registry host)."""
-        from pyruntime.images.registry import Credentials  # requests: not for a config check
         by_host = {}
         for item in self.registry_auths:
             host, _, creds = item.partition("=")

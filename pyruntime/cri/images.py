@@ -14,13 +14,13 @@ import base64
 import binascii
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from proto import api_pb2
 from pyruntime.errors import InvalidArgumentError, NotFoundError
 from pyruntime.images import reference as refs
 from pyruntime.images.metadata import Image
-from pyruntime.images.registry import Credentials
+from pyruntime.images.request import Credentials
 from pyruntime.images.store import ImageStore
 
 
@@ -64,13 +64,17 @@ def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None
 class ImageService:
     """`pinned`: references (or ids) of images the kubelet's image GC must not remove, e.g. the sandbox image.
     `default_auth`, `registry_auths` (registry host -> credentials): the daemon's configured credentials,
-    used for a pull whose request brings none for its registry; a host's own entry wins over the default."""
+    used for a pull whose request brings none for its registry; a host's own entry wins over the default.
+    `pull(ref, credentials) -> image id` runs a pull: pyruntime-cri's goes to a child process (its launcher's
+    PullJob); None pulls here, into `store`, in the caller's process."""
 
     FS_INFO_TTL = 10.0  # seconds an ImageFsInfo walk is reused: the kubelet asks every few seconds
 
     def __init__(self, store: ImageStore, *, pinned: Iterable[str] = (), default_auth: Credentials | None = None,
-                 registry_auths: dict[str, Credentials] | None = None) -> None:
+                 registry_auths: dict[str, Credentials] | None = None,
+                 pull: Callable[[str, Credentials | None], str] | None = None) -> None:
         self.store = store
+        self._pull = pull or (lambda ref, auth: store.pull(ref, auth=auth).id)
         self.pinned = tuple(pinned)
         self.default_auth = default_auth
         self.registry_auths = dict(registry_auths or {})
@@ -129,7 +133,7 @@ class ImageService:
         creds = credentials(auth, spec.image)
         if creds is None:
             creds = self.registry_auths.get(refs.parse(spec.image).domain, self.default_auth)
-        return self.store.pull(spec.image, auth=creds).id
+        return self._pull(spec.image, creds)
 
     def remove_image(self, spec: api_pb2.ImageSpec) -> None:
         """Removes the image with every name it has, as containerd does; an unknown one is already removed."""

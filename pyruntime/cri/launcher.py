@@ -19,7 +19,8 @@ thread finds no reader becomes the reader until its own reply arrives, handing t
 
 Children: a pause (pause.py), a supervisor (pyruntime.cri.supervisor.supervise(runtime, job, report_fd),
 which calls setsid itself and writes one JSON line, {"pid": init_pid} or {"error": kind, "message"}),
-or an exec helper (below). Each starts with only fds 0-2 and its report socket open.
+an exec helper (below), or a puller (an image pull, PullJob). Each starts with only fds 0-2 and its report
+socket open.
 
 Lifetime: the server reaps its children (SIGCHLD, WNOHANG) so none stays a zombie, and exits when the
 daemon's end closes (close(), or the daemon died). Its children stay: the pause processes and the
@@ -63,8 +64,8 @@ if TYPE_CHECKING:
     from pyruntime.runtime import Runtime
     from pyruntime.settings import Settings
 
-__all__ = ["ContainerJob", "ExecHandle", "ExecJob", "Launcher", "PauseInfo", "PauseJob", "SupervisorInfo",
-           "release_pause"]
+__all__ = ["ContainerJob", "ExecHandle", "ExecJob", "Launcher", "PauseInfo", "PauseJob", "PullJob",
+           "SupervisorInfo", "release_pause"]
 
 MAX_MESSAGE = 1 << 20  # a job's JSON (an exec's argv and env) stays far below this
 MAX_FDS = 8
@@ -100,6 +101,19 @@ class ExecJob:
     env: list[str] = field(default_factory=list)
     cwd: str = ""
     user: dict | None = None
+
+
+@dataclass
+class PullJob:
+    """An image pull, run in a child of the launcher rather than in the daemon: what a registry sends
+    (manifests, compressed layers, tar streams) is parsed and unpacked in a process that ends with the pull,
+    so a hostile or broken image can't take the daemon down or leave its memory grown, and the daemon
+    never loads the HTTP client and TLS (~7 MiB of its RSS). Credentials as pyruntime.images.request's."""
+
+    ref: str
+    username: str = ""
+    password: str = ""
+    token: str = ""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -267,6 +281,11 @@ class Launcher:
         reply, _ = self._call("create", asdict(job))
         return SupervisorInfo(**reply)
 
+    def pull_image(self, job: PullJob) -> str:
+        """The pulled image's id; a failure is re-raised as its kind (NotFound, Unavailable, ...)."""
+        reply, _ = self._call("pull", asdict(job))
+        return str(reply["id"])
+
     def exec(self, job: ExecJob, stdin: int | None, stdout: int | None, stderr: int | None) -> ExecHandle:
         """Starts job.argv in the container with these fds as its stdio (None: /dev/null); with job.tty
         they are ignored and the handle's pty is the terminal's master. A process that can't be started
@@ -356,7 +375,7 @@ class _Pending:
 
     @property
     def job_id(self) -> str:
-        return str(getattr(self.job, "container_id", None) or getattr(self.job, "sandbox_id", ""))
+        return _job_name(self.job)
 
 
 class _Server:
@@ -380,6 +399,7 @@ class _Server:
         from pyruntime.runtime import Runtime
         self.kernel = LinuxSyscalls()
         self.runtime: Runtime = Runtime(settings, kernel=self.kernel)
+        self.settings = settings
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
@@ -436,7 +456,8 @@ class _Server:
         rid = request.get("id", 0)
         try:
             op = request["op"]
-            start = {"pause": self._start_pause, "create": self._start_create, "exec": self._start_exec}.get(op)
+            start = {"pause": self._start_pause, "create": self._start_create, "exec": self._start_exec,
+                     "pull": self._start_pull}.get(op)
             if start is None:
                 raise InvalidArgumentError(f"launcher: unknown request {op!r}")
             stdio = iter(fds)
@@ -458,7 +479,7 @@ class _Server:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 _close_fds_except({0, 1, 2, theirs.fileno(), *keep})
-                set_title(self.kernel, f"{TITLES[op]} {getattr(job, 'container_id', None) or job.sandbox_id}")
+                set_title(self.kernel, f"{TITLES[op]} {_job_name(job)}")
                 child(theirs)
             except BaseException as e:
                 send_error(theirs, e)
@@ -507,6 +528,10 @@ class _Server:
         finally:
             os.close(exit_w)
 
+    def _start_pull(self, rid: int, raw: dict, _stdio) -> None:
+        job = PullJob(**raw)
+        self._fork(rid, "pull", job, lambda report: _pull(self.settings, self.kernel, job, report))
+
     # -- reports
 
     def _on_report(self, p: _Pending) -> None:
@@ -540,6 +565,9 @@ class _Server:
     def _create_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
         return {"pid": p.pid, "start_time": p.extra["start_time"], "init_pid": int(message["pid"])}, []
 
+    def _pull_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
+        return {"id": str(message["id"])}, []
+
     def _exec_done(self, p: _Pending, message: dict) -> tuple[dict, list[int]]:
         return {"pid": int(message["pid"])}, [p.extra.pop("exit_fd"), *p.fds]
 
@@ -558,7 +586,13 @@ class _Server:
             p.extra["cgroup"].destroy()
 
 
-TITLES = {"pause": "pyruntime-pause", "create": "pyruntime-supervisor", "exec": "pyruntime-exec"}
+TITLES = {"pause": "pyruntime-pause", "create": "pyruntime-supervisor", "exec": "pyruntime-exec",
+          "pull": "pyruntime-pull"}
+
+
+def _job_name(job) -> str:
+    """What a request is about, for its child's title and errors: the container, the pod or the image."""
+    return str(getattr(job, "container_id", None) or getattr(job, "sandbox_id", None) or getattr(job, "ref", ""))
 
 
 def set_title(kernel: Syscalls, title: str) -> None:
@@ -626,6 +660,20 @@ def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report
             code = 128 - code if code < 0 else code
             break
     os.write(exit_w, json.dumps({"exit_code": code}).encode() + b"\n")
+    os._exit(0)
+
+
+def _pull(settings: Settings, kernel: Syscalls, job: PullJob, report: socket.socket) -> None:
+    """The puller: the image store the daemon reads (same root, registry hosts and snapshotter), pulled into
+    here. Reports {"id"}; the registry client is imported in this child only."""
+    from pathlib import Path
+
+    from pyruntime.images.request import Credentials
+    from pyruntime.images.store import ImageStore
+    store = ImageStore(settings.image_root, hosts_dir=Path(settings.hosts_dir), snapshotter=settings.snapshotter,
+                       kernel=kernel)
+    auth = Credentials(job.username, job.password, job.token) if job.username or job.token else None
+    send_message(report, {"id": store.pull(job.ref, auth=auth).id})
     os._exit(0)
 
 

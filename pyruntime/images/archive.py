@@ -29,9 +29,9 @@ from pyruntime.images.registry import (
     MEDIA_DOCKER_MANIFEST,
     MEDIA_OCI_INDEX,
     MEDIA_OCI_MANIFEST,
-    Platform,
     select_platform,
 )
+from pyruntime.images.request import Platform
 from pyruntime.linux import resolve
 from pyruntime.linux.syscalls import Syscalls
 

@@ -25,11 +25,10 @@ from pyruntime.images.metadata import Image, ImageDB, config_summary
 from pyruntime.images.registry import (
     INDEX_TYPES,
     MANIFEST_TYPES,
-    Credentials,
-    Platform,
     RegistryClient,
     select_platform,
 )
+from pyruntime.images.request import Credentials, Platform
 from pyruntime.images.snapshots import SnapshotStore, chain_ids
 from pyruntime.images.unpack import apply_layer
 from pyruntime.linux.syscalls import Syscalls

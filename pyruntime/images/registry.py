@@ -27,6 +27,7 @@ import urllib3.exceptions
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 from pyruntime.images.content import ContentStore, DigestError, sha256_digest
 from pyruntime.images.reference import DEFAULT_DOMAIN, Reference, is_loopback_host
+from pyruntime.images.request import Credentials, Platform, norm_variant
 
 MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MEDIA_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -37,7 +38,6 @@ MANIFEST_TYPES = (MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST)
 ACCEPT = ", ".join((MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST, MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
 MANIFEST_MAX = 4 << 20
 _CHUNK = 1 << 20
-_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm"}.get(os.uname().machine, os.uname().machine)
 
 
 class RegistryError(UnavailableError):
@@ -52,52 +52,6 @@ class AuthError(FailedPreconditionError):
     and the request itself is well formed; it succeeds once the right credentials are configured."""
 
 
-@dataclass(frozen=True)
-class Credentials:
-    username: str = ""
-    password: str = ""
-    token: str = ""  # an identity token or a registry token, sent as Bearer without a challenge round trip
-
-    @classmethod
-    def parse(cls, text: str) -> Credentials:
-        user, sep, password = text.partition(":")
-        if not sep:
-            raise ValueError("credentials must be USER:PASSWORD")
-        return cls(user, password)
-
-
-@dataclass(frozen=True)
-class Platform:
-    os: str = "linux"
-    architecture: str = _ARCH
-    variant: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> Platform:
-        parts = text.split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise ValueError(f"invalid platform {text!r}: expected os/arch[/variant]")
-        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else "")
-
-    def matches(self, p: dict) -> bool:
-        if p.get("os") != self.os or p.get("architecture") != self.architecture:
-            return False
-        want, have = _norm_variant(self.architecture, self.variant), _norm_variant(self.architecture,
-                                                                                  p.get("variant", ""))
-        return not want or want == have
-
-    def __str__(self) -> str:
-        return f"{self.os}/{self.architecture}" + (f"/{self.variant}" if self.variant else "")
-
-
-def _norm_variant(arch: str, variant: str) -> str:
-    if arch == "arm64" and variant in ("", "v8"):
-        return "v8"
-    if arch == "amd64" and variant in ("", "v1"):
-        return ""
-    return variant
-
-
 def select_platform(index: dict, platform: Platform, what: str) -> dict:
     """The first manifest for the platform; with no variant asked for, one without a variant is preferred."""
     candidates = [m for m in index.get("manifests", []) if platform.matches(m.get("platform") or {})]
@@ -107,8 +61,8 @@ def select_platform(index: dict, platform: Platform, what: str) -> dict:
                                                m.get("platform", {}).get("variant", "")) if x)
                           for m in index.get("manifests", [])})
         raise NotFoundError(f"{what}: no manifest for platform {platform} (offered: {', '.join(offered) or 'none'})")
-    exact = [m for m in candidates if _norm_variant(platform.architecture, m.get("platform", {}).get("variant", ""))
-             == _norm_variant(platform.architecture, platform.variant)]
+    exact = [m for m in candidates if norm_variant(platform.architecture, m.get("platform", {}).get("variant", ""))
+             == norm_variant(platform.architecture, platform.variant)]
     return (exact or candidates)[0]
 
 

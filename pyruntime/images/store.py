@@ -20,15 +20,17 @@ import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyruntime.images import archive
 from pyruntime.images.content import ContentStore
 from pyruntime.images.gc import GarbageCollector, PruneReport
 from pyruntime.images.metadata import Image, ImageDB
 from pyruntime.images.mount import IdMap, mount_all, unmount
-from pyruntime.images.pull import ProgressCallback, Puller
-from pyruntime.images.registry import Credentials, Platform
+from pyruntime.images.request import Credentials, Platform
 from pyruntime.images.snapshots import ContainerMount, SnapshotStore
 from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.images.pull import ProgressCallback, Puller
 
 
 class ImageStore:
@@ -43,8 +45,18 @@ class ImageStore:
         self.db = ImageDB(self.root, self.content, self.snapshots)
         self.gc = GarbageCollector(self.root, self.db, self.content, self.snapshots)
         self.platform = platform or Platform()
-        self.puller = Puller(self.content, self.snapshots, self.db, self.gc, hosts_dir=hosts_dir,
-                             platform=self.platform, kernel=self.kernel)
+        self.hosts_dir = hosts_dir
+        self._puller: Puller | None = None
+
+    @property
+    def puller(self) -> Puller:
+        """Made on first use: the registry client loads requests and TLS (~7 MiB), which a store that is only
+        read (pyruntime-cri's, whose pulls run in a child process) never needs."""
+        if self._puller is None:
+            from pyruntime.images.pull import Puller
+            self._puller = Puller(self.content, self.snapshots, self.db, self.gc, hosts_dir=self.hosts_dir,
+                                  platform=self.platform, kernel=self.kernel)
+        return self._puller
 
     # ---- images ---------------------------------------------------------------------------------------------
 
@@ -92,9 +104,11 @@ class ImageStore:
 
     def import_archive(self, path: Path | str, *, name: str | None = None,
                        progress: ProgressCallback | None = None) -> builtins.list[Image]:
+        from pyruntime.images import archive
         return archive.import_archive(self.puller, path, name=name, progress=progress)
 
     def export(self, refs_or_ids: builtins.list[str], dest: Path | str) -> Path:
+        from pyruntime.images import archive
         return archive.export(self.db, self.content, refs_or_ids, dest)
 
     # ---- container root filesystems -------------------------------------------------------------------------

@@ -71,6 +71,8 @@ MOUNT_ATTR_IDMAP = 0x100000
 OPEN_TREE_CLONE = 0x1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 
+M_ARENA_MAX = -8  # mallopt(3)
+
 # interface flags (linux/sockios.h, linux/if.h)
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -236,6 +238,11 @@ class Syscalls:
         raise NotImplementedError
 
     def ns_type(self, path: str) -> int | None:
+        raise NotImplementedError
+
+    def malloc_arenas(self, most: int) -> None:
+        """mallopt(M_ARENA_MAX): at most `most` glibc malloc arenas for the whole process (as the
+        MALLOC_ARENA_MAX variable would), which only threads started afterwards obey."""
         raise NotImplementedError
 
     def loopback_up(self, netns: str) -> None:
@@ -408,6 +415,10 @@ class LinuxSyscalls(Syscalls):
             raise _os_fail("ioctl(NS_GET_NSTYPE)", path, None, e) from e
         finally:
             os.close(fd)
+
+    def malloc_arenas(self, most: int) -> None:
+        if libc.mallopt(M_ARENA_MAX, most) != 1:  # mallopt returns 1 on success, without errno
+            raise SyscallError(errno.EINVAL, f"mallopt(M_ARENA_MAX, {most}): refused")
 
     def loopback_up(self, netns: str) -> None:
         """From a thread of its own that enters the namespace and ends: a network namespace is per thread,

@@ -22,7 +22,7 @@ import pytest
 from cni_plugins import helper
 from pyruntime.cri.images import ImageService
 from pyruntime.errors import FailedPreconditionError
-from pyruntime.images.registry import Credentials
+from pyruntime.images.request import Credentials
 from pyruntime.images.store import ImageStore
 from tests.conformance.critest import CRICTL, PyruntimeCri
 from tests.integration.cni_helpers import helper_listening

@@ -14,7 +14,8 @@ from pyruntime.errors import NotFoundError, UnavailableError
 from pyruntime.images.content import DigestError
 from pyruntime.images.metadata import ImageInUse, ImageNotFound
 from pyruntime.images.pull import ProgressEvent
-from pyruntime.images.registry import AuthError, Credentials, Platform, RegistryError
+from pyruntime.images.registry import AuthError, RegistryError
+from pyruntime.images.request import Credentials, Platform
 from pyruntime.images.snapshots import overlay_supported
 from pyruntime.images.store import ImageStore
 from pyruntime.images.unpack import UnsafeLayerError

@@ -11,7 +11,7 @@ from proto import api_pb2
 from pyruntime.cri import stats
 from pyruntime.cri.images import _uid_and_name, credentials
 from pyruntime.errors import InvalidArgumentError
-from pyruntime.images.registry import Credentials
+from pyruntime.images.request import Credentials
 
 V1 = {"cpu": {"usage": {"total": 5_000_000_000}},
       "memory": {"usage": {"usage": 100 << 20, "limit": 256 << 20},

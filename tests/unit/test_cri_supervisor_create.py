@@ -87,7 +87,11 @@ def test_the_init_made_in_the_create_child_is_reaped_by_the_supervisor(job):
     pid, report = supervise(StandIn(job.bundle, "sleep 0.3; echo out; echo err >&2; exit 7"), job)
     assert set(report) == {"pid"} and report["pid"] != pid
     creator = int(Path(job.bundle, "creator").read_text())
-    assert creator != pid and not os.path.exists(f"/proc/{creator}")  # a child of the supervisor's, gone
+    deadline = time.monotonic() + 5  # a child of the supervisor's, reaped by it once it has exited
+    while os.path.exists(f"/proc/{creator}"):
+        assert time.monotonic() < deadline, "the create child was not reaped"
+        time.sleep(0.01)
+    assert creator != pid
     assert int(Path(f"/proc/{report['pid']}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid  # its parent
     assert exit_code(pid) == 0
     record = ExitRecord.load(job.exit_path)

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from pyruntime.images.reference import ReferenceFormatError, is_image_id, is_loopback_host, parse
-from pyruntime.images.registry import Platform, select_platform
+from pyruntime.images.registry import select_platform
+from pyruntime.images.request import Platform
 
 D = "sha256:" + "a" * 64
 

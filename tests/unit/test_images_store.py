@@ -14,7 +14,7 @@ import pytest
 from pyruntime.cli.image import _ProgressBar
 from pyruntime.images.mount import MS_BIND, MS_REC, OVERLAY_OPTIONS_MAX, Mount, mount_all
 from pyruntime.images.pull import ProgressEvent
-from pyruntime.images.registry import Platform
+from pyruntime.images.request import Platform
 from pyruntime.images.snapshots import SnapshotError
 from pyruntime.images.store import ImageStore
 from pyruntime.linux.syscalls import FakeSyscalls
