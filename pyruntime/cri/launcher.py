@@ -60,6 +60,7 @@ from pyruntime.oci.state import process_start_time
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
     from pyruntime.cri.model import Layout
+    from pyruntime.images.request import Credentials
     from pyruntime.linux.syscalls import Syscalls
     from pyruntime.runtime import Runtime
     from pyruntime.settings import Settings
@@ -281,8 +282,9 @@ class Launcher:
         reply, _ = self._call("create", asdict(job))
         return SupervisorInfo(**reply)
 
-    def pull_image(self, job: PullJob) -> str:
+    def pull_image(self, ref: str, auth: Credentials | None) -> str:
         """The pulled image's id; a failure is re-raised as its kind (NotFound, Unavailable, ...)."""
+        job = PullJob(ref, auth.username, auth.password, auth.token) if auth is not None else PullJob(ref)
         reply, _ = self._call("pull", asdict(job))
         return str(reply["id"])
 

@@ -100,7 +100,6 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri.service.image import ImageServicer
     from pyruntime.cri.service.runtime import RuntimeServicer
     from pyruntime.cri.store import Store
-    from pyruntime.images.request import Credentials
     from pyruntime.images.store import ImageStore
     from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.runtime import Runtime
@@ -113,13 +112,8 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     images = ImageStore(settings.image_root, hosts_dir=Path(settings.hosts_dir), snapshotter=settings.snapshotter,
                         kernel=kernel)  # what the launcher's puller opens too
     default_auth, registry_auths = cfg.pull_credentials()
-
-    def pull(ref: str, auth: Credentials | None) -> str:
-        creds = auth or Credentials()
-        return launcher.pull_image(launcher_module.PullJob(ref, creds.username, creds.password, creds.token))
-
     image_service = ImageService(images, pinned=[cfg.sandbox_image] if cfg.sandbox_image else [],
-                                 default_auth=default_auth, registry_auths=registry_auths, pull=pull)
+                                 default_auth=default_auth, registry_auths=registry_auths, pull=launcher.pull_image)
     network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel,
                       env=DEFAULT_ENV | cni_plugin_env())
     store = Store(layout)

@@ -11,8 +11,11 @@ import pytest
 
 from proto import api_pb2
 from pyruntime.cri.images import ImageService
-from pyruntime.errors import PyRuntimeError
+from pyruntime.cri.launcher import Launcher
+from pyruntime.cri.model import Layout
+from pyruntime.errors import FailedPreconditionError, NotFoundError, PyRuntimeError
 from pyruntime.images.store import ImageStore
+from pyruntime.settings import Settings
 from tests.integration.registry_server import Registry
 from tests.kit.busybox import OCIImage, build_busybox_image
 
@@ -38,6 +41,29 @@ def service(tmp_path: Path, registry: tuple[Registry, OCIImage]) -> ImageService
 
 def spec(ref: str) -> api_pb2.ImageSpec:
     return api_pb2.ImageSpec(image=ref)
+
+
+def test_a_pull_through_the_launcher_lands_in_the_store_the_daemon_reads(tmp_path: Path,
+                                                                         registry: tuple[Registry, OCIImage]) -> None:
+    """As pyruntime-cri wires it: the pull runs in a child of its launcher (the daemon never loads the
+    registry client), into the same store; credentials reach the child and failures keep their kind."""
+    reg, image = registry
+    settings = Settings(root=str(tmp_path / "runtime"), image_root=str(tmp_path / "store"),
+                        hosts_dir=str(tmp_path / "certs.d"))
+    launcher = Launcher.spawn(settings, Layout(str(tmp_path / "root"), str(tmp_path / "state")))
+    try:
+        service = ImageService(ImageStore(settings.image_root), pull=launcher.pull_image)
+        ref = f"{reg.host}/private/busybox:latest"
+        with pytest.raises(FailedPreconditionError, match="credentials"):
+            service.pull_image(spec(ref), api_pb2.AuthConfig(username="alice", password="wrong"))
+        with pytest.raises(NotFoundError):
+            service.pull_image(spec(f"{reg.host}/private/nothing:1"), api_pb2.AuthConfig(username="alice",
+                                                                                         password="s3cret"))
+        assert service.pull_image(spec(ref), api_pb2.AuthConfig(username="alice", password="s3cret")) == \
+            image.config_digest
+        assert [i.id for i in service.list_images()] == [image.config_digest]
+    finally:
+        launcher.close()
 
 
 def test_pull_list_status_remove(service: ImageService, registry: tuple[Registry, OCIImage]) -> None:
