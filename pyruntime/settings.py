@@ -108,3 +108,10 @@ def cni_plugin_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     import os
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items() if k.startswith("PYCNI_")}
+
+
+def interpreter_env(path: list[str]) -> dict[str, str]:
+    """This process's environment with PYTHONPATH `path` (this interpreter's sys.path): what a fresh
+    interpreter of ours is started with, so that it imports the same code whatever path this one came from."""
+    import os
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))

@@ -60,37 +60,40 @@ def parse_signal(text: str) -> int:
 
 
 def start(store: Store, cid: str) -> None:
-    """Releases the init blocked on the exec fifo, then runs the poststart hooks."""
+    """Releases the init blocked on the exec fifo, then runs the poststart hooks. Returns once the init has
+    its go, as runc's start does; with poststart hooks only once it has exec'd the workload, so that they
+    never run before it."""
     with store.locked(cid):
         state = store.load(cid)
         status = status_of(store, state)
         if status != CREATED:
             raise ContainerError(f"cannot start container {cid!r}: it is {status}, not created")
+        spec_hooks = state.hooks_of("poststart")
         fifo_path = store.path(cid, FIFO)
         try:  # the init's end (read-write) is the only reader: ENXIO once it is gone
             probe = os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
             raise ContainerError(f"cannot start container {cid!r}: exec fifo {fifo_path}: {e.strerror}") from e
+        execed = -1
         try:
-            execed = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                # a writer opened after our reader: only then does the reader see POLLHUP when the
-                # last writer closes (fs/pipe.c's w_counter), which is the init's end at execve
-                with open(os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), "wb", 0) as go:
-                    go.write(b"0")
-                os.close(probe)
-                probe = -1
-                os.unlink(fifo_path)
+            if spec_hooks:
+                execed = os.open(fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # a writer opened after our reader: only then does the reader see POLLHUP when the
+            # last writer closes (fs/pipe.c's w_counter), which is the init's end at execve
+            with open(os.open(fifo_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC), "wb", 0) as go:
+                go.write(b"0")
+            os.close(probe)
+            probe = -1
+            os.unlink(fifo_path)
+            if execed >= 0:
                 # no events asked: poll returns on POLLHUP only, not while the byte waits to be read
                 waiter = select.poll()
                 waiter.register(execed, 0)
                 waiter.poll()
-            finally:
-                os.close(execed)
         finally:
-            if probe >= 0:
-                os.close(probe)
-        spec_hooks = state.hooks_of("poststart")
+            for fd in (probe, execed):
+                if fd >= 0:
+                    os.close(fd)
         if spec_hooks:
             try:
                 run_hooks("poststart", spec_hooks, oci_state(state, "running"))

@@ -33,12 +33,15 @@ import select
 import selectors
 import socket
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pyruntime import errors
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading
 
 STDIN, STDOUT, STDERR, RESIZE, CLOSE_STDIN = range(5)
 FRAME = struct.Struct(">BI")
@@ -165,6 +168,7 @@ def attach(sock_path: str, *, stdin: Stream | None = None, stdout: Stream | None
     output has ended or `stdout`/`stderr` can no longer be written (the client went away)."""
     sock, reply, rest = _request(sock_path, {"op": "attach", "stdin": stdin is not None,
                                              "stdout": stdout is not None, "stderr": stderr is not None})
+    import threading  # here: the supervisors, which import this module for its server, have no threads
     lock, done = threading.Lock(), threading.Event()
     helper = None
     if tty and resize is not None and reply.get("tty"):

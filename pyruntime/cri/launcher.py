@@ -3,9 +3,11 @@ supervisors and exec helpers.
 
 Why: a gRPC server has threads, and a fork from a threaded process copies only the calling thread;
 a lock another thread held (malloc, the import lock, a gRPC core thread) stays held for good in the
-child, which hangs in the container's set-up. So `Launcher.spawn` forks this server first, while the
-daemon is still single-threaded and has not imported grpc; it imports the container code once, so
-every child starts warm (no 60 ms `pyruntime` exec per container) and shares its pages copy-on-write.
+child, which hangs in the container's set-up. So `Launcher.spawn` starts this server as a process of its
+own (posix_spawn of a fresh interpreter, safe from any process): it imports the container code once, so
+every child starts warm (no 60 ms `pyruntime` exec per container) and shares its pages copy-on-write,
+and it imports nothing else: no module whose at-fork hooks (logging's, threading's) would run in each of
+the four forks a container takes.
 
 Wire: a SOCK_SEQPACKET socketpair, one JSON object per message, fds beside it (SCM_RIGHTS). A request
 is {"id", "op", "job", "stdio"}; the reply carries the same id and either "ok" (the result) or
@@ -39,7 +41,6 @@ import select
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -197,6 +198,7 @@ class ExecHandle:
         self.pid, self.pty = pid, pty
         self._exit_fd, self._pidfd = exit_fd, pidfd
         self._code: int | None = None
+        import threading  # here: the server process, which imports this module too, has no threads
         self._lock = threading.Lock()
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -241,6 +243,7 @@ class Launcher:
         self.pid = pid
         self._sock = sock
         self._ids = itertools.count(1)
+        import threading  # here: the server process, which imports this module too, has no threads
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._replies: dict[int, tuple[dict, list[int]]] = {}
@@ -249,24 +252,19 @@ class Launcher:
 
     @classmethod
     def spawn(cls, settings: Settings, layout: Layout) -> Launcher:
-        """Forks the server; refuses (FailedPreconditionError) from a process that already has threads."""
-        from pyruntime.container.create import require_single_thread
-        require_single_thread("Launcher.spawn")
+        """Starts the server in a fresh interpreter (this one's executable and import path), not a fork of
+        the daemon: it then carries only the container code, none of the daemon's modules (click, logging,
+        threading), whose at-fork hooks would run in every child it forks, four of them per container."""
+        from pyruntime.settings import interpreter_env
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                ours.close()
-                _Server(theirs, settings, layout).serve()
-                code = 0
-            except BaseException:
-                import traceback
-                traceback.print_exc()  # to the daemon's stderr: its log
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
-        theirs.close()
+        try:
+            theirs.set_inheritable(True)
+            argv = [sys.executable, "-c", "import sys; from pyruntime.cri.launcher import serve; serve(sys.argv[1:])",
+                    str(theirs.fileno()), json.dumps({k: getattr(settings, k) for k in settings.FIELDS}),
+                    layout.root, layout.state]
+            pid = os.posix_spawn(sys.executable, argv, interpreter_env(sys.path))
+        finally:
+            theirs.close()
         return cls(ours, pid)
 
     # -- requests
@@ -378,6 +376,27 @@ class _Pending:
     @property
     def job_id(self) -> str:
         return _job_name(self.job)
+
+
+def serve(argv: list[str]) -> None:
+    """The server process's entry (Launcher.spawn): argv is its socket's fd, the settings as JSON, the
+    layout's root and state. Exits 0 when the daemon's end closes."""
+    from pyruntime.cri.model import Layout
+    from pyruntime.settings import Settings
+    code = 1
+    try:
+        sock = socket.socket(fileno=int(argv[0]))
+        sock.set_inheritable(False)
+        server = _Server(sock, Settings(**json.loads(argv[1])), Layout(argv[2], argv[3]))
+        set_title(server.kernel, "pyruntime-launcher")  # not `python -c ...` and the settings in ps
+        server.serve()
+        code = 0
+    except BaseException:
+        import traceback
+        traceback.print_exc()  # to the daemon's stderr: its log
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 class _Server:

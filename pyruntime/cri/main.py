@@ -1,11 +1,9 @@
 """`pyruntime-cri`: the daemon's start-up and shut-down, and the one place its parts are wired together.
 
-Order matters for safety. The launcher (the fork server that makes pause processes, supervisors and exec
-helpers) is forked first, while this process still has one thread: a fork from a threaded process copies
-locks other threads hold, and a child would hang in them. So grpc is imported, and every thread (gRPC pool,
-supervisor watcher, streaming server, CNI conf watcher) started, only after Launcher.spawn. Then the state on
-disk is recovered, so the first RPC already sees every pod and container, and only then does the socket
-open. SIGTERM and SIGINT stop serving and leave pods and containers running: their supervisors and pause
+Order matters. The launcher (the fork server that makes pause processes, supervisors, exec helpers and
+pullers) is started first, as a process of its own: this one, with gRPC's threads, never forks. Then the
+state on disk is recovered, so the first RPC already sees every pod and container, and only then does the
+socket open. SIGTERM and SIGINT stop serving and leave pods and containers running: their supervisors and pause
 processes outlive the daemon, and the next start finds them again.
 """
 from __future__ import annotations
@@ -74,7 +72,7 @@ def serve(cfg: config.Config) -> None:
     claim_socket(cfg.socket_path)
     settings = cfg.runtime_settings(layout.runtime_root, layout.images)
     from pyruntime.cri.launcher import Launcher
-    launcher = Launcher.spawn(settings, layout)  # before any thread and before grpc is imported
+    launcher = Launcher.spawn(settings, layout)
     try:
         _serve(cfg, layout, settings, launcher)
     finally:

@@ -380,6 +380,11 @@ def test_process_titles(cri_server) -> None:
             b"pyruntime-supervisor", cid.encode()]
         assert Path(f"/proc/{pause}/cmdline").read_bytes().split(b"\0")[:2] == [
             b"pyruntime-pause", pod.id.encode()]
+        assert c.node.proc is not None
+        launchers = [p for t in Path(f"/proc/{c.node.proc.pid}/task").iterdir()
+                     for p in (t / "children").read_text().split()]
+        assert [Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] for p in launchers] == \
+            [b"pyruntime-launcher"], "its only child, named (not python -c with the settings)"
         c.crictl("stop", "--timeout", "0", cid)
 
 
