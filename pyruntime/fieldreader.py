@@ -12,9 +12,12 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Iterable
-from typing import Any, Literal, overload
 
 from pyruntime.errors import InvalidArgumentError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay its import; the overloads below are the type checker's only
+    from typing import Any, Literal, overload
 
 _JSON_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "an array"}
 
@@ -73,50 +76,54 @@ class Obj:
         return check_type(value, self.name(key), kind)
 
     # The overloads tell a type checker that a required field, or one with a default, is never None.
-    @overload
-    def int(self, key: str, default: int, *, lo: int | None = ..., hi: int | None = ...,
-            required: bool = ...) -> int: ...
-    @overload
-    def int(self, key: str, default: None = ..., *, lo: int | None = ..., hi: int | None = ...,
-            required: Literal[True]) -> int: ...
-    @overload
-    def int(self, key: str, default: int | None = ..., *, lo: int | None = ..., hi: int | None = ...,
-            required: bool = ...) -> int | None: ...
+    if TYPE_CHECKING:
+        @overload
+        def int(self, key: str, default: int, *, lo: int | None = ..., hi: int | None = ...,
+                required: bool = ...) -> int: ...
+        @overload
+        def int(self, key: str, default: None = ..., *, lo: int | None = ..., hi: int | None = ...,
+                required: Literal[True]) -> int: ...
+        @overload
+        def int(self, key: str, default: int | None = ..., *, lo: int | None = ..., hi: int | None = ...,
+                required: bool = ...) -> int | None: ...
 
     def int(self, key: str, default: int | None = None, *, lo: int | None = None, hi: int | None = None,
             required: bool = False) -> int | None:
         value = self.get(key, int, default, required)
         return value if value is None else check_range(value, self.name(key), lo, hi)
 
-    @overload
-    def str(self, key: str, default: str, required: bool = ...) -> str: ...
-    @overload
-    def str(self, key: str, default: None = ..., *, required: Literal[True]) -> str: ...
-    @overload
-    def str(self, key: str, default: None, required: Literal[True]) -> str: ...
-    @overload
-    def str(self, key: str, default: str | None = ..., required: bool = ...) -> str | None: ...
+    if TYPE_CHECKING:
+        @overload
+        def str(self, key: str, default: str, required: bool = ...) -> str: ...
+        @overload
+        def str(self, key: str, default: None = ..., *, required: Literal[True]) -> str: ...
+        @overload
+        def str(self, key: str, default: None, required: Literal[True]) -> str: ...
+        @overload
+        def str(self, key: str, default: str | None = ..., required: bool = ...) -> str | None: ...
 
     def str(self, key: str, default: str | None = None, required: bool = False) -> str | None:
         return self.get(key, str, default, required)
 
-    @overload
-    def bool(self, key: builtins.str, default: builtins.bool = ...) -> builtins.bool: ...
-    @overload
-    def bool(self, key: builtins.str, default: None) -> builtins.bool | None: ...
+    if TYPE_CHECKING:
+        @overload
+        def bool(self, key: builtins.str, default: builtins.bool = ...) -> builtins.bool: ...
+        @overload
+        def bool(self, key: builtins.str, default: None) -> builtins.bool | None: ...
 
     def bool(self, key: builtins.str, default: builtins.bool | None = False) -> builtins.bool | None:
         return self.get(key, bool, default)
 
-    @overload
-    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
-               default: builtins.str, required: builtins.bool = ...) -> builtins.str: ...
-    @overload
-    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
-               default: None = ..., *, required: Literal[True]) -> builtins.str: ...
-    @overload
-    def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
-               default: builtins.str | None = ..., required: builtins.bool = ...) -> builtins.str | None: ...
+    if TYPE_CHECKING:
+        @overload
+        def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+                   default: builtins.str, required: builtins.bool = ...) -> builtins.str: ...
+        @overload
+        def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+                   default: None = ..., *, required: Literal[True]) -> builtins.str: ...
+        @overload
+        def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
+                   default: builtins.str | None = ..., required: builtins.bool = ...) -> builtins.str | None: ...
 
     def choice(self, key: builtins.str, known: Iterable[builtins.str], what: builtins.str,
                default: builtins.str | None = None, required: builtins.bool = False) -> builtins.str | None:
@@ -135,10 +142,11 @@ class Obj:
             check_type(v, f"{self.name(key)}[{i}]", str)
         return values
 
-    @overload
-    def obj(self, key: builtins.str, required: Literal[True]) -> Obj: ...
-    @overload
-    def obj(self, key: builtins.str, required: builtins.bool = ...) -> Obj | None: ...
+    if TYPE_CHECKING:
+        @overload
+        def obj(self, key: builtins.str, required: Literal[True]) -> Obj: ...
+        @overload
+        def obj(self, key: builtins.str, required: builtins.bool = ...) -> Obj | None: ...
 
     def obj(self, key: builtins.str, required: builtins.bool = False) -> Obj | None:
         value = self.get(key, dict, None, required)

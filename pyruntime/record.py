@@ -10,9 +10,16 @@ to be treated as immutable (they hash by value) but, unlike frozen dataclasses, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar, dataclass_transform
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay its import
+    from typing import Any, TypeVar, dataclass_transform
+
+    T = TypeVar("T")
+else:
+    def dataclass_transform() -> Callable[[type], type]:
+        """typing's, which at run time only marks the class for type checkers."""
+        return lambda cls: cls
 
 _MISSING = object()
 

@@ -90,8 +90,19 @@ class Store:
         return [n for n in names if os.path.exists(self.path(n, STATE_FILE))]
 
     def remove(self, cid: str) -> None:
-        import shutil  # only delete and failed creates need it; its import pulls in bz2 and lzma
-        shutil.rmtree(self.path(cid), ignore_errors=True)
+        """The directory holds files only (state.json, the exec fifo), removed one by one: shutil's import
+        (bz2, lzma) would cost every delete ~2 ms. Whatever else is found there goes with rmtree."""
+        path = self.path(cid)
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    os.unlink(entry.path)
+            os.rmdir(path)
+        except FileNotFoundError:
+            pass
+        except OSError:  # a directory someone made in it
+            import shutil
+            shutil.rmtree(path, ignore_errors=True)
 
     @contextmanager
     def locked(self, cid: str) -> Iterator[None]:

@@ -43,9 +43,12 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Any
 
 from pyruntime.errors import InternalError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay its import
+    from typing import Any
 
 USERNS = "userns"
 MAPPED = "mapped"

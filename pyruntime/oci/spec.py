@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from pyruntime.fieldreader import Obj, SpecError, check_range, check_type, cpu_set
 from pyruntime.record import Factory, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay its import
+    from typing import Any
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")
 RLIMIT_NAMES = ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_LOCKS",

@@ -12,10 +12,13 @@ always on, and v1 checks by itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import fields, record, replace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay its import
+    from typing import Any
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
