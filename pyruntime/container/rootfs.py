@@ -313,26 +313,57 @@ def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, 
                      "mode=755")
     finally:
         os.close(target)
-    for h, own in hierarchies:
-        name = os.path.basename(h.mountpoint)
-        sub = paths.mkdir_all(kernel, root_fd, os.path.join(m.destination, name))
-        try:
-            if cgroup_ns:
-                if h.key:
-                    kernel.mount("cgroup", paths.fd_path(sub), "cgroup", flags, ",".join(sorted(h.controllers)))
+    top = paths.open_in_root(kernel, root_fd, m.destination)  # the tmpfs just mounted: ours, and empty
+    try:
+        for h, own in hierarchies:
+            name = os.path.basename(h.mountpoint)
+            sub = _subdir(top, name, os.path.join(m.destination, name))
+            try:
+                if cgroup_ns:
+                    if h.key:
+                        kernel.mount("cgroup", paths.fd_path(sub), "cgroup", flags, ",".join(sorted(h.controllers)))
+                    else:
+                        kernel.mount("cgroup2", paths.fd_path(sub), "cgroup2", flags, None)
                 else:
-                    kernel.mount("cgroup2", paths.fd_path(sub), "cgroup2", flags, None)
-            else:
-                _bind_remount(kernel, root_fd, own, sub, os.path.join(m.destination, name), flags)
-        finally:
-            os.close(sub)
-    if opts.flags & sc.MS_RDONLY:
-        top = paths.open_in_root(kernel, root_fd, m.destination)
-        try:
+                    _bind_with_attributes(kernel, own, sub, os.path.join(m.destination, name), flags)
+            finally:
+                os.close(sub)
+        if opts.flags & sc.MS_RDONLY:
             kernel.mount(None, paths.fd_path(top), None, sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV
                          | sc.MS_NOEXEC, "mode=755")
-        finally:
-            os.close(top)
+    finally:
+        os.close(top)
+
+
+def _subdir(parent: int, name: str, where: str) -> int:
+    """A directory made in `parent` (a fresh tmpfs of ours, so no symlink can be in the way), opened O_PATH."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise SyscallError(e.errno, f"mkdir {where}: {e.strerror}") from e
+    try:
+        return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as e:
+        raise SyscallError(e.errno, f"open {where}: {e.strerror}") from e
+
+
+_ATTRIBUTES = ((sc.MS_RDONLY, sc.MOUNT_ATTR_RDONLY), (sc.MS_NOSUID, sc.MOUNT_ATTR_NOSUID),
+               (sc.MS_NODEV, sc.MOUNT_ATTR_NODEV), (sc.MS_NOEXEC, sc.MOUNT_ATTR_NOEXEC))
+
+
+def _bind_with_attributes(kernel: Syscalls, source: str, target_fd: int, destination: str, flags: int) -> None:
+    """A recursive bind of `source` with the read-only, nosuid, nodev and noexec bits of `flags` (the others,
+    atime modes, left as the source has them), in three calls (open_tree, mount_setattr, move_mount) where
+    a bind and its remount take six: once per cgroup hierarchy, ten times on a v1 host. The attributes are
+    only ever added, so a mount whose flags a user namespace locked takes them as well."""
+    tree = kernel.clone_mount(source, recursive=True)
+    try:
+        kernel.mount_setattr_recursive(tree, sum(attr for flag, attr in _ATTRIBUTES if flags & flag), 0, destination)
+        kernel.attach_mount(tree, paths.fd_path(target_fd))
+    finally:
+        os.close(tree)
 
 
 def create_device(kernel: Syscalls, root_fd: int, dev: Device, bind: bool) -> None:

@@ -155,7 +155,7 @@ class Containers:
             supervisor_dir=supervisor_dir))
         record.supervisor_pid, record.supervisor_start_time = info.pid, info.start_time
         record.init_pid = info.init_pid
-        self.store.save_container(record)
+        self.store.save_container(record, durable=False)  # only live processes' pids and start times
         self.watch(container_id, info.pid, info.start_time)
 
     def _image_volumes(self, config: api_pb2.ContainerConfig) -> dict[int, str]:

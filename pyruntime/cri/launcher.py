@@ -259,12 +259,14 @@ class Launcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             theirs.set_inheritable(True)
-            argv = [sys.executable, "-c", "import sys; from pyruntime.cri.launcher import serve; serve(sys.argv[1:])",
-                    str(theirs.fileno()), json.dumps({k: getattr(settings, k) for k in settings.FIELDS}),
-                    layout.root, layout.state]
+            argv = [sys.executable, "-c", "import sys; from pyruntime.cri.launcher import serve; serve(sys.argv[1])",
+                    str(theirs.fileno())]
             pid = os.posix_spawn(sys.executable, argv, interpreter_env(sys.path))
         finally:
             theirs.close()
+        # its set-up on the socket, not in argv, which any user can read (the settings may hold credentials)
+        send_message(ours, {"settings": {k: getattr(settings, k) for k in settings.FIELDS},
+                            "layout": [layout.root, layout.state]})
         return cls(ours, pid)
 
     # -- requests
@@ -378,16 +380,20 @@ class _Pending:
         return _job_name(self.job)
 
 
-def serve(argv: list[str]) -> None:
-    """The server process's entry (Launcher.spawn): argv is its socket's fd, the settings as JSON, the
-    layout's root and state. Exits 0 when the daemon's end closes."""
+def serve(fd: str) -> None:
+    """The server process's entry (Launcher.spawn): `fd` is its socket's, whose first message is the
+    settings and the layout. Exits 0 when the daemon's end closes."""
     from pyruntime.cri.model import Layout
     from pyruntime.settings import Settings
     code = 1
     try:
-        sock = socket.socket(fileno=int(argv[0]))
+        sock = socket.socket(fileno=int(fd))
         sock.set_inheritable(False)
-        server = _Server(sock, Settings(**json.loads(argv[1])), Layout(argv[2], argv[3]))
+        got = recv_message(sock)
+        if got is None:
+            raise InternalError("launcher: the daemon closed its socket before sending the settings")
+        setup = got[0]
+        server = _Server(sock, Settings(**setup["settings"]), Layout(*setup["layout"]))
         set_title(server.kernel, "pyruntime-launcher")  # not `python -c ...` and the settings in ps
         server.serve()
         code = 0

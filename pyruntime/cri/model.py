@@ -80,8 +80,10 @@ class Record:
     """A JSON record with a fixed set of fields; unknown fields from a newer version are ignored and
     missing ones take their defaults, so a downgrade or upgrade reads the other's records."""
 
-    def dump(self, path: str) -> None:
-        atomic_write(path, json.dumps(asdict(self), sort_keys=True).encode(), mode=0o600)
+    def dump(self, path: str, durable: bool = True) -> None:
+        """durable=False: for an update that adds only what describes live processes (pids, start times),
+        which a power cut ends anyway (fsutil)."""
+        atomic_write(path, json.dumps(asdict(self), sort_keys=True).encode(), mode=0o600, durable=durable)
 
     @classmethod
     def load(cls: type[T], path: str) -> T:

@@ -76,10 +76,10 @@ class Store:
         with self._mutex:
             self._sandboxes[record.id] = record
 
-    def save_container(self, record: ContainerRecord) -> None:
+    def save_container(self, record: ContainerRecord, durable: bool = True) -> None:
         path = self.layout.container_dir(record.id)
         os.makedirs(path, mode=0o711, exist_ok=True)
-        record.dump(os.path.join(path, CONTAINER_RECORD))
+        record.dump(os.path.join(path, CONTAINER_RECORD), durable)
         with self._mutex:
             self._containers[record.id] = record
 

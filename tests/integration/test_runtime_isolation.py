@@ -94,7 +94,8 @@ def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_ho
     """As runc binds it (and as a CRI container on a v1 host runs, with no cgroup namespace): the container's
     own cgroup at /sys/fs/cgroup/<hierarchy>, so a process reads its own limit there, and no other
     container's cgroup (their names, their usage) is in sight."""
-    bundle = make_bundle(["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; ls /sys/fs/cgroup/memory"])
+    bundle = make_bundle(["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; ls /sys/fs/cgroup/memory; "
+                                      "mkdir /sys/fs/cgroup/memory/sub 2>&1 || echo refused"])
     config = json.loads((bundle / "config.json").read_text())
     config["linux"]["namespaces"] = [n for n in config["linux"]["namespaces"] if n["type"] != "cgroup"]
     config["linux"]["cgroupsPath"] = "/pyruntime-test/own1"
@@ -104,6 +105,7 @@ def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_ho
         out = runtime("run", "--bundle", str(bundle), "own1").stdout.split()
         assert out[0] == str(96 << 20), "the container's own limit, not the host root's"
         assert "pyruntime-test" not in out and "memory.limit_in_bytes" in out
+        assert out[-1] == "refused" and "Read-only" in " ".join(out), "bound read-only, as the spec's mount says"
     finally:
         runtime("delete", "--force", "own1", check=False)
         for hierarchy in Path("/sys/fs/cgroup").iterdir():
