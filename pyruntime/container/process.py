@@ -85,16 +85,18 @@ def close_fds(kernel: Syscalls, keep: set[int]) -> None:
 
 
 def lookup(program: str, env: tuple[str, ...]) -> str:
-    """Finds the program as the container's own shell would, so a typo fails at create, not at start."""
+    """Finds the program as the container's own shell would, so a typo fails at create, not at start.
+    Checked with the effective ids and capabilities (faccessat AT_EACCESS, runc's Eaccess), as execve
+    will: a user with CAP_DAC_OVERRIDE may run a file whose execute bit is only its owner's."""
     if "/" in program:
-        if os.access(program, os.X_OK):
+        if os.access(program, os.X_OK, effective_ids=True):
             return program
         raise ProcessError(f"exec: {program!r}: no such executable file in the container")
     path = next((e[5:] for e in env if e.startswith("PATH=")),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     for d in path.split(":"):
         candidate = os.path.join(d or ".", program)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK, effective_ids=True):
             return candidate
     raise ProcessError(f"exec: {program!r}: executable file not found in $PATH")
 

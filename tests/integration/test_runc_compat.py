@@ -536,6 +536,31 @@ def test_a_created_containers_init_holds_no_runtime_fd_but_the_exec_fifo(runtime
         runtime("delete", "-f", "c1", check=False)
 
 
+@pytest.mark.parametrize("cap_dac_override", [False, True])
+def test_a_file_only_its_owner_may_execute_runs_for_a_user_with_cap_dac_override(runtime, make_bundle, tmp_path,
+                                                                                 rootfs, cap_dac_override):
+    """runc's start_hello case: the program is looked up with the effective ids and capabilities, as execve
+    will check it, not with access(2)'s real ones."""
+    own = tmp_path / "rootfs"
+    subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
+    (own / "owner").mkdir()
+    subprocess.run(["cp", str(own / "bin" / "busybox"), str(own / "owner" / "echo")], check=True)
+    os.chmod(own / "owner" / "echo", 0o700)  # root's alone
+    bundle = make_bundle(["/owner/echo", "hello"])
+    config = _config(bundle)
+    config["root"] = {"path": str(own)}
+    config["process"]["user"] = {"uid": 1000, "gid": 100}
+    if cap_dac_override:
+        for kind in ("bounding", "effective", "inheritable", "ambient", "permitted"):
+            config["process"]["capabilities"].setdefault(kind, []).append("CAP_DAC_OVERRIDE")
+    _save(bundle, config)
+    done = runtime("run", "--bundle", str(bundle), "c1", check=False)
+    if cap_dac_override:
+        assert (done.returncode, done.stdout) == (0, "hello\n"), done.stderr
+    else:
+        assert done.returncode != 0 and "/owner/echo" in done.stderr
+
+
 def test_a_failing_execve_reads_as_runcs_one_line(runtime, make_bundle, tmp_path, rootfs):
     own = tmp_path / "rootfs"
     subprocess.run(["cp", "-a", str(rootfs), str(own)], check=True)
