@@ -9,10 +9,16 @@ itself can be lost). Kept at the top of the package, importing nothing of it, so
 pyruntime.container and pyruntime.images use it without depending on each other.
 
 The fsyncs guard against a power cut only: a crash of the writing process is covered by the rename alone.
-So a record of live processes under /run (a container's state.json, a pid file: `durable=False`) skips
-them, as runc's state.json does: a power cut ends every process such a record describes, so the record
-means nothing after it, and the two fsyncs (a journal commit each on ext4) cost more than the rest of the
-write. What must outlive a reboot (the image store, the CRI daemon's records under its --root) stays durable.
+Three levels (`sync`), each for one kind of record:
+- FULL, both fsyncs: what must outlive a reboot as soon as the call returns (the image store, a record
+  the CRI daemon keeps under its --root when it is first written).
+- DATA, the file's fsync only: an update of such a record with facts that a power cut makes moot (the
+  pids and start times of the processes it describes). After a power cut the record is the old one or
+  the new one, never empty or torn (which a rename reaching the disk before the data would leave, as
+  on XFS), as containers/storage's AtomicWriteFile keeps CRI-O's state; the directory's journal commit
+  is saved.
+- NONE: a record of live processes under /run (a container's state.json, a pid file), as runc's
+  state.json: a power cut ends every process it describes, and takes tmpfs with it.
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ import contextlib
 import io
 import os
 from collections.abc import Iterator
+
+FULL, DATA, NONE = "full", "data", "none"  # atomic_file's `sync` (see the module doc)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -33,7 +41,7 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644, tmp: str | os.PathLike[str] | None = None,
-                durable: bool = True) -> Iterator[io.BufferedWriter]:
+                sync: str = FULL) -> Iterator[io.BufferedWriter]:
     """A binary file to write the new content into; it replaces `path` when the block ends without error.
 
     The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
@@ -48,19 +56,19 @@ def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644, tmp: str | o
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            if durable:
+            if sync != NONE:
                 os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_path)
         raise
-    if durable:
+    if sync == FULL:
         fsync_dir(directory or ".")
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
-                 tmp: str | os.PathLike[str] | None = None, durable: bool = True) -> None:
+                 tmp: str | os.PathLike[str] | None = None, sync: str = FULL) -> None:
     """Replaces `path` with `data` (see atomic_file)."""
-    with atomic_file(path, mode=mode, tmp=tmp, durable=durable) as f:
+    with atomic_file(path, mode=mode, tmp=tmp, sync=sync) as f:
         f.write(data)

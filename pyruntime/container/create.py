@@ -17,7 +17,7 @@ from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, Store, validate_id
 from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.linux import cgroups, userns
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
@@ -115,7 +115,7 @@ def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager) -> tuple[int, bo
 
 
 def write_pid_file(path: str, pid: int) -> None:
-    atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp", durable=False)
+    atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp", sync=NONE)
 
 
 def _kill_and_reap(pid: int) -> None:

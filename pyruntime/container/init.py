@@ -155,13 +155,16 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
     try:
         proc = spec.process
         assert proc is not None
-        chan.recv(sync.PID_RECEIVED)  # the channel is shared with stage 1 until the runtime has its report
         write_sysctls(spec)  # oci/validate.py allowed only sysctls of the container's own namespaces
         os.umask(0)
 
         state: dict = {}
 
         def before_pivot() -> None:
+            # the channel is shared with stage 1 until the runtime has its report: the first message
+            # waits for that, the mounts before it need not (an ERROR may come first: the runtime's
+            # recv of the pid raises it as well)
+            chan.recv(sync.PID_RECEIVED)
             chan.send(sync.HOOKS)
             state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
             run_hooks("createContainer", spec.hooks.get("createContainer", ()), state, cwd=spec.root.path)

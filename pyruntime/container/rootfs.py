@@ -548,7 +548,10 @@ def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_p
     propagation = PROPAGATION_OPTIONS.get(spec.linux.rootfs_propagation, sc.MS_SLAVE | sc.MS_REC)
     kernel.mount(None, "/", None, propagation, None)
     rootfs = spec.root.path
-    _parent_mount_private(kernel, rootfs)
+    if not propagation & sc.MS_REC or not propagation & (sc.MS_SLAVE | sc.MS_PRIVATE | sc.MS_UNBINDABLE):
+        # after a recursive slave, private or unbindable no mount is shared (mount_namespaces(7)): the
+        # default rslave (every CRI container) spares the init a read of the whole mountinfo
+        _parent_mount_private(kernel, rootfs)
     here = os.path.basename(rootfs.rstrip("/")) if in_userns else rootfs
     kernel.mount(here, here, None, sc.MS_BIND | sc.MS_REC, None)
     root_fd = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

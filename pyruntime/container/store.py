@@ -21,7 +21,7 @@ from pyruntime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.oci.state import ContainerState
 
 DEFAULT_ROOT = "/run/pyruntime"
@@ -69,7 +69,7 @@ class Store:
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp", durable=False)
+        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp", sync=NONE)
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)

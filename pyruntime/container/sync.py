@@ -18,6 +18,9 @@ forks "stage 2", the future container process, into the new pid namespace, and e
                                       namespace (its root is then the container's cgroup) and fork
     stage 1 -> runtime  PID {pid}     stage 2's pid in the runtime's pid namespace; stage 1 exits
     runtime -> stage 2  PID_RECEIVED  stage 1 is reaped; the channel now belongs to stage 2 alone
+                                      (stage 2 builds the rootfs meanwhile and waits for this only
+                                      before HOOKS; an ERROR it sends earlier is what the runtime's
+                                      recv of PID, or its send of this, raises)
     stage 2 -> runtime  HOOKS         the rootfs is built, pivot_root is next: run the runtime's hooks
     runtime -> stage 2  STATE {state} prestart and createRuntime hooks ran; the OCI state for the
                                       container's createContainer hooks

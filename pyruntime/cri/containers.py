@@ -38,7 +38,7 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import DATA, atomic_write
 from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 
@@ -155,7 +155,7 @@ class Containers:
             supervisor_dir=supervisor_dir))
         record.supervisor_pid, record.supervisor_start_time = info.pid, info.start_time
         record.init_pid = info.init_pid
-        self.store.save_container(record, durable=False)  # only live processes' pids and start times
+        self.store.save_container(record, sync=DATA)  # adds only live processes' pids and start times
         self.watch(container_id, info.pid, info.start_time)
 
     def _image_volumes(self, config: api_pb2.ContainerConfig) -> dict[int, str]:
@@ -199,12 +199,12 @@ class Containers:
             if record.started_at:
                 raise FailedPreconditionError(f"container {record.id} is already started")
             record.started_at = _now()
-            self.store.save_container(record)
+            self.store.save_container(record, sync=DATA)  # a power cut ends the process it dates, as the pids
             try:
                 self.runtime.start(record.id)
             except BaseException:
                 record.started_at = 0
-                self.store.save_container(record)
+                self.store.save_container(record, sync=DATA)
                 raise
         self._emit(record.id, api_pb2.CONTAINER_STARTED_EVENT)
 

@@ -259,8 +259,9 @@ class Launcher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             theirs.set_inheritable(True)
-            argv = [sys.executable, "-c", "import sys; from pyruntime.cri.launcher import serve; serve(sys.argv[1])",
-                    str(theirs.fileno())]
+            # -P: `-c` would put the working directory first on sys.path, where any json.py would run as root
+            argv = [sys.executable, "-P", "-c", "import sys; from pyruntime.cri.launcher import serve; "
+                    "serve(sys.argv[1])", str(theirs.fileno())]
             pid = os.posix_spawn(sys.executable, argv, interpreter_env(sys.path))
         finally:
             theirs.close()

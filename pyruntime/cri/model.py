@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from pyruntime.errors import InternalError
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import FULL, atomic_write
 from pyruntime.oci.state import process_alive
 
 T = TypeVar("T", bound="Record")
@@ -80,10 +80,10 @@ class Record:
     """A JSON record with a fixed set of fields; unknown fields from a newer version are ignored and
     missing ones take their defaults, so a downgrade or upgrade reads the other's records."""
 
-    def dump(self, path: str, durable: bool = True) -> None:
-        """durable=False: for an update that adds only what describes live processes (pids, start times),
-        which a power cut ends anyway (fsutil)."""
-        atomic_write(path, json.dumps(asdict(self), sort_keys=True).encode(), mode=0o600, durable=durable)
+    def dump(self, path: str, sync: str = FULL) -> None:
+        """`sync`: fsutil's level; DATA for an update that adds only what describes live processes (pids,
+        start times), which a power cut ends anyway."""
+        atomic_write(path, json.dumps(asdict(self), sort_keys=True).encode(), mode=0o600, sync=sync)
 
     @classmethod
     def load(cls: type[T], path: str) -> T:

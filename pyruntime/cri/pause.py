@@ -29,7 +29,7 @@ import socket
 from dataclasses import dataclass, field
 
 from pyruntime.errors import InternalError, InvalidArgumentError
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
 from pyruntime.oci.state import process_start_time
@@ -208,7 +208,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             if not start:
                 raise InternalError(f"pause {pid}: exited during its set-up")
             atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600,
-                         durable=False)
+                         sync=NONE)
         launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
                                        "cgroup": pause_cgroup(job.cgroup_parent) if cgroup is not None else ""})
     except BaseException as e:

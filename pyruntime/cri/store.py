@@ -19,6 +19,7 @@ from typing import TypeVar
 from proto import api_pb2
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, PyRuntimeError
+from pyruntime.fsutil import FULL
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,10 @@ class Store:
         with self._mutex:
             self._sandboxes[record.id] = record
 
-    def save_container(self, record: ContainerRecord, durable: bool = True) -> None:
+    def save_container(self, record: ContainerRecord, sync: str = FULL) -> None:
         path = self.layout.container_dir(record.id)
         os.makedirs(path, mode=0o711, exist_ok=True)
-        record.dump(os.path.join(path, CONTAINER_RECORD), durable)
+        record.dump(os.path.join(path, CONTAINER_RECORD), sync)
         with self._mutex:
             self._containers[record.id] = record
 

@@ -103,7 +103,6 @@ class _Supervisor:
         self.init_pid = 0
         self.status: int | None = None
         self.created = False
-        self.ooms = 0
 
     def run(self, report: int) -> int:
         report = _keep_only(report)
@@ -182,13 +181,12 @@ class _Supervisor:
         write to a page shared with the launcher, which would stay this process's own for the container's
         whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned by the
         runtime's stage 1, comes to us as the subreaper all the same; the child inherits our stdio, which
-        the init takes over. Reports {"pid", "ooms"} or the error (and whether the container was made, for
-        _undo) on a pipe, re-raised here as its kind."""
+        the init takes over. Reports {"pid"} or the error on a pipe, re-raised here as its kind; a child
+        that dies without a report may have made the container, which _undo then deletes."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             message: dict
-            created = False
             try:
                 os.close(report_r)
                 # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across execve: the
@@ -196,10 +194,9 @@ class _Supervisor:
                 for sig in _PYTHON_IGNORES:
                     signal.signal(sig, signal.SIG_DFL)
                 state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
-                created = True
-                message = {"pid": state.pid, "ooms": oom_count(self.runtime.store, self.id)}
-            except BaseException as e:
-                message = {**launcher.error_message(e), "created": created}  # created: _undo deletes it
+                message = {"pid": state.pid}
+            except BaseException as e:  # Runtime.create undid its own steps
+                message = launcher.error_message(e)
             finally:
                 try:
                     os.write(report_w, json.dumps(message).encode() + b"\n")
@@ -220,9 +217,8 @@ class _Supervisor:
             self.created = True  # killed mid-way, maybe after the runtime made something: _undo deletes it
             raise errors.InternalError(f"create {self.id}: the runtime's child (pid {pid}) exited without a "
                                        "report") from e
-        self.created = bool(message.get("created", "error" not in message))
         launcher.raise_reported(message, f"create {self.id}")
-        self.created, self.init_pid, self.ooms = True, int(message["pid"]), int(message["ooms"])
+        self.created, self.init_pid = True, int(message["pid"])
 
     def _create_with_terminal(self) -> int:
         """The runtime sends the pty master over a console socket during create (the connection waits in
@@ -348,8 +344,8 @@ class _Supervisor:
 
     def _record(self) -> None:
         code = self.status if self.status is not None else 255
-        try:
-            oomed = oom_count(self.runtime.store, self.id) > self.ooms
+        try:  # the cgroup is this container's own, new with it (its path ends in the random container id):
+            oomed = oom_count(self.runtime.store, self.id) > 0  # every OOM kill it counts was in this container
         except errors.PyRuntimeError:
             oomed = False  # the container was deleted meanwhile: its cgroup's count is gone with it
         reason = "OOMKilled" if oomed else "Completed" if code == 0 else "Error"

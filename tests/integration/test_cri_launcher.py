@@ -161,6 +161,22 @@ def test_the_launcher_ends_with_its_client_and_its_pause_survives(layout, tmp_pa
     assert not _alive(info.pid, info.start_time)
 
 
+def test_the_launcher_imports_nothing_from_the_daemons_working_directory(layout, tmp_path, monkeypatch):
+    """`python -c` puts the working directory first on sys.path: a json.py there would run as root."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    marker = tmp_path / "imported"
+    (cwd / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('imported from the cwd')\n")
+    monkeypatch.chdir(cwd)
+    launcher = Launcher.spawn(Settings(root=str(tmp_path / "runtime")), layout)
+    ns_dir = layout.ns_dir("s7")
+    try:
+        release_pause(launcher.run_pause(PauseJob("s7", ns_dir)), ns_dir, KERNEL)
+    finally:
+        launcher.close()
+    assert not marker.exists()
+
+
 def test_a_pause_whose_pid_never_reached_the_record_is_still_released(launcher, layout):
     """The daemon records the pause's pid once the launcher answers: killed before that, its sandbox record
     has no pid, and StopPodSandbox finds the pause through the note it leaves beside its pins."""

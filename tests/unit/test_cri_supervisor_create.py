@@ -16,7 +16,7 @@ import pytest
 from pyruntime.cri import supervisor
 from pyruntime.cri.launcher import ContainerJob
 from pyruntime.cri.model import ExitRecord
-from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import LinuxSyscalls
 
 
@@ -26,8 +26,8 @@ class StandIn:
     kernel = LinuxSyscalls()
     store = None
 
-    def __init__(self, bundle: str, script: str = "", fail: Exception | None = None) -> None:
-        self.bundle, self.script, self.fail = bundle, script, fail
+    def __init__(self, bundle: str, script: str = "", fail: Exception | None = None, die: bool = False) -> None:
+        self.bundle, self.script, self.fail, self.die = bundle, script, fail, die
 
     def create(self, cid: str, bundle: str, console_socket: str | None = None) -> SimpleNamespace:
         Path(bundle, "creator").write_text(str(os.getpid()))
@@ -46,6 +46,8 @@ class StandIn:
         os.close(r)
         os.waitpid(stage1, 0)
         Path(bundle, "init").write_text(str(pid))
+        if self.die:  # killed once the container is made, before it could report
+            os.kill(os.getpid(), signal.SIGKILL)
         return SimpleNamespace(pid=pid)
 
     def delete(self, cid: str, force: bool = False) -> None:
@@ -107,12 +109,8 @@ def test_a_failed_create_is_reported_as_its_kind(job):
     assert not os.path.exists(job.exit_path) and not os.path.exists(os.path.join(job.bundle, "deleted"))
 
 
-def test_a_failure_after_the_runtime_made_the_container_deletes_it(job, monkeypatch):
-    def no_cgroup(store, cid):
-        raise FailedPreconditionError("memory.events: gone")
-
-    monkeypatch.setattr(supervisor, "oom_count", no_cgroup)
-    pid, report = supervise(StandIn(job.bundle, "exec sleep 60"), job)
-    assert report == {"error": "FailedPreconditionError", "message": "memory.events: gone"}
+def test_a_create_child_killed_after_making_the_container_leaves_nothing(job):
+    pid, report = supervise(StandIn(job.bundle, "exec sleep 60", die=True), job)
+    assert report["error"] == "InternalError" and "exited without a report" in report["message"]
     assert exit_code(pid) == 1
     assert os.path.exists(os.path.join(job.bundle, "deleted"))  # and the init with it, reaped by the supervisor

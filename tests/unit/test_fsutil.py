@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from pyruntime.fsutil import atomic_file, atomic_write
+from pyruntime.fsutil import DATA, FULL, NONE, atomic_file, atomic_write
 
 
 def test_replaces_the_file_with_its_mode(tmp_path):
@@ -38,11 +38,11 @@ def test_the_temporary_name_can_be_chosen(tmp_path):
     assert seen == ["blob.put"] and target.read_bytes() == b"x" and os.listdir(tmp_path / "ingest") == []
 
 
-@pytest.mark.parametrize("durable,syncs", [(True, 2), (False, 0)])
-def test_only_a_durable_write_syncs_the_file_and_its_directory(tmp_path, monkeypatch, durable, syncs):
+@pytest.mark.parametrize("sync,syncs", [(FULL, 2), (DATA, 1), (NONE, 0)])
+def test_each_sync_level_syncs_the_file_and_its_directory_or_less(tmp_path, monkeypatch, sync, syncs):
     synced: list[int] = []
     monkeypatch.setattr(os, "fsync", synced.append)
-    atomic_write(tmp_path / "state.json", b"x", durable=durable)
+    atomic_write(tmp_path / "state.json", b"x", sync=sync)
     assert len(synced) == syncs and (tmp_path / "state.json").read_bytes() == b"x"
 
 
