@@ -18,7 +18,9 @@ Three levels (`sync`), each for one kind of record:
   on XFS), as containers/storage's AtomicWriteFile keeps CRI-O's state; the directory's journal commit
   is saved.
 - NONE: a record of live processes under /run (a container's state.json, a pid file), as runc's
-  state.json: a power cut ends every process it describes, and takes tmpfs with it.
+  state.json: a power cut ends every process it describes, and takes tmpfs with it. Also the CRI's
+  bundle config.json: the runtime reads it before CreateContainer returns, and after a power cut the
+  container it configures is gone (only a verbose status shows it, and skips one it can't read).
 """
 from __future__ import annotations
 

@@ -155,12 +155,13 @@ def require_single_thread(call: str) -> None:
             "another thread held); call it from a single-threaded process such as a fork server")
 
 
-def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None) -> None:
+def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None, made: bool) -> None:
     """runc's refusals, with its words: a container sharing a cgroup would be killed, frozen and removed
     with another's, and an init forked into a frozen cgroup would stop before it could report, hanging
-    `create`."""
+    `create`. `made`: the cgroup is new (CgroupManager.create), so it has no process to look for; a new
+    cgroup under a frozen v1 parent is frozen all the same."""
     where = f"linux.cgroupsPath {path!r}: " if path else ""
-    if cg.pids():
+    if not made and cg.pids():
         raise FailedPreconditionError(f"{where}container's cgroup is not empty")
     if cg.state() == cgroups.FROZEN:
         raise FailedPreconditionError(f"{where}container's cgroup unexpectedly frozen")
@@ -192,8 +193,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
     try:
         store.save(state)
         made = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
-        made.create()
-        _refuse_used_cgroup(made, spec.linux.cgroups_path)
+        _refuse_used_cgroup(made, spec.linux.cgroups_path, made.create())
         cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
         os.mkfifo(store.path(cid, FIFO), 0o600)

@@ -38,7 +38,7 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from pyruntime.fsutil import DATA, atomic_write
+from pyruntime.fsutil import DATA, NONE, atomic_write
 from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 
@@ -144,7 +144,7 @@ class Containers:
         spec = self.container_spec(config, sandbox, sandbox_config, image_config, rootfs, layout=self.layout,
                                    cgroup_driver=self.cgroup_driver, container_id=container_id,
                                    kernel=self.kernel, target_pid_ns=self._pid_namespace_of)
-        atomic_write(os.path.join(bundle, "config.json"), json.dumps(spec).encode(), mode=0o600)
+        atomic_write(os.path.join(bundle, "config.json"), json.dumps(spec).encode(), mode=0o600, sync=NONE)
         if log_path:
             os.makedirs(os.path.dirname(log_path), mode=0o755, exist_ok=True)
         supervisor_dir = self.layout.supervisor_dir(container_id)

@@ -27,6 +27,7 @@ import signal
 import struct
 import termios
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 from pyruntime import errors
@@ -152,8 +153,14 @@ class _Supervisor:
             master = self._create_with_terminal()
             if job.stdin:  # a dup: the selector takes each descriptor once, and the master is the output
                 stdin_w = os.dup(master)
-        else:
-            self._create(None)
+            self._serve(null, theirs, stdin_w)
+        else:  # our own set-up needs nothing of the container: it runs while the child creates it
+            self._create(None, lambda: self._serve(null, theirs, stdin_w))
+
+    def _serve(self, null: int, theirs: list[int], stdin_w: int | None) -> None:
+        """Gives the container's ends of its stdio to it alone and opens supervisor.sock; for a container
+        without a terminal, done while the create child runs (which took its copies at the fork)."""
+        job = self.job
         for target in (0, 1, 2):
             os.dup2(null, target)
         for fd in (null, *theirs):
@@ -175,14 +182,15 @@ class _Supervisor:
         for fd in self.outputs:
             self.sel.register(fd, selectors.EVENT_READ, lambda _m, fd=fd: self._read(fd))
 
-    def _create(self, console_socket: str | None) -> None:
+    def _create(self, console_socket: str | None, meanwhile: Callable[[], None] | None = None) -> None:
         """Runtime.create in a child of ours that exits once it is done. The create runs most of pyruntime's
         container code (spec, mounts, cgroups, the init's fork): every object it touches or allocates is a
         write to a page shared with the launcher, which would stay this process's own for the container's
         whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned by the
         runtime's stage 1, comes to us as the subreaper all the same; the child inherits our stdio, which
         the init takes over. Reports {"pid"} or the error on a pipe, re-raised here as its kind; a child
-        that dies without a report may have made the container, which _undo then deletes."""
+        that dies without a report may have made the container, which _undo then deletes. `meanwhile`
+        runs here while the child works; its failure is raised once the child has reported."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -203,6 +211,12 @@ class _Supervisor:
                 finally:
                     os._exit(0)
         os.close(report_w)
+        failed: BaseException | None = None
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        except BaseException as e:
+            failed = e
         data = b""
         try:  # up to the newline, not the end of the pipe: the child's exit (~1 ms) is reaped by the loop
             while not data.endswith(b"\n") and (chunk := os.read(report_r, 4096)):
@@ -219,6 +233,8 @@ class _Supervisor:
                                        "report") from e
         launcher.raise_reported(message, f"create {self.id}")
         self.created, self.init_pid = True, int(message["pid"])
+        if failed is not None:
+            raise failed
 
     def _create_with_terminal(self) -> int:
         """The runtime sends the pty master over a console socket during create (the connection waits in

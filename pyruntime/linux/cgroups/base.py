@@ -171,8 +171,9 @@ class CgroupManager(ABC):
     """One container's cgroup, in whatever hierarchy layout the host has."""
 
     @abstractmethod
-    def create(self) -> None:
-        """Makes the cgroup directories (and parents) and enables what the controllers need."""
+    def create(self) -> bool:
+        """Makes the cgroup directories (and parents) and enables what the controllers need. True when this
+        call made the cgroup's own directory in every hierarchy: it then holds no process yet."""
 
     @abstractmethod
     def add(self, pid: int) -> None:

@@ -63,9 +63,10 @@ class V1Manager(CgroupManager):
             raise CgroupError(errno.ENOENT, f"cgroup: the {controller} controller is not mounted on this host")
         return path
 
-    def create(self) -> None:
+    def create(self) -> bool:
         """Every cpuset on the way whose cpus or mems are empty takes its parent's, as runc's: an empty
         cpuset refuses tasks (ENOSPC), whoever made it (a pod's parent made with a bare mkdir)."""
+        made = bool(self._parts)  # no parts: the hierarchy's root, never new
         for key, base in self._bases.items():
             current = base
             for part in self._parts:
@@ -73,7 +74,7 @@ class V1Manager(CgroupManager):
                 try:
                     os.mkdir(current)
                 except FileExistsError:
-                    pass
+                    made = made and current != self.dirs[key]
                 except FileNotFoundError:
                     makedirs(current)  # a concurrent destroy() removed an empty shared parent
                 except OSError as exc:
@@ -81,7 +82,8 @@ class V1Manager(CgroupManager):
                 if "cpuset" in key.split(","):
                     _inherit_cpuset(parent, current)
         if self.unified is not None:
-            self.unified.create()
+            made = self.unified.create() and made
+        return made
 
     def add(self, pid: int) -> None:
         for path in self.dirs.values():

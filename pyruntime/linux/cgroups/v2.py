@@ -123,19 +123,21 @@ class V2Manager(CgroupManager):
                                   ) from exc
             raise
 
-    def create(self) -> None:
+    def create(self) -> bool:
         rel = os.path.relpath(self.path, self.mountpoint)
         for _ in range(5):
             current = self.mountpoint
+            made = False
             try:
                 for part in rel.split("/"):
                     self._enable_controllers(current)
                     current = os.path.join(current, part)
                     try:
                         os.mkdir(current)
+                        made = True
                     except FileExistsError:
-                        pass
-                return
+                        made = False
+                return made
             except FileNotFoundError:
                 continue  # a concurrent destroy() removed an empty shared parent; walk down again
             except OSError as exc:
