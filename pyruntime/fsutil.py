@@ -20,7 +20,8 @@ Three levels (`sync`), each for one kind of record:
 - NONE: a record of live processes under /run (a container's state.json, a pid file), as runc's
   state.json: a power cut ends every process it describes, and takes tmpfs with it. Also the CRI's
   bundle config.json: the runtime reads it before CreateContainer returns, and after a power cut the
-  container it configures is gone (only a verbose status shows it, and skips one it can't read).
+  container it configures is gone (only a verbose status shows it, and skips one it can't read); and
+  a pod's resolv.conf, hostname and hosts, which its containers bind only while the pod is ready.
 """
 from __future__ import annotations
 

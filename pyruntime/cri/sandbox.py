@@ -27,7 +27,7 @@ from pyruntime.cri.containers import Containers
 from pyruntime.cri.model import Layout, SandboxRecord, decode_pb, encode_pb
 from pyruntime.cri.store import Store, sandbox_name
 from pyruntime.errors import InvalidArgumentError, NotFoundError, PyRuntimeError
-from pyruntime.fsutil import atomic_write
+from pyruntime.fsutil import DATA, NONE, atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +145,13 @@ class Sandboxes:
             cgroup_parent=config.linux.cgroup_parent, **user_namespace_maps(config)))
         record.pause_pid, record.pause_start_time = info.pid, info.start_time
         record.namespaces, record.pinned = dict(info.namespaces), True
-        self.store.save_sandbox(record)
+        self.store.save_sandbox(record)  # durable before the network: teardown DELs only what this says exists
         if not host_network:
             m = config.metadata
             record.ips = list(self.network.setup(
                 record.id, record.namespaces["net"], name=m.name, namespace=m.namespace, uid=m.uid,
                 port_mappings=list(config.port_mappings), cgroup_parent=config.linux.cgroup_parent))
-            self.store.save_sandbox(record)
+            self.store.save_sandbox(record, DATA)  # the CNI cache, written durably, is what DEL works from
 
     def _write_files(self, sandbox_id: str, config: api_pb2.PodSandboxConfig, host_network: bool) -> None:
         """resolv.conf, hostname and hosts, as containerd makes them: the pod's DNS config or else the host's
@@ -162,7 +162,8 @@ class Sandboxes:
         hostname = config.hostname or (os.uname().nodename if host_network else "")
         hosts = _read("/etc/hosts") if host_network else DEFAULT_HOSTS
         for name, data in (("resolv.conf", resolv), ("hostname", f"{hostname}\n".encode()), ("hosts", hosts)):
-            atomic_write(os.path.join(directory, name), data, mode=0o644)
+            # read only while the sandbox is ready (its containers bind them), which no power cut outlives
+            atomic_write(os.path.join(directory, name), data, mode=0o644, sync=NONE)
 
     # ---- stop / remove ------------------------------------------------------------------------------------
 
@@ -178,7 +179,7 @@ class Sandboxes:
                 self.containers.stop(container.id, 0)
             if record.ready:
                 record.ready = False
-                self.store.save_sandbox(record)
+                self.store.save_sandbox(record, DATA)  # a power cut ends the pause: recover() says so again
             self._teardown(record, decode_pb(api_pb2.PodSandboxConfig, record.config))
 
     def _teardown(self, record: SandboxRecord, config: api_pb2.PodSandboxConfig) -> None:
@@ -195,7 +196,7 @@ class Sandboxes:
                 except (PyRuntimeError, OSError) as e:  # the network releases the addresses regardless
                     log.warning("pod sandbox %s: network teardown: %s", record.id, e)
             record.network_torn_down = True
-            self.store.save_sandbox(record)
+            self.store.save_sandbox(record, DATA)  # lost, the next stop DELs again, which the CNI allows
         self.release_pause(record, self.layout.ns_dir(record.id))
 
     def remove(self, sandbox_id: str) -> None:
@@ -234,7 +235,7 @@ class Sandboxes:
             else:
                 continue
             record.ready = False
-            self.store.save_sandbox(record)
+            self.store.save_sandbox(record, DATA)  # decided again at every start
 
     @staticmethod
     def _network_done(record: SandboxRecord) -> bool:

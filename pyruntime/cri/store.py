@@ -70,10 +70,10 @@ class Store:
 
     # ---- records ------------------------------------------------------------------------------------------
 
-    def save_sandbox(self, record: SandboxRecord) -> None:
+    def save_sandbox(self, record: SandboxRecord, sync: str = FULL) -> None:
         path = self.layout.sandbox_dir(record.id)
         os.makedirs(path, mode=0o711, exist_ok=True)
-        record.dump(os.path.join(path, SANDBOX_RECORD))
+        record.dump(os.path.join(path, SANDBOX_RECORD), sync)
         with self._mutex:
             self._sandboxes[record.id] = record
 
