@@ -167,25 +167,40 @@ def _container_delete(ifname: str) -> None:
 
 
 def delete(args: CmdArgs) -> None:
+    """The container's interface goes in a thread in its netns while the masquerade rules go here: the
+    veth's unregistering and iptables' commit each wait out an RCU grace period (~10 ms), one at a time
+    otherwise. The addresses are released whatever happened to the rules."""
     conf = load(args)
+    nsfd = None
     if args.netns:
         try:
             nsfd = ns.open_netns(args.netns)
         except ns.NetNSGone:
-            nsfd = None
+            pass
+    masq_error: Exception | None = None
+    try:
+        deleted = ns.start_in(nsfd, _container_delete, args.ifname) if nsfd is not None else None
+        try:
+            if conf.layer3 and conf.ip_masq:
+                prev = args.prev_result()  # the families to clean up: without a result, both
+                families = tuple(sorted({ip.family for ip in prev.ips})) if prev is not None and prev.ips else (4, 6)
+                try:
+                    ipmasq.teardown(conf.name, args.container_id, families,
+                                    [ip.address for ip in prev.ips] if prev else ())
+                except Exception as e:
+                    masq_error = e
+        finally:
+            if deleted is not None:
+                deleted()
+    finally:
         if nsfd is not None:
-            try:
-                ns.run_in(nsfd, _container_delete, args.ifname)
-            finally:
-                os.close(nsfd)
+            os.close(nsfd)
     if conf.layer3:
         delegate.delete(conf.ipam_type, args)
     if conf.macspoofchk:
         spoofcheck.teardown(args.container_id, args.ifname)
-    if conf.layer3 and conf.ip_masq:
-        prev = args.prev_result()  # the families to clean up: without a result, both
-        families = tuple(sorted({ip.family for ip in prev.ips})) if prev is not None and prev.ips else (4, 6)
-        ipmasq.teardown(conf.name, args.container_id, families)
+    if masq_error is not None:
+        raise masq_error
 
 
 def _container_state(ifname: str) -> dict[str, Any] | None:

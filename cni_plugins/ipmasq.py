@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 
 from cni_plugins import iptables
 from cni_plugins.result import IPInterface
@@ -33,7 +34,7 @@ def setup(address: IPInterface, network: str, container_id: str) -> None:
     tagged = ["-m", "comment", "--comment", note]
     rules = [(chain, ["-d", str(address.network), "-j", "ACCEPT", *tagged]),
              (chain, ["!", "-d", multicast, "-j", "MASQUERADE", *tagged]),
-             ("POSTROUTING", ["-s", str(address.ip), "-j", chain, *tagged])]
+             ("POSTROUTING", _jump(address, chain, note))]
     if iptables.run(version, "-n", "-L", chain, check=False).returncode != 0:
         if iptables.restore(version, [f"-N {chain}", *(f"-A {c} {iptables.quoted(r)}" for c, r in rules)]):
             return
@@ -42,14 +43,25 @@ def setup(address: IPInterface, network: str, container_id: str) -> None:
         iptables.insert_unique(version, target, rule)
 
 
-def teardown(network: str, container_id: str, versions: tuple[int, ...] = (4, 6)) -> None:
+def _jump(address: IPInterface, chain: str, note: str) -> list[str]:
+    return ["-s", str(address.ip), "-j", chain, "-m", "comment", "--comment", note]
+
+
+def teardown(network: str, container_id: str, versions: tuple[int, ...] = (4, 6),
+             addresses: Sequence[IPInterface] = ()) -> None:
     """Removes the POSTROUTING jumps to the attachment's chain and the chain itself; missing pieces are fine.
-    Per family, a listing of POSTROUTING (not the whole nat table, which kube-proxy can fill with thousands
-    of rules) and one iptables-restore batch (iptables.restore); command by command when the batch is
-    refused (the chain is gone already, or a rule went meanwhile). `versions`: the families the attachment
-    had addresses in."""
+    `versions`: the families the attachment had addresses in; `addresses`: those addresses, when known (the
+    prevResult of a DEL). Per family, one iptables-restore batch (iptables.restore) deleting the jumps
+    setup() made for those addresses, as the reference's teardown rebuilds them; else, or when the batch
+    is refused (a jump or the chain gone already), a listing of POSTROUTING (not the whole nat table, which
+    kube-proxy can fill with thousands of rules) and a batch of the jumps found, then command by command."""
     chain = iptables.chain_name(network, container_id)
+    note = comment(network, container_id)
     for version in versions:
+        known = [a for a in addresses if a.version == version]
+        if known and iptables.restore(version, [*(f"-D POSTROUTING {iptables.quoted(_jump(a, chain, note))}"
+                                                  for a in known), f"-F {chain}", f"-X {chain}"]):
+            continue
         listing = iptables.run(version, "-S", "POSTROUTING", check=False).stdout.splitlines()
         jumps = [line[len("-A POSTROUTING "):] for line in listing
                  if line.startswith("-A POSTROUTING ") and _jumps_to(line, chain)]

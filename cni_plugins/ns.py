@@ -49,6 +49,12 @@ def open_netns(path: str) -> int:
 
 def run_in(nsfd: int, fn: Callable[..., T], *args: object) -> T:
     """Calls fn(*args) in a thread that has joined the netns `nsfd`, and returns or raises what it did."""
+    return start_in(nsfd, fn, *args)()
+
+
+def start_in(nsfd: int, fn: Callable[..., T], *args: object) -> Callable[[], T]:
+    """run_in, returning at once: the call it returns waits for fn and returns or raises what it did. `nsfd`
+    must stay open until then."""
     value: list[T] = []
     error: list[BaseException] = []
 
@@ -65,10 +71,13 @@ def run_in(nsfd: int, fn: Callable[..., T], *args: object) -> T:
 
     thread = threading.Thread(target=target, name="netns")
     thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return value[0]
+
+    def wait() -> T:
+        thread.join()
+        if error:
+            raise error[0]
+        return value[0]
+    return wait
 
 
 def sysctl_set(key: str, value: str) -> bool:
