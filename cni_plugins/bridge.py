@@ -101,11 +101,21 @@ def _add(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, nsfd: int) -> Result:
             if not result.ips:
                 raise CNIError(ERR_INTERNAL, "IPAM plugin returned missing IP config")
             gateways = _calc_gateways(result, conf)
-            mac = ns.run_in(nsfd, _container_setup, args.ifname, conf, result)
-            _setup_gateways(ipr, br["index"], conf, gateways)
-            if conf.ip_masq:
-                for ip in result.ips:
-                    ipmasq.setup(ip.address, conf.name, args.container_id)
+            # the container's side in a netns thread while the host's is done here: a new masquerade chain
+            # is an iptables commit, which waits out an RCU grace period (~10 ms) in the kernel
+            configured = ns.start_in(nsfd, _container_setup, args.ifname, conf, result)
+            try:
+                _setup_gateways(ipr, br["index"], conf, gateways)
+                if conf.ip_masq:
+                    for ip in result.ips:
+                        ipmasq.setup(ip.address, conf.name, args.container_id)
+            except BaseException as exc:
+                try:
+                    configured()
+                except Exception as other:
+                    exc.add_note(f"the container's side failed too: {type(other).__name__}: {other}")
+                raise
+            mac = configured()
         else:
             mac = ns.run_in(nsfd, _container_setup, args.ifname, conf, None)
         if conf.macspoofchk:
