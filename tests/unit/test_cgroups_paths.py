@@ -52,6 +52,13 @@ def test_mountinfo_unescapes_paths():
     assert v1[0].mountpoint == "/mnt/my cgroups"
 
 
+def test_only_cgroup_mounts_count_among_the_pods_mounts():
+    """The lines of other filesystems are skipped before parsing, whatever their paths and options say."""
+    pods = "".join(f"{200 + i} 25 0:{60 + i} / /run/pods/{i}/cgroup\\040-\\040cgroup rw - overlay overlay rw,x=cgroup\n"
+                   for i in range(50))
+    assert parse_mountinfo(pods + HYBRID + pods) == parse_mountinfo(HYBRID)
+
+
 def test_relative_base_is_own_cgroup():
     h = Hierarchy("memory", frozenset({"memory"}), "/sys/fs/cgroup/memory", "/")
     own = {"memory": "/process_api/abc"}

@@ -42,10 +42,12 @@ class Hierarchy:
 
 
 def parse_mountinfo(text: str) -> tuple[list[Hierarchy], Hierarchy | None]:
-    """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any."""
+    """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any. Only the
+    cgroup lines are parsed: mountinfo grows with every pod (its rootfs, /dev/shm, namespace pins), and a
+    container's create reads it twice. " - " ends a line's optional fields; in a path it is escaped."""
     v1: dict[str, Hierarchy] = {}
     v2: Hierarchy | None = None
-    for m in mountinfo.parse(text):
+    for m in mountinfo.parse("\n".join(line for line in text.splitlines() if " - cgroup" in line)):
         fstype, opts, root, mountpoint = m.fstype, m.super_options, m.root, m.mount_point
         if fstype == "cgroup2":
             if v2 is None:
