@@ -43,29 +43,57 @@ def check_digest(digest: str) -> str:
 
 @contextlib.contextmanager
 def flock(path: Path, mode: int) -> Iterator[None]:
-    """Hold flock(2) `mode` on a lock file, made if missing, until the block ends."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """Hold flock(2) `mode` on a lock file, made if missing, until the block ends. Its last holder may
+    remove it (LOCKS.hold's `remove`): a lock won on a file unlinked meanwhile guards nothing, so it is
+    taken again on the file now at `path`."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, mode)
+            held = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                now = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)
     try:
-        fcntl.flock(fd, mode)
         yield
     finally:
         os.close(fd)
 
 
 class _Locks:
-    """flock serialises processes, but two threads of one process share a lock, so a mutex goes first."""
+    """flock serialises processes, but two threads of one process share a lock, so a mutex goes first. A
+    mutex lives while some thread holds or waits for it: the keys (a container id each) never stop coming."""
 
     def __init__(self) -> None:
-        self._mutexes: dict[str, threading.Lock] = {}
+        self._mutexes: dict[str, tuple[threading.Lock, list[int]]] = {}  # key -> (mutex, [its users])
         self._guard = threading.Lock()
 
     @contextlib.contextmanager
-    def hold(self, path: Path) -> Iterator[None]:
+    def hold(self, path: Path, remove: bool = False) -> Iterator[None]:
+        """`remove`: the block ends the thing the lock guards (a container's rootfs), so the lock file goes
+        too, unlinked while held (flock takes care of those who waited for it)."""
         key = str(path)
         with self._guard:
-            mutex = self._mutexes.setdefault(key, threading.Lock())
-        with mutex, flock(path, fcntl.LOCK_EX):
-            yield
+            mutex, users = self._mutexes.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with mutex, flock(path, fcntl.LOCK_EX):
+                yield
+                if remove:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if not users[0]:
+                    del self._mutexes[key]
 
 
 LOCKS = _Locks()

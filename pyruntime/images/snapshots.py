@@ -210,7 +210,7 @@ class SnapshotStore:
         """Forget a container's rootfs and delete its writable layer; its mounts must already be gone, so that
         nothing is deleted through a live overlay."""
         cdir = self.containers / _safe_id(container_id)
-        with LOCKS.hold(self.locks / f"container-{_safe_id(container_id)}.lock"):
+        with LOCKS.hold(self.locks / f"container-{_safe_id(container_id)}.lock", remove=True):
             if not cdir.exists():
                 return False
             rootfs = cdir / "rootfs"

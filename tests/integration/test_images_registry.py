@@ -92,7 +92,8 @@ def _store_files(store: ImageStore) -> dict[str, list[str]]:
 def _assert_empty(store: ImageStore) -> None:
     assert store.list() == []
     assert _store_files(store) == {"blobs": [], "snapshots": [], "ingest": [], "containers": []}
-    assert [p.name for p in (store.root / "locks").iterdir() if p.name.startswith(("blob-", "snapshot-"))] == []
+    locks = [p.name for p in (store.root / "locks").iterdir()]
+    assert [name for name in locks if name.startswith(("blob-", "snapshot-", "container-"))] == []
 
 
 def test_pull_busybox_inspect_mount_remove(images: Images, store: ImageStore) -> None:

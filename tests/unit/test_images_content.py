@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from pyruntime.images.content import ContentStore, DigestError, sha256_digest
+from pyruntime.images.content import LOCKS, ContentStore, DigestError, flock, sha256_digest
 from pyruntime.images.registry import endpoints_for
 
 
@@ -71,3 +74,31 @@ def test_hosts_toml_mirrors_then_server(tmp_path: Path) -> None:
     assert eps[1].ca == str(tmp_path / "docker.io" / "ca.pem") and eps[0].mirror and not eps[2].mirror
     assert [e.url for e in endpoints_for("127.0.0.1:5000", tmp_path)] == ["http://127.0.0.1:5000"]
     assert [e.url for e in endpoints_for("quay.io", tmp_path)] == ["https://quay.io"]
+
+
+def test_a_lock_removed_with_what_it_guards_leaves_no_file_and_no_mutex(tmp_path: Path) -> None:
+    lock = tmp_path / "container-c1.lock"
+    with LOCKS.hold(lock, remove=True):
+        assert lock.exists() and str(lock) in LOCKS._mutexes
+    assert not lock.exists() and str(lock) not in LOCKS._mutexes
+    with LOCKS.hold(lock):  # an ordinary hold keeps its file, and forgets its mutex all the same
+        pass
+    assert lock.exists() and str(lock) not in LOCKS._mutexes
+
+
+def test_who_waited_for_a_lock_file_removed_meanwhile_locks_the_one_at_its_path(tmp_path: Path) -> None:
+    lock = tmp_path / "container-c1.lock"
+    seen: list[bool] = []
+
+    def waiter() -> None:
+        with flock(lock, fcntl.LOCK_EX):
+            seen.append(lock.exists())
+
+    with flock(lock, fcntl.LOCK_EX):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        time.sleep(0.2)  # the waiter is blocked on this file's lock
+        assert not seen
+        lock.unlink()
+    thread.join(5)
+    assert seen == [True]
