@@ -73,8 +73,13 @@ def test_create_makes_every_hierarchy_and_fills_cpuset(bases, tmp_path, monkeypa
     (tmp_path / "cpuset" / "pyruntime").mkdir()
     (tmp_path / "cpuset" / "pyruntime" / "cpuset.cpus").write_text("2\n")
     (tmp_path / "cpuset" / "pyruntime" / "cpuset.mems").write_text("0\n")
-    mgr.create()
+    assert mgr.create() is True  # a parent that was there already does not make the leaf any less new
     assert all(Path(p).is_dir() for p in mgr.dirs.values()) and mgr.exists()
+    os.rmdir(mgr.dirs["memory"])
+    for name in ("cpuset.cpus", "cpuset.mems"):  # what the fake kernel put there
+        (Path(mgr.dirs["cpuset"]) / name).unlink()
+    os.rmdir(mgr.dirs["cpuset"])
+    assert mgr.create() is False  # the leaf was there in some hierarchies: it may hold processes
     assert mgr.dirs["name=systemd"] == str(tmp_path / "systemd/pyruntime/c1")
     assert (tmp_path / "cpuset/pyruntime/c1/cpuset.cpus").read_text() == "2"
     assert (tmp_path / "cpuset/pyruntime/cpuset.cpus").read_text() == "2\n"
