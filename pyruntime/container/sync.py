@@ -85,19 +85,30 @@ class Channel:
             self.sock.send(json.dumps({"type": kind, **fields}).encode())
         except (BrokenPipeError, ConnectionResetError) as e:
             # the other side is gone; the error it sent before going says why
-            self._check(self.sock.recv(65536), f"a reply to {kind!r}")
+            self._check(self._recv()[0], f"a reply to {kind!r}")
             raise ChildError(f"container process exited before {kind!r} could be sent") from e
 
     def send_fd(self, kind: str, fd: int) -> None:
         socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])
 
     def recv_fd(self, expect: str) -> int | None:
-        data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, 1)
+        data, fds = self._recv(maxfds=1)
         self._check(data, expect)
         return fds[0] if fds else None
 
     def recv(self, expect: str) -> dict:
-        return self._check(self.sock.recv(65536), expect)
+        return self._check(self._recv()[0], expect)
+
+    def _recv(self, maxfds: int = 0) -> tuple[bytes, list[int]]:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, maxfds)
+        except ConnectionResetError:
+            # A side that exits with a message of ours unread (stage 2 sends ERROR while PID_RECEIVED
+            # waits in its queue) leaves ECONNRESET on our socket, and a SOCK_SEQPACKET recv reports
+            # that error before the messages queued ahead of it. Reporting consumes the error: what
+            # the other side sent before going (its ERROR) is the next read.
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, maxfds)
+        return data, fds
 
     def _check(self, data: bytes, expect: str) -> dict:
         if not data:
