@@ -10,13 +10,13 @@ It sits at the package top because `pyruntime.linux` may not import `pyruntime.o
 from __future__ import annotations
 
 import builtins
-import json
-from collections.abc import Iterable
 
+from pyruntime import fastjson
 from pyruntime.errors import InvalidArgumentError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
 if TYPE_CHECKING:  # command would pay its import; the overloads below are the type checker's only
+    from collections.abc import Iterable
     from typing import Any, Literal, overload
 
 _JSON_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "an array"}
@@ -29,7 +29,7 @@ class SpecError(InvalidArgumentError):
 def shown(value: Any) -> str:
     """A value as the user wrote it in JSON, cut short."""
     try:
-        text = json.dumps(value)
+        text = fastjson.dumps(value)
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -158,7 +158,7 @@ class Obj:
     def str_map(self, key: builtins.str) -> dict[builtins.str, builtins.str]:
         value = self.get(key, dict, {})
         for k, v in value.items():
-            check_type(v, f"{self.name(key)}[{json.dumps(k)}]", str)
+            check_type(v, f"{self.name(key)}[{fastjson.dumps(k)}]", str)
         return dict(value)
 
     def cpu_list(self, key: builtins.str) -> builtins.str | None:

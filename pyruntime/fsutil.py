@@ -25,10 +25,12 @@ Three levels (`sync`), each for one kind of record:
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import os
-from collections.abc import Iterator
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the runtime CLI imports this module
+if TYPE_CHECKING:
+    from types import TracebackType
 
 FULL, DATA, NONE = "full", "data", "none"  # atomic_file's `sync` (see the module doc)
 
@@ -42,32 +44,52 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], *, mode: int = 0o644, tmp: str | os.PathLike[str] | None = None,
-                sync: str = FULL) -> Iterator[io.BufferedWriter]:
+class atomic_file:
     """A binary file to write the new content into; it replaces `path` when the block ends without error.
 
     The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
     for `path`, so a write killed half way leaves one stale file that the next write overwrites,
     not a new piece of garbage per attempt. On an error the temporary file is removed.
+    A class rather than a contextlib generator: contextlib's import (collections, functools) would be a
+    millisecond of every runtime command, which writes state.json through here.
     """
-    path = os.fspath(path)
-    directory, name = os.path.split(path)
-    tmp_path = os.fspath(tmp) if tmp is not None else os.path.join(directory, f".{name}.tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            if sync != NONE:
-                os.fsync(f.fileno())
-        os.replace(tmp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_path)
-        raise
-    if sync == FULL:
-        fsync_dir(directory or ".")
+
+    def __init__(self, path: str | os.PathLike[str], *, mode: int = 0o644,
+                 tmp: str | os.PathLike[str] | None = None, sync: str = FULL) -> None:
+        self.path = os.fspath(path)
+        self.directory, name = os.path.split(self.path)
+        self.tmp = os.fspath(tmp) if tmp is not None else os.path.join(self.directory, f".{name}.tmp")
+        self.mode = mode
+        self.sync = sync
+
+    def __enter__(self) -> io.BufferedWriter:
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.mode)
+        self.file = os.fdopen(fd, "wb")
+        return self.file
+
+    def __exit__(self, kind: type[BaseException] | None, _error: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        try:
+            with self.file as f:
+                if kind is None:
+                    f.flush()
+                    if self.sync != NONE:
+                        os.fsync(f.fileno())
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        except BaseException:
+            self._discard()
+            raise
+        if kind is not None:
+            self._discard()
+        elif self.sync == FULL:
+            fsync_dir(self.directory or ".")
+
+    def _discard(self) -> None:
+        try:
+            os.unlink(self.tmp)
+        except FileNotFoundError:
+            pass
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,

@@ -9,10 +9,9 @@ to be treated as immutable (they hash by value) but, unlike frozen dataclasses, 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
 if TYPE_CHECKING:  # command would pay its import
+    from collections.abc import Callable
     from typing import Any, TypeVar, dataclass_transform
 
     T = TypeVar("T")

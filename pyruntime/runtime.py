@@ -17,10 +17,9 @@ from any thread.
 """
 from __future__ import annotations
 
+import _signal  # not `signal`, which builds enums at import
 import builtins
-import signal as _signal
 import time
-from collections.abc import Callable, Iterator
 
 from pyruntime.container.store import ContainerError, NotFound, Store
 from pyruntime.errors import InvalidArgumentError, PyRuntimeError
@@ -29,6 +28,8 @@ from pyruntime.settings import Settings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from pyruntime.linux.syscalls import Syscalls
     from pyruntime.oci.spec import Process, Spec
 

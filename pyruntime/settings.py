@@ -19,7 +19,9 @@ dataclasses (with inspect) costs it ~8 ms, a typing.NamedTuple class ~4 ms.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay collections' import
+    from collections.abc import Mapping
 
 DEFAULT_ROOT = "/run/pyruntime"
 DEFAULT_IMAGE_ROOT = "/var/lib/pyruntime/images"

@@ -2,14 +2,15 @@
 runtime-tools, scripts) drive it unchanged. This module only parses and dispatches: each command
 parses its flags and calls one method of pyruntime.runtime.Runtime (the library a CRI server uses
 too), and imports nothing it does not use, because the start-up time of this process is part of
-every container start. The environment is read here, into Settings, and nowhere below.
+every container start. The environment is read here, into Settings, and nowhere below. JSON is read
+with fastjson; only the commands that print it (with json's indents and separators) import `json`.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
+from pyruntime import fastjson
 from pyruntime.cli.args import Flag, UsageError, parse
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
@@ -125,7 +126,7 @@ def _one_id(pos: list[str], cmd: str) -> str:
 def _wants_terminal(bundle: str) -> bool:
     try:
         with open(os.path.join(bundle, "config.json"), "rb") as f:
-            return bool((json.load(f).get("process") or {}).get("terminal"))
+            return bool((fastjson.load(f).get("process") or {}).get("terminal"))
     except (OSError, ValueError, AttributeError):
         return False  # create reports what is wrong with the bundle
 
@@ -212,6 +213,7 @@ def cmd_start(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_state(ctx: Context, argv: list[str]) -> int:
+    import json
     print(json.dumps(ctx.runtime().state(_one_id(parse(argv, []).positional, "state")).to_json(), indent=2))
     return 0
 
@@ -235,7 +237,7 @@ def _exec_process(rt: Runtime, cid: str, o: dict, args: list[str]) -> dict:
     """The process to exec: --process FILE as given, or the container's own process with the flags applied."""
     if o["process"]:
         with open(str(o["process"])) as f:
-            return json.load(f)
+            return fastjson.load(f)
     if not args:
         raise UsageError("exec: give the command to run, or --process FILE")
     base = rt.process_of(cid)
@@ -295,6 +297,7 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_list(ctx: Context, argv: list[str]) -> int:
+    import json
     p = parse(argv, [Flag(("format", "f"), True, default="table"), Flag(("quiet", "q"))])
     # runc too reports a container it can't load and lists the others
     states = [s.to_json() for s in ctx.runtime().list(on_error=lambda _cid, e: ctx.error(f"list: {e}"))]
@@ -311,6 +314,7 @@ def cmd_list(ctx: Context, argv: list[str]) -> int:
 
 def cmd_ps(ctx: Context, argv: list[str]) -> int:
     """runc's: the host's ps(1) with the given options (default -ef), only the container's rows."""
+    import json
     p = parse(argv, [Flag(("format", "f"), True, default="table")], stop_at_positional=True)
     if not p.positional:
         raise UsageError("ps: usage: pyruntime ps [--format table|json] <container-id> [ps options]")
@@ -372,10 +376,10 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
     if p.options["resources"]:
         src = str(p.options["resources"])
         if src == "-":
-            raw = json.load(sys.stdin)
+            raw = fastjson.load(sys.stdin)
         else:
             with open(src) as f:
-                raw = json.load(f)
+                raw = fastjson.load(f)
     for flag, (section, key) in UPDATE_FLAGS.items():
         value = p.options[flag]
         if value is not None:
@@ -393,6 +397,7 @@ def cmd_update(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_events(ctx: Context, argv: list[str]) -> int:
+    import json
     p = parse(argv, [Flag(("stats",)), Flag(("interval",), True, default="5s")])
     cid = _one_id(p.positional, "events")
     rt = ctx.runtime()
@@ -410,6 +415,8 @@ def cmd_events(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_spec(ctx: Context, argv: list[str]) -> int:
+    import json
+
     from pyruntime.linux import cgroups
     from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.default import default_spec
@@ -424,6 +431,8 @@ def cmd_spec(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_features(ctx: Context, argv: list[str]) -> int:
+    import json
+
     from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.features import features
     parse(argv, [])

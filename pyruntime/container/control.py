@@ -7,9 +7,9 @@ Read-only queries (state, ps, stats) take no lock: the record is replaced atomic
 """
 from __future__ import annotations
 
+import _signal  # not `signal`, which builds enums at import
 import os
 import select
-import signal
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
@@ -48,15 +48,15 @@ def parse_signal(text: str) -> int:
     """A signal number or name (KILL, SIGKILL); 0 (kill(2)'s probe) checks that the init is alive."""
     if text.isdigit():
         num = int(text)
-        if not 0 <= num < signal.SIGRTMAX + 1:
+        if not 0 <= num < _signal.SIGRTMAX + 1:
             raise InvalidArgumentError(f"invalid signal {text!r}")
         return num
     name = text.upper()
     name = name if name.startswith("SIG") else "SIG" + name
-    try:
-        return int(signal.Signals[name])
-    except KeyError as e:
-        raise InvalidArgumentError(f"invalid signal {text!r}") from e
+    number = getattr(_signal, name, None) if not name.startswith("SIG_") else None  # SIG_DFL, SIG_BLOCK: not signals
+    if not isinstance(number, int):
+        raise InvalidArgumentError(f"invalid signal {text!r}")
+    return number
 
 
 def start(store: Store, cid: str) -> None:
@@ -98,7 +98,7 @@ def start(store: Store, cid: str) -> None:
             try:
                 run_hooks("poststart", spec_hooks, oci_state(state, "running"))
             except HookError:
-                os.kill(state.pid, signal.SIGKILL)
+                os.kill(state.pid, _signal.SIGKILL)
                 destroy(store, state)
                 raise
 
@@ -108,7 +108,7 @@ def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
         state = store.load(cid)
         status = status_of(store, state)
         private_pidns = "pid" in state.namespaces and state.namespaces["pid"] is None
-        if sig == signal.SIGKILL and not private_pidns:
+        if sig == _signal.SIGKILL and not private_pidns:
             # runc's: without a pid namespace of its own, the init's death does not take the rest with
             # it, so SIGKILL goes to every process in the cgroup, even once the init is gone
             _cgroup(state).kill_all(sig)
@@ -143,10 +143,23 @@ def wait_gone(pid: int, start: int, timeout: float) -> bool:
 
 
 def destroy(store: Store, state: ContainerState) -> None:
-    """Undoes create: the cgroup and the state directory go, then the poststop hooks run (warnings only)."""
+    """Undoes create: the cgroup and the state directory go, then the poststop hooks run (warnings only).
+
+    The cgroup-wide SIGKILL (a freeze, a read of every hierarchy's processes, a thaw) is skipped, as runc's
+    destroy skips it, when the init had a pid namespace of its own and is dead: the kernel killed every
+    process of that namespace before the init's exit completed. A cgroup still busy then (a process moved
+    in from outside) gets the kill after all."""
     cg = _cgroup(state)
-    cg.kill_all(signal.SIGKILL)
-    cg.destroy()
+    alone = state.namespaces.get("pid", "") is None and not process_alive(state.pid, state.pid_start)
+    if not alone:
+        cg.kill_all(_signal.SIGKILL)
+    try:
+        cg.destroy()
+    except cgroups.CgroupError:
+        if not alone:
+            raise
+        cg.kill_all(_signal.SIGKILL)
+        cg.destroy()
     store.remove(state.id)
     try:
         run_hooks("poststop", state.hooks_of("poststop"), oci_state(state, STOPPED))
@@ -171,11 +184,11 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
         if status != STOPPED:
             cg = _cgroup(state)
             if status == PAUSED:
-                cg.kill_all(signal.SIGKILL)
+                cg.kill_all(_signal.SIGKILL)
                 cg.thaw()
             if state.pid:
-                os.kill(state.pid, signal.SIGKILL)
-            cg.kill_all(signal.SIGKILL)
+                os.kill(state.pid, _signal.SIGKILL)
+            cg.kill_all(_signal.SIGKILL)
             if not wait_gone(state.pid, state.pid_start, 10):
                 raise InternalError(f"container {cid!r}: init {state.pid} did not die after SIGKILL")
         destroy(store, state)

@@ -8,9 +8,10 @@ container's processes are killed, the cgroup and the state directory removed.
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Callable
+
+# `_signal`, not `signal`, which builds enums at import: a millisecond of every runtime command
+from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, signal
 
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
@@ -27,6 +28,8 @@ from pyruntime.oci.validate import validate
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyruntime.linux.seccomp import Seccomp
 
 
@@ -98,18 +101,26 @@ def _mapped_userns(kernel: Syscalls, uids: tuple[IDMapping, ...], gids: tuple[ID
         os.waitpid(pid, 0)
 
 
-def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager) -> tuple[int, bool]:
-    """Forks stage 1 without moving it afterwards: born in the cgroup's cgroup2 directory (if it has one),
-    it enters the v1 ones itself (True). Where the kernel refuses the first (before 5.7), forked plainly,
-    for the caller to move (False). Either way no process waits on the kernel's cgroup lock but the last."""
+def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager, namespaces: int = 0) -> tuple[int, bool, bool]:
+    """Forks the container's first process without moving it afterwards: born in the cgroup's cgroup2
+    directory (if it has one), it enters the v1 ones itself (in_cgroup True). Where the kernel refuses the
+    first (before 5.7), forked plainly, for the caller to move (False). Either way no process waits on the
+    kernel's cgroup lock but the last. `namespaces` (init.clone_flags): born in these new namespaces too,
+    the child is the container's init (cloned True), with no stage 1; a host where it can't be (no cgroup2
+    part to clone into, or a refusal) gets a stage 1. Returns (pid or 0 in the child, in_cgroup, cloned)."""
     path = cg.cgroup2_dir()
     if path is None:
-        return os.fork(), True
+        return os.fork(), True, False
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return kernel.fork_into_cgroup(fd), True
+        if namespaces:
+            try:
+                return kernel.fork_into_cgroup(fd, namespaces), True, True
+            except OSError:
+                pass
+        return kernel.fork_into_cgroup(fd), True, False
     except OSError:
-        return os.fork(), False
+        return os.fork(), False, False
     finally:
         os.close(fd)
 
@@ -120,7 +131,7 @@ def write_pid_file(path: str, pid: int) -> None:
 
 def _kill_and_reap(pid: int) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, SIGKILL)
     except ProcessLookupError:
         return
     try:
@@ -192,7 +203,8 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
     parent, child = Channel.pair()
     try:
         store.save(state)
-        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel)
+        host_cgroups = cgroups.mounts()  # the init's cgroup mount needs them too
+        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel, host_cgroups)
         _refuse_used_cgroup(made, spec.linux.cgroups_path, made.create())
         cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))
@@ -200,27 +212,34 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         trace("nsexec container setup")
         idmap_fds = _idmap_usernses(kernel, spec)
         try:
-            stage1_pid, in_cgroup = fork_in_cgroup(kernel, cg)
-            if stage1_pid == 0:
+            pid, in_cgroup, cloned = fork_in_cgroup(kernel, cg, init.clone_flags(spec))
+            if pid == 0:
                 parent.close()
-                init.stage1(kernel, spec, bundle, child, store.path(cid, FIFO),
-                            console_socket, preserve_fds, idmap_fds, debug, cg.enter_v1 if in_cgroup else None)
+                start = init.cloned_init if cloned else init.stage1
+                start(kernel, spec, bundle, child, store.path(cid, FIFO), console_socket, preserve_fds, idmap_fds,
+                      debug, cg.enter_v1 if in_cgroup else None, host_cgroups)
         finally:
             for fd in idmap_fds.values():
                 os.close(fd)
         child.close()
-        user_ns = spec.linux.namespace("user")
-        if user_ns is not None and user_ns.path is None:
-            parent.recv(sync.USERNS)
-            userns.write_id_map(stage1_pid, "uid_map", _id_map_text(spec.linux.uid_mappings), "linux.uidMappings")
-            userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings), "linux.gidMappings")
-            parent.send(sync.MAPPED)
-        if not in_cgroup:
-            cg.add(stage1_pid)
-        parent.send(sync.GO)
-        init_pid = parent.recv(sync.PID)["pid"]
-        os.waitpid(stage1_pid, 0)
-        stage1_pid = 0
+        if cloned:
+            init_pid = pid
+        else:
+            stage1_pid = pid
+            user_ns = spec.linux.namespace("user")
+            if user_ns is not None and user_ns.path is None:
+                parent.recv(sync.USERNS)
+                userns.write_id_map(stage1_pid, "uid_map", _id_map_text(spec.linux.uid_mappings),
+                                    "linux.uidMappings")
+                userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings),
+                                    "linux.gidMappings")
+                parent.send(sync.MAPPED)
+            if not in_cgroup:
+                cg.add(stage1_pid)
+            parent.send(sync.GO)
+            init_pid = parent.recv(sync.PID)["pid"]
+            os.waitpid(stage1_pid, 0)
+            stage1_pid = 0
         parent.send(sync.PID_RECEIVED)
         trace(f"child process in init() (pid {init_pid})")
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
@@ -261,10 +280,10 @@ def become_subreaper(kernel: Syscalls | None) -> None:
 
 def wait_exit(pid: int) -> int:
     """Waits for the container's init, forwarding the signals a foreground runtime gets, like runc."""
-    forwarded = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-                 signal.SIGWINCH)
+    forwarded = (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+                 SIGWINCH)
     for sig in forwarded:
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+        signal(sig, lambda s, _f: os.kill(pid, s))
     while True:
         try:
             got, status = os.waitpid(-1, 0)

@@ -8,8 +8,6 @@ the process (limits, identity, capabilities, seccomp, cwd) and execs.
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Callable
 
 from pyruntime.container import process, sync
 from pyruntime.container.create import (
@@ -30,7 +28,10 @@ from pyruntime.oci.spec import Process
 from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState, oci_state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # socket and collections: enums and a millisecond of `exec`'s start, for annotations only
+    import socket
+    from collections.abc import Callable
+
     from pyruntime.linux.seccomp import Seccomp
 
 PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "pid": "pid", "cgroup": "cgroup",
@@ -172,7 +173,7 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
         if initial:  # set before the process is in the cgroup, whose cpuset may not hold those CPUs
             stage1_pid, in_cgroup = os.fork(), False
         else:
-            stage1_pid, in_cgroup = fork_in_cgroup(kernel, cg)
+            stage1_pid, in_cgroup, _cloned = fork_in_cgroup(kernel, cg)
         if stage1_pid == 0:
             parent.close()
             _stage1(kernel, state, seccomp, proc, child, console_sock, preserve_fds, debug,

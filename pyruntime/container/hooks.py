@@ -1,8 +1,7 @@
 """OCI hooks: each gets the container's state JSON on stdin; the first failure stops the sequence."""
 from __future__ import annotations
 
-import json
-
+from pyruntime import fastjson
 from pyruntime.errors import FailedPreconditionError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
@@ -24,7 +23,7 @@ def run_hooks(kind: str, hooks: tuple[Hook, ...], state: dict, inherit_env: dict
     if not hooks:
         return
     import subprocess
-    payload = json.dumps(state).encode()
+    payload = fastjson.dumps(state).encode()
     for i, hook in enumerate(hooks):
         argv = list(hook.args) or [hook.path]
         env = dict(e.split("=", 1) for e in hook.env) if hook.env or inherit_env is None else inherit_env

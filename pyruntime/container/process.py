@@ -10,7 +10,6 @@ import errno
 import os
 import resource
 import stat
-from collections.abc import Callable
 
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import SyscallError, Syscalls
@@ -18,6 +17,8 @@ from pyruntime.oci.spec import Process, warn
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyruntime.linux.seccomp import Seccomp
 
 CLOSE_RANGE_CLOEXEC = 4

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable
 
 from pyruntime.container import paths
 from pyruntime.linux import mountinfo
@@ -23,6 +22,12 @@ from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGA
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
 from pyruntime.record import Factory, record, replace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay collections' import
+    from collections.abc import Callable
+
+    from pyruntime.linux.cgroups.paths import HostMounts
 
 # statvfs flags a bind remount must keep: in a user namespace they are locked and dropping one is EPERM
 _LOCKED = ((os.ST_RDONLY, sc.MS_RDONLY), (os.ST_NOSUID, sc.MS_NOSUID), (os.ST_NODEV, sc.MS_NODEV),
@@ -88,13 +93,15 @@ def below_root(m: Mount, rootfs: str) -> Mount:
 
 
 def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: bool,
-              userns_fd: int | None = None, source_tree: int | None = None) -> None:
+              userns_fd: int | None = None, source_tree: int | None = None,
+              host_cgroups: HostMounts | None = None) -> None:
     """`userns_fd`: for an idmapped bind (mounts[].uidMappings), a user namespace holding its mappings.
-    `source_tree`: for a bind, its source already copied (MountFds.sources), to attach as it is."""
+    `source_tree`: for a bind, its source already copied (MountFds.sources), to attach as it is.
+    `host_cgroups`: MountFds.cgroups."""
     opts = parse_options(m.options)
     source = _source(m, bundle)
     if m.type == "cgroup":
-        return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns)
+        return _mount_cgroup(kernel, root_fd, m, opts, cgroup_ns, host_cgroups)
     if m.type in ("proc", "sysfs"):
         _require_plain_dir(kernel, root_fd, m)
     copy_up, readonly = -1, 0
@@ -265,14 +272,16 @@ def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
         os.close(fd)
 
 
-def _cgroup_hierarchies() -> list[tuple[Hierarchy, str]]:
+def _cgroup_hierarchies(host_cgroups: HostMounts | None, cgroup_ns: bool) -> list[tuple[Hierarchy, str]]:
     """Each cgroup hierarchy the runtime sees (v1 ones, then cgroup2), with the directory of this process's
     cgroup in it: what a container without a cgroup namespace gets at /sys/fs/cgroup, as runc binds it.
     The init runs this from inside the container's cgroups, so that is the container's own cgroup and
-    never the host's tree above it (the other pods' cgroups, names and limits)."""
-    v1, v2 = parse_mountinfo(_read("/proc/self/mountinfo"))
-    own = parse_proc_cgroup(_read("/proc/self/cgroup"))
-    return [(h, base_dir(h, False, own)) for h in (*v1, *((v2,) if v2 is not None else ()))]
+    never the host's tree above it (the other pods' cgroups, names and limits). With a cgroup namespace
+    the directories are not needed (each hierarchy is mounted afresh) and not read."""
+    v1, v2 = host_cgroups if host_cgroups is not None else parse_mountinfo(_read("/proc/self/mountinfo"))
+    own = parse_proc_cgroup(_read("/proc/self/cgroup")) if not cgroup_ns else {}
+    return [(h, base_dir(h, False, own) if not cgroup_ns else "")
+            for h in (*v1, *((v2,) if v2 is not None else ()))]
 
 
 def _read(path: str) -> str:
@@ -296,9 +305,10 @@ def _remount(kernel: Syscalls, root_fd: int, destination: str, flags: int) -> No
         os.close(fresh)
 
 
-def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool) -> None:
+def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, cgroup_ns: bool,
+                  host_cgroups: HostMounts | None) -> None:
     """cgroup2 mounts as is; on v1 a tmpfs with one directory per hierarchy, as runc lays it out."""
-    hierarchies = _cgroup_hierarchies()
+    hierarchies = _cgroup_hierarchies(host_cgroups, cgroup_ns)
     flags = opts.flags | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     target = paths.make_target(kernel, root_fd, m.destination, True)
     try:
@@ -505,9 +515,12 @@ class MountFds:
     kubelet's pods directory is 0750), and a mount of the host's namespace can't be bound into another
     one, only a detached copy attached (runc's mount source fds); an idmapped one is idmapped then, as only
     the host's root may. Sources inside the rootfs are looked up when mounted, so that they see the
-    container's earlier mounts (validation keeps idmapped mounts out of there)."""
+    container's earlier mounts (validation keeps idmapped mounts out of there). `cgroups`: the host's
+    cgroup hierarchies, as the runtime read them for the container's cgroup (the init's mount namespace
+    is a copy of its own, so a cgroup mount needs no second read and parse of mountinfo); None: read them."""
     idmap: dict[int, int] = Factory(dict)
     sources: dict[int, int] = Factory(dict)
+    cgroups: HostMounts | None = None
 
 
 def open_sources(kernel: Syscalls, spec: Spec, bundle: str, idmap: dict[int, int]) -> dict[int, int]:
@@ -559,7 +572,7 @@ def prepare(kernel: Syscalls, spec: Spec, bundle: str, in_userns: bool, before_p
         cgroup_ns = spec.linux.namespace("cgroup") is not None
         for i, m in enumerate(spec.mounts):
             mount_one(kernel, root_fd, below_root(m, rootfs), bundle, cgroup_ns, fds.idmap.get(i),
-                      fds.sources.get(i))
+                      fds.sources.get(i), fds.cgroups)
         dev_mount = next((m for m in spec.mounts if paths.clean(m.destination) == "/dev"), None)
         if dev_mount is None or not _is_bind(dev_mount, parse_options(dev_mount.options)):
             for dev in DEFAULT_DEVICES + tuple(d for d in spec.linux.devices

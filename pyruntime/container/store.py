@@ -9,11 +9,9 @@ two runtime processes (a shim's delete and a user's kill, say) may touch it at o
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
+from pyruntime import fastjson
 from pyruntime.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -69,13 +67,13 @@ class Store:
 
     def save(self, state: ContainerState) -> None:
         final = self.path(state.id, STATE_FILE)
-        atomic_write(final, json.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp", sync=NONE)
+        atomic_write(final, fastjson.dumps(state.to_json()).encode(), mode=0o600, tmp=final + ".tmp", sync=NONE)
 
     def load(self, cid: str) -> ContainerState:
         validate_id(cid)
         try:
             with open(self.path(cid, STATE_FILE), "rb") as f:
-                return ContainerState.from_json(json.load(f))
+                return ContainerState.from_json(fastjson.load(f))
         except FileNotFoundError as e:
             raise NotFound(f"container {cid!r} does not exist") from e
         except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError, as are from_json's errors
@@ -104,8 +102,7 @@ class Store:
             import shutil
             shutil.rmtree(path, ignore_errors=True)
 
-    @contextmanager
-    def locked(self, cid: str) -> Iterator[None]:
+    def locked(self, cid: str) -> _Flock:
         """Held by every command across its read of the state and its last change to it, so that two
         commands never act on the same stale record (an update that a concurrent one overwrote).
         Forked children inherit the lock's open file until close_fds or exit; nothing forked here
@@ -115,8 +112,22 @@ class Store:
             fd = os.open(self.path(cid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError as e:
             raise NotFound(f"container {cid!r} does not exist") from e
+        return _Flock(fd)
+
+
+class _Flock:
+    """An exclusive flock on an open fd, closed when the block ends (a class, not a contextlib generator:
+    every runtime command takes one, and contextlib's import would cost it a millisecond)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> None:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self.fd)

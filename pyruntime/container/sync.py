@@ -31,6 +31,12 @@ forks "stage 2", the future container process, into the new pid namespace, and e
     stage 2 -> runtime  READY         set up and waiting on the exec fifo; stage 2 closes the channel
                                       and `create` returns (`start` opens the fifo later)
 
+Without a stage 1 (init.clone_flags: no user namespace, no joined pid or time namespace, no new time
+namespace, and a cgroup2 directory to clone into), the runtime clones the init straight into its new
+namespaces and cgroup, one fork instead of two. The init does stage 1's work but for making those
+namespaces (it joins the others and unshares the cgroup one), then stage 2's; the runtime has its pid
+from the clone, skips USERNS to PID and sends PID_RECEIVED at once; the rest is as above.
+
 `exec` (container/exec.py):
 
     runtime -> stage 1  GO            stage 1 is in the container's cgroup: join the namespaces, fork
@@ -44,13 +50,15 @@ the fifos and the console socket are opened by the children themselves.
 """
 from __future__ import annotations
 
-import json
-import socket
+import sys
+from _socket import AF_UNIX, CMSG_LEN, SCM_RIGHTS, SOCK_SEQPACKET, SOL_SOCKET, socketpair
 
+from pyruntime import fastjson
 from pyruntime.errors import InternalError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
 if TYPE_CHECKING:  # command would pay its import
+    from _socket import socket
     from typing import Any
 
 USERNS = "userns"
@@ -72,24 +80,26 @@ class ChildError(InternalError):
 
 
 class Channel:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket) -> None:
         self.sock = sock
 
     @classmethod
     def pair(cls) -> tuple[Channel, Channel]:
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        """C-level sockets (`_socket`): the `socket` module builds enums at import, a millisecond of `create`."""
+        a, b = socketpair(AF_UNIX, SOCK_SEQPACKET)
         return cls(a), cls(b)
 
     def send(self, kind: str, **fields: Any) -> None:
         try:
-            self.sock.send(json.dumps({"type": kind, **fields}).encode())
+            self.sock.send(fastjson.dumps({"type": kind, **fields}).encode())
         except (BrokenPipeError, ConnectionResetError) as e:
             # the other side is gone; the error it sent before going says why
             self._check(self._recv()[0], f"a reply to {kind!r}")
             raise ChildError(f"container process exited before {kind!r} could be sent") from e
 
     def send_fd(self, kind: str, fd: int) -> None:
-        socket.send_fds(self.sock, [json.dumps({"type": kind}).encode()], [fd])
+        fd_bytes = fd.to_bytes(4, sys.byteorder)  # a C int
+        self.sock.sendmsg([fastjson.dumps({"type": kind}).encode()], [(SOL_SOCKET, SCM_RIGHTS, fd_bytes)])
 
     def recv_fd(self, expect: str) -> int | None:
         data, fds = self._recv(maxfds=1)
@@ -101,19 +111,23 @@ class Channel:
 
     def _recv(self, maxfds: int = 0) -> tuple[bytes, list[int]]:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, maxfds)
+            data, ancillary, _flags, _addr = self.sock.recvmsg(65536, CMSG_LEN(maxfds * 4))
         except ConnectionResetError:
             # A side that exits with a message of ours unread (stage 2 sends ERROR while PID_RECEIVED
             # waits in its queue) leaves ECONNRESET on our socket, and a SOCK_SEQPACKET recv reports
             # that error before the messages queued ahead of it. Reporting consumes the error: what
             # the other side sent before going (its ERROR) is the next read.
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, 65536, maxfds)
+            data, ancillary, _flags, _addr = self.sock.recvmsg(65536, CMSG_LEN(maxfds * 4))
+        # a C int per fd, decoded by hand: `array` imports collections
+        fds = [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+               for level, kind, payload in ancillary if level == SOL_SOCKET and kind == SCM_RIGHTS
+               for i in range(0, len(payload) - 3, 4)]
         return data, fds
 
     def _check(self, data: bytes, expect: str) -> dict:
         if not data:
             raise ChildError(f"container process exited before sending {expect!r}")
-        msg = json.loads(data)
+        msg = fastjson.loads(data)
         if msg["type"] == ERROR:
             raise ChildError(msg["message"])
         if msg["type"] != expect:

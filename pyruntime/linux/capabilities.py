@@ -15,13 +15,15 @@ Keep-caps is what lets the permitted set survive the switch from uid 0 to the co
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
 
 from pyruntime.fieldreader import Obj
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.record import record
 
-Warn = Callable[[str], None]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay collections' import
+    from collections.abc import Callable, Iterable, Mapping
+    Warn = Callable[[str], None]
 
 CAPABILITIES: Mapping[str, int] = {
     "CAP_CHOWN": 0,
@@ -84,8 +86,19 @@ def name(cap: int) -> str:
 
 
 def last_cap() -> int:
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        return int(f.read())
+    """The running kernel's highest capability, a constant until reboot: read once per process, by the
+    runtime when it parses the spec, so that the init (a fork) never reads it after pivot_root, where
+    /proc is the container's (or the image's own files when the config mounts none)."""
+    if not _LAST_CAP:
+        fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _LAST_CAP.append(int(os.read(fd, 32)))
+        finally:
+            os.close(fd)
+    return _LAST_CAP[0]
+
+
+_LAST_CAP: list[int] = []
 
 
 def _names(o: Obj, key: str, supported: int, warn: Warn | None) -> frozenset[int]:
@@ -120,11 +133,13 @@ class Capabilities:
         return cls(**{key: _names(o, key, supported, warn) for key in SETS})
 
 
-def _prctl(kernel: Syscalls, call: str, option: int, *args: int) -> int:
+def _prctl(kernel: Syscalls, call: str, option: int, *args: int, cap: int = -1) -> int:
+    """`call` names the prctl in its error; its "{}" is `cap`'s name, formatted only then: the loops over
+    every capability would build a string per call, in the init, where each allocation costs."""
     try:
         return kernel.prctl(option, *args)
     except SyscallError as e:
-        raise SyscallError(e.errno, f"{call}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a SyscallError has one
+        raise SyscallError(e.errno, f"{call.format(name(cap))}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a SyscallError has one
 
 
 def _bits(caps: Iterable[int]) -> int:
@@ -140,17 +155,19 @@ def _caps(mask: int) -> frozenset[int]:
 
 def bounding_set(kernel: Syscalls) -> frozenset[int]:
     return frozenset(cap for cap in range(last_cap() + 1)
-                     if _prctl(kernel, f"prctl(PR_CAPBSET_READ, {name(cap)})", PR_CAPBSET_READ, cap))
+                     if _prctl(kernel, "prctl(PR_CAPBSET_READ, {})", PR_CAPBSET_READ, cap, cap=cap))
 
 
-def drop_bounding(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> None:
-    """Drops every capability not in ``caps.bounding``; one we were never given cannot be kept, only reported."""
+def drop_bounding(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> frozenset[int]:
+    """Drops every capability not in ``caps.bounding``; one we were never given cannot be kept, only
+    reported. Returns the bounding set left."""
     current = bounding_set(kernel)
     if warn is not None:
         for cap in sorted(caps.bounding - current):
             warn(f"process.capabilities.bounding: {name(cap)} is not in the runtime's bounding set, not granted")
     for cap in sorted(current - caps.bounding):
-        _prctl(kernel, f"prctl(PR_CAPBSET_DROP, {name(cap)})", PR_CAPBSET_DROP, cap)
+        _prctl(kernel, "prctl(PR_CAPBSET_DROP, {})", PR_CAPBSET_DROP, cap, cap=cap)
+    return current & caps.bounding
 
 
 def set_keep_caps(kernel: Syscalls, keep: bool) -> None:
@@ -185,8 +202,10 @@ def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
         raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a failed call sets one
 
 
-def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None) -> None:
-    """Sets effective/permitted/inheritable with capset(2), then the ambient set.
+def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None,
+                     bounding: frozenset[int] | None = None) -> None:
+    """Sets effective/permitted/inheritable with capset(2), then the ambient set. `bounding`: the bounding
+    set as drop_bounding left it (read from the kernel if None).
 
     Only what the kernel would let capset(2) and PR_CAP_AMBIENT_RAISE grant is requested: permitted
     within our own permitted set, effective within the new permitted set, inheritable within what was
@@ -194,10 +213,10 @@ def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None 
     rest goes to ``warn``, so a runtime running with fewer capabilities still starts the container.
     """
     _, old_permitted, old_inheritable = kernel.capget()
-    bounding = _bits(bounding_set(kernel))
+    bounding_mask = _bits(bounding_set(kernel) if bounding is None else bounding)
     permitted = _bits(caps.permitted) & old_permitted
     effective = _bits(caps.effective) & permitted
-    inheritable = _bits(caps.inheritable) & (old_inheritable | old_permitted) & (old_inheritable | bounding)
+    inheritable = _bits(caps.inheritable) & (old_inheritable | old_permitted) & (old_inheritable | bounding_mask)
     ambient = _bits(caps.ambient) & permitted & inheritable
     if warn is not None:
         for key, granted in (("permitted", permitted), ("effective", effective),
@@ -211,8 +230,8 @@ def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None 
     kernel.capset(effective, permitted, inheritable)
     _prctl(kernel, "prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     for cap in sorted(_caps(ambient)):
-        _prctl(kernel, f"prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, {name(cap)})", PR_CAP_AMBIENT,
-               PR_CAP_AMBIENT_RAISE, cap)
+        _prctl(kernel, "prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, {})", PR_CAP_AMBIENT,
+               PR_CAP_AMBIENT_RAISE, cap, cap=cap)
 
 
 def set_no_new_privileges(kernel: Syscalls) -> None:
@@ -240,8 +259,8 @@ def apply(
     if caps is None:
         set_ids(uid, gid, additional_gids)
         return
-    drop_bounding(kernel, caps, warn=warn)
+    bounding = drop_bounding(kernel, caps, warn=warn)
     set_keep_caps(kernel, True)
     set_ids(uid, gid, additional_gids)
     set_keep_caps(kernel, False)
-    set_capabilities(kernel, caps, warn=warn)
+    set_capabilities(kernel, caps, warn=warn, bounding=bounding)

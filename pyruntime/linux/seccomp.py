@@ -25,13 +25,16 @@ import ctypes
 import errno
 import os
 import struct
-from collections.abc import Callable, Mapping
-from functools import cache
 
 from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import record
 
-Warn = Callable[[str], None]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay collections' import
+    from collections.abc import Callable, Mapping
+    from typing import TypeVar
+    Warn = Callable[[str], None]
+    T = TypeVar("T")
 
 _ERRNO_ACTIONS = {"SCMP_ACT_ERRNO": 0x00050000, "SCMP_ACT_TRACE": 0x7FF00000}
 ACTIONS: Mapping[str, int] = {
@@ -216,11 +219,23 @@ class _ArgCmp(ctypes.Structure):
     ]
 
 
+def _once(compute: Callable[[], T]) -> Callable[[], T]:
+    """functools.cache for a function of no arguments, without functools' import (with collections), which
+    every container with a seccomp profile would pay in `create`. A failure is not kept: the next call retries."""
+    done: list[T] = []
+
+    def cached() -> T:
+        if not done:
+            done.append(compute())
+        return done[0]
+    return cached
+
+
 class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
 
 
-@cache
+@_once
 def _lib() -> ctypes.CDLL:
     lib = ctypes.CDLL("libseccomp.so.2")
     ctx = ctypes.c_void_p
@@ -479,7 +494,7 @@ def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str,
                                    f"{seccomp.listener_path}: {e.strerror}") from e
 
 
-@cache
+@_once
 def supported_flags() -> frozenset[str]:
     """The spec's flags that libseccomp accepts as attributes, which it grants only after probing the kernel
     for each; none without libseccomp. Cached: a forked init asks after pivot_root, where the probe's files

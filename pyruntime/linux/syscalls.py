@@ -16,12 +16,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import signal
+from _signal import SIGCHLD  # not `signal`, which builds enums at import
 
 from pyruntime.errors import InternalError
 from pyruntime.linux._libc import libc
 
 libc.syscall.restype = ctypes.c_long
+# typed once: the init reads and drops ~70 capability bits through prctl, and four c_ulong objects made per
+# call cost it a tenth of a millisecond
+libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
 # mount(2) flags
 MS_RDONLY = 0x1
@@ -310,12 +313,13 @@ class Syscalls:
         owned by whatever 0 maps to in that namespace. `ridmap`: the submounts are idmapped too."""
         raise NotImplementedError
 
-    def fork_into_cgroup(self, cgroup_fd: int) -> int:
+    def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
         """fork(2) whose child starts in the cgroup2 directory `cgroup_fd` (clone3 CLONE_INTO_CGROUP): 0 in
         the child, its pid in the parent. A process moved by a cgroup.procs write waits on the kernel's
         cgroup threadgroup lock (an RCU grace period: 5-20 ms here); one born in its cgroup does not.
-        CPython's fork bookkeeping (PyOS_BeforeFork and the AfterFork pair) runs around it as os.fork's.
-        OSError when the kernel refuses (before 5.7: ENOSYS; a cgroup that can't take processes)."""
+        `namespaces`: CLONE_NEW* flags of namespaces the child is born in (a new pid namespace makes it
+        its pid 1). CPython's fork bookkeeping (PyOS_BeforeFork and the AfterFork pair) runs around it as
+        os.fork's. OSError when the kernel refuses (before 5.7: ENOSYS; a cgroup that can't take processes)."""
         raise NotImplementedError
 
 
@@ -456,8 +460,7 @@ class LinuxSyscalls(Syscalls):
             raise failure[0]
 
     def prctl(self, option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
-        ret = libc.prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(arg4),
-                         ctypes.c_ulong(arg5))
+        ret = libc.prctl(option, arg2, arg3, arg4, arg5)
         if ret < 0:
             raise _fail(f"prctl({option})")
         return ret
@@ -558,8 +561,8 @@ class LinuxSyscalls(Syscalls):
         finally:
             os.close(tree)
 
-    def fork_into_cgroup(self, cgroup_fd: int) -> int:
-        args = _CloneArgs(flags=CLONE_INTO_CGROUP, exit_signal=signal.SIGCHLD, cgroup=cgroup_fd)
+    def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
+        args = _CloneArgs(flags=CLONE_INTO_CGROUP | namespaces, exit_signal=SIGCHLD, cgroup=cgroup_fd)
         ctypes.pythonapi.PyOS_BeforeFork()
         # through PyDLL: the GIL stays held across the clone, as os.fork holds it
         pid = _libc_gil.syscall(_SYSCALL_NR["clone3"], ctypes.byref(args), ctypes.c_size_t(ctypes.sizeof(args)))
@@ -569,7 +572,8 @@ class LinuxSyscalls(Syscalls):
         err = ctypes.get_errno()
         ctypes.pythonapi.PyOS_AfterFork_Parent()
         if pid < 0:
-            raise SyscallError(err, f"clone3(CLONE_INTO_CGROUP) into {_path_of_fd(cgroup_fd)}: {os.strerror(err)}")
+            raise SyscallError(err, f"clone3(CLONE_INTO_CGROUP{f' | {namespaces:#x}' if namespaces else ''}) into "
+                                    f"{_path_of_fd(cgroup_fd)}: {os.strerror(err)}")
         return pid
 
     def mount_with_fsconfig(self, fstype: str, settings: list[tuple[str, str]], target: str) -> None:

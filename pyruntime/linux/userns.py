@@ -12,11 +12,14 @@ could have been replaced; a child that fails or is released exits without runnin
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Callable
 
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux.syscalls import CLONE_NEWUSER, Syscalls
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
+if TYPE_CHECKING:  # command would pay collections' import
+    import socket
+    from collections.abc import Callable
 
 UNSHARED, MAPPED = b"unshared", b"mapped"
 
@@ -37,6 +40,7 @@ def fork_mapped(kernel: Syscalls, uid_map: tuple[str, str], gid_map: tuple[str, 
     field it came from) are written, the child, root of its namespace, runs then(sock) and exits. Returns
     the child's pid and the parent's end of the SOCK_SEQPACKET pair `then` talks through; the caller closes
     it and waits for the child. When the mapping fails, the child is gone before the error is raised."""
+    import socket  # here: `create` of a container without user namespaces never pays its enums
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:

@@ -10,9 +10,9 @@ by oci/validate.py, which `create` runs before it claims anything.
 """
 from __future__ import annotations
 
-import json
 import os
 
+from pyruntime import fastjson
 from pyruntime.fieldreader import Obj, SpecError, check_range, check_type, cpu_set
 from pyruntime.record import Factory, record
 
@@ -380,13 +380,13 @@ def load_bundle(bundle: str) -> Spec:
     path = os.path.join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
-            raw = json.load(f)
+            raw = fastjson.load(f)
     except FileNotFoundError as e:
         raise SpecError(f"{path}: no such file (is {bundle} an OCI bundle?)") from e
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: invalid JSON: {e}") from e
     except OSError as e:
         raise SpecError(f"{path}: {e.strerror}") from e
+    except ValueError as e:  # json.JSONDecodeError, or bytes that are not text
+        raise SpecError(f"{path}: invalid JSON: {e}") from e
     spec = parse(raw, bundle)
     if not os.path.isdir(spec.root.path):
         raise SpecError(f"root.path: rootfs {spec.root.path} does not exist or is not a directory")

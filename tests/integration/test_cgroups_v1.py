@@ -105,7 +105,7 @@ def test_a_child_born_in_the_cgroup2_part_that_enters_the_v1_ones_itself_is_in_e
     child is cloned into the cgroup2 directory and writes "0" into each v1 `tasks` file itself."""
     from pyruntime.container.create import fork_in_cgroup
     r, w = os.pipe()
-    pid, in_cgroup = fork_in_cgroup(LinuxSyscalls(), ctr.cg)
+    pid, in_cgroup, _cloned = fork_in_cgroup(LinuxSyscalls(), ctr.cg)
     if pid == 0:
         try:
             os.close(r)

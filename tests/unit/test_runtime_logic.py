@@ -148,3 +148,30 @@ def test_only_namespaced_sysctls_are_allowed(key, namespaces, ok):
     else:
         with pytest.raises(SpecError, match=key):
             validate(s, "v1", FakeSyscalls())
+
+
+def _namespaces(*entries: tuple[str, str | None]) -> dict:
+    c = default_spec(False)
+    c["linux"]["namespaces"] = [{"type": kind, **({"path": path} if path else {})} for kind, path in entries]
+    return c
+
+
+@pytest.mark.parametrize("entries, expected", [
+    # the usual container: born in its new namespaces; the cgroup one is unshared once in its v1 cgroups
+    ([("pid", None), ("network", None), ("ipc", None), ("uts", None), ("mount", None), ("cgroup", None)],
+     syscalls.CLONE_NEWPID | syscalls.CLONE_NEWNET | syscalls.CLONE_NEWIPC | syscalls.CLONE_NEWUTS
+     | syscalls.CLONE_NEWNS),
+    # a pod's container: joins the pod's network, ipc and uts namespaces after it is born
+    ([("pid", None), ("network", "/run/netns/pod"), ("ipc", "/proc/1/ns/ipc"), ("mount", None)],
+     syscalls.CLONE_NEWPID | syscalls.CLONE_NEWNS),
+    # a stage 1 is needed: user namespaces are mapped from outside, and a joined pid or a new time
+    # namespace applies to children only
+    ([("user", None), ("pid", None), ("mount", None)], 0),
+    ([("user", "/proc/1/ns/user"), ("mount", None)], 0),
+    ([("pid", "/proc/1/ns/pid"), ("mount", None)], 0),
+    ([("time", None), ("pid", None), ("mount", None)], 0),
+    ([("cgroup", None)], 0),
+])
+def test_when_the_init_is_cloned_straight_into_its_namespaces(entries, expected):
+    from pyruntime.container import init
+    assert init.clone_flags(specmod.parse(_namespaces(*entries), "/bundle")) == expected

@@ -49,3 +49,22 @@ def test_a_message_out_of_sequence_is_a_protocol_error():
         parent.recv(sync.HOOKS)
     parent.close()
     child.close()
+
+
+def test_an_fd_crosses_the_channel():
+    """The seccomp notify fd's way from the init to the runtime (SCM_RIGHTS, decoded without `array`)."""
+    import os
+    parent, child = Channel.pair()
+    read, write = os.pipe()
+    child.send_fd(sync.SECCOMP, write)
+    os.close(write)
+    got = parent.recv_fd(sync.SECCOMP)
+    assert got is not None
+    os.write(got, b"through")
+    os.close(got)
+    assert os.read(read, 16) == b"through"
+    os.close(read)
+    child.send(sync.SECCOMP)  # no fd: every notify rule named a syscall the kernel lacks
+    assert parent.recv_fd(sync.SECCOMP) is None
+    parent.close()
+    child.close()

@@ -32,12 +32,14 @@ __all__ = [
     "V2Manager",
     "detect",
     "manager",
+    "mounts",
 ]
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
 if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
+    from pyruntime.linux.cgroups.paths import HostMounts
     from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
 
 
@@ -71,15 +73,21 @@ def _own_cgroups(absolute: bool) -> dict[str, str]:
     return {} if absolute else parse_proc_cgroup(_read("/proc/self/cgroup"))
 
 
-def manager(cgroups_path: str, container_id: str, kernel: Syscalls) -> CgroupManager:
+def mounts() -> HostMounts:
+    """The cgroup hierarchies mounted in this process's mount namespace (v1 ones, then the first cgroup2)."""
+    return parse_mountinfo(_read("/proc/self/mountinfo"))
+
+
+def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
+            host_mounts: HostMounts | None = None) -> CgroupManager:
     """The manager for a container's cgroupsPath; a path this runtime refuses raises ValueError.
 
     An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup,
-    and an empty one means /pyruntime/<id>.
+    and an empty one means /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None).
     """
     absolute, parts = split_path(cgroups_path, container_id)
     removable = tuple(removable_parents(parts))
-    v1, v2 = parse_mountinfo(_read("/proc/self/mountinfo"))
+    v1, v2 = host_mounts if host_mounts is not None else mounts()
     if detect(kernel) == "v2":
         if v2 is None or v2.mountpoint != CGROUP_ROOT:
             v2 = Hierarchy("", frozenset(), CGROUP_ROOT, "/")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
+from _signal import SIGKILL  # not `signal`, which builds enums at import
 from abc import ABC, abstractmethod
 
 from pyruntime.errors import InternalError
@@ -126,9 +126,17 @@ def rmdir_tree(top: str) -> None:
     """Removes a cgroup directory and its sub-cgroups bottom-up; gone already counts as done.
 
     EBUSY is retried until RMDIR_TIMEOUT because killed processes leave their cgroup only once reaped.
+    The usual cgroup, an empty leaf, goes with one rmdir; only a busy one is walked (a cgroup directory
+    lists every control file, which costs `delete` a scandir per hierarchy).
     """
-    if not os.path.isdir(top):
+    try:
+        os.rmdir(top)
         return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EBUSY, errno.ENOTEMPTY):  # busy: processes, or sub-cgroups to remove first
+            raise os_error("rmdir", top, exc) from exc
     dirs = [dirpath for dirpath, _d, _f in os.walk(top)]
     for path in reversed(dirs):
         deadline = time.monotonic() + RMDIR_TIMEOUT
@@ -211,7 +219,7 @@ class CgroupManager(ABC):
         """All processes in the cgroup and its sub-cgroups."""
 
     @abstractmethod
-    def kill_all(self, sig: int = signal.SIGKILL) -> None:
+    def kill_all(self, sig: int = SIGKILL) -> None:
         """Signals every process; it does not wait for them to exit."""
 
     @abstractmethod

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from pyruntime.linux import mountinfo
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
+if TYPE_CHECKING:
+    # the host's hierarchies as parse_mountinfo gives them: the v1 ones, and the first cgroup2 mount
+    HostMounts = tuple[list["Hierarchy"], "Hierarchy | None"]
+
 DEFAULT_PARENT = "pyruntime"
 
 
@@ -41,7 +46,7 @@ class Hierarchy:
         return "Hierarchy(key={!r}, controllers={!r}, mountpoint={!r}, root={!r})".format(*self._fields())
 
 
-def parse_mountinfo(text: str) -> tuple[list[Hierarchy], Hierarchy | None]:
+def parse_mountinfo(text: str) -> HostMounts:
     """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any. Only the
     cgroup lines are parsed: mountinfo grows with every pod (its rootfs, /dev/shm, namespace pins), and a
     container's create reads it twice. " - " ends a line's optional fields; in a path it is escaped."""

@@ -11,13 +11,12 @@ always on, and v1 checks by itself.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import fields, record, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
 if TYPE_CHECKING:  # command would pay its import
+    from collections.abc import Callable
     from typing import Any
 
 INT64_MIN = -(1 << 63)

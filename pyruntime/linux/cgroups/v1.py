@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
+from _signal import SIGKILL  # not `signal`, which builds enums at import
 
 from pyruntime.linux.cgroups.base import (
     FREEZE_TIMEOUT,
@@ -296,13 +296,13 @@ class V1Manager(CgroupManager):
             found.update(self.unified.pids())
         return sorted(found)
 
-    def kill_all(self, sig: int = signal.SIGKILL) -> None:
+    def kill_all(self, sig: int = SIGKILL) -> None:
         """A v1-frozen task acts on SIGKILL only once thawed, so SIGKILL thaws even a cgroup that was
         frozen before."""
         if not self.exists():
             return
         freezer = self._dir("freezer")
-        self._signal_frozen(sig, freezer is not None and os.path.isdir(freezer), sig == signal.SIGKILL)
+        self._signal_frozen(sig, freezer is not None and os.path.isdir(freezer), sig == SIGKILL)
 
     def stats(self) -> dict:
         data: dict = {}

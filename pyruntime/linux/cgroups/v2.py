@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
+from _signal import SIGKILL  # not `signal`, which builds enums at import
 
 from pyruntime.linux.cgroups.base import (
     FREEZE_TIMEOUT,
@@ -281,13 +281,13 @@ class V2Manager(CgroupManager):
     def pids(self) -> list[int]:
         return procs_in_tree(self.path)
 
-    def kill_all(self, sig: int = signal.SIGKILL) -> None:
+    def kill_all(self, sig: int = SIGKILL) -> None:
         """SIGKILL goes through cgroup.kill where the kernel has it, which cannot miss a forking process;
         otherwise the cgroup is frozen while it is signalled, for the same reason. A freeze that times
         out does not stop the signal, which then goes out unfrozen."""
         if not os.path.isdir(self.path):
             return
-        if sig == signal.SIGKILL and os.path.exists(self._file("cgroup.kill")):
+        if sig == SIGKILL and os.path.exists(self._file("cgroup.kill")):
             self._write("cgroup.kill", "1")
             return
         self._signal_frozen(sig, os.path.exists(self._file("cgroup.freeze")), False)

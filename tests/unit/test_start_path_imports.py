@@ -1,0 +1,28 @@
+"""The runtime CLI's start path stays off the stdlib modules that cost it milliseconds at import.
+
+Every `pyruntime create/start/state/delete` is a fresh interpreter, so what its modules import at the
+top is paid per container operation (runc's whole `start` is 4 ms). `json` imports `re` and `enum`;
+`socket`, `signal` and `selectors` build enums; `collections` comes with `functools`, `contextlib`,
+`array` and a `from collections.abc import` made for annotations; `typing` and `dataclasses` are larger
+still. The start path uses fastjson, `_socket`, `_signal` and TYPE_CHECKING imports instead.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+START_PATH = ["pyruntime.cli.main", "pyruntime.runtime", "pyruntime.container.create", "pyruntime.container.control",
+              "pyruntime.container.exec", "pyruntime.linux.capabilities", "pyruntime.linux.seccomp",
+              "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2", "pyruntime.linux.cgroups.resources",
+              "pyruntime.oci.validate"]
+HEAVY = {"json", "re", "enum", "socket", "signal", "selectors", "collections", "functools", "contextlib", "array",
+         "typing", "dataclasses", "inspect", "subprocess", "threading", "logging", "shutil", "tempfile"}
+
+
+def test_start_path_modules_import_none_of_the_heavy_stdlib():
+    probe = (f"import sys; sys.path[:0] = {sys.path!r}; import importlib\n"
+             f"for name in {START_PATH!r}: importlib.import_module(name)\n"
+             f"print(' '.join(sorted(set({sorted(HEAVY)!r}) & set(sys.modules))))")
+    loaded = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert loaded == []
