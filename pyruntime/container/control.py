@@ -15,12 +15,15 @@ import time
 from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import FIFO, ContainerError, Store
 from pyruntime.errors import InternalError, InvalidArgumentError
-from pyruntime.linux import cgroups
-from pyruntime.linux.syscalls import LinuxSyscalls
+from pyruntime.linux.cgroups.base import FROZEN, CgroupError, CgroupManager
 from pyruntime.oci.state import CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
 
 
-def _cgroup(state: ContainerState):
+def _cgroup(state: ContainerState) -> CgroupManager:
+    """Loaded on first use: `start` and `state` of a created container never touch the cgroup, and the
+    managers with the syscall layer (ctypes) are a quarter of what those commands would import."""
+    from pyruntime.linux import cgroups
+    from pyruntime.linux.syscalls import LinuxSyscalls
     return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls())
 
 
@@ -32,7 +35,7 @@ def status_of(store: Store, state: ContainerState) -> str:
     if os.path.exists(store.path(state.id, FIFO)):
         return CREATED
     try:
-        if _cgroup(state).state() == cgroups.FROZEN:
+        if _cgroup(state).state() == FROZEN:
             return PAUSED
     except OSError:
         pass
@@ -155,7 +158,7 @@ def destroy(store: Store, state: ContainerState) -> None:
         cg.kill_all(_signal.SIGKILL)
     try:
         cg.destroy()
-    except cgroups.CgroupError:
+    except CgroupError:
         if not alone:
             raise
         cg.kill_all(_signal.SIGKILL)

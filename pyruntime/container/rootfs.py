@@ -17,6 +17,7 @@ import stat
 from pyruntime.container import paths
 from pyruntime.linux import mountinfo
 from pyruntime.linux import syscalls as sc
+from pyruntime.linux.cgroups.base import read_file
 from pyruntime.linux.cgroups.paths import Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup
 from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import SyscallError, Syscalls
@@ -278,15 +279,10 @@ def _cgroup_hierarchies(host_cgroups: HostMounts | None, cgroup_ns: bool) -> lis
     The init runs this from inside the container's cgroups, so that is the container's own cgroup and
     never the host's tree above it (the other pods' cgroups, names and limits). With a cgroup namespace
     the directories are not needed (each hierarchy is mounted afresh) and not read."""
-    v1, v2 = host_cgroups if host_cgroups is not None else parse_mountinfo(_read("/proc/self/mountinfo"))
-    own = parse_proc_cgroup(_read("/proc/self/cgroup")) if not cgroup_ns else {}
+    v1, v2 = host_cgroups if host_cgroups is not None else parse_mountinfo(read_file("/proc/self/mountinfo"))
+    own = parse_proc_cgroup(read_file("/proc/self/cgroup")) if not cgroup_ns else {}
     return [(h, base_dir(h, False, own) if not cgroup_ns else "")
             for h in (*v1, *((v2,) if v2 is not None else ()))]
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
 
 
 def _bind_remount(kernel: Syscalls, root_fd: int, source: str, target_fd: int, destination: str, flags: int,

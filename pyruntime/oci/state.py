@@ -14,6 +14,8 @@ whole config or the bundle.
 """
 from __future__ import annotations
 
+import os
+
 OCI_VERSION = "1.2.1"
 # bumped whenever the record's fields change meaning; a record of another version is refused by name
 RECORD_VERSION = 2
@@ -134,10 +136,15 @@ class ContainerState:
 def process_start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat; with the pid it names one process for good, since pids are reused."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)  # not open(): its buffered layers
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)  # the whole line: a comm of 16 bytes at most, then numbers
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     rest = data[data.rindex(b")") + 2:].split()
     if rest[0] in (b"Z", b"X"):
         return None

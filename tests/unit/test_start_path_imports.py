@@ -19,10 +19,21 @@ HEAVY = {"json", "re", "enum", "socket", "signal", "selectors", "collections", "
          "typing", "dataclasses", "inspect", "subprocess", "threading", "logging", "shutil", "tempfile"}
 
 
-def test_start_path_modules_import_none_of_the_heavy_stdlib():
+def _loaded(modules: list[str], watched: set[str]) -> list[str]:
+    """Which of `watched` a fresh interpreter (as the CLI runs: -I -S) has loaded after importing `modules`."""
     probe = (f"import sys; sys.path[:0] = {sys.path!r}; import importlib\n"
-             f"for name in {START_PATH!r}: importlib.import_module(name)\n"
-             f"print(' '.join(sorted(set({sorted(HEAVY)!r}) & set(sys.modules))))")
-    loaded = subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True,
-                            check=True).stdout.split()
-    assert loaded == []
+             f"for name in {modules!r}: importlib.import_module(name)\n"
+             f"print(' '.join(sorted(set({sorted(watched)!r}) & set(sys.modules))))")
+    return subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def test_start_path_modules_import_none_of_the_heavy_stdlib():
+    assert _loaded(START_PATH, HEAVY) == []
+
+
+def test_start_and_state_load_neither_the_cgroup_managers_nor_ctypes():
+    """`start` (and `state` of a created container) touch no cgroup: what control.py imports at the top
+    stops short of the managers and the syscall layer, a quarter of those commands' imports."""
+    watched = {"ctypes", "pyruntime.linux.syscalls", "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2"}
+    assert _loaded(["pyruntime.cli.main", "pyruntime.runtime", "pyruntime.container.control"], watched) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 
-from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager
+from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager, read
 from pyruntime.linux.cgroups.paths import (
     Hierarchy,
     base_dir,
@@ -17,9 +17,6 @@ from pyruntime.linux.cgroups.paths import (
     removable_parents,
     split_path,
 )
-from pyruntime.linux.cgroups.v1 import V1Manager
-from pyruntime.linux.cgroups.v2 import V2Manager
-from pyruntime.linux.syscalls import Syscalls
 
 __all__ = [
     "DEFAULT_ALLOWED_DEVICES",
@@ -41,13 +38,24 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the st
 if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
     from pyruntime.linux.cgroups.paths import HostMounts
     from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
+    from pyruntime.linux.cgroups.v1 import V1Manager
+    from pyruntime.linux.cgroups.v2 import V2Manager
+    from pyruntime.linux.syscalls import Syscalls
 
 
 def __getattr__(name: str) -> object:
-    """Resources and DEFAULT_ALLOWED_DEVICES load on first use: `delete`, `state` and `start` never need them."""
+    """Load on first use: `delete`, `state` and `start` never need the resource types, and `start` (or
+    `state` of a created container) not even a manager; the base module's names (FROZEN, CgroupError)
+    come without them."""
     if name in ("Resources", "DEFAULT_ALLOWED_DEVICES"):
         from pyruntime.linux.cgroups import resources
         return getattr(resources, name)
+    if name == "V1Manager":
+        from pyruntime.linux.cgroups.v1 import V1Manager
+        return V1Manager
+    if name == "V2Manager":
+        from pyruntime.linux.cgroups.v2 import V2Manager
+        return V2Manager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 CGROUP2_SUPER_MAGIC = 0x63677270
 
@@ -61,21 +69,13 @@ def detect(kernel: Syscalls, root: str = CGROUP_ROOT) -> str:
     return "v2" if magic == CGROUP2_SUPER_MAGIC else "v1"
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError as exc:
-        raise CgroupError(exc.errno or 0, f"read {path}: {exc.strerror}") from exc
-
-
 def _own_cgroups(absolute: bool) -> dict[str, str]:
-    return {} if absolute else parse_proc_cgroup(_read("/proc/self/cgroup"))
+    return {} if absolute else parse_proc_cgroup(read("/proc/self/cgroup"))
 
 
 def mounts() -> HostMounts:
     """The cgroup hierarchies mounted in this process's mount namespace (v1 ones, then the first cgroup2)."""
-    return parse_mountinfo(_read("/proc/self/mountinfo"))
+    return parse_mountinfo(read("/proc/self/mountinfo"))
 
 
 def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
@@ -85,6 +85,8 @@ def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
     An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup,
     and an empty one means /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None).
     """
+    from pyruntime.linux.cgroups.v1 import V1Manager
+    from pyruntime.linux.cgroups.v2 import V2Manager
     absolute, parts = split_path(cgroups_path, container_id)
     removable = tuple(removable_parents(parts))
     v1, v2 = host_mounts if host_mounts is not None else mounts()
@@ -98,7 +100,7 @@ def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
     unified = None
     if v2 is not None:
         v1_controllers = set().union(*(h.controllers for h in v1))
-        extra = set(_read(f"{v2.mountpoint}/cgroup.controllers").split()) - v1_controllers
+        extra = set(read(f"{v2.mountpoint}/cgroup.controllers").split()) - v1_controllers
         if extra:
             unified = V2Manager(v2.mountpoint, base_dir(v2, absolute, own), parts, removable)
     bases = {h.key: base_dir(h, absolute, own) for h in v1}
