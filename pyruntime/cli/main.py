@@ -123,14 +123,6 @@ def _one_id(pos: list[str], cmd: str) -> str:
     return pos[0]
 
 
-def _wants_terminal(bundle: str) -> bool:
-    try:
-        with open(os.path.join(bundle, "config.json"), "rb") as f:
-            return bool((fastjson.load(f).get("process") or {}).get("terminal"))
-    except (OSError, ValueError, AttributeError):
-        return False  # create reports what is wrong with the bundle
-
-
 class OwnConsole:
     """runc's behaviour for a foreground terminal without --console-socket: the runtime takes the
     pty master itself and relays it to its own stdin and stdout."""
@@ -174,6 +166,7 @@ def cmd_create(ctx: Context, argv: list[str]) -> int:
 def cmd_run(ctx: Context, argv: list[str]) -> int:
     from pyruntime.container.create import become_subreaper, wait_exit
     from pyruntime.linux.syscalls import LinuxSyscalls
+    from pyruntime.oci.spec import load_bundle
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
     o = p.options
     cid = _one_id(p.positional, "run")
@@ -181,11 +174,12 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
     rt = ctx.runtime(kernel)
     if not o["detach"]:
         become_subreaper(kernel)
+    spec = load_bundle(str(o["bundle"]))  # once: whether it wants a terminal, then what create makes
     own = None
-    if not o["detach"] and not o["console-socket"] and _wants_terminal(str(o["bundle"])):
+    if not o["detach"] and not o["console-socket"] and spec.process is not None and spec.process.terminal:
         own = OwnConsole(ctx.root)
     try:
-        state = rt.create(cid, str(o["bundle"]), console_socket=own.path if own else _text(o, "console-socket"),
+        state = rt.create(cid, str(o["bundle"]), spec, console_socket=own.path if own else _text(o, "console-socket"),
                           pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
         master = own.master() if own else None
     finally:
