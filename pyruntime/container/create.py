@@ -125,6 +125,18 @@ def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager, namespaces: int 
         os.close(fd)
 
 
+def end_stage1(parent: Channel, cg: cgroups.CgroupManager, stage1_pid: int, in_cgroup: bool) -> int:
+    """Stage 1's end as `create` and `exec` see it (sync.py): moved into the cgroup unless it was born
+    there, it gets its go and reports the pid of the process it forked, and is reaped. Returns that pid;
+    the caller then sends PID_RECEIVED. A failure before the reaping leaves stage 1 to the caller to kill."""
+    if not in_cgroup:
+        cg.add(stage1_pid)
+    parent.send(sync.GO)
+    pid = parent.recv(sync.PID)["pid"]
+    os.waitpid(stage1_pid, 0)
+    return pid
+
+
 def write_pid_file(path: str, pid: int) -> None:
     atomic_write(path, str(pid).encode(), tmp=f"{path}.{os.getpid()}.tmp", sync=NONE)
 
@@ -234,11 +246,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
                 userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings),
                                     "linux.gidMappings")
                 parent.send(sync.MAPPED)
-            if not in_cgroup:
-                cg.add(stage1_pid)
-            parent.send(sync.GO)
-            init_pid = parent.recv(sync.PID)["pid"]
-            os.waitpid(stage1_pid, 0)
+            init_pid = end_stage1(parent, cg, stage1_pid, in_cgroup)
             stage1_pid = 0
         parent.send(sync.PID_RECEIVED)
         trace(f"child process in init() (pid {init_pid})")

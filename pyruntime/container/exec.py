@@ -12,6 +12,7 @@ import os
 from pyruntime.container import process, sync
 from pyruntime.container.create import (
     become_subreaper,
+    end_stage1,
     fork_in_cgroup,
     hand_over_notify_fd,
     require_single_thread,
@@ -185,11 +186,7 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
         if initial:
             assert proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None
             _initial_affinity(kernel, stage1_pid, proc.exec_cpu_affinity.initial, trace)
-        if not in_cgroup:
-            cg.add(stage1_pid)
-        parent.send(sync.GO)
-        pid = parent.recv(sync.PID)["pid"]
-        os.waitpid(stage1_pid, 0)
+        pid = end_stage1(parent, cg, stage1_pid, in_cgroup)
         stage1_pid = 0
         parent.send(sync.PID_RECEIVED)
         trace(f"child process in init() (pid {pid})")
