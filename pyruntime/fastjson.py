@@ -42,12 +42,12 @@ class _Defaults:
 _scan = _json.make_scanner(_Defaults()) if _json is not None else None  # type: ignore[arg-type]
 
 
-def loads(document: str | bytes) -> Any:
+def loads(document: str | bytes | bytearray) -> Any:
     """json.loads(document)."""
     if _scan is None:
         return _json_module().loads(document)
     try:
-        text = document.decode("utf-8", "surrogatepass") if isinstance(document, bytes) else document
+        text = document.decode("utf-8", "surrogatepass") if isinstance(document, (bytes, bytearray)) else document
         start = len(text) - len(text.lstrip(_WHITESPACE))
         value, end = _scan(text, start)
     except (StopIteration, ValueError, SystemError):

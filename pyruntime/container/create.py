@@ -288,8 +288,7 @@ def become_subreaper(kernel: Syscalls | None) -> None:
 
 def wait_exit(pid: int) -> int:
     """Waits for the container's init, forwarding the signals a foreground runtime gets, like runc."""
-    forwarded = (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
-                 SIGWINCH)
+    forwarded = (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH)
     for sig in forwarded:
         signal(sig, lambda s, _f: os.kill(pid, s))
     while True:

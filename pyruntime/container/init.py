@@ -115,7 +115,7 @@ def clone_flags(spec: Spec) -> int:
         ns = spec.linux.namespace(kind)
         if ns is None or kind == "cgroup":
             continue
-        if kind in ("pid", "time") and (ns.path is not None or kind == "time"):
+        if kind == "time" or (kind == "pid" and ns.path is not None):
             return 0
         if ns.path is None:
             flags |= flag
@@ -125,8 +125,8 @@ def clone_flags(spec: Spec) -> int:
 def _first_steps(kernel: Syscalls, spec: Spec, bundle: str, fifo_path: str, console_socket: str | None,
                  idmap_fds: dict[int, int], enter_cgroup: Callable[[], None] | None,
                  host_cgroups: HostMounts | None) -> tuple[int, object, rootfs.MountFds]:
-    """What the container's first process does while still root on the host, before it joins or makes any
-    namespace: (the exec fifo, the console socket's connection or None, the mount fds)."""
+    """What the container's first process does while still root on the host, before it joins a namespace
+    (or, as stage 1, makes one): (the exec fifo, the console socket's connection or None, the mount fds)."""
     if enter_cgroup is not None:
         enter_cgroup()
     kernel.prctl(sc.PR_SET_DUMPABLE, 0)

@@ -17,6 +17,7 @@ DOCUMENTS = [
     "", "   ", "[1,]", '{"a" 1}', '"\x01"', '{"a":1} x', "123abc", "\ufeff{}",
     # bytes json decodes by detection: a UTF-8 BOM, UTF-16, not UTF-8 at all
     b"\xef\xbb\xbf{}", '{"u": 16}'.encode("utf-16"), '["le"]'.encode("utf-16-le"), b"\xff\xfe1\x00", b'"\xff"',
+    bytearray(b'[1, {"b": 2}]'),
 ]
 
 
