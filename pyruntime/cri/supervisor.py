@@ -186,11 +186,12 @@ class _Supervisor:
         """Runtime.create in a child of ours that exits once it is done. The create runs most of pyruntime's
         container code (spec, mounts, cgroups, the init's fork): every object it touches or allocates is a
         write to a page shared with the launcher, which would stay this process's own for the container's
-        whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned by the
-        runtime's stage 1, comes to us as the subreaper all the same; the child inherits our stdio, which
-        the init takes over. Reports {"pid"} or the error on a pipe, re-raised here as its kind; a child
-        that dies without a report may have made the container, which _undo then deletes. `meanwhile`
-        runs here while the child works; its failure is raised once the child has reported."""
+        whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned when this
+        child exits (or earlier by the runtime's stage 1), comes to us as the subreaper all the same; the
+        child inherits our stdio, which the init takes over. Reports {"pid"} or the error on a pipe,
+        re-raised here as its kind; a child that dies without a report may have made the container, which
+        _undo then deletes. `meanwhile` runs here while the child works; its failure is raised once the
+        child has reported."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -244,7 +245,7 @@ class _Supervisor:
             os.unlink(path)
         except FileNotFoundError:
             pass
-        with attach.unix_address(path) as address:  # valid in the runtime's forked stage 1 too
+        with attach.unix_address(path) as address:  # valid in the runtime's forked init too
             server = console.listen(address)
             try:
                 self._create(address)
