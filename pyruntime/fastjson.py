@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 try:
     import _json
 except ImportError:  # not CPython: `json` does everything
-    _json = None  # type: ignore[assignment]
+    _json = None  # type: ignore[assignment]  # the module or None, as json.decoder does
 
 _WHITESPACE = " \t\n\r"  # json.decoder.WHITESPACE's characters: what may surround a document
 
@@ -38,8 +38,8 @@ class _Defaults:
     parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
 
 
-# typeshed types the context as a scanner; the C code reads only the attributes above
-_scan = _json.make_scanner(_Defaults()) if _json is not None else None  # type: ignore[arg-type]
+_scan = (_json.make_scanner(_Defaults())  # type: ignore[arg-type]  # typeshed: a scanner; C reads the attributes
+         if _json is not None else None)
 
 
 def loads(document: str | bytes | bytearray) -> Any:
