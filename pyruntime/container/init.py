@@ -141,6 +141,9 @@ def _first_steps(kernel: Syscalls, spec: Spec, bundle: str, fifo_path: str, cons
         # while still root on the host: a joined user namespace's root may not write it
         process.set_oom_score_adj(spec.process.oom_score_adj)
     in_userns = spec.linux.namespace("user") is not None
+    mount_ns = spec.linux.namespace("mount")
+    if mount_ns is not None and mount_ns.path is not None:
+        host_cgroups = None  # a joined mount namespace has mounts of its own: the init reads them there
     fds = rootfs.MountFds(idmap_fds, rootfs.open_sources(kernel, spec, bundle, idmap_fds) if in_userns else {},
                           host_cgroups)
     if in_userns:
