@@ -35,8 +35,11 @@ from {module} import {func}
 status = {func}()
 if "threading" in sys.modules:
     sys.exit(status)
-sys.stdout.flush()
-sys.stderr.flush()
+try:
+    sys.stdout.flush()
+    sys.stderr.flush()
+except BaseException:
+    sys.exit(status)
 import os
 os._exit(status or 0)
 """

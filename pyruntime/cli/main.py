@@ -111,8 +111,11 @@ def _settle_streams() -> None:
     """A stream that cannot be flushed is swapped for /dev/null, so the interpreter does not fail its own
     final flush and turn our exit status into 120 (runc's is 1 for any runtime error)."""
     for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:  # started with that fd closed: nothing was written
+            continue
         try:
-            getattr(sys, name).flush()
+            stream.flush()
         except (OSError, ValueError):
             setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 (open until the interpreter exits)
 
