@@ -36,8 +36,9 @@ REQUIRED_ENV = {
     "VERSION": (),
 }
 MIN_VERSION = {"CHECK": (0, 4, 0), "GC": (1, 1, 0), "STATUS": (1, 1, 0)}
-CONTAINER_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
-NETWORK_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
+# matched with fullmatch: `$` would also match before a final newline, which the spec's rules do not allow
+CONTAINER_ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
+NETWORK_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 
 
 class CNIError(Exception):
@@ -111,16 +112,17 @@ def parse_cni_args(raw: str) -> dict[str, str]:
 
 
 def validate_ifname(name: str) -> None:
+    """The spec's interface name rules; the message names CNI_IFNAME, as the spec asks of code 4."""
     if not name:
-        raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name is empty")
+        raise CNIError(ERR_INVALID_ENVIRONMENT, "CNI_IFNAME: interface name is empty")
     if len(name) > 15:
         raise CNIError(
             ERR_INVALID_ENVIRONMENT,
-            "interface name is too long",
+            "CNI_IFNAME: interface name is too long",
             f"interface name should be less than 16 characters: {name!r}",
         )
     if name in (".", "..") or any(c in name for c in "/: \t\n\r\x0b\x0c"):
-        raise CNIError(ERR_INVALID_ENVIRONMENT, "interface name contains an invalid character", name)
+        raise CNIError(ERR_INVALID_ENVIRONMENT, "CNI_IFNAME: interface name contains an invalid character", repr(name))
 
 
 def _decode_config(stdin: bytes) -> dict[str, Any]:
@@ -167,14 +169,14 @@ def _parse(env: Mapping[str, str], stdin: bytes) -> CmdArgs:
     if command in MIN_VERSION and version_tuple(version) < MIN_VERSION[command]:
         raise CNIError(ERR_INCOMPATIBLE_VERSION, f"config version does not allow {command}", f"config is {version!r}")
     if command in ("ADD", "DEL", "CHECK"):
-        if not CONTAINER_ID_RE.match(args.container_id):
-            raise CNIError(ERR_INVALID_ENVIRONMENT, "invalid characters in CNI_CONTAINERID", args.container_id)
+        if not CONTAINER_ID_RE.fullmatch(args.container_id):
+            raise CNIError(ERR_INVALID_ENVIRONMENT, "invalid characters in CNI_CONTAINERID", repr(args.container_id))
         validate_ifname(args.ifname)
     name = config.get("name")
     if not isinstance(name, str) or not name:
         raise CNIError(ERR_INVALID_NETWORK_CONFIG, "missing network name")
-    if not NETWORK_NAME_RE.match(name):
-        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "invalid characters found in network name", name)
+    if not NETWORK_NAME_RE.fullmatch(name):
+        raise CNIError(ERR_INVALID_NETWORK_CONFIG, "invalid characters found in network name", repr(name))
     return args
 
 

@@ -89,6 +89,23 @@ def test_environment_errors(env: dict, code: int, word: str) -> None:
     assert plugin.calls == []
 
 
+@pytest.mark.parametrize("env", [{"CNI_CONTAINERID": "c1\n"}, {"CNI_CONTAINERID": "c1\n", "CNI_COMMAND": "DEL"},
+                                 {"CNI_IFNAME": "eth0\n"}, {"CNI_IFNAME": "eth0\n", "CNI_COMMAND": "CHECK"}],
+                         ids=["id-add", "id-del", "ifname-add", "ifname-check"])
+def test_a_trailing_newline_is_refused_naming_the_variable(env: dict) -> None:
+    """Python's `$` matches before a final newline; the spec's ID and interface name rules allow none."""
+    rc, out, plugin = run(conf(), **env)
+    [variable] = [k for k in env if k != "CNI_COMMAND"]
+    assert rc == 1 and out["code"] == skel.ERR_INVALID_ENVIRONMENT and variable in out["msg"]
+    assert plugin.calls == []
+
+
+def test_a_network_name_with_a_trailing_newline_is_refused() -> None:
+    rc, out, plugin = run({**conf(), "name": "net1\n"})
+    assert rc == 1 and out["code"] == skel.ERR_INVALID_NETWORK_CONFIG and "network name" in out["msg"]
+    assert plugin.calls == []
+
+
 def test_del_needs_no_netns() -> None:
     rc, _, plugin = run(conf(), CNI_COMMAND="DEL", CNI_NETNS="")
     assert rc == 0 and plugin.calls == ["DEL"]
