@@ -109,12 +109,19 @@ O_PATH = getattr(os, "O_PATH", 0o10000000)
 _SYSCALL_NR = {
     "x86_64": {"pivot_root": 155, "rt_sigaction": 13, "setns": 308, "openat2": 437, "close_range": 436,
                "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-               "mount_setattr": 442, "sched_setattr": 314, "ioprio_set": 251, "personality": 135, "clone3": 435},
+               "mount_setattr": 442, "sched_setattr": 314, "ioprio_set": 251, "personality": 135, "clone3": 435,
+               "bpf": 321},
     "aarch64": {"pivot_root": 41, "rt_sigaction": 134, "setns": 268, "openat2": 437, "close_range": 436,
                 "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-                "mount_setattr": 442, "sched_setattr": 274, "ioprio_set": 30, "personality": 92, "clone3": 435},
+                "mount_setattr": 442, "sched_setattr": 274, "ioprio_set": 30, "personality": 92, "clone3": 435,
+                "bpf": 280},
 }[os.uname().machine]
 
+# bpf(2) commands, program and attach types, attach flags (linux/bpf.h)
+BPF_PROG_LOAD, BPF_PROG_ATTACH, BPF_PROG_DETACH, BPF_PROG_GET_FD_BY_ID, BPF_PROG_QUERY = 5, 8, 9, 13, 16
+BPF_PROG_TYPE_CGROUP_DEVICE = 15
+BPF_CGROUP_DEVICE = 6
+BPF_F_ALLOW_MULTI = 2
 
 CLONE_INTO_CGROUP = 0x200000000
 _libc_gil = ctypes.PyDLL(None, use_errno=True)
@@ -311,6 +318,26 @@ class Syscalls:
         """Mounts at `target` a clone of the mount at `source` (a bind mount of it; with `rbind` its submounts
         too) whose file ids are shifted through the user namespace `userns_fd`: a file owned by 0 on disk is
         owned by whatever 0 maps to in that namespace. `ridmap`: the submounts are idmapped too."""
+        raise NotImplementedError
+
+    def bpf_prog_load(self, prog_type: int, program: bytes, license: str, name: str) -> int:
+        """BPF_PROG_LOAD of `program` (struct bpf_insn's, concatenated): the program's fd, close-on-exec, which
+        the caller closes. The verifier's log is in the error of a program it refuses."""
+        raise NotImplementedError
+
+    def bpf_prog_attach(self, target_fd: int, prog_fd: int, attach_type: int, flags: int) -> None:
+        """BPF_PROG_ATTACH to the cgroup directory `target_fd`; the cgroup holds the program from then on."""
+        raise NotImplementedError
+
+    def bpf_prog_detach(self, target_fd: int, prog_fd: int, attach_type: int) -> None:
+        raise NotImplementedError
+
+    def bpf_prog_query(self, target_fd: int, attach_type: int) -> list[int]:
+        """BPF_PROG_QUERY: the ids of the programs attached to the cgroup itself (not its ancestors')."""
+        raise NotImplementedError
+
+    def bpf_prog_get_fd_by_id(self, prog_id: int) -> int:
+        """An fd (close-on-exec) of the loaded program `prog_id`, which the caller closes."""
         raise NotImplementedError
 
     def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
@@ -560,6 +587,67 @@ class LinuxSyscalls(Syscalls):
             self.attach_mount(tree, target)
         finally:
             os.close(tree)
+
+    def _bpf(self, cmd: int, attr: ctypes.Array, what: str) -> int:
+        return self._new_api("bpf", cmd, ctypes.byref(attr), ctypes.sizeof(attr), what=what)
+
+    def bpf_prog_load(self, prog_type: int, program: bytes, license: str, name: str) -> int:
+        insns = ctypes.create_string_buffer(program, len(program))
+        lic = ctypes.create_string_buffer(license.encode())
+        attr = (ctypes.c_uint64 * 16)()  # union bpf_attr up to expected_attach_type, zeroed
+        raw = memoryview(attr).cast("B")
+        for offset, value in ((0, prog_type), (4, len(program) // 8)):
+            raw[offset:offset + 4] = value.to_bytes(4, "little")
+        raw[8:16] = ctypes.addressof(insns).to_bytes(8, "little")
+        raw[16:24] = ctypes.addressof(lic).to_bytes(8, "little")
+        raw[48:48 + len(name[:15])] = name[:15].encode()
+        what = f"bpf(BPF_PROG_LOAD, type {prog_type}, {len(program) // 8} instructions)"
+        try:
+            return self._bpf(BPF_PROG_LOAD, attr, what)
+        except SyscallError as e:
+            if e.errno not in (errno.EINVAL, errno.EACCES):
+                raise
+            log = ctypes.create_string_buffer(65536)  # loaded again with the verifier's log, for the error
+            raw[24:28] = (1).to_bytes(4, "little")
+            raw[28:32] = len(log).to_bytes(4, "little")
+            raw[32:40] = ctypes.addressof(log).to_bytes(8, "little")
+            try:
+                fd = self._bpf(BPF_PROG_LOAD, attr, what)
+            except SyscallError as again:
+                verifier = log.value.decode(errors="replace").strip().splitlines()
+                raise SyscallError(again.errno, f"{again}: {' / '.join(verifier[-3:])}") from e
+            return fd  # the first refusal was not the program's
+
+    def bpf_prog_attach(self, target_fd: int, prog_fd: int, attach_type: int, flags: int) -> None:
+        attr = (ctypes.c_uint32 * 5)(target_fd, prog_fd, attach_type, flags, 0)
+        self._bpf(BPF_PROG_ATTACH, attr, f"bpf(BPF_PROG_ATTACH, type {attach_type}, flags {flags:#x}) to "
+                                         f"{_path_of_fd(target_fd)}")
+
+    def bpf_prog_detach(self, target_fd: int, prog_fd: int, attach_type: int) -> None:
+        attr = (ctypes.c_uint32 * 5)(target_fd, prog_fd, attach_type, 0, 0)
+        self._bpf(BPF_PROG_DETACH, attr, f"bpf(BPF_PROG_DETACH, type {attach_type}) from {_path_of_fd(target_fd)}")
+
+    def bpf_prog_query(self, target_fd: int, attach_type: int) -> list[int]:
+        what = f"bpf(BPF_PROG_QUERY, type {attach_type}) of {_path_of_fd(target_fd)}"
+        count = 64
+        while True:
+            ids = (ctypes.c_uint32 * count)()
+            attr = (ctypes.c_uint32 * 10)(target_fd, attach_type, 0, 0)  # up to prog_cnt, with revision's room
+            raw = memoryview(attr).cast("B")
+            raw[16:24] = ctypes.addressof(ids).to_bytes(8, "little")
+            attr[6] = count
+            try:
+                self._bpf(BPF_PROG_QUERY, attr, what)
+            except SyscallError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                count = attr[6]  # more programs than room: the kernel says how many
+                continue
+            return list(ids[:attr[6]])
+
+    def bpf_prog_get_fd_by_id(self, prog_id: int) -> int:
+        attr = (ctypes.c_uint32 * 3)(prog_id, 0, 0)
+        return self._bpf(BPF_PROG_GET_FD_BY_ID, attr, f"bpf(BPF_PROG_GET_FD_BY_ID, {prog_id})")
 
     def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
         args = _CloneArgs(flags=CLONE_INTO_CGROUP | namespaces, exit_signal=SIGCHLD, cgroup=cgroup_fd)

@@ -212,8 +212,8 @@ def _cgroups(linux: Linux, driver: str) -> None:
 def _cgroup_v2(linux: Linux, where: str) -> None:
     """What the v2 driver cannot apply, refused before it is asked to (it refuses the same at `update`)."""
     from pyruntime.linux.cgroups.base import CgroupError
-    from pyruntime.linux.cgroups.resources import DeviceRule
-    from pyruntime.linux.cgroups.v2 import check_devices, swap_to_v2
+    from pyruntime.linux.cgroups.devicefilter import emulate
+    from pyruntime.linux.cgroups.v2 import swap_to_v2
     res = linux.resources
     assert res is not None
     if res.cpu is not None:
@@ -228,16 +228,5 @@ def _cgroup_v2(linux: Linux, where: str) -> None:
                 swap_to_v2(res.memory.swap, res.memory.limit)
             except CgroupError as e:
                 raise SpecError(str(e)) from e
-    try:
-        check_devices(res.devices or ())
-    except CgroupError as e:
-        raise SpecError(str(e)) from e
-    for i, d in enumerate(() if res.devices else linux.devices):  # allowed only without rules of the spec's
-        if d.type == "p":
-            continue
-        rule = DeviceRule(True, "c" if d.type == "u" else d.type, d.major, d.minor, "rwm")
-        try:
-            check_devices((rule,))
-        except CgroupError as e:
-            raise SpecError(f"linux.devices[{i}] ({d.path}): its cgroup rule ({rule.v1_entry()}) needs eBPF "
-                            "on cgroup v2: not supported") from e
+    if res.devices:  # a rule the device program can't express (SpecError); without the spec's, all are allows
+        emulate(res.with_device_policy().devices or ())

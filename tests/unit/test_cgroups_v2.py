@@ -11,9 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from pyruntime.fieldreader import SpecError
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V2Manager
-from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, UINT64_MAX, DeviceRule
-from pyruntime.linux.cgroups.v2 import blkio_to_io_weight, check_devices, shares_to_weight, swap_to_v2
+from pyruntime.linux.cgroups.devicefilter import compile_rules
+from pyruntime.linux.cgroups.resources import UINT64_MAX
+from pyruntime.linux.cgroups.v2 import blkio_to_io_weight, shares_to_weight, swap_to_v2
+from pyruntime.linux.syscalls import (
+    BPF_CGROUP_DEVICE,
+    BPF_F_ALLOW_MULTI,
+    BPF_PROG_TYPE_CGROUP_DEVICE,
+    FakeSyscalls,
+    SyscallError,
+)
 
 CONTROLLERS = "cpuset cpu io memory hugetlb pids"
 LEAF_FILES = {
@@ -132,34 +141,59 @@ def test_conversions():
         swap_to_v2(50, 100)
 
 
-def device_rules(rules: list[dict]) -> tuple[DeviceRule, ...]:
-    parsed = Resources.from_spec({"devices": rules}).devices
-    assert parsed is not None
-    return parsed
+class BpfKernel(FakeSyscalls):
+    """Records the bpf calls; the fds it hands out are real (of /dev/null), as the manager closes them."""
+
+    def __init__(self, attached: tuple[int, ...] = (), refuse: str = "") -> None:
+        super().__init__()
+        self.attached, self.refuse = list(attached), refuse
+
+    def _fd(self, name: str, *args) -> int:
+        self.calls.append((name, *args))
+        if name == self.refuse:
+            raise SyscallError(errno.EPERM, f"{name}: Operation not permitted")
+        return os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    def bpf_prog_query(self, target_fd: int, attach_type: int) -> list[int]:
+        self.calls.append(("bpf_prog_query", attach_type))
+        return list(self.attached)
+
+    def bpf_prog_load(self, prog_type: int, program: bytes, license: str, name: str) -> int:
+        return self._fd("bpf_prog_load", prog_type, program)
+
+    def bpf_prog_get_fd_by_id(self, prog_id: int) -> int:
+        return self._fd("bpf_prog_get_fd_by_id", prog_id)
+
+    def bpf_prog_attach(self, target_fd: int, prog_fd: int, attach_type: int, flags: int) -> None:
+        self._fd("bpf_prog_attach", attach_type, flags)
 
 
-def test_devices_need_ebpf_beyond_default():
-    rules = device_rules([{"allow": False, "access": "rwm"}]) + DEFAULT_ALLOWED_DEVICES
-    check_devices(rules)
-    check_devices(device_rules([{"allow": True, "access": "rwm"},
-                                {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "r"}]))
-    extra = device_rules([{"allow": False}, {"allow": True, "type": "c", "major": 10, "minor": 229, "access": "rw"}])
-    with pytest.raises(CgroupError, match=r"devices\[1\] \(allow c 10:229 rw\): device cgroup rules need eBPF on "
-                                          r"cgroup v2: not supported"):
-        check_devices(extra)
-    deny_one = device_rules([{"allow": False, "type": "c", "major": 1, "minor": 3}])
-    with pytest.raises(CgroupError, match="need eBPF"):
-        check_devices(deny_one)
+def test_devices_attach_a_new_program_before_detaching_the_old(tree):
+    kernel = BpfKernel(attached=(41,))
+    mgr = V2Manager(str(tree), str(tree), ("pyruntime", "c1"), (("pyruntime",),), kernel)
+    mgr.create()
+    rules = Resources.from_spec({"devices": [{"allow": False}]}).with_device_policy()
+    mgr.set(rules)
+    assert [c[0] for c in kernel.calls] == ["bpf_prog_query", "bpf_prog_load", "bpf_prog_attach",
+                                            "bpf_prog_get_fd_by_id", "bpf_prog_detach"]
+    assert kernel.calls[1][1:] == (BPF_PROG_TYPE_CGROUP_DEVICE, compile_rules(rules.devices or ()))
+    assert kernel.calls[2][1:] == (BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI)
+    assert kernel.calls[3][1:] == (41,)
 
 
-def test_set_refuses_unsupported_devices_before_writing(tree):
-    mgr = manager(tree)
+def test_devices_refused_by_the_kernel_fail_before_other_writes(tree):
+    kernel = BpfKernel(refuse="bpf_prog_load")
+    mgr = V2Manager(str(tree), str(tree), ("pyruntime", "c1"), (("pyruntime",),), kernel)
     mgr.create()
     leaf = make_leaf(mgr)
-    with pytest.raises(CgroupError, match="eBPF"):
-        mgr.set(Resources.from_spec({"memory": {"limit": 1 << 20},
-                                     "devices": [{"allow": True, "type": "b", "major": 8, "minor": 0}]}))
+    with pytest.raises(CgroupError, match=r"^linux.resources.devices: bpf_prog_load: Operation not permitted$"):
+        mgr.set(Resources.from_spec({"memory": {"limit": 1 << 20}, "devices": [{"allow": False}]}))
     assert (leaf / "memory.max").read_text() == "max"
+    with pytest.raises(CgroupError, match="no kernel interface to attach a device program through"):
+        manager(tree).set(Resources.from_spec({"devices": [{"allow": False}]}))
+    with pytest.raises(SpecError, match=r"devices\[2\] \(deny c 1:3 rwm\): cannot take access away"):
+        mgr.set(Resources.from_spec({"devices": [{"allow": False}, {"allow": True, "type": "c"},
+                                                 {"allow": False, "type": "c", "major": 1, "minor": 3}]}))
 
 
 def test_freeze_thaw_state(tree):

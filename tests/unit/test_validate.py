@@ -249,12 +249,10 @@ def resources(**r):
      "linux.resources.cpu.realtimeRuntime: cgroup v2 has no realtime CPU scheduling"),
     (resources(cpu={"realtimePeriod": 1000}), "v2",
      "linux.resources.cpu.realtimePeriod: cgroup v2 has no realtime CPU scheduling"),
-    (resources(devices=[{"allow": False}, {"allow": False, "type": "c", "major": 1, "minor": 3}]), "v2",
-     "linux.resources.devices[1] (deny c 1:3 rwm): device cgroup rules need eBPF on cgroup v2: not supported"),
-    # without rules of the spec's (runc spec's deny-all removed), linux.devices are allowed, which needs eBPF
-    (lambda c: (c["linux"].__setitem__("devices", [{"type": "c", "path": "/dev/fuse", "major": 10, "minor": 229}]),
-                c["linux"]["resources"].pop("devices")),
-     "v2", "linux.devices[0] (/dev/fuse): its cgroup rule (c 10:229 rwm) needs eBPF on cgroup v2: not supported"),
+    # a hole in a wildcard rule, which v1 would silently ignore (here: the default allow-list's /dev/null)
+    (resources(devices=[{"allow": True}, {"allow": False, "type": "c"}]), "v2",
+     "linux.resources.devices[4] (allow c 1:3 rwm): cannot take access away from inside the wider rule c *:* "
+     "(cgroup v1 would ignore it)"),
 ])
 def test_resources_against_the_cgroup_driver(edit, driver, message):
     assert refused(config(edit), driver) == message
@@ -267,6 +265,10 @@ def test_resources_against_the_cgroup_driver(edit, driver, message):
     (resources(devices=[{"allow": False, "type": "c", "major": 1, "minor": 3}]), "v1"),
     (lambda c: c["linux"].__setitem__("devices", [{"type": "c", "path": "/dev/fuse", "major": 10, "minor": 229}]),
      "v1"),
+    # cgroup v2 enforces any device rule list through its eBPF program
+    (resources(devices=[{"allow": False, "type": "c", "major": 1, "minor": 3}]), "v2"),
+    (lambda c: (c["linux"].__setitem__("devices", [{"type": "c", "path": "/dev/fuse", "major": 10, "minor": 229}]),
+                c["linux"]["resources"].pop("devices")), "v2"),
 ])
 def test_what_one_driver_cannot_apply_passes_on_the_one_that_can(edit, driver):
     check(config(edit), driver)

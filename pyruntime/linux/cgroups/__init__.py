@@ -93,7 +93,7 @@ def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
     if detect(kernel) == "v2":
         if v2 is None or v2.mountpoint != CGROUP_ROOT:
             v2 = Hierarchy("", frozenset(), CGROUP_ROOT, "/")
-        return V2Manager(v2.mountpoint, base_dir(v2, absolute, _own_cgroups(absolute)), parts, removable)
+        return V2Manager(v2.mountpoint, base_dir(v2, absolute, _own_cgroups(absolute)), parts, removable, kernel)
     if not v1:
         raise CgroupError(errno.ENOENT, f"cgroup: no cgroup v1 hierarchy is mounted and {CGROUP_ROOT} is not cgroup2")
     own = _own_cgroups(absolute)

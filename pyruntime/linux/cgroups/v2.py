@@ -1,11 +1,13 @@
 """The cgroup v2 (unified hierarchy) driver, mapping OCI resources to files the way runc's fs2 does.
 
 memory.swappiness and memory.disableOOMKiller have no v2 file and are ignored, as runc ignores them;
-realtime CPU settings have none either and are refused. Device rules need an eBPF program attached to
-the cgroup, which this runtime does not build: a deny-all rule, allow-all and the default allow-list are
-accepted without enforcement (the container sees every device node its mount namespace gives it), and
-any other rule raises, so that a config relying on a device restriction fails loudly instead of
-running unconfined.
+realtime CPU settings have none either and are refused.
+
+Device rules are enforced by an eBPF program attached to the cgroup (devicefilter.py builds it), as
+runc's fs2 does: v2 has no devices controller, and without the program a root container with CAP_MKNOD
+can make a node for the host's disk and read it. An update attaches its program before it detaches the
+one before, so the container is never without one; for that moment both apply, and a device passes only
+if both allow it. A kernel that refuses the program fails the call: the container never runs without it.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from pyruntime.linux.cgroups.base import (
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
 if TYPE_CHECKING:  # annotations only: commands that never set resources should not import them
     from pyruntime.linux.cgroups.resources import BlockIO, Cpu, DeviceRule, HugepageLimit, Memory, Resources
+    from pyruntime.linux.syscalls import Syscalls
 
 
 def shares_to_weight(shares: int) -> int:
@@ -74,36 +77,21 @@ def _limit(value: int) -> str:
     return "max" if value < 0 else str(value)
 
 
-def _device_supported(rule: DeviceRule) -> bool:
-    from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES
-    if rule.type == "a" and rule.major is None and rule.minor is None:
-        return True
-    if not rule.allow:
-        return False
-    return any(rule.type == d.type and rule.major == d.major and rule.minor == d.minor
-               and set(rule.access) <= set(d.access) for d in DEFAULT_ALLOWED_DEVICES)
-
-
-def check_devices(rules: tuple[DeviceRule, ...]) -> None:
-    for i, rule in enumerate(rules):
-        if not _device_supported(rule):
-            raise CgroupError(errno.EOPNOTSUPP,
-                              f"linux.resources.devices[{i}] ({'allow' if rule.allow else 'deny'} "
-                              f"{rule.v1_entry()}): device cgroup rules need eBPF on cgroup v2: not supported")
-
-
 class V2Manager(CgroupManager):
     """A container cgroup at `base/parts...` in the cgroup2 hierarchy mounted at `mountpoint`.
 
     `removable` are the ancestors destroy() may remove once empty (the runtime's own shared parents);
     the process that created them is gone by the time `delete` runs, so this is derived from the path.
+    `kernel` attaches the device program; without one (a hybrid host's cgroup2 part, which the v1
+    devices controller covers) device rules are refused rather than left unenforced.
     """
 
     def __init__(self, mountpoint: str, base: str, parts: tuple[str, ...],
-                 removable: tuple[tuple[str, ...], ...] = ()) -> None:
+                 removable: tuple[tuple[str, ...], ...] = (), kernel: Syscalls | None = None) -> None:
         self.mountpoint = mountpoint
         self.path = os.path.join(base, *parts)
         self._removable = [os.path.join(base, *p) for p in removable]
+        self._kernel = kernel
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -176,7 +164,7 @@ class V2Manager(CgroupManager):
 
     def set(self, resources: Resources) -> None:
         if resources.devices:
-            check_devices(resources.devices)
+            self._set_devices(resources.devices)
         if resources.memory is not None:
             self._set_memory(resources.memory)
         if resources.cpu is not None:
@@ -189,6 +177,38 @@ class V2Manager(CgroupManager):
             self.set_hugetlb(resources.hugepage_limits)
         for key, value in (resources.unified or {}).items():
             self._write(key, value)
+
+    def _set_devices(self, rules: tuple[DeviceRule, ...]) -> None:
+        """Attaches the program for `rules`, then detaches whatever device programs the cgroup had
+        (the ones an earlier create or update attached)."""
+        from pyruntime.linux.cgroups.devicefilter import LICENSE, compile_rules
+        from pyruntime.linux.syscalls import BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI, BPF_PROG_TYPE_CGROUP_DEVICE
+        program = compile_rules(rules)
+        kernel = self._kernel
+        if kernel is None:
+            raise CgroupError(errno.EOPNOTSUPP, f"linux.resources.devices: {self.path}: this cgroup's manager "
+                                                "has no kernel interface to attach a device program through")
+        try:
+            cgroup = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise os_error("open", self.path, exc) from exc
+        try:
+            before = kernel.bpf_prog_query(cgroup, BPF_CGROUP_DEVICE)
+            prog = kernel.bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, program, LICENSE, "pyruntime_dev")
+            try:
+                kernel.bpf_prog_attach(cgroup, prog, BPF_CGROUP_DEVICE, BPF_F_ALLOW_MULTI)
+            finally:
+                os.close(prog)
+            for prog_id in before:
+                old = kernel.bpf_prog_get_fd_by_id(prog_id)
+                try:
+                    kernel.bpf_prog_detach(cgroup, old, BPF_CGROUP_DEVICE)
+                finally:
+                    os.close(old)
+        except OSError as exc:
+            raise CgroupError(exc.errno or errno.EIO, f"linux.resources.devices: {exc.strerror or exc}") from exc
+        finally:
+            os.close(cgroup)
 
     def _set_memory(self, m: Memory) -> None:
         swap = None
