@@ -92,8 +92,10 @@ def _admission(client, runtime, settings: config.Settings, sources):
 
 def run(settings: config.Settings, stop: threading.Event) -> None:
     """Runs the kubelet until `stop` is set."""
+    from pykubelet.dirs import set_up_root
     from pykubelet.runtime import CRIRuntime
 
+    set_up_root(settings.root_dir)  # closed before anything is written below it
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []
     informers: list = []

@@ -22,15 +22,22 @@ Three levels (`sync`), each for one kind of record:
   bundle config.json: the runtime reads it before CreateContainer returns, and after a power cut the
   container it configures is gone (only a verbose status shows it, and skips one it can't read); and
   a pod's resolv.conf, hostname and hosts, which its containers bind only while the pod is ready.
+
+Directories get their modes from make_dirs, never from the umask: mkdir(2) applies the umask, so a root
+shell with umask 000 would leave state world-writable and one with 022 made every level os.makedirs
+adds 0755, which is how a host user once reached every container's rootfs (CVE-2021-41103's class).
 """
 from __future__ import annotations
 
 import io
 import os
+import stat
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the runtime CLI imports this module
 if TYPE_CHECKING:
     from types import TracebackType
+
+    from pyruntime.linux.syscalls import Syscalls
 
 FULL, DATA, NONE = "full", "data", "none"  # atomic_file's `sync` (see the module doc)
 
@@ -42,6 +49,37 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(kernel: Syscalls, path: str | os.PathLike[str], mode: int, *, narrow: bool = True) -> None:
+    """mkdir -p, as Go's MkdirAll: every level it makes gets `mode` exactly, whatever the umask (mkdir(2)
+    applies it; the chmod after it sets the bits it cleared and never opens a wider window). An existing
+    `path` with bits beyond `mode`, made by an older version or under another umask, is narrowed to `mode`
+    unless `narrow` is False (a directory that may be the host's, as a socket's); its existing parents are the
+    host's and stay as they are."""
+    path = os.fspath(path)
+    try:
+        current = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        _make_missing(kernel, path, mode)
+        return
+    if narrow and current & ~mode:
+        kernel.chmod(path, current & mode)
+
+
+def _make_missing(kernel: Syscalls, path: str, mode: int) -> None:
+    try:
+        os.mkdir(path, mode)
+    except FileNotFoundError:
+        parent = os.path.dirname(path.rstrip("/"))
+        if not parent or parent == path:
+            raise
+        _make_missing(kernel, parent, mode)
+        _make_missing(kernel, path, mode)
+        return
+    except FileExistsError:  # made meanwhile by a concurrent caller, with the same mode
+        return
+    kernel.chmod(path, mode)
 
 
 class atomic_file:

@@ -20,6 +20,8 @@ import os
 import threading
 from pathlib import Path
 
+from pykubelet.dirs import make_dirs
+
 RECORD = "userns"
 LENGTH = 65536  # ids per pod: the kubelet's default (userNamespaces.idsPerPod)
 FIRST = LENGTH  # the first range: past the host's own system ids
@@ -52,7 +54,7 @@ class UserNamespaces:
                 raise UserNamespaceError(f"spec.hostUsers: false: all {RANGES} user namespace ranges of this "
                                          "node are taken")
             record = self.pods_dir / uid / RECORD
-            record.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(record.parent)  # the pod's directory, 0750 (pykubelet/dirs.py)
             _write_durably(record, json.dumps({"hostID": first, "length": LENGTH}).encode())
             return first
 

@@ -18,9 +18,11 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
+from pykubelet import dirs
 from pykubelet.volumes.errors import VolumeError
 
 DATA = "..data"
+VOLUME_MODE = 0o755  # the volume's own directories, which its container's user walks (the kubelet's too)
 DATA_TMP = "..data_tmp"
 
 
@@ -55,7 +57,7 @@ def write(target: Path, payload: dict[str, tuple[bytes, int]]) -> bool:
     """Makes `target` hold exactly `payload` (path -> (content, mode)); returns whether it wrote a new
     version (False: the content was already there)."""
     payload = {check_path(p): v for p, v in payload.items()}
-    target.mkdir(parents=True, exist_ok=True)
+    dirs.make_dirs(target, VOLUME_MODE, narrow=False)
     data_link = target / DATA
     try:
         old_name: str | None = os.readlink(data_link)
@@ -69,11 +71,11 @@ def write(target: Path, payload: dict[str, tuple[bytes, int]]) -> bool:
         if _same(payload, old_dir) and old_top == new_top:
             return False
     ts = tempfile.mkdtemp(prefix=time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()), dir=target)
-    os.chmod(ts, 0o755)
+    os.chmod(ts, VOLUME_MODE)
     try:
         for path, (data, mode) in payload.items():
             f = Path(ts) / path
-            f.parent.mkdir(parents=True, exist_ok=True)
+            dirs.make_dirs(f.parent, VOLUME_MODE)
             with open(os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
                 out.write(data)
             os.chmod(f, mode)

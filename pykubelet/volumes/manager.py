@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from proto import api_pb2
+from pykubelet import dirs
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
 from pykubelet.pods.sync import expand, parse_quantity
@@ -119,7 +120,8 @@ class VolumeManager:
             hostpath.check(f"{field}.hostPath", source["path"], source.get("type"))
             return
         path = self.volume_path(pod, volume)
-        path.mkdir(parents=True, exist_ok=True)
+        dirs.make_dirs(path.parent)  # pods/UID/volumes/PLUGIN, closed (pykubelet/dirs.py)
+        dirs.make_dirs(path, atomic.VOLUME_MODE, narrow=False)  # the container's; an emptyDir opens it wider below
         source = volume.get(kind) or {}
         sc = pod["spec"].get("securityContext") or {}
         fs_group = sc.get("fsGroup")

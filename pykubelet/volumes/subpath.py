@@ -16,6 +16,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from pykubelet import dirs
 from pykubelet.volumes import mount
 from pykubelet.volumes.errors import ContainerConfigError
 
@@ -78,7 +79,7 @@ def bind_subpath(field: str, volume: str, volume_path: Path, sub: str, target: P
         os.close(base_fd)
     try:
         is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        dirs.make_dirs(target.parent)
         if mount.fs_type(target) is not None:
             mount.unmount(target)  # a container restart: pin the subPath afresh
         if is_dir:

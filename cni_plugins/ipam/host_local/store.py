@@ -8,7 +8,10 @@ and GC of the same attachment remove.
 
 Modes are the reference's (v1.10.0): directories 0755 (MkdirAll), allocation and `last_reserved_ip.N`
 files 0600 (the container ids in them are nobody else's business), and the lock 0750 (go-filemutex's
-mode), all under the caller's umask.
+mode). The directories' modes are set, not left to the umask: under umask 000 the reference leaves the
+store world-writable, and a host user could plant allocations or a `lock` symlink that root then opens.
+A store dir an older version left wider is narrowed to 0755 when the plugin opens it. Files keep the
+umask's narrowing, which never opens them.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import errno
 import fcntl
 import ipaddress
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,7 +140,8 @@ def _unlink(path: Path) -> None:
 
 
 def _make_dirs(directory: Path) -> None:
-    """mkdir -p with DIR_MODE for every level it makes, as Go's MkdirAll (os.makedirs gives parents 0777)."""
+    """mkdir -p with DIR_MODE for every level it makes, as Go's MkdirAll (os.makedirs gives parents 0777), and
+    whatever the umask; an existing store dir wider than DIR_MODE is narrowed to it."""
     missing = []
     while not directory.is_dir():
         missing.append(directory)
@@ -145,7 +150,10 @@ def _make_dirs(directory: Path) -> None:
         try:
             os.mkdir(path, DIR_MODE)
         except FileExistsError:
-            pass
+            continue
+        os.chmod(path, DIR_MODE)
+    if not missing and stat.S_IMODE(os.stat(directory).st_mode) & ~DIR_MODE:
+        os.chmod(directory, DIR_MODE)
 
 
 def _write_new(path: Path, data: bytes) -> None:

@@ -1,0 +1,86 @@
+"""State directories get their modes from the code, never from the umask (issue 22, item 2): the helpers that
+make them under umask 000 (which would leave them world-writable) and 077 (which would close a volume to its
+container's user), and the narrowing of a directory an older version left wider."""
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from cni_plugins.ipam.host_local.store import Store
+from pykubelet import dirs
+from pykubelet.volumes import atomic
+from pyruntime.fsutil import make_dirs
+from pyruntime.linux.syscalls import LinuxSyscalls
+
+
+@contextmanager
+def umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_make_dirs_sets_every_level_it_makes_whatever_the_umask(tmp_path: Path) -> None:
+    for mask in (0o000, 0o077):
+        top = tmp_path / f"mask{mask:o}"
+        with umask(mask):
+            make_dirs(LinuxSyscalls(), top / "a" / "b", 0o711)
+        assert [mode(top), mode(top / "a"), mode(top / "a" / "b")] == [0o711] * 3
+
+
+def test_make_dirs_narrows_the_directory_but_never_its_parents_nor_widens(tmp_path: Path) -> None:
+    parent = tmp_path / "var"
+    (parent / "lib").mkdir(parents=True)
+    os.chmod(parent, 0o755)
+    os.chmod(parent / "lib", 0o777)  # an older version's, under umask 000
+    make_dirs(LinuxSyscalls(), parent / "lib", 0o700)
+    make_dirs(LinuxSyscalls(), parent / "lib" / "x", 0o700)
+    assert (mode(parent), mode(parent / "lib"), mode(parent / "lib" / "x")) == (0o755, 0o700, 0o700)
+    os.chmod(parent / "lib", 0o750)
+    make_dirs(LinuxSyscalls(), parent / "lib", 0o711)
+    assert mode(parent / "lib") == 0o710  # narrowed to what both allow, not opened
+    socket_dir = tmp_path / "run"
+    socket_dir.mkdir()
+    os.chmod(socket_dir, 0o1777)  # the host's
+    make_dirs(LinuxSyscalls(), socket_dir, 0o711, narrow=False)
+    assert mode(socket_dir) == 0o1777
+
+
+def test_the_kubelets_root_and_pods_dirs_are_0750_and_narrowed_at_start(tmp_path: Path) -> None:
+    root = tmp_path / "kubelet"
+    with umask(0):
+        dirs.set_up_root(root)
+    assert (mode(root), mode(root / "pods")) == (0o750, 0o750)
+    os.chmod(root, 0o755)
+    os.chmod(root / "pods", 0o777)
+    dirs.set_up_root(root)
+    assert (mode(root), mode(root / "pods")) == (0o750, 0o750)
+
+
+def test_a_volumes_nested_directories_stay_open_to_its_container_under_a_closed_umask(tmp_path: Path) -> None:
+    target = tmp_path / "vol"
+    with umask(0o077):
+        atomic.write(target, {"a/b/key": (b"v", 0o644)})
+    data = target / atomic.DATA
+    assert (mode(target), mode(data.resolve()), mode(data / "a"), mode(data / "a" / "b")) == (0o755,) * 4
+    assert mode(data / "a" / "b" / "key") == 0o644
+
+
+def test_the_ipam_store_is_not_world_writable_under_umask_000(tmp_path: Path) -> None:
+    store = tmp_path / "networks" / "net1"
+    with umask(0), Store(store).locked():
+        pass
+    assert (mode(tmp_path / "networks"), mode(store)) == (0o755, 0o755)
+    os.chmod(store, 0o777)  # an older version's
+    with Store(store).locked():
+        pass
+    assert mode(store) == 0o755
