@@ -26,6 +26,8 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
+from pykubelet.images import pullsecrets
+from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
 from pykubelet.pods import lifecycle, userns
 from pykubelet.pods.backoff import Backoff
@@ -438,16 +440,22 @@ class PodSyncer:
         self.event(pod, name, NORMAL, "Pulling", f'Pulling image "{image}"')
         asked = began = time.monotonic()
         try:
+            creds = pullsecrets.for_image(self.volumes.client if self.volumes is not None else None, pod, image)
+            if creds.missing:
+                self.event(pod, None, WARNING, "FailedToRetrieveImagePullSecret",
+                           f"Unable to retrieve some image pull secrets ({', '.join(creds.missing)}); "
+                           "attempting to pull the image may not succeed.")
             if self._pull_lock is not None:
                 with self._pull_lock:
                     began = time.monotonic()
-                    ref = self.runtime.pull_image(image, sandbox_config=sandbox)
+                    ref = self._pull(image, sandbox, creds.auths)
             else:
-                ref = self.runtime.pull_image(image, sandbox_config=sandbox)
-        except cri.CRIError as e:
+                ref = self._pull(image, sandbox, creds.auths)
+        except (cri.CRIError, PullSecretError) as e:
             self._failed_pulls[image] = time.time()
             self.image_backoff.restarted(key)
-            raise SyncError("ErrImagePull", f'Failed to pull image "{image}": {e.details}') from e
+            raise SyncError("ErrImagePull", f'Failed to pull image "{image}": '
+                                            f"{e.details if isinstance(e, cri.CRIError) else e}") from e
         done = time.monotonic()
         self._failed_pulls.pop(image, None)
         try:
@@ -457,6 +465,21 @@ class PodSyncer:
         self.event(pod, name, NORMAL, "Pulled", f'Successfully pulled image "{image}" in {go_duration(done - began)} '
                    f"({go_duration(done - asked)} including waiting). Image size: {size} bytes.")
         return ref
+
+    def _pull(self, image: str, sandbox: api_pb2.PodSandboxConfig, auths: list[api_pb2.AuthConfig]) -> str:
+        """Each of the pod's matching credentials in turn until one pull succeeds, as the kubelet; with none,
+        one pull without an AuthConfig (the runtime's own credentials for that registry)."""
+        if not auths:
+            return self.runtime.pull_image(image, sandbox_config=sandbox)
+        errors = []
+        for auth in auths:
+            try:
+                return self.runtime.pull_image(image, auth, sandbox_config=sandbox)
+            except cri.CRIError as e:
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        raise cri.CRIError(errors[-1].rpc, errors[-1].code, "[" + ", ".join(e.details for e in errors) + "]")
 
     # --- the pass ---------------------------------------------------------------------------------
 
