@@ -11,7 +11,7 @@ flags, a config file) override both:
   PYRUNTIME_IMAGE_ROOT       image store root (default /var/lib/pyruntime/images)
   PYRUNTIME_REGISTRY_CONFIG  registry hosts directory, containerd's certs.d layout (default /etc/pyruntime/certs.d)
   PYRUNTIME_SNAPSHOTTER      "overlay" or "copy" (default overlay; without root the image code falls back to copy)
-  PYRUNTIME_REGISTRY_CREDS   USER:PASSWORD for image pulls (no default; never shown by repr)
+  PYRUNTIME_REGISTRY_CREDS   HOST=USER:PASSWORD, for `image pull`s from HOST only (no default; never in a repr)
   PYRUNTIME_DEBUG            any non-empty value: tracebacks with errors, also from the container's set-up
 
 A plain immutable class, not a frozen dataclass: the CLI builds one on every command, and importing
@@ -35,7 +35,7 @@ ENVIRONMENT = {"image_root": "PYRUNTIME_IMAGE_ROOT", "hosts_dir": "PYRUNTIME_REG
 
 class Settings:
     """root: container state (runc's --root); image_root, hosts_dir, snapshotter: the image store;
-    registry_creds: USER:PASSWORD for pulls; debug: tracebacks; log, log_format: where the CLI also
+    registry_creds: HOST=USER:PASSWORD for pulls from HOST; debug: tracebacks; log, log_format: where the CLI also
     writes its errors (runc's --log)."""
 
     FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "registry_creds", "debug", "log", "log_format")

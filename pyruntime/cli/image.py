@@ -69,6 +69,7 @@ def main(argv: list[str], settings: Settings | None = None) -> int:
     import click
 
     from pyruntime.cli import errors as exits
+    from pyruntime.errors import InvalidArgumentError
     from pyruntime.images.metadata import ImageNotFound
     from pyruntime.images.request import Credentials, Platform
     from pyruntime.images.store import ImageStore
@@ -98,14 +99,27 @@ def main(argv: list[str], settings: Settings | None = None) -> int:
 
     @cli.command()
     @click.argument("ref")
-    @click.option("--creds", default=None, help="USER:PASSWORD [env PYRUNTIME_REGISTRY_CREDS]")
+    @click.option("--creds", default=None,
+                  help="USER:PASSWORD for this pull's registry [else env PYRUNTIME_REGISTRY_CREDS, HOST=USER:PASSWORD, "
+                       "when HOST is its registry]")
     @click.option("-q", "--quiet", is_flag=True, help="print only the image ID")
     @click.pass_context
     def pull(ctx: click.Context, ref: str, creds: str | None, quiet: bool) -> None:
         """Pull an image from a registry and unpack it."""
-        creds = creds or ctx.obj["settings"].registry_creds
+        from pyruntime.images import reference
+        try:
+            auth = Credentials.parse(creds) if creds else None
+        except ValueError as e:
+            raise InvalidArgumentError(f"--creds: {e}") from e
+        scoped = ctx.obj["settings"].registry_creds
+        if auth is None and scoped:
+            try:
+                host, node_auth = Credentials.parse_scoped(scoped)
+            except ValueError as e:
+                raise InvalidArgumentError(f"PYRUNTIME_REGISTRY_CREDS: {e}") from e
+            auth = node_auth if reference.parse(ref).domain == host else None
         progress = None if quiet else _ProgressBar(sys.stderr)
-        image = store(ctx).pull(ref, auth=Credentials.parse(creds) if creds else None, progress=progress)
+        image = store(ctx).pull(ref, auth=auth, progress=progress)
         click.echo(image.id)
 
     @cli.command("list")

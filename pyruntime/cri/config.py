@@ -44,7 +44,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("registry_config_dir", "--registry-config-dir",
            "registry hosts directory (containerd's certs.d layout: mirrors, CAs)"),
     Option("registry_creds", "--registry-creds",
-           "USER:PASSWORD for image pulls without credentials of their own, sent to any registry", secret=True),
+           "HOST=USER:PASSWORD: credentials for the registry HOST only, as one registry_auths entry (an unscoped "
+           "USER:PASSWORD is refused)", secret=True, metavar="HOST=USER:PASSWORD"),
     Option("registry_auths", "--registry-auth",
            "HOST=USER:PASSWORD: credentials for the registry HOST only, over registry_creds (repeatable)",
            multiple=True, secret=True, metavar="HOST=USER:PASSWORD"),
@@ -74,13 +75,11 @@ class Config:
     def socket_path(self) -> str:
         return self.listen.removeprefix("unix://")
 
-    def pull_credentials(self) -> tuple[Credentials | None, dict[str, Credentials]]:
-        """What PullImage uses when the request has no AuthConfig: (for any registry, by registry host)."""
-        by_host = {}
-        for item in self.registry_auths:
-            host, _, creds = item.partition("=")
-            by_host[host] = Credentials.parse(creds)
-        return (Credentials.parse(self.registry_creds) if self.registry_creds else None), by_host
+    def pull_credentials(self) -> dict[str, Credentials]:
+        """What PullImage uses when the request has no AuthConfig for its registry: credentials by registry
+        host (registry_creds, then registry_auths over it); a pull from any other host gets none."""
+        items = ([self.registry_creds] if self.registry_creds else []) + self.registry_auths
+        return dict(Credentials.parse_scoped(item) for item in items)
 
     def runtime_settings(self, runtime_root: str, image_root: str) -> Settings:
         """The pyruntime library's settings for this daemon (the environment's documented overrides apply
@@ -128,16 +127,14 @@ def _check_stream_address(value: str) -> None:
 
 
 def _check_creds(value: str) -> None:
-    if value and ":" not in value:
-        raise ValueError("must be USER:PASSWORD")
+    if value:
+        _check_auths([value])
 
 
 def _check_auths(value: list[str]) -> None:
     from pyruntime.images import reference
     for item in value:
-        host, eq, creds = item.partition("=")
-        if not eq or ":" not in creds:
-            raise ValueError(f"{host if eq else '<hidden>'}: must be HOST=USER:PASSWORD")
+        host, _ = Credentials.parse_scoped(item)  # its ValueError never quotes the item (a password)
         try:
             valid = reference.parse(f"{host}/x").domain == host
         except reference.ReferenceFormatError:

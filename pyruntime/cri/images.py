@@ -63,20 +63,19 @@ def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None
 
 class ImageService:
     """`pinned`: references (or ids) of images the kubelet's image GC must not remove, e.g. the sandbox image.
-    `default_auth`, `registry_auths` (registry host -> credentials): the daemon's configured credentials,
-    used for a pull whose request brings none for its registry; a host's own entry wins over the default.
+    `registry_auths` (registry host -> credentials): the daemon's configured credentials, used for a pull
+    whose request brings none for its registry; a registry with no entry is pulled from without any.
     `pull(ref, credentials) -> image id` runs a pull: pyruntime-cri's goes to a child process (its launcher's
     PullJob); None pulls here, into `store`, in the caller's process."""
 
     FS_INFO_TTL = 10.0  # seconds an ImageFsInfo walk is reused: the kubelet asks every few seconds
 
-    def __init__(self, store: ImageStore, *, pinned: Iterable[str] = (), default_auth: Credentials | None = None,
+    def __init__(self, store: ImageStore, *, pinned: Iterable[str] = (),
                  registry_auths: dict[str, Credentials] | None = None,
                  pull: Callable[[str, Credentials | None], str] | None = None) -> None:
         self.store = store
         self._pull = pull or (lambda ref, auth: store.pull(ref, auth=auth).id)
         self.pinned = tuple(pinned)
-        self.default_auth = default_auth
         self.registry_auths = dict(registry_auths or {})
         self._fs_info: tuple[float, api_pb2.ImageFsInfoResponse] | None = None
 
@@ -132,7 +131,7 @@ class ImageService:
             raise InvalidArgumentError("image.image: must name an image")
         creds = credentials(auth, spec.image)
         if creds is None:
-            creds = self.registry_auths.get(refs.parse(spec.image).domain, self.default_auth)
+            creds = self.registry_auths.get(refs.parse(spec.image).domain)
         return self._pull(spec.image, creds)
 
     def remove_image(self, spec: api_pb2.ImageSpec) -> None:

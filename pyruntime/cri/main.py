@@ -109,9 +109,9 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     runtime = Runtime(settings, kernel=kernel)
     images = ImageStore(settings.image_root, hosts_dir=Path(settings.hosts_dir), snapshotter=settings.snapshotter,
                         kernel=kernel)  # what the launcher's puller opens too
-    default_auth, registry_auths = cfg.pull_credentials()
+    registry_auths = cfg.pull_credentials()
     image_service = ImageService(images, pinned=[cfg.sandbox_image] if cfg.sandbox_image else [],
-                                 default_auth=default_auth, registry_auths=registry_auths, pull=launcher.pull_image)
+                                 registry_auths=registry_auths, pull=launcher.pull_image)
     network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel,
                       env=DEFAULT_ENV | cni_plugin_env())
     store = Store(layout)

@@ -6,6 +6,11 @@ docker.io means registry-1.docker.io over HTTPS, and localhost/127.0.0.0/8 regis
 plain HTTP, as docker and containerd do. Auth is driven by the 401 challenge: Bearer tokens are fetched from
 the realm (with the user's credentials if any, anonymously otherwise) and cached per scope; Basic just sends
 the credentials.
+
+Credentials are the pull's, for the registry the reference names (and the mirrors its hosts.toml lists, the
+node admin's choice); a caller never hands one registry's credentials to a pull from another. They go to a
+token realm only over HTTPS or to a loopback host, and never across a redirect to another host (requests
+drops Authorization there: blob redirects to storage hosts get only the URL's own signature).
 """
 from __future__ import annotations
 
@@ -159,7 +164,12 @@ class _Auth:
         auth = None
         if self.credentials and self.credentials.username:
             auth = (self.credentials.username, self.credentials.password)
-        if urlparse(realm).netloc != urlparse(host).netloc:
+        realm_url = urlparse(realm)
+        if auth and realm_url.scheme != "https" and not (realm_url.scheme == "http"
+                                                        and is_loopback_host(realm_url.netloc)):
+            raise AuthError(f"{host}: token realm {realm} is neither HTTPS nor loopback: the credentials are "
+                            "not sent to it in clear")
+        if realm_url.netloc != urlparse(host).netloc:
             verify = True  # a registry's own CA bundle says nothing about a token server elsewhere
         try:
             r = session.get(realm, params=query, auth=auth, timeout=(10, 60), verify=verify)

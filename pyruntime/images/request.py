@@ -24,6 +24,18 @@ class Credentials:
             raise ValueError("credentials must be USER:PASSWORD")
         return cls(user, password)
 
+    @classmethod
+    def parse_scoped(cls, text: str) -> tuple[str, Credentials]:
+        """HOST=USER:PASSWORD: the registry host (HOST or HOST:PORT) and the credentials that go to it only.
+        An unscoped USER:PASSWORD is refused: a node's credentials sent to whatever registry an image names
+        are handed to the owner of any registry a pod names. The error never quotes the text (a password)."""
+        host, eq, creds = text.partition("=")
+        name, colon, port = host.partition(":")
+        if not eq or ":" not in creds or not name or "/" in host or "@" in host or (colon and not port.isdigit()):
+            raise ValueError("must be HOST=USER:PASSWORD, for the registry HOST only (an unscoped USER:PASSWORD "
+                             "is refused: it would be sent to any registry an image names)")
+        return host, cls.parse(creds)
+
 
 @dataclass(frozen=True)
 class Platform:

@@ -57,9 +57,18 @@ def test_bad_flag_is_named():
 
 
 def test_registry_creds_never_in_repr():
-    cfg = config.load(None, {"registry_creds": "user:secret"})
+    cfg = config.load(None, {"registry_creds": "r.example=user:secret"})
     assert "secret" not in repr(cfg)
-    assert cfg.runtime_settings("/r", "/i").registry_creds == "user:secret"
+    assert cfg.runtime_settings("/r", "/i").registry_creds == "r.example=user:secret"
+
+
+@pytest.mark.parametrize("value", ["user:s3cret", "user:s3=cret", "user:pw:with=equals:x"])
+def test_unscoped_registry_creds_are_refused_without_the_secret(value):
+    """USER:PASSWORD for every registry went to whatever registry a pod's image named (its owner gets the
+    node's password): refused at start, with the setting named and the password not quoted."""
+    with pytest.raises(InvalidArgumentError, match=r"^--registry-creds: must be HOST=USER:PASSWORD") as e:
+        config.load(None, {"registry_creds": value})
+    assert "s3" not in str(e.value) and "cret" not in str(e.value) and "equals" not in str(e.value)
 
 
 def test_cli_stops_on_a_bad_setting_naming_it(tmp_path):
@@ -98,7 +107,8 @@ DAEMON = str(Path(sys.executable).with_name("pyruntime-cri"))
     ('cni_bin_dirs = ["{tmp}/no-such-bin"]', "config.toml: cni_bin_dirs: {tmp}/no-such-bin: no such directory"),
     ('cgroup_driver = "cgroupv2"', "config.toml: cgroup_driver: must be one of cgroupfs, systemd"),
     ('sandbox_image = "Pause:3.10"', "config.toml: sandbox_image: "),
-    ('registry_creds = "alice"', "config.toml: registry_creds: must be USER:PASSWORD"),
+    ('registry_creds = "alice"', "config.toml: registry_creds: must be HOST=USER:PASSWORD"),
+    ('registry_creds = "alice:pw"', "config.toml: registry_creds: must be HOST=USER:PASSWORD"),
 ])
 def test_daemon_with_a_bad_setting_exits_before_making_anything(tmp_path, setting, named):
     """The real entry point: a non-zero exit, the setting named on stderr, and no directory, socket or
@@ -125,18 +135,21 @@ def test_daemon_names_a_missing_cni_bin_dir_flag(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_registry_auths_per_host_over_the_default():
-    cfg = config.load(None, {"registry_creds": "any:one", "registry_auths": ("r.example:5000=alice:pw:with:colons",)})
-    default, by_host = cfg.pull_credentials()
-    assert default is not None and (default.username, default.password) == ("any", "one")
+def test_registry_creds_and_auths_per_host_only():
+    cfg = config.load(None, {"registry_creds": "other.example=any:one",
+                             "registry_auths": ("r.example:5000=alice:pw:with:colons",)})
+    by_host = cfg.pull_credentials()
+    assert sorted(by_host) == ["other.example", "r.example:5000"]  # nothing for any other registry
+    assert (by_host["other.example"].username, by_host["other.example"].password) == ("any", "one")
     assert (by_host["r.example:5000"].username, by_host["r.example:5000"].password) == ("alice", "pw:with:colons")
     assert "alice" not in repr(cfg) and "pw" not in repr(cfg)
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("r.example", "<hidden>: must be HOST=USER:PASSWORD"),
-    ("r.example=alice", "r.example: must be HOST=USER:PASSWORD"),
-    ("https://r.example=a:b", "not a registry host"),
+    ("r.example", "must be HOST=USER:PASSWORD"),
+    ("r.example=alice", "must be HOST=USER:PASSWORD"),
+    ("https://r.example=a:b", "must be HOST=USER:PASSWORD"),
+    ("r_x.example=a:b", "not a registry host"),
 ])
 def test_bad_registry_auth_is_named_without_its_secret(value, message):
     with pytest.raises(InvalidArgumentError, match=f"^--registry-auth: .*{message}"):
