@@ -13,8 +13,8 @@ FIELD_MANAGER = "pykubelet"
 
 
 def make_client(kubeconfig: Path, timeout: float = 30.0):
-    """A lightkube Client for `kubeconfig`'s current context; `timeout` bounds each request (watches have
-    no read timeout: they last until the server ends them)."""
+    """A lightkube Client for `kubeconfig`'s current context; `timeout` bounds each request's connect and
+    each read (a watch has its own read timeout: informer.WATCH_READ_TIMEOUT)."""
     import httpx2
     from lightkube import Client, KubeConfig
 

@@ -4,6 +4,10 @@ An informer lists once (the cache and a resourceVersion), then watches from that
 every change exactly in order without re-reading what it has. What can go wrong, and what it does:
 - the watch ends (server timeout, connection dropped): it watches again from the last resourceVersion it
   saw, which BOOKMARK events (allowWatchBookmarks) keep fresh even when nothing of ours changes;
+- the watch goes silent (a half-open connection: the API server or a middlebox gone without a FIN, which
+  would freeze the informer for good while the lease keeps the node Ready): the server sends a BOOKMARK
+  on every quiet watch each minute, so a watch that hears nothing for WATCH_READ_TIMEOUT is dropped and
+  watched again, as a failed one;
 - the version is too old for the server (410 Gone, "expired"): it lists again and turns the difference
   between the old cache and the new list into add/update/delete events, so a deletion missed while away
   is still delivered;
@@ -34,6 +38,8 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+# twice the API server's bookmark period on a quiet watch: a live watch never waits this long for a line
+WATCH_READ_TIMEOUT = 120.0
 
 
 class Gone(Exception):
@@ -226,11 +232,12 @@ class LightkubeSource:
 
     def __init__(self, client, resource: type, *, namespace: str | None = None,
                  fields: dict[str, Any] | None = None, labels: dict[str, Any] | None = None,
-                 timeout_seconds: int | None = None) -> None:
+                 timeout_seconds: int | None = None, read_timeout: float = WATCH_READ_TIMEOUT) -> None:
         self.client, self.resource = client, resource
         self.namespace, self.fields, self.labels = namespace, fields, labels
         # the server ends each watch after this, as client-go's reflector asks (5 to 10 minutes, spread)
         self.timeout_seconds = timeout_seconds or int(300 * (1 + random.random()))
+        self.read_timeout = read_timeout  # the longest silence of an open watch (lightkube's has none)
         self._response: Any = None  # the open watch, for close()
 
     def close(self) -> None:
@@ -257,6 +264,7 @@ class LightkubeSource:
         return it.resourceVersion, items
 
     def watch(self, resource_version: str) -> Iterator[tuple[str, Any]]:
+        import httpx2
         from lightkube.core.selector import build_selector
 
         generic = self.client._client  # lightkube's Client.watch() has no allowWatchBookmarks parameter
@@ -266,7 +274,10 @@ class LightkubeSource:
             "labelSelector": build_selector(self.labels) if self.labels else None,
             "fieldSelector": build_selector(self.fields, for_fields=True) if self.fields else None,
         }, **self._scope())
-        req = generic._client.build_request(br.method, br.url, params=br.params, timeout=generic._watch_timeout)
+        timeout = generic._watch_timeout
+        timeout = httpx2.Timeout(connect=timeout.connect, read=self.read_timeout, write=timeout.write,
+                                 pool=timeout.pool)
+        req = generic._client.build_request(br.method, br.url, params=br.params, timeout=timeout)
         resp = self._response = generic.send(req, stream=True)
         try:
             if resp.status_code == 410:

@@ -150,3 +150,85 @@ def test_decode_event_reads_only_the_version_of_a_bookmark():
     with pytest.raises(Gone):
         decode_event(b'{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure",'
                      b'"message":"too old resource version","reason":"Expired","code":410}}', Pod)
+
+
+class StallingAPI:
+    """A stand-in API server on loopback: an empty pod list at resourceVersion 10; the first watch answers
+    its headers and then says nothing (a half-open connection as the kubelet sees one), the next delivers
+    the pod created meanwhile."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        api = self
+        self.watches = 0
+        self.release = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if "watch=true" not in self.path:
+                    body = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"10"},"items":[]}'
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                api.watches += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.flush()
+                if api.watches > 1:
+                    self.wfile.write(b'{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":'
+                                     b'{"name":"late","namespace":"default","resourceVersion":"11"},'
+                                     b'"spec":{"containers":[{"name":"c"}]}}}\n')
+                    self.wfile.flush()
+                api.release.wait(60)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+def test_a_silent_watch_is_dropped_and_the_informer_resumes():
+    """Issue 22: a watch had no read timeout, so a connection that went silent (half-open: the API server
+    or a middlebox gone without a FIN) froze the pod informer for good while the lease kept the node
+    Ready. Now a watch that hears nothing for its read timeout is dropped and watched again."""
+    import httpx2
+    from lightkube import Client, KubeConfig
+    from lightkube.resources.core_v1 import Pod
+
+    from pykubelet.api.informer import LightkubeSource
+
+    api = StallingAPI()
+    config = KubeConfig.from_dict({
+        "clusters": [{"name": "c", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}], "current-context": "x"})
+    client = Client(config, timeout=httpx2.Timeout(5.0), trust_env=False)
+    inf = Informer(LightkubeSource(client, Pod, read_timeout=1.0), name="pods", rand=lambda: 0.0,
+                   backoff_base=0.01)
+    seen = threading.Event()
+    inf.add_handler(lambda kind, _old, new: seen.set() if new.metadata.name == "late" else None)
+    try:
+        inf.start()
+        assert inf.wait_synced(10)
+        assert seen.wait(10 * 1.0 + 10), "the informer stayed on a silent watch"
+        assert api.watches >= 2 and inf.get("default/late") is not None
+    finally:
+        inf.stop()
+        api.close()
+        assert inf.join(10)
