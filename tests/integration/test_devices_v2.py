@@ -130,9 +130,10 @@ def test_program_answers_as_the_v1_devices_cgroup(probe_nodes, rules):
             mgr.create()
         v1.set(Resources(devices=rules))
         v2.set(Resources(devices=rules))
-        by_v1 = _probe(*probe_nodes, [os.path.join(v1.dirs["devices"], "cgroup.procs")])
-        by_program = _probe(*probe_nodes, [os.path.join(open_v1.dirs["devices"], "cgroup.procs"),
-                                           os.path.join(v2.path, "cgroup.procs")])
+        where, probes = probe_nodes
+        by_v1 = _probe(where, probes, [os.path.join(v1.dirs["devices"], "cgroup.procs")])
+        by_program = _probe(where, probes, [os.path.join(open_v1.dirs["devices"], "cgroup.procs"),
+                                            os.path.join(v2.path, "cgroup.procs")])
     finally:
         for mgr in (v2, v1, open_v1):
             mgr.destroy()
