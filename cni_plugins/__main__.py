@@ -30,7 +30,7 @@ def install_cmd(directory: Path, conf_dir: Path | None) -> None:
 
 @cli.command("helper-stop")
 @click.option("--socket", "name", default=None,
-              help=f"the helper's abstract socket name (default $PYCNI_HELPER_SOCKET or {launch.DEFAULT_NAME})")
+              help=f"the helper's socket name (default $PYCNI_HELPER_SOCKET or {launch.DEFAULT_NAME})")
 def helper_stop(name: str | None) -> None:
     """Stop the resident helper of this network namespace."""
     click.echo("stopped" if helper.stop(name or launch.socket_name()) else "no helper running")

@@ -5,14 +5,17 @@ serialises calls for the same attachment (so a DEL that follows a killed ADD wai
 
 Threat model. The helper makes bridges, host routes and masquerade rules in its own network namespace,
 so serving a caller from another netns would build that caller's node in the wrong one (a node in its
-own netns, a nested node). Hence one helper per netns, reachable only from it: it listens on an
-*abstract* unix socket, which the kernel scopes to the netns the socket was made in. Over a socket file
-(even one named after the netns inode) that gives more: nothing to go stale after a kill, no netns inode
-in a path that a later netns can reuse, bind's EADDRINUSE elects the one helper of a netns without a
-lock file, and callers in namespaces that share /run still never meet. An abstract name has no file
-permissions, so both ends check SO_PEERCRED: the helper serves only peers with its own euid whose
-/proc/PID/ns/net is its own (a socket made here and passed elsewhere is refused), the client only
-talks to a listener with its euid (launch.connect).
+own netns, a nested node); and it runs any plugin with any config and netns it is sent, so it must serve
+only the runtime's own plugin launchers, never another root process of the node's netns such as a
+hostNetwork pod. Hence one helper per netns, reachable only by its node's launchers: it listens on a
+socket file named after its netns inode (launch.socket_path) in a directory that must be root's (its
+euid's) with mode 0700 on the node's filesystem, which a pod, in a mount namespace of its own, reaches
+only through a hostPath mount of it. A flock on a file beside the socket elects the one helper of a
+netns, which removes a stale socket before it binds. Both ends then check their peer (SO_PEERCRED,
+launch.peer_refusal): the helper serves only a process with its euid, its mount namespace, its netns and
+its interpreter, so a pod given the path still gets refused, and a socket made here and passed elsewhere
+too; the launcher talks only to such a listener (launch.connect), so a pod that squats the name first
+sees no request, and the call runs in-process.
 A helper also outlives upgrades: each request carries the version of the plugin code installed now
 (launch.code_version); a helper that loaded other code refuses it, gives up its name and exits, and the
 client serves the call in-process and starts a helper of its own code.
@@ -25,10 +28,10 @@ default /run/pycni/helper.log), which also records start, refusals and exit.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 from collections import defaultdict
@@ -115,13 +118,13 @@ class NetnsWatch:
 
 
 class Helper:
-    def __init__(self, listener: socket.socket, idle: float, version: str) -> None:
+    def __init__(self, listener: socket.socket, path: str, lock: int, idle: float, version: str) -> None:
         self.listener = listener
+        self.path = path
+        self.lock = lock
         self.idle = idle
         self.version = version
-        self.netns = os.stat(NS_NET)
         self.watch = NetnsWatch()
-        self.uid = os.geteuid()
         self.active = 0
         self.cond = threading.Condition()
         self.keys: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -135,6 +138,7 @@ class Helper:
         while not self.stopping:
             try:
                 conn, _ = self.listener.accept()
+                accepted = time.clock_gettime(time.CLOCK_BOOTTIME)
             except TimeoutError:
                 with self.cond:
                     busy = self.active > 0
@@ -151,29 +155,34 @@ class Helper:
             idle_for = 0.0
             with self.cond:
                 self.active += 1
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+            threading.Thread(target=self.handle, args=(conn, accepted), daemon=True).start()
         with self.cond:
             self.cond.wait_for(lambda: self.active == 0, timeout=30)
         return self.stop_reason
 
     def release(self, reason: str) -> None:
-        """Gives up the socket name at once (a successor can bind it) and makes serve() return."""
+        """Gives up the socket and its lock at once (a successor can bind it) and makes serve() return."""
         with self.cond:
             if self.stopping:
                 return
             self.stopping, self.stop_reason = True, reason
+            try:
+                os.unlink(self.path)  # ours while we hold the lock
+            except FileNotFoundError:
+                pass
             try:
                 self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in serve()
             except OSError as exc:
                 if exc.errno != errno.ENOTCONN:
                     raise
             self.listener.close()
+            os.close(self.lock)
 
-    def handle(self, conn: socket.socket) -> None:
+    def handle(self, conn: socket.socket, accepted: float) -> None:
         try:
             with conn:
                 conn.settimeout(REQUEST_TIMEOUT)
-                reply, unread = self.answer(conn)
+                reply, unread = self.answer(conn, accepted)
                 conn.sendall(reply)
                 if unread:
                     drain(conn)
@@ -184,9 +193,9 @@ class Helper:
                 self.active -= 1
                 self.cond.notify_all()
 
-    def answer(self, conn: socket.socket) -> tuple[bytes, bool]:
+    def answer(self, conn: socket.socket, accepted: float) -> tuple[bytes, bool]:
         """The reply to the request on `conn`, and whether the caller may have sent more than was read."""
-        refusal = self.refusal(conn)
+        refusal = launch.peer_refusal(conn, accepted)
         if refusal:
             log.warning("refused a caller: %s", refusal)
             return launch.REFUSED + b" " + launch.FOREIGN.encode() + b"\n", True
@@ -207,27 +216,6 @@ class Helper:
         with self.keys[(env.get("CNI_CONTAINERID", ""), env.get("CNI_IFNAME", ""))]:
             rc, out = plugins.run(name, env, stdin)
         return b"%d %d\n" % (rc, len(out)) + out, False
-
-    def refusal(self, conn: socket.socket) -> str:
-        """Why the peer must not be served ("" when it may): another user, or a process outside our netns."""
-        pid, uid, _ = peer_credentials(conn)
-        if uid != self.uid:
-            return f"pid {pid} runs as uid {uid}, the helper as {self.uid}"
-        if pid <= 0:
-            return "the caller's pid is not visible in the helper's pid namespace"
-        try:
-            theirs = os.stat(f"/proc/{pid}/ns/net")
-        except OSError as exc:
-            return f"cannot read /proc/{pid}/ns/net: {exc.strerror}"
-        if (theirs.st_dev, theirs.st_ino) != (self.netns.st_dev, self.netns.st_ino):
-            return f"pid {pid} is in netns net:[{theirs.st_ino}], the helper in net:[{self.netns.st_ino}]"
-        return ""
-
-
-def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the peer as it connected (struct ucred); pid 0 when not visible in our pid namespace."""
-    pid, uid, gid = struct.unpack("iII", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
-    return pid, uid, gid
 
 
 def drain(conn: socket.socket, limit: int = 1 << 20) -> None:
@@ -280,21 +268,55 @@ def _setup_log() -> None:
         log.warning("cannot log to %s: %s", path, error.strerror)
 
 
+def claim(name: str) -> tuple[socket.socket, str, int] | None:
+    """The listening socket of this netns's helper `name`, its path and the fd of its lock; None when another
+    helper holds the lock. Raises PermissionError when the directory is not ours to trust."""
+    path = launch.socket_path(name)
+    directory = os.path.dirname(path)
+    os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass  # checked below like any directory we did not just make
+    refusal = launch.untrusted_file(directory, launch.S_IFDIR)
+    if refusal:
+        raise PermissionError(refusal)
+    lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        return None  # this netns has its helper already
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        try:
+            os.unlink(path)  # a killed helper's
+        except FileNotFoundError:
+            pass
+        listener.bind(path)
+        listener.listen(256)  # callers queue while the plugins load instead of being refused and starting helpers
+        os.chmod(path, 0o600)
+    except BaseException:
+        listener.close()
+        os.close(lock)
+        raise
+    return listener, path, lock
+
+
 def main(name: str) -> None:
     version = launch.code_version()  # before the plugins load: code changed after this is refused, not served
     _setup_log()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        listener.bind(launch.address(name))
-    except OSError as exc:
-        listener.close()
-        if exc.errno == errno.EADDRINUSE:  # this netns has its helper already
-            return
-        raise
-    listener.listen(256)  # callers queue while the plugins load instead of being refused and starting helpers
-    log.info("serving @%s, plugin code %s", name, version)
+        claimed = claim(name)
+    except PermissionError as exc:
+        log.warning("not serving: %s", exc)
+        return
+    if claimed is None:
+        return
+    listener, path, lock = claimed
+    log.info("serving %s, plugin code %s", path, version)
     plugins.preload()
-    helper = Helper(listener, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE)), version)
+    helper = Helper(listener, path, lock, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE)), version)
     try:
         reason = helper.serve()
     except BaseException:

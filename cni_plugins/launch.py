@@ -1,37 +1,119 @@
-"""The plugin executables' entry points, importing only os, sys and _socket so a CNI call starts in milliseconds.
+"""The plugin executables' entry points, importing only os, sys and built-in C modules (_socket, _signal,
+errno) so a CNI call starts in milliseconds.
 
 A call is forwarded to the resident helper (cni_plugins.helper) of the caller's network namespace when one
 listens; when none does, the call starts one for the calls that follow and serves itself in-process, so
-the result never depends on the helper being there. The helper listens on an abstract unix socket, which
-the kernel scopes to a netns, so a caller only ever reaches the helper of its own netns (see helper.py for
-why that matters and for the checks both ends make). PYCNI_HELPER=off turns the helper off;
-PYCNI_HELPER_SOCKET renames its socket (a test's own helper).
+the result never depends on the helper being there. PYCNI_HELPER=off turns the helper off;
+PYCNI_HELPER_SOCKET renames its socket (a test's own helper), PYCNI_HELPER_DIR moves its directory.
+
+Threat model. Any uid-0 process in the node's netns may try to reach the helper or to pose as it: a
+hostNetwork root pod shares the netns (so an abstract socket would be open to it) but has a mount
+namespace of its own. So the helper's socket is a file named after the netns inode in a directory that
+must be ours (lstat: a real directory, our euid, mode 0700), which a pod reaches only through a hostPath
+mount; and each end checks the other with SO_PEERCRED (peer_refusal): our euid, our mount namespace, our
+netns and our interpreter, read race-free through a pidfd. A launcher that finds anything it did not
+verify (a foreign directory or socket file, a listener of another user or mount namespace: a squatter)
+sends it nothing and serves the call in-process, as it does when no helper runs.
 """
+import _signal  # loaded by the interpreter already; `signal` would pull in enum
 import _socket  # the C module: `socket` would pull in enum and selectors, 6 ms of a call's start-up
+import errno
 import os
 import sys
 
 DEFAULT_NAME = "pycni-helper"
 HELPER_ENV = "PYCNI_HELPER"
 SOCKET_ENV = "PYCNI_HELPER_SOCKET"
+DIR_ENV = "PYCNI_HELPER_DIR"
+DEFAULT_DIR = "/run/pycni/helper"
 LINE_MAX = 4096
 REFUSED = b"refused"
 # why a call was not served; the helper sends the last two after REFUSED
 ABSENT = "absent"  # nobody listens (or the helper went away mid-call): start one
-UNTRUSTED = "untrusted"  # the listener runs as another user: never send it a request, never start one
+UNTRUSTED = "untrusted"  # the socket or its listener is not the helper's: never send it a request, never start one
 SKEW = "skew"  # the helper runs other plugin code than ours: it has exited, start one of ours
-FOREIGN = "foreign"  # the helper found the caller outside its netns or of another user
+FOREIGN = "foreign"  # the helper found the caller of another user, mount namespace, netns or executable
 RESTART = (ABSENT, SKEW)
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
+SO_PEERPIDFD = 77  # Linux 6.5; the constant is not in Python 3.11's _socket
+S_IFMT, S_IFDIR, S_IFSOCK = 0o170000, 0o040000, 0o140000
 
 
 def socket_name() -> str:
     return os.environ.get(SOCKET_ENV) or DEFAULT_NAME
 
 
-def address(name: str) -> bytes:
-    """The abstract socket address of the helper called `name` (in the netns of whoever uses it)."""
-    return b"\0" + name.encode()
+def helper_dir() -> str:
+    return os.environ.get(DIR_ENV) or DEFAULT_DIR
+
+
+def socket_path(name: str, netns_ino: int | None = None) -> str:
+    """The socket of the helper called `name` of a netns (default: ours), named after the netns's inode.
+
+    A helper keeps its netns alive, so no later netns can take the inode of a netns whose helper listens;
+    a stale file left by a killed helper only refuses connections.
+    """
+    if netns_ino is None:
+        netns_ino = os.stat("/proc/self/ns/net").st_ino
+    return f"{helper_dir()}/{name}.net-{netns_ino}"
+
+
+def untrusted_file(path: str, kind: int) -> str:
+    """Why `path` (lstat: symlinks are refused) is not ours to trust ("" when it is): its type is not
+    `kind`, its owner is not our euid, or (a directory) its mode is not 0700."""
+    st = os.lstat(path)
+    if st.st_mode & S_IFMT != kind:
+        return f"{path} is not a {'directory' if kind == S_IFDIR else 'socket'}"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}"
+    if kind == S_IFDIR and st.st_mode & 0o7777 != 0o700:
+        return f"{path} has mode {st.st_mode & 0o7777:04o}, not 0700"
+    return ""
+
+
+def peer_refusal(sock: _socket.socket, started_by: float | None = None) -> str:
+    """Why the process at the other end of `sock` is not one of ours ("" when it is).
+
+    Ours: our euid, and our mount namespace, netns and executable (compared by device and inode). The
+    pid SO_PEERCRED gives is the peer's as it connected (or listened); the checks read /proc/PID while a
+    pidfd holds the peer, and end by signalling 0 through it, so a peer that exited meanwhile (its pid
+    free for another process) is refused. Since Linux 6.5 the kernel hands out the peer's own pidfd
+    (SO_PEERPIDFD); before, pidfd_open(pid) may open a process that took the pid of a peer that exited
+    before it, so `started_by` (CLOCK_BOOTTIME seconds, when the connection was accepted) refuses a
+    process started later. What is left is a peer that exits and whose pid is taken by one of ours
+    between its connect() and our accept().
+    """
+    cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    pid, uid = int.from_bytes(cred[0:4], sys.byteorder, signed=True), int.from_bytes(cred[4:8], sys.byteorder)
+    if uid != os.geteuid():
+        return f"pid {pid} runs as uid {uid}, we as {os.geteuid()}"
+    if pid <= 0:
+        return "the peer's pid is not visible in our pid namespace"
+    pidfd = -1
+    try:
+        try:
+            pidfd = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD)
+        except OSError as exc:
+            if exc.errno != errno.ENOPROTOOPT:
+                raise
+            pidfd = os.pidfd_open(pid)
+            if started_by is not None:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+                if ticks / os.sysconf("SC_CLK_TCK") > started_by:
+                    return f"pid {pid} started after the connection: the peer's pid was reused"
+        for what in ("ns/mnt", "ns/net", "exe"):
+            theirs, ours = os.stat(f"/proc/{pid}/{what}"), os.stat(f"/proc/self/{what}")
+            if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+                return (f"pid {pid} has another {what} than ours "
+                        f"({theirs.st_dev}:{theirs.st_ino}, ours {ours.st_dev}:{ours.st_ino})")
+        _signal.pidfd_send_signal(pidfd, 0)  # the peer still runs: /proc/{pid} was its own throughout
+    except OSError as exc:
+        return f"cannot check pid {pid}: {exc.strerror}"
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
+    return ""
 
 
 def code_version() -> str:
@@ -86,17 +168,23 @@ def recv_line(sock: _socket.socket, limit: int = LINE_MAX) -> bytes:
 def connect(name: str) -> "tuple[_socket.socket, int] | str":
     """A connection to this netns's helper and the helper's pid, or why there is none (ABSENT, UNTRUSTED).
 
-    An abstract name has no file permissions, so anyone could listen on it: only a listener with our euid
-    (SO_PEERCRED) is sent a request.
+    Only a socket file of ours in a directory of ours, whose listener passes peer_refusal, is trusted.
     """
+    path = socket_path(name)
+    try:
+        if untrusted_file(os.path.dirname(path), S_IFDIR) or untrusted_file(path, S_IFSOCK):
+            return UNTRUSTED
+    except OSError:
+        return ABSENT  # no directory or no socket yet
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     try:
-        sock.connect(address(name))
+        sock.connect(path)
+        refusal = peer_refusal(sock)
         cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
     except OSError:
         sock.close()
-        return ABSENT
-    if int.from_bytes(cred[4:8], sys.byteorder) != os.geteuid():
+        return ABSENT  # a stale socket file, or the helper went away
+    if refusal:
         sock.close()
         return UNTRUSTED
     return sock, int.from_bytes(cred[0:4], sys.byteorder)

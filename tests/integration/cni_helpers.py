@@ -2,7 +2,8 @@
 
 Everything a test makes is named with a random `pyt-` suffix and removed on teardown: namespaces,
 bridges, the iptables chains whose comment names the test network, and the resident helper when a test
-lets one start (each test gets its own helper socket name and helper log under tmp_path).
+lets one start (each test gets its own helper socket name, whose files in the default socket directory go
+with it, and its own helper log under tmp_path).
 """
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cni_plugins import helper
+from cni_plugins import helper, launch
 from cni_plugins.install import install
 from tests.kit.busybox import static_busybox
 
 PEERS_CNI = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "cni"
 REFERENCE_PLUGINS = ("bridge", "host-local", "loopback")
 DEBIAN_CNI = Path("/usr/lib/cni")
+ACCEPTCON = "00010000"  # /proc/net/unix flags of a listening socket (bound but not listening: 00000000)
 FORWARDING = ("/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding")
 
 
@@ -94,10 +96,11 @@ class CNIEnv:
     def run(self, plugin: str, command: str, conf: dict[str, Any] | bytes, netns: str = "",
             container_id: str = "c1", ifname: str = "eth0", extra: dict[str, str] | None = None,
             timeout: float = 60, caller_netns: str | None = None) -> PluginResult:
-        """Execs the plugin as a runtime would; `caller_netns` runs it from that netns (a node in its own)."""
+        """Execs the plugin as a runtime would; `caller_netns` runs it from that netns (a node in its own), in
+        our mount namespace (`ip netns exec` would make a new one per call, which no helper serves)."""
         stdin = conf if isinstance(conf, bytes) else json.dumps(conf).encode()
         exe = plugin if "/" in plugin else str(self.bin_dir / plugin)
-        argv = ["ip", "netns", "exec", os.path.basename(caller_netns), exe] if caller_netns else [exe]
+        argv = ["nsenter", f"--net={caller_netns}", "--", exe] if caller_netns else [exe]
         proc = subprocess.run(argv, input=stdin, env=self.env(command, netns, container_id, ifname, extra),
                               stdout=subprocess.PIPE, timeout=timeout, check=False)
         out = json.loads(proc.stdout) if proc.stdout.strip() else None
@@ -117,6 +120,8 @@ class CNIEnv:
         helper.stop(self.helper_name)
         for name in self.namespaces:
             delete_netns(name)
+        for path in Path(launch.DEFAULT_DIR).glob(f"{self.helper_name}.*"):
+            path.unlink()  # the lock files, and the socket of a helper that was killed
         for name in self.bridges:
             subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
         for network in self.networks:
@@ -219,9 +224,11 @@ def make_cni_env(tmp_path: Path, use_helper: bool = False) -> CNIEnv:
 
 
 def helper_listening(name: str, netns: str | None = None) -> bool:
-    """Whether a helper listens on the abstract socket `name` in `netns` (None: the test's own)."""
+    """Whether a helper listens on the socket `name` of `netns` (None: the test's own)."""
+    path = launch.socket_path(name, os.stat(netns or "/proc/self/ns/net").st_ino)
     table = ns_exec(netns, "cat", "/proc/net/unix").stdout if netns else Path("/proc/net/unix").read_text()
-    return any(line.split()[-1] == f"@{name}" for line in table.splitlines()[1:] if len(line.split()) > 7)
+    return any(line.split()[-1] == path and line.split()[3] == ACCEPTCON
+               for line in table.splitlines()[1:] if len(line.split()) > 7)
 
 
 def ns_exec(netns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:

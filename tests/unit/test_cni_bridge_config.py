@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cni_plugins import bridge_config, ipmasq, iptables, skel
+from cni_plugins import bridge_config, ipmasq, iptables, launch, skel
 from cni_plugins.install import install, install_conf
 
 
@@ -100,4 +100,4 @@ def test_launcher_without_helper_serves_in_process(tmp_path: Path) -> None:
         proc = subprocess.run([str(tmp_path / "bin" / "pyhost-local")], input=b'{"cniVersion": "1.0.0"}',
                               capture_output=True, env=env, check=False)
         assert proc.returncode == 0 and json.loads(proc.stdout)["cniVersion"] == "1.0.0"
-    assert f"@{name}" not in Path("/proc/net/unix").read_text(), "VERSION must not start a helper"
+    assert launch.socket_path(name) not in Path("/proc/net/unix").read_text(), "VERSION must not start a helper"

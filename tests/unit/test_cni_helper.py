@@ -1,7 +1,8 @@
 """The resident CNI helper's protocol without root: malformed requests, version skew, stop.
 
-Each test runs its own helper under a random abstract socket name and log; STATUS of pyhost-local needs
-neither root nor a netns, so it stands for a plugin call.
+Each test runs its own helper under a random socket name, in a socket directory of its own (mode 0700, so
+without root too), with a log of its own; STATUS of pyhost-local needs neither root nor a netns, so it
+stands for a plugin call.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,11 +24,22 @@ from cni_plugins import helper, launch
 from cni_plugins.install import TEMPLATE
 
 REPO = Path(__file__).resolve().parents[2]
+ACCEPTCON = "00010000"  # /proc/net/unix flags of a listening socket (bound but not listening: 00000000)
 
 
 def listening(name: str) -> bool:
-    return any(line.split()[-1] == f"@{name}" for line in Path("/proc/net/unix").read_text().splitlines()[1:]
-               if len(line.split()) > 7)
+    path = launch.socket_path(name)
+    return any(line.split()[-1] == path and line.split()[3] == ACCEPTCON
+               for line in Path("/proc/net/unix").read_text().splitlines()[1:] if len(line.split()) > 7)
+
+
+@pytest.fixture(autouse=True)
+def helper_dir(monkeypatch: pytest.MonkeyPatch):
+    """A socket directory of the test's own, short enough for a unix socket path (tmp_path may not be)."""
+    directory = tempfile.mkdtemp(prefix="pyt-cni-", dir="/tmp")
+    monkeypatch.setenv(launch.DIR_ENV, directory)
+    yield directory
+    shutil.rmtree(directory)
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:
@@ -66,7 +79,7 @@ def running(tmp_path: Path):
 def raw_call(name: str, payload: bytes, half_close: bool = False) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(15)
-        s.connect(launch.address(name))
+        s.connect(launch.socket_path(name))
         s.sendall(payload)
         if half_close:
             s.shutdown(socket.SHUT_WR)
@@ -131,7 +144,8 @@ def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) 
     name = f"pyt-helper-{secrets.token_hex(4)}"
     log = tmp_path / "helper.log"
     env, stdin = status_request(tmp_path)
-    env.update(PYCNI_HELPER_SOCKET=name, PYCNI_HELPER_LOG=str(log), PATH=os.environ.get("PATH", ""))
+    env.update(PYCNI_HELPER_SOCKET=name, PYCNI_HELPER_LOG=str(log), PYCNI_HELPER_DIR=os.environ[launch.DIR_ENV],
+               PATH=os.environ.get("PATH", ""))
 
     def call() -> None:
         proc = subprocess.run([str(exe)], input=stdin, env=env, capture_output=True, check=False)
@@ -151,7 +165,7 @@ def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) 
         second = helper_pid(name)
         assert second != first
         # the new helper writes its first line just after it listens
-        wait_for(lambda: log.read_text().count("serving @") == 2)
+        wait_for(lambda: log.read_text().count("serving ") == 2)
         assert "plugin code changed" in log.read_text()
     finally:
         helper.stop(name)
@@ -159,3 +173,25 @@ def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) 
 
 def test_stop_without_a_helper(tmp_path: Path) -> None:
     assert helper.stop(f"pyt-helper-{secrets.token_hex(4)}") is False
+
+
+@pytest.mark.parametrize("kind", ["mode 0755", "symlink"])
+def test_a_socket_directory_not_ours_to_trust_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          helper_dir: str, kind: str) -> None:
+    """Anyone who could write there could squat the helper's socket: the launcher sends nothing into such a
+    directory (its call runs in-process) and a helper does not listen in it."""
+    if kind == "mode 0755":
+        os.chmod(helper_dir, 0o755)
+        directory = helper_dir
+    else:
+        directory = f"{helper_dir}/link"
+        os.symlink(helper_dir, directory)  # itself 0700 and ours: only lstat sees it is not a directory
+        monkeypatch.setenv(launch.DIR_ENV, directory)
+    name = f"pyt-helper-{secrets.token_hex(4)}"
+    log = tmp_path / "helper.log"
+    proc = subprocess.run([sys.executable, "-c", f"from cni_plugins.helper import main; main({name!r})"],
+                          env={**os.environ, "PYCNI_HELPER_LOG": str(log)}, cwd=REPO, timeout=30, check=False)
+    assert proc.returncode == 0
+    assert "not serving: " in log.read_text() and not listening(name)
+    assert os.listdir(helper_dir) == (["link"] if kind == "symlink" else [])
+    assert launch.connect(name) == launch.UNTRUSTED
