@@ -6,6 +6,7 @@ stands for a plugin call.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -195,3 +196,25 @@ def test_a_socket_directory_not_ours_to_trust_is_not_used(tmp_path: Path, monkey
     assert "not serving: " in log.read_text() and not listening(name)
     assert os.listdir(helper_dir) == (["link"] if kind == "symlink" else [])
     assert launch.connect(name) == launch.UNTRUSTED
+
+
+class NoPeerPidfd:
+    """A socket on a kernel before 6.5, which has no SO_PEERPIDFD."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def getsockopt(self, level: int, option: int, *size: int):
+        if option == launch.SO_PEERPIDFD:
+            raise OSError(errno.ENOPROTOOPT, os.strerror(errno.ENOPROTOOPT))
+        return self.sock.getsockopt(level, option, *size)
+
+
+def test_peer_check_without_peer_pidfd_refuses_a_process_started_after_the_accept() -> None:
+    """Before Linux 6.5 the pid SO_PEERCRED gives is opened with pidfd_open: a process that started after
+    the connection was accepted has taken the pid of a peer that exited."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        peer = NoPeerPidfd(ours)
+        assert launch.peer_refusal(peer, time.clock_gettime(time.CLOCK_BOOTTIME)) == ""  # type: ignore[arg-type]  # duck-typed socket
+        assert "the peer's pid was reused" in launch.peer_refusal(peer, 0.0)  # type: ignore[arg-type]  # duck-typed socket
