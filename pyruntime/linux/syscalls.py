@@ -614,8 +614,9 @@ class LinuxSyscalls(Syscalls):
             try:
                 fd = self._bpf(BPF_PROG_LOAD, attr, what)
             except SyscallError as again:
-                verifier = log.value.decode(errors="replace").strip().splitlines()
-                raise SyscallError(again.errno, f"{again}: {' / '.join(verifier[-3:])}") from e
+                verifier = [line for line in log.value.decode(errors="replace").strip().splitlines()
+                            if not line.startswith("processed ")]  # the verifier's statistics
+                raise SyscallError(again.errno, f"{again.strerror}: {' / '.join(verifier[-2:])}") from e
             return fd  # the first refusal was not the program's
 
     def bpf_prog_attach(self, target_fd: int, prog_fd: int, attach_type: int, flags: int) -> None:

@@ -227,3 +227,19 @@ def test_a_program_the_kernel_refuses_fails_the_call():
     finally:
         child.destroy()
         parent.destroy()
+
+
+def test_kernel_refusals_name_the_call_and_say_why(tmp_path):
+    from pyruntime.linux.cgroups.devicefilter import EXIT, LICENSE, insn
+    from pyruntime.linux.syscalls import BPF_PROG_TYPE_CGROUP_DEVICE, SyscallError
+    kernel = LinuxSyscalls()
+    with pytest.raises(SyscallError, match=r"bpf\(BPF_PROG_LOAD, type 15, 1 instructions\): Permission denied: "
+                                           r"0: \(95\) exit / R0 !read_ok$"):
+        kernel.bpf_prog_load(BPF_PROG_TYPE_CGROUP_DEVICE, insn(EXIT), LICENSE, "t")  # exits with R0 unset
+    (tmp_path / "file").write_text("")
+    fd = os.open(tmp_path / "file", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with pytest.raises(SyscallError, match=rf"bpf\(BPF_PROG_QUERY, type 6\) of {tmp_path}/file: "):
+            kernel.bpf_prog_query(fd, BPF_CGROUP_DEVICE)
+    finally:
+        os.close(fd)
