@@ -92,8 +92,8 @@ def emulate(rules: tuple[DeviceRule, ...],
             exceptions[key] = exceptions.get(key, 0) | access
             continue
         _, major, minor = key
-        for wider in {(key[0], None, minor), (key[0], major, None), (key[0], None, None)} - {key}:
-            if exceptions.get(wider, 0) & access:
+        for wider in ((key[0], None, minor), (key[0], major, None), (key[0], None, None)):
+            if wider != key and exceptions.get(wider, 0) & access:
                 shown_wider = f"{rule.type} " + ":".join("*" if n is None else str(n) for n in wider[1:])
                 raise SpecError(f"{at} ({'allow' if rule.allow else 'deny'} {rule.v1_entry()}): cannot take access "
                                 f"away from inside the wider rule {shown_wider} (cgroup v1 would ignore it)")
