@@ -4,8 +4,26 @@
 Built on the standard library's ThreadingHTTPServer: a thread per connection fits long-lived log follows
 and exec sessions, and the streaming routes need the raw connection after the request head to splice
 the upgraded stream (an ASGI/WSGI server would hide it). The TLS handshake runs in the connection's
-thread, not the accept loop, so a client that stalls its handshake stalls only itself. Headers are read
-unbuffered so no byte of an upgraded stream is swallowed by a read-ahead buffer.
+thread, not the accept loop, so a client that stalls its handshake stalls only itself.
+
+Identity is per connection (the client certificate), and the API server reaches the kubelet through
+pooled connections with its own certificate: any byte read as the start of a request that the client did
+not frame as one runs with that identity. So the request head is read here, not by http.server: strict
+lines (CRLF only, token header names, no folding) and one framing: Content-Length and Transfer-Encoding
+together, several Content-Length or a bad value get 400, a coding other than chunked 501 (Go's server lets
+Transfer-Encoding win and takes repeated equal lengths; RFC 9112 6.3 allows refusing both, and a proxy
+in front may have read them the other way). No route takes a body: a chunked one is refused (400), a
+Content-Length one is drained (at most Limits.body_bytes, else 413) and the connection then closed.
+Every error answer closes the connection: after a refused head, where the next request starts is
+unknown. Bytes read past a head are kept for what comes next on the connection (the next request, or an
+upgraded stream's first bytes).
+
+A client holds a thread only while it makes progress (Limits): the TLS handshake and each request's head
+have deadlines for the whole of them, not per read (a byte a second never trips a per-read timeout); a
+kept-alive connection waiting for its next request is closed after Limits.idle; a response the client
+stops reading times out. At most Limits.connections connections are served at once; more are closed at
+accept, before the handshake, so a flood costs no thread and the connections held go on. Readiness is
+asked with poll(), never select(): descriptors pass 1024 once RLIMIT_NOFILE is raised.
 
 Every request is authenticated (authn.py) and authorized (authz.py) before its route runs: 401 for an
 unknown caller, 403 naming the user and the check. Containers are found through the CRI by the
@@ -14,14 +32,17 @@ the runtime holds, static ones in standalone mode too.
 """
 from __future__ import annotations
 
+import io
 import json
 import logging
+import re
 import select
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -39,14 +60,38 @@ from pykubelet.server.tls import serving_context
 
 log = logging.getLogger("pykubelet.server")
 
-HANDSHAKE_TIMEOUT = 10.0
 FOLLOW_CHECK = 1.0  # seconds between looks at the runtime while a followed log is quiet
+RECV = 64 * 1024
+REFUSED_LOG_EVERY = 60.0  # seconds between warnings while connections are refused at the cap
+
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # control characters but HTAB
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long and how many: a client holds a thread only while it makes progress. The stock kubelet's
+    Go server has IdleTimeout 90 s and MaxHeaderBytes 1 MiB but only a 4 h ReadTimeout, and no cap on
+    connections (a goroutine is cheap; a thread here is not)."""
+    handshake: float = 10.0  # the whole TLS handshake
+    request: float = 10.0  # a request's head and a drained body: from its first byte (or the handshake's end)
+    idle: float = 90.0  # a kept-alive connection waiting for its next request
+    write: float = 60.0  # a response (not a stream) the client stops reading
+    connections: int = 512  # served at once; each is a thread
+    head_bytes: int = 1 << 20
+    body_bytes: int = 256 << 10  # an unexpected body drained before the answer (Go drains as much)
 
 
 class HTTPError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class _Refused(HTTPError):
+    """A request head the server does not take: answered with `status` and the connection closed."""
 
 
 def _true(query: dict[str, list[str]], name: str) -> bool:
@@ -61,8 +106,10 @@ class KubeletServer:
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
                  pods: Callable[[str], dict | None] | None = None,
-                 pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None) -> None:
+                 pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
+                 limits: Limits | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
+        self.limits = limits or Limits()
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
                                    webhook=settings.webhook_authentication,
                                    cache_ttl=settings.authentication_webhook_cache_ttl)
@@ -177,20 +224,52 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], kubelet: KubeletServer) -> None:
         self.kubelet = kubelet
+        self.limits = kubelet.limits
         self.context = serving_context(kubelet.settings)
+        self.slots = threading.BoundedSemaphore(self.limits.connections)
+        self.refused_logged = 0.0
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 
-    def finish_request(self, request, client_address) -> None:
-        """Runs in the connection's thread: the TLS handshake first, then the HTTP exchange."""
-        request.settimeout(HANDSHAKE_TIMEOUT)
+    def process_request(self, request, client_address) -> None:
+        """In the accept loop: a thread for the connection if a slot is free, else the connection closed."""
+        if not self.slots.acquire(blocking=False):
+            now = time.monotonic()
+            if now - self.refused_logged > REFUSED_LOG_EVERY:
+                self.refused_logged = now
+                log.warning("kubelet server: %d connections served, refusing more (from %s)",
+                            self.limits.connections, client_address[0])
+            self.shutdown_request(request)
+            return
         try:
-            tls = self.context.wrap_socket(request, server_side=True)
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def finish_request(self, request, client_address) -> None:
+        """Runs in the connection's thread: the TLS handshake first, then the HTTP exchange. With a
+        timeout on the socket, CPython's SSLSocket.do_handshake waits against one deadline for the whole
+        call, not per read."""
+        try:
+            tls = self.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        except (ssl.SSLError, OSError) as e:
+            log.debug("TLS with %s: %s", client_address, e)
+            return
+        try:
+            tls.settimeout(self.limits.handshake)
+            tls.do_handshake()
         except (ssl.SSLError, OSError) as e:
             log.debug("TLS handshake with %s: %s", client_address, e)
+            tls.close()
             return
-        tls.settimeout(None)
         try:
             Handler(tls, client_address, self)
         finally:
@@ -205,12 +284,143 @@ class _Server(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    rbufsize = 0  # no read-ahead: the bytes after an upgrade request's head belong to the stream
     server: _Server
     connection: ssl.SSLSocket
 
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the head is read by read_head; http.server parses it from memory
+        self.rfile = io.BytesIO()
+        self.buffered = b""  # read past the last head: the next request's bytes, or an upgraded stream's
+        self.deadline = time.monotonic() + self.server.limits.request  # the first head's
+
     def log_message(self, format: str, *args) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+    def handle_expect_100(self) -> bool:
+        return True  # no 100 Continue: no route reads a body
+
+    def handle_one_request(self) -> None:
+        self.close_connection = True
+        self.command, self.request_version, self.requestline = "", "HTTP/1.1", ""
+        limits = self.server.limits
+        try:
+            head = self.read_head()
+            if head is None:
+                return
+            self.rfile = io.BytesIO(head)
+            self.raw_requestline = self.rfile.readline(65537)
+            if not self.parse_request():
+                return  # answered by http.server, with Connection: close
+            self.rfile = io.BytesIO()
+            self.check_framing(head)
+            self.connection.settimeout(limits.write)
+            handler = getattr(self, "do_" + self.command, None)
+            if handler is None:
+                raise _Refused(501, f"unsupported method {self.command!r}")
+            handler()
+            self.wfile.flush()
+        except _Refused as e:
+            log.debug("%s: refused %r: %s", self.address_string(), self.requestline, e)
+            try:
+                self.reply(e.status, str(e))
+            except OSError:
+                self.close_connection = True
+        except TimeoutError:
+            self.close_connection = True  # a deadline passed, or the client stopped reading
+        except OSError as e:
+            log.debug("%s: %s", self.address_string(), e)
+            self.close_connection = True
+
+    def read_head(self) -> bytes | None:
+        """The next request's head, through its blank line; None when the client closed the connection,
+        or stayed idle too long, before one began. Raises TimeoutError past the head's deadline."""
+        sock, limits = self.connection, self.server.limits
+        buf, self.buffered = self.buffered, b""
+        if self.deadline == 0.0:  # a kept-alive connection: the head's deadline starts with its first byte
+            if not buf.strip(b"\r\n"):
+                sock.settimeout(limits.idle)
+                try:
+                    data = sock.recv(RECV)
+                except TimeoutError:
+                    return None
+                if not data:
+                    return None
+                buf += data
+            self.deadline = time.monotonic() + limits.request
+        seen = 0
+        while True:
+            buf = buf.lstrip(b"\r\n")  # empty lines before a request line are skipped (RFC 9112 2.2)
+            end = _HEAD_END.search(buf, max(0, seen - 3))
+            if end is not None:
+                self.buffered, self.deadline = buf[end.end():], 0.0
+                return buf[:end.end()]
+            if len(buf) > limits.head_bytes:
+                raise _Refused(431, "request header too large")
+            seen = len(buf)
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("request head deadline")
+            sock.settimeout(left)
+            data = sock.recv(RECV)
+            if not data:
+                return None
+            buf += data
+
+    def check_framing(self, head: bytes) -> None:
+        """Refuses a head whose lines or body framing two parsers could read differently, and drains a
+        Content-Length body (no route takes one; it must never be read as the next request)."""
+        lines = head.split(b"\r\n")
+        if not head.endswith(b"\r\n\r\n") or any(b"\n" in line or b"\r" in line for line in lines):
+            raise _Refused(400, "malformed request: lines must end in CRLF")
+        lengths: list[str] = []
+        codings: list[str] = []
+        for line in lines[1:-2]:
+            name, colon, value = line.partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                raise _Refused(400, f"malformed request header line {line[:64]!r}")
+            if _BAD_VALUE.search(value):
+                raise _Refused(400, f"header {name.decode()}: control character in the value")
+            lowered = name.lower()
+            if lowered == b"content-length":
+                lengths.append(value.strip(b" \t").decode("latin-1"))
+            elif lowered == b"transfer-encoding":
+                codings.append(value.strip(b" \t").decode("latin-1"))
+        if lengths and codings:
+            raise _Refused(400, "both Transfer-Encoding and Content-Length")
+        if len(codings) > 1:
+            raise _Refused(400, "too many Transfer-Encoding headers")
+        if codings:
+            if codings[0].lower() != "chunked":
+                raise _Refused(501, f"unsupported transfer encoding {codings[0]!r}")
+            raise _Refused(400, f"{self.command} {self.path.split('?', 1)[0]}: takes no request body")
+        if len(lengths) > 1:
+            raise _Refused(400, "several Content-Length headers")
+        if not lengths:
+            return
+        if not _DIGITS.fullmatch(lengths[0]):
+            raise _Refused(400, f"bad Content-Length {lengths[0][:32]!r}")
+        length = int(lengths[0])
+        if length > self.server.limits.body_bytes:
+            raise _Refused(413, f"{self.command} {self.path.split('?', 1)[0]}: takes no request body")
+        if length:
+            self.drain(length)
+            self.close_connection = True
+
+    def drain(self, length: int) -> None:
+        """Reads and drops `length` body bytes, within Limits.request."""
+        sock, deadline = self.connection, time.monotonic() + self.server.limits.request
+        skip = min(length, len(self.buffered))
+        self.buffered, length = self.buffered[skip:], length - skip
+        while length:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("request body deadline")
+            sock.settimeout(left)
+            data = sock.recv(min(RECV, length))
+            if not data:
+                raise ConnectionError("the client closed the connection in the request body")
+            length -= len(data)
 
     def do_GET(self) -> None:
         self.dispatch()
@@ -276,6 +486,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if status >= 400:
             self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Connection", "close")  # sets close_connection
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -318,17 +529,23 @@ class Handler(BaseHTTPRequestHandler):
     def client_gone(self) -> bool:
         """Whether the client closed its end (it sends nothing while it reads a followed log)."""
         sock = self.connection
-        if not select.select([sock], [], [], 0)[0]:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
             return False
+        timeout = sock.gettimeout()
         sock.settimeout(0.05)
         try:
-            return sock.recv(1) == b""
+            data = sock.recv(1)
         except (TimeoutError, ssl.SSLWantReadError):
             return False
         except OSError:
             return True
         finally:
-            sock.settimeout(None)
+            sock.settimeout(timeout)
+        if data:
+            self.close_connection = True  # a byte of whatever the client sent next is gone
+        return data == b""
 
     def stream(self, kind: str, args: list[str], query: dict[str, list[str]], user: User) -> None:
         k = self.kubelet
@@ -362,9 +579,11 @@ class Handler(BaseHTTPRequestHandler):
         except streaming.StreamError as e:
             raise HTTPError(502, str(e)) from e
         self.close_connection = True  # the connection is the stream's from here on
+        early, self.buffered = self.buffered, b""
         try:
-            backend.sendall(streaming.request_head(self.command, url, list(self.headers.items())))
+            backend.sendall(streaming.request_head(self.command, url, list(self.headers.items())) + early)
             self.wfile.flush()
+            self.connection.settimeout(None)
             streaming.splice(self.connection, backend)
         except OSError as e:
             log.debug("%s session ended: %s", kind, e)

@@ -4,14 +4,19 @@ client cert says kube-apiserver-kubelet-client), a bearer token the API server v
 TokenReview (webhook authentication), or, only when authentication.anonymous.enabled, system:anonymous.
 Anything else gets 401: a kubelet runs commands in containers and must not answer strangers.
 
-Token reviews are cached for authentication.webhook.cacheTTL (2 min, as the kubelet): a kubectl exec
-session sends one request, but /metrics scrapers send many. Only the token's hash is kept. A review that
-fails (API server away) refuses the request and is not cached.
+Token reviews are cached: a kubectl exec session sends one request, but /metrics scrapers send many. An
+authenticated token for authentication.webhook.cacheTTL (2 min, as the kubelet), a refused one for at
+most UNAUTHENTICATED_TTL, so a token the API server starts to accept works soon. The cache holds at most
+MAX_TOKENS tokens, least recently used first out (ttlcache.py): every distinct token a client sends is a
+new key. Only the token's hash is kept. A review that fails (API server away) refuses the request and is
+not cached.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pykubelet.server.ttlcache import TTLCache
@@ -21,6 +26,8 @@ log = logging.getLogger("pykubelet.server")
 ANONYMOUS = "system:anonymous"
 UNAUTHENTICATED = "system:unauthenticated"
 AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED_TTL = 30.0
+MAX_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -53,9 +60,12 @@ def bearer_token(authorization: str | None) -> str | None:
 class Authenticator:
     """`client` is the kubelet's lightkube client (None in standalone mode: tokens cannot be checked)."""
 
-    def __init__(self, client, *, anonymous: bool, webhook: bool, cache_ttl: float = 120.0) -> None:
-        self.client, self.anonymous, self.webhook, self.cache_ttl = client, anonymous, webhook, cache_ttl
-        self._cache: TTLCache[User | None] = TTLCache()
+    def __init__(self, client, *, anonymous: bool, webhook: bool, cache_ttl: float = 120.0,
+                 unauthenticated_ttl: float = UNAUTHENTICATED_TTL, max_tokens: int = MAX_TOKENS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client, self.anonymous, self.webhook = client, anonymous, webhook
+        self.ttl = {True: cache_ttl, False: min(cache_ttl, unauthenticated_ttl)}
+        self._cache: TTLCache[User | None] = TTLCache(max_tokens, clock)
 
     def authenticate(self, peercert: dict | None, authorization: str | None) -> User | None:
         """The request's user, or None for 401."""
@@ -77,7 +87,7 @@ class Authenticator:
         except Exception as e:  # any failure of the review refuses; the cause goes to the log
             log.warning("TokenReview: %s", e)
             return None
-        self._cache.put(key, user, self.cache_ttl)
+        self._cache.put(key, user, self.ttl[user is not None])
         return user
 
     def _review(self, token: str) -> User | None:

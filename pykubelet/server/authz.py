@@ -10,9 +10,11 @@ against their fine-grained subresources (nodes/healthz, nodes/pods, upstream's K
 and fall back to nodes/proxy.
 
 Decisions are cached as the kubelet does (authorized 5 min, unauthorized 30 s by default; the
-KubeletConfiguration's authorization.webhook.cacheAuthorizedTTL / cacheUnauthorizedTTL), keyed by the
-user, groups and attributes: a denial must not hammer the API server, and a new RoleBinding counts
-within the unauthorized TTL. A failed review denies (never allows) and is not cached.
+KubeletConfiguration's authorization.webhook.cacheAuthorizedTTL / cacheUnauthorizedTTL), keyed by
+everything the review is sent (user, uid, groups, extra, attributes): a denial must not hammer the API
+server, and a new RoleBinding counts within the unauthorized TTL. A key without `extra` would hand one
+user's decision to another who differs only there, and authorizers (webhooks, scopes of a token in
+extra) do decide on it. A failed review denies (never allows) and is not cached.
 """
 from __future__ import annotations
 
@@ -70,7 +72,8 @@ class Authorizer:
             return True
         if self.client is None:
             return False  # Webhook without an API server: nobody can be checked, so nobody passes
-        key = (user.name, user.uid, tuple(sorted(user.groups)), attrs)
+        extra = tuple(sorted((k, tuple(v)) for k, v in user.extra.items()))
+        key = (user.name, user.uid, tuple(sorted(user.groups)), extra, attrs)
         hit, cached = self._cache.get(key)
         if hit:
             return bool(cached)

@@ -9,8 +9,9 @@ Connection, Sec-WebSocket-* and X-Stream-Protocol-Version headers and the runtim
 negotiated protocol, or an error) comes back untouched. The client's own credentials stop here: the
 Authorization header is not forwarded.
 
-One thread runs a session, with select over both sockets; the TLS side is drained of what its record
-layer already decrypted (SSLSocket.pending) before waiting again, so no byte sits unseen.
+One thread runs a session, with poll over both sockets (never select(): descriptors pass 1024 once
+RLIMIT_NOFILE is raised); the TLS side is drained of what its record layer already decrypted
+(SSLSocket.pending) before waiting again, so no byte sits unseen.
 """
 from __future__ import annotations
 
@@ -64,11 +65,15 @@ def splice(client: socket.socket, backend: socket.socket) -> None:
     client's end of input (half-close) is passed on as the backend's; the sockets stay open (the caller
     closes them)."""
     peers = {client: backend, backend: client}
+    by_fd = {client.fileno(): client, backend.fileno(): backend}
     reading = [client, backend]
+    poller = select.poll()
+    for sock in reading:
+        poller.register(sock, select.POLLIN)
     while backend in reading:
         ready = [s for s in reading if _pending(s)]
         if not ready:
-            ready, _, _ = select.select(reading, [], [])
+            ready = [by_fd[fd] for fd, _ in poller.poll()]
         for src in ready:
             try:
                 data = src.recv(BUFFER)
@@ -78,6 +83,7 @@ def splice(client: socket.socket, backend: socket.socket) -> None:
                 data = b""
             if not data:
                 reading.remove(src)
+                poller.unregister(src)
                 if src is backend:
                     return
                 try:

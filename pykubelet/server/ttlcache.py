@@ -1,12 +1,17 @@
 """The review cache the kubelet's authenticator and authorizer share: answers of the API server kept for a
 time-to-live, so a scraper polling /metrics costs one TokenReview or SubjectAccessReview per TTL, not one
-per request. Bounded: a client sending endless distinct tokens makes the expired entries go at 4096.
+per request.
+
+Bounded, least recently used first out: the keys come from clients (every distinct bearer token, every
+distinct user and extra an authenticated caller presents), so without a bound a client sending endless
+distinct tokens grows the kubelet's memory without end. A live entry pushed out costs one more review.
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -14,21 +19,30 @@ MAX_ENTRIES = 4096
 
 
 class TTLCache(Generic[V]):
-    def __init__(self) -> None:
-        self._entries: dict[Hashable, tuple[float, V]] = {}
+    def __init__(self, max_entries: int = MAX_ENTRIES, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries, self._clock = max_entries, clock
+        self._entries: OrderedDict[Hashable, tuple[float, V]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
     def get(self, key: Hashable) -> tuple[bool, V | None]:
         """(True, value) for a live entry, (False, None) otherwise: a cached None (an unknown token) is a hit."""
         with self._lock:
             hit = self._entries.get(key)
-        if hit is not None and hit[0] > time.monotonic():
+            if hit is None:
+                return False, None
+            if hit[0] <= self._clock():
+                del self._entries[key]
+                return False, None
+            self._entries.move_to_end(key)
             return True, hit[1]
-        return False, None
 
     def put(self, key: Hashable, value: V, ttl: float) -> None:
-        now = time.monotonic()
         with self._lock:
-            if len(self._entries) > MAX_ENTRIES:
-                self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
-            self._entries[key] = (now + ttl, value)
+            self._entries[key] = (self._clock() + ttl, value)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
