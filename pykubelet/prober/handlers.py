@@ -1,7 +1,9 @@
 """The four probe actions (exec, httpGet, tcpSocket, grpc), shared by the probes and the lifecycle hooks.
 
 A probe talks to a workload the node does not trust: an answer may be slow, huge, a redirect elsewhere
-or garbage, so every action has a deadline (timeoutSeconds), reads at most a few KiB of what it gets,
+or garbage, so every action has a deadline (timeoutSeconds) for the whole of it, connect, request,
+response and redirects together (a timeout per read would let a server that drips a byte just inside it
+hold the probe for ever), reads at most a few KiB of what it gets,
 follows redirects only to the same host (a redirect to another host is not followed and counts as a
 success with a warning, as the kubelet's), and reports a result, never an exception. An action that could
 not be run at all (the container went away under it, a port name it lacks) is UNKNOWN: the probe worker
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import enum
 import socket
+import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 
@@ -98,53 +102,129 @@ def http_url(action: dict, default_host: str, container: dict, field_path: str) 
     return f"{scheme}://{host_port(host, port)}{path}", headers
 
 
+class ProbeTimeout(TimeoutError):
+    """The probe's deadline passed."""
+
+
+def _connect(host: str, port: int, deadline: float) -> socket.socket:
+    """A TCP connection to host:port, each address tried with what is left of the deadline."""
+    error: OSError = ProbeTimeout()
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ProbeTimeout()
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(remaining)
+            sock.connect(address)
+            return sock
+        except TimeoutError:
+            sock.close()
+            error = ProbeTimeout()
+        except OSError as e:
+            sock.close()
+            error = e
+    raise error
+
+
+class _Watchdog:
+    """Shuts the connection down when the deadline passes, whichever read or handshake is waiting then.
+    It holds a dup of the socket's fd: shutdown(2) acts on the connection, and TLS takes over the fd of
+    the socket it wraps."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock.dup()
+        self.fired = threading.Event()
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the connection ended meanwhile
+
+    def close(self) -> None:
+        self._timer.cancel()
+        self._timer.join()
+        self._sock.close()
+
+
+def _get(url: str, headers: dict[str, str], deadline: float) -> tuple[int, str | None, bytes]:
+    """(status, Location, up to MAX_BODY bytes of the body) of one GET, all of it before `deadline`."""
+    import http.client
+    import ssl
+
+    parts = urllib.parse.urlsplit(url)
+    https = parts.scheme == "https"
+    host, port = parts.hostname or "", parts.port or (443 if https else 80)
+    sock = _connect(host, port, deadline)
+    watchdog = _Watchdog(sock, deadline)
+    conn = http.client.HTTPSConnection(host, port) if https else http.client.HTTPConnection(host, port)
+    try:
+        if https:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            sock = context.wrap_socket(sock, server_hostname=host)
+        conn.sock = sock
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn.request("GET", path, headers={**headers, "Connection": "close"})
+        res = conn.getresponse()
+        body = res.read(MAX_BODY)
+        if watchdog.fired.is_set():  # what was read is cut short: the answer did not come in time
+            raise ProbeTimeout()
+        return res.status, res.getheader("Location"), body
+    except (OSError, http.client.HTTPException):
+        if watchdog.fired.is_set() or time.monotonic() >= deadline:
+            raise ProbeTimeout() from None
+        raise
+    finally:
+        watchdog.close()
+        conn.close()
+        sock.close()
+
+
 def run_http(url: str, headers: dict[str, str], timeout: float) -> Outcome:
     """GET `url`; 200-399 is a success (a 3xx that was not followed: with a warning)."""
-    import requests
-    import urllib3
+    import http.client
 
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    deadline = time.monotonic() + timeout
     original = urllib.parse.urlsplit(url).hostname
-    session = requests.Session()
-    session.trust_env = False  # no proxies: the pod IP is on this node
-    try:
-        for _ in range(MAX_REDIRECTS + 1):
-            try:
-                with session.get(url, headers={**headers, "Connection": "close"}, timeout=timeout, verify=False,
-                                 allow_redirects=False, stream=True) as res:
-                    body = res.raw.read(MAX_BODY, decode_content=True)
-                    location = res.headers.get("Location")
-                    status = res.status_code
-            except requests.RequestException as e:
-                return Outcome(Result.FAILURE, f'Get "{url}": {_reason(e)}')
-            if 300 <= status < 400 and location:
-                target = urllib.parse.urljoin(url, location)
-                if urllib.parse.urlsplit(target).hostname == original:
-                    url = target
-                    continue
-                return Outcome(Result.SUCCESS, f"Probe terminated redirects, Response: {status} to {target}")
-            if 200 <= status < 400:
-                return Outcome(Result.SUCCESS, _text(body))
-            return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {status}")
-        return Outcome(Result.FAILURE, f'Get "{url}": stopped after {MAX_REDIRECTS} redirects')
-    finally:
-        session.close()
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            status, location, body = _get(url, headers, deadline)
+        except ProbeTimeout:
+            return Outcome(Result.FAILURE, f'Get "{url}": context deadline exceeded '
+                           "(Client.Timeout exceeded while awaiting headers)")
+        except (OSError, http.client.HTTPException) as e:
+            return Outcome(Result.FAILURE, f'Get "{url}": {_reason(e)}')
+        if 300 <= status < 400 and location:
+            target = urllib.parse.urljoin(url, location)
+            if urllib.parse.urlsplit(target).hostname == original:
+                url = target
+                continue
+            return Outcome(Result.SUCCESS, f"Probe terminated redirects, Response: {status} to {target}")
+        if 200 <= status < 400:
+            return Outcome(Result.SUCCESS, _text(body))
+        return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {status}")
+    return Outcome(Result.FAILURE, f'Get "{url}": stopped after {MAX_REDIRECTS} redirects')
 
 
 def _reason(e: Exception) -> str:
-    import requests
-
-    if isinstance(e, requests.Timeout):
-        return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
-    inner = e.args[0] if e.args else e
-    return str(getattr(inner, "reason", inner))
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
 
 
 def run_tcp(host: str, port: int, timeout: float) -> Outcome:
     """A TCP connection to host:port is a success; it is closed at once."""
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with _connect(host, port, time.monotonic() + timeout):
             return Outcome(Result.SUCCESS)
+    except ProbeTimeout:
+        return Outcome(Result.FAILURE, f"dial tcp {host_port(host, port)}: i/o timeout")
     except OSError as e:
         return Outcome(Result.FAILURE, f"dial tcp {host_port(host, port)}: {e.strerror or e}")
 

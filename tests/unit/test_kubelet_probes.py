@@ -83,6 +83,59 @@ def test_http_status_codes_redirects_and_timeouts(web):
     assert slow.result is Result.FAILURE and "deadline" in slow.message
 
 
+class Dripper:
+    """A pod's server that answers one byte every `interval` seconds, for ever (until closed): the status
+    line and headers first, then, with `body`, a 200 whose body never ends."""
+
+    def __init__(self, interval: float, body: bool) -> None:
+        self.interval, self.body = interval, body
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n"
+            if self.body:
+                conn.sendall(head)
+            data = b"x" * 100_000_000 if self.body else head * 1000
+            for i in range(len(data)):
+                if self.stop.wait(self.interval):
+                    return
+                try:
+                    conn.send(data[i:i + 1])
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        self.thread.join(10)
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["headers", "body"])
+def test_http_probe_timeout_bounds_the_whole_probe(body):
+    """Issue 22: timeoutSeconds bounded each read, not the probe, so a pod whose server drips a byte every
+    timeout/2 held the probe (and its worker) for ever; and a body cut at the deadline could pass as a
+    success. Now the timeout is a deadline for connect, request and response together."""
+    timeout = 0.5
+    dripper = Dripper(timeout / 2, body)
+    outcome: list[Outcome] = []
+    probe = threading.Thread(target=lambda: outcome.append(
+        handlers.run_http(f"http://127.0.0.1:{dripper.port}/", {}, timeout)), daemon=True)
+    try:
+        probe.start()
+        probe.join(10 * timeout + 5)
+        assert not probe.is_alive(), "the probe outlived its timeout"
+        assert outcome[0].result is Result.FAILURE and "deadline" in outcome[0].message, outcome
+    finally:
+        dripper.close()
+        probe.join(60)
+
+
 def test_http_url_headers_and_named_ports(web):
     container = {"name": "c", "ports": [{"name": "http", "containerPort": web}]}
     url, headers = handlers.http_url({"port": "http", "path": "ok", "httpHeaders": [
