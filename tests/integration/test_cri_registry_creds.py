@@ -76,7 +76,7 @@ def registry_a(tmp_path: Path) -> Iterator[Registry]:
         layout.mkdir()
         desc, _ = add_image(layout, [(busybox_layer(tmp_path / "work"), "gzip")])
         write_index(layout, [desc], tag="1")
-        reg.push(layout, "private/busybox", tag="1", creds=f"{USER}:{PASSWORD}")
+        reg.push(layout, "private/busybox:1", tag="1", creds=f"{USER}:{PASSWORD}")
         yield reg
     finally:
         reg.stop()
@@ -87,11 +87,11 @@ class ScopedCredsCri(PyruntimeCri):
 
     def cni_setup(self) -> None:
         self.cni_conf.mkdir(parents=True, exist_ok=True)  # no pod here: no plugins, no network
+        (self.work / "cni-bin").mkdir(parents=True, exist_ok=True)
 
     def argv(self) -> list[str]:
         daemon = str(Path(sys.executable).with_name("pyruntime-cri"))  # this venv's, whatever PATH says
-        return [daemon, *super().argv()[1:], "--cni-bin-dir", str(self.work), "--registry-creds", self.creds,
-                "--log-level", "debug"]
+        return [daemon, *super().argv()[1:], "--registry-creds", self.creds, "--log-level", "debug"]
 
 
 def crictl(daemon: PyruntimeCri, *args: str) -> subprocess.CompletedProcess[str]:
@@ -101,17 +101,20 @@ def crictl(daemon: PyruntimeCri, *args: str) -> subprocess.CompletedProcess[str]
 
 def test_node_credentials_never_reach_another_registry(tmp_path: Path, registry_a: Registry,
                                                        recorder: Recorder) -> None:
+    """A pod names an image on the attacker's registry first: its 401 gets no Authorization (before, the
+    daemon answered any registry's challenge with the node's credentials), and the registry they are for
+    still takes them."""
     hosts = tmp_path / "certs.d"
     hosts.mkdir()
     daemon = ScopedCredsCri(tmp_path / "cri", hosts)
     daemon.creds = f"{registry_a.host}={USER}:{PASSWORD}"
     try:
         daemon.start()
+        refused = crictl(daemon, "pull", f"{recorder.host}/private/busybox:1")
+        assert recorder.seen and all(h is None for h in recorder.seen), recorder.seen
+        assert refused.returncode != 0 and "requires credentials" in refused.stderr, refused.stderr
         pulled = crictl(daemon, "pull", f"{registry_a.host}/private/busybox:1")
         assert pulled.returncode == 0, pulled.stderr + daemon.log_tail()
-        refused = crictl(daemon, "pull", f"{recorder.host}/private/busybox:1")
-        assert refused.returncode != 0 and "requires credentials" in refused.stderr
-        assert recorder.seen and all(h is None for h in recorder.seen), recorder.seen
         crictl(daemon, "rmi", f"{registry_a.host}/private/busybox:1")
     finally:
         daemon.stop()
@@ -119,12 +122,25 @@ def test_node_credentials_never_reach_another_registry(tmp_path: Path, registry_
 
 
 def test_unscoped_node_credentials_stop_the_daemon(tmp_path: Path) -> None:
+    """An unscoped USER:PASSWORD (once sent to any registry) stops the daemon at start, the setting named and
+    the password not quoted; a daemon that serves with it instead is stopped and fails the test."""
     daemon = ScopedCredsCri(tmp_path / "cri", tmp_path)
     daemon.creds = f"{USER}:{PASSWORD}"
     daemon.cni_setup()
-    result = subprocess.run(daemon.argv(), capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "--registry-creds: must be HOST=USER:PASSWORD" in result.stderr
-    assert PASSWORD not in result.stderr
+    log = daemon.work / "daemon.log"
+    with open(log, "wb") as out:
+        daemon.proc = subprocess.Popen(daemon.argv(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = daemon.proc.wait(timeout=30)
+        daemon.proc = None
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        daemon.stop()
+    output = log.read_text(errors="replace")
+    assert code is not None and code != 0, f"the daemon served with unscoped credentials: {output[-2000:]}"
+    assert "--registry-creds: must be HOST=USER:PASSWORD" in output
+    assert PASSWORD not in output
 
 
 def test_credentials_are_not_sent_across_a_redirect(recorder: Recorder) -> None:
