@@ -53,6 +53,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("stream_address", "--stream-address", "HOST:PORT of the exec/attach/port-forward server (port 0 picks one)"),
     Option("sandbox_image", "--sandbox-image", "a pause image for sandboxes instead of the built-in pause process"),
     Option("log_level", "--log-level", "debug, info, warning or error"),
+    Option("image_pull_progress_timeout", "--image-pull-progress-timeout",
+           "a pull whose bytes stand still this long is cancelled (a duration: 5m, 90s; 0 never)"),
 )
 
 
@@ -70,10 +72,16 @@ class Config:
     stream_address: str = "127.0.0.1:0"
     sandbox_image: str = ""
     log_level: str = "info"
+    image_pull_progress_timeout: str = "5m"  # containerd's default
 
     @property
     def socket_path(self) -> str:
         return self.listen.removeprefix("unix://")
+
+    @property
+    def pull_progress_timeout(self) -> float:
+        """image_pull_progress_timeout in seconds (0: never)."""
+        return parse_duration(self.image_pull_progress_timeout)
 
     def pull_credentials(self) -> dict[str, Credentials]:
         """What PullImage uses when the request has no AuthConfig for its registry: credentials by registry
@@ -87,6 +95,25 @@ class Config:
         return Settings.from_env(root=runtime_root, image_root=image_root, hosts_dir=self.registry_config_dir,
                                  registry_creds=self.registry_creds or None,
                                  debug=True if self.log_level == "debug" else None)
+
+
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds of a Go duration as containerd's config takes one ("5m", "1m30s", "500ms", "0")."""
+    import re
+
+    if value == "0":
+        return 0.0
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise ValueError(f"must be a duration such as 5m, 90s or 1m30s, got {value!r}")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def _check_duration(value: str) -> None:
+    parse_duration(value)
 
 
 def _absolute(value: str) -> None:
@@ -160,7 +187,8 @@ CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_c
           "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
           "registry_auths": _check_auths,
           "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
-          "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS)}
+          "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS),
+          "image_pull_progress_timeout": _check_duration}
 
 
 # Checked against this machine, on the value in effect (a default too), only when the daemon starts: a

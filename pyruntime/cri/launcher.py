@@ -110,12 +110,14 @@ class PullJob:
     """An image pull, run in a child of the launcher rather than in the daemon: what a registry sends
     (manifests, compressed layers, tar streams) is parsed and unpacked in a process that ends with the pull,
     so a hostile or broken image can't take the daemon down or leave its memory grown, and the daemon
-    never loads the HTTP client and TLS (~7 MiB of its RSS). Credentials as pyruntime.images.request's."""
+    never loads the HTTP client and TLS (~7 MiB of its RSS). Credentials as pyruntime.images.request's;
+    progress_timeout: seconds a blob may stand still before the pull fails (0: never)."""
 
     ref: str
     username: str = ""
     password: str = ""
     token: str = ""
+    progress_timeout: float = 300.0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -283,9 +285,10 @@ class Launcher:
         reply, _ = self._call("create", asdict(job))
         return SupervisorInfo(**reply)
 
-    def pull_image(self, ref: str, auth: Credentials | None) -> str:
+    def pull_image(self, ref: str, auth: Credentials | None, progress_timeout: float = 300.0) -> str:
         """The pulled image's id; a failure is re-raised as its kind (NotFound, Unavailable, ...)."""
         job = PullJob(ref, auth.username, auth.password, auth.token) if auth is not None else PullJob(ref)
+        job.progress_timeout = progress_timeout
         reply, _ = self._call("pull", asdict(job))
         return str(reply["id"])
 
@@ -701,7 +704,7 @@ def _pull(settings: Settings, kernel: Syscalls, job: PullJob, report: socket.soc
     store = ImageStore(settings.image_root, hosts_dir=Path(settings.hosts_dir), snapshotter=settings.snapshotter,
                        kernel=kernel)
     auth = Credentials(job.username, job.password, job.token) if job.username or job.token else None
-    send_message(report, {"id": store.pull(job.ref, auth=auth).id})
+    send_message(report, {"id": store.pull(job.ref, auth=auth, progress_timeout=job.progress_timeout).id})
     os._exit(0)
 
 

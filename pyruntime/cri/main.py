@@ -111,7 +111,8 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
                         kernel=kernel)  # what the launcher's puller opens too
     registry_auths = cfg.pull_credentials()
     image_service = ImageService(images, pinned=[cfg.sandbox_image] if cfg.sandbox_image else [],
-                                 registry_auths=registry_auths, pull=launcher.pull_image)
+                                 registry_auths=registry_auths,
+                                 pull=lambda ref, auth: launcher.pull_image(ref, auth, cfg.pull_progress_timeout))
     network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel,
                       env=DEFAULT_ENV | cni_plugin_env())
     store = Store(layout)

@@ -25,6 +25,7 @@ from pyruntime.images.metadata import Image, ImageDB, config_summary
 from pyruntime.images.registry import (
     INDEX_TYPES,
     MANIFEST_TYPES,
+    PROGRESS_TIMEOUT,
     RegistryClient,
     select_platform,
 )
@@ -78,13 +79,15 @@ class Puller:
         self.kernel = kernel
 
     def pull(self, ref: str, *, auth: Credentials | None = None, progress: ProgressCallback | None = None,
-             platform: Platform | None = None) -> Image:
-        """Fetch, verify and unpack an image; nothing is recorded unless every blob and layer checked out."""
+             platform: Platform | None = None, progress_timeout: float = PROGRESS_TIMEOUT) -> Image:
+        """Fetch, verify and unpack an image; nothing is recorded unless every blob and layer checked out.
+        A blob whose bytes stand still for `progress_timeout` seconds (0: never) fails the pull."""
         reference = refs.parse(ref)
         platform = platform or self.platform
         note = progress or _ignore
         what = str(reference)
-        client = RegistryClient(reference, credentials=auth, hosts_dir=self.hosts_dir)
+        client = RegistryClient(reference, credentials=auth, hosts_dir=self.hosts_dir,
+                                progress_timeout=progress_timeout)
         try:
             with self.gc.shared():
                 note(ProgressEvent(what, "", "resolving"))

@@ -11,6 +11,11 @@ Credentials are the pull's, for the registry the reference names (and the mirror
 node admin's choice); a caller never hands one registry's credentials to a pull from another. They go to a
 token realm only over HTTPS or to a loopback host, and never across a redirect to another host (requests
 drops Authorization there: blob redirects to storage hosts get only the URL's own signature).
+
+Every request has a progress deadline, as containerd's image_pull_progress_timeout: a read waits at most
+that long, and a blob whose bytes have not moved for that long (through retries and resumed ranges) is
+given up with an error that says so, rather than after reads and retries of a minute each that a registry
+(or a path to one) stalling mid-blob could stretch for as long as it liked.
 """
 from __future__ import annotations
 
@@ -43,6 +48,8 @@ MANIFEST_TYPES = (MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST)
 ACCEPT = ", ".join((MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST, MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
 MANIFEST_MAX = 4 << 20
 _CHUNK = 1 << 20
+_BLOB_READ = 64 << 10  # a blob's progress is seen at this grain, a slow link's too
+PROGRESS_TIMEOUT = 300.0  # containerd's image_pull_progress_timeout default
 
 
 class RegistryError(UnavailableError):
@@ -194,14 +201,16 @@ class RegistryClient:
     """Talks to the endpoints of one registry for one repository; mirrors that fail are skipped in order."""
 
     def __init__(self, ref: Reference, *, credentials: Credentials | None = None, hosts_dir: Path | None = None,
-                 retries: int = 5, timeout: float = 60.0) -> None:
+                 retries: int = 5, timeout: float = 60.0, progress_timeout: float = PROGRESS_TIMEOUT) -> None:
+        """`progress_timeout`: seconds a blob's bytes may stand still before the pull is given up (0: never)."""
         self.ref = ref
         self.endpoints = [e for e in endpoints_for(ref.domain, hosts_dir) if "pull" in e.capabilities]
         self.auth = _Auth(credentials)
         self.session = requests.Session()
         self.session.trust_env = False  # a proxy from the environment must not see registry credentials
         self.retries = retries
-        self.timeout = timeout
+        self.progress_timeout = progress_timeout or float("inf")
+        self.timeout = min(timeout, self.progress_timeout)  # seconds a read may wait
         self.scope = f"repository:{ref.path}:pull"
         self.preferred: Endpoint | None = None
 
@@ -298,6 +307,7 @@ class RegistryClient:
     def _download(self, endpoint: Endpoint, digest: str, w, progress: ProgressFn | None) -> None:
         url = self._url(endpoint, "blobs", digest)
         attempt = 0
+        moved = time.monotonic()  # when the blob's bytes last moved
         while True:
             start = w.offset
             if w.size is not None and w.offset == w.size:
@@ -314,8 +324,9 @@ class RegistryClient:
                         w.restart()
                     elif r.status_code not in (200, 206):
                         raise RegistryError(f"blob {digest}: HTTP {r.status_code}")
-                    for chunk in r.raw.stream(_CHUNK, decode_content=False):
+                    for chunk in r.raw.stream(_BLOB_READ, decode_content=False):
                         w.write(chunk)
+                        moved = time.monotonic()
                         if progress:
                             progress(digest, "downloading", w.offset, w.size)
                 if w.size is None or w.offset >= w.size:
@@ -326,6 +337,9 @@ class RegistryClient:
                 if isinstance(e, requests.ConnectionError) and _refused(e):
                     raise  # nothing listens there: the next endpoint, not a retry
                 attempt = 0 if w.offset > start else attempt + 1
+                if time.monotonic() - moved >= self.progress_timeout:
+                    raise RegistryError(f"blob {digest}: no progress for {self.progress_timeout:g}s at byte "
+                                        f"{w.offset} (image pull progress timeout): {e}") from e
                 if attempt > self.retries:
                     raise RegistryError(f"blob {digest}: gave up after {attempt} attempts: {e}") from e
                 time.sleep(min(0.2 * 2 ** attempt, 3))

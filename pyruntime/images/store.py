@@ -67,8 +67,12 @@ class ImageStore:
         return self.db.get(ref_or_id)
 
     def pull(self, ref: str, *, auth: Credentials | None = None, progress: ProgressCallback | None = None,
-             platform: Platform | None = None) -> Image:
-        return self.puller.pull(ref, auth=auth, progress=progress, platform=platform)
+             platform: Platform | None = None, progress_timeout: float | None = None) -> Image:
+        """`progress_timeout`: seconds a blob may stand still (0: never; None: containerd's default)."""
+        if progress_timeout is None:
+            return self.puller.pull(ref, auth=auth, progress=progress, platform=platform)
+        return self.puller.pull(ref, auth=auth, progress=progress, platform=platform,
+                                progress_timeout=progress_timeout)
 
     def tag(self, ref_or_id: str, new_ref: str) -> None:
         self.db.tag(ref_or_id, new_ref)

@@ -336,21 +336,28 @@ class _Applier:
         self._copy_from_lower(pfd, base, tpath, info)
 
     def _copy_from_lower(self, pfd: int, base: str, tpath: str, info: tarfile.TarInfo) -> None:
-        """A hard link to a file of a lower layer: overlayfs cannot link across layers, so the file is copied up."""
+        """A hard link to a file of a lower layer: overlayfs cannot link across layers, so the file is copied
+        up, and a FIFO or device node is made again as the same node. The target is looked at through an
+        O_PATH fd: opening a FIFO to read it would wait for a writer that never comes."""
         for lfd in self.lowerfds:
             try:
-                src = self._open(lfd, tpath, os.O_RDONLY | os.O_NOFOLLOW)
+                src = self._open(lfd, tpath, os.O_PATH | os.O_NOFOLLOW)
             except OSError:
                 continue
             try:
                 st = os.fstat(src)
+                if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                    self._make_node(pfd, base, stat.S_IFMT(st.st_mode), st.st_rdev, st.st_uid, st.st_gid,
+                                    st.st_mode, st.st_mtime)
+                    return
                 if not stat.S_ISREG(st.st_mode):
                     raise UnsafeLayerError(f"layer entry hard link {info.name!r} -> {tpath!r}: not a regular file")
                 self._remove(pfd, base)
+                data = os.open(f"/proc/self/fd/{src}", os.O_RDONLY | os.O_CLOEXEC)  # this very regular file
                 dst = os.open(base, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                               dir_fd=pfd)
                 try:
-                    while chunk := os.read(src, _CHUNK):
+                    while chunk := os.read(data, _CHUNK):
                         _write_all(dst, chunk)
                     if self.is_root:
                         self.kernel.chown(dst, st.st_uid, st.st_gid)
@@ -358,6 +365,7 @@ class _Applier:
                     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
                 finally:
                     os.close(dst)
+                    os.close(data)
                 return
             finally:
                 os.close(src)
@@ -365,14 +373,20 @@ class _Applier:
 
     def _node(self, pfd: int, base: str, info: tarfile.TarInfo) -> None:
         kind = stat.S_IFCHR if info.ischr() else stat.S_IFBLK if info.isblk() else stat.S_IFIFO
+        self._make_node(pfd, base, kind, os.makedev(info.devmajor, info.devminor), info.uid, info.gid, info.mode,
+                        info.mtime)
+
+    def _make_node(self, pfd: int, base: str, kind: int, rdev: int, uid: int, gid: int, mode: int,
+                   mtime: float) -> None:
+        """A FIFO or device node; its metadata is set through an O_PATH fd, never by opening the node."""
         self._remove(pfd, base)
-        self.kernel.mknod(base, kind | 0o600, os.makedev(info.devmajor, info.devminor), dir_fd=pfd)
+        self.kernel.mknod(base, kind | 0o600, rdev, dir_fd=pfd)
         fd = os.open(base, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=pfd)
         try:
             if self.is_root:
-                self.kernel.chown(f"/proc/self/fd/{fd}", info.uid, info.gid)
-            self.kernel.chmod(f"/proc/self/fd/{fd}", info.mode & 0o7777)
-            os.utime(f"/proc/self/fd/{fd}", (info.mtime, info.mtime))
+                self.kernel.chown(f"/proc/self/fd/{fd}", uid, gid)
+            self.kernel.chmod(f"/proc/self/fd/{fd}", mode & 0o7777)
+            os.utime(f"/proc/self/fd/{fd}", (mtime, mtime))
         finally:
             os.close(fd)
 

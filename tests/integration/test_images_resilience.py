@@ -21,8 +21,11 @@ class CuttingProxy:
     """A TCP proxy to the registry that drops the first `cuts` connections after `limit` bytes of response,
     and with `pause` set, sleeps after each 64 kB it forwards (a slow link, so kills land mid-pull)."""
 
-    def __init__(self, upstream: int, *, limit: int = 0, cuts: int = 0, pause: float = 0.0) -> None:
-        self.upstream, self.limit, self.cuts, self.pause = upstream, limit, cuts, pause
+    def __init__(self, upstream: int, *, limit: int = 0, cuts: int = 0, pause: float = 0.0,
+                 stall: bool = False) -> None:
+        """`stall`: a cut connection is left open, silent, instead of closed (until stop())."""
+        self.upstream, self.limit, self.cuts, self.pause, self.stall = upstream, limit, cuts, pause, stall
+        self.stopped = threading.Event()
         self.requests: list[bytes] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -56,6 +59,8 @@ class CuttingProxy:
                     self.requests.append(data)
                 if limit is not None and sent + len(data) > limit:
                     dst.sendall(data[: limit - sent])
+                    if self.stall:
+                        self.stopped.wait()
                     break
                 dst.sendall(data)
                 sent += len(data)
@@ -71,6 +76,7 @@ class CuttingProxy:
 
     def stop(self) -> None:
         self.stopping = True
+        self.stopped.set()
         self.sock.shutdown(socket.SHUT_RDWR)  # close() alone does not wake a thread blocked in accept()
         self.sock.close()
         for c in self.conns:
@@ -111,6 +117,37 @@ def test_broken_connections_resume_with_range(reg, tmp_path: Path) -> None:
         assert _garbage(store) == []
     finally:
         proxy.stop()
+
+
+def test_a_registry_that_stalls_mid_blob_fails_the_pull_within_its_progress_timeout(reg, tmp_path: Path) -> None:
+    """Issue 22: a pull had no progress deadline: a registry (or a path to it) that went silent mid-blob
+    held the pull, and the pod worker waiting on it, through a minute per read and retries it could stretch.
+    Now a blob whose bytes stand still for the progress timeout (containerd's image_pull_progress_timeout)
+    fails the pull with an error that says so, and leaves nothing half-made."""
+    from pyruntime.images.registry import RegistryError
+
+    registry, _ = reg
+    proxy = CuttingProxy(registry.port, limit=1_500_000, cuts=1000, stall=True)
+    store = ImageStore(tmp_path / "store")
+    errors: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            store.pull(f"127.0.0.1:{proxy.port}/test/random:latest", progress_timeout=1.0)
+        except BaseException as e:
+            errors.append(e)
+
+    puller = threading.Thread(target=pull, daemon=True)
+    try:
+        puller.start()
+        puller.join(10 * 1.0 + 20)
+        assert not puller.is_alive(), "the pull outlived its progress timeout"
+        assert errors and isinstance(errors[0], RegistryError), errors
+        assert "no progress for 1s" in str(errors[0])
+        assert [p for p in (store.root / "snapshots").iterdir() if "." in p.name] == []
+    finally:
+        proxy.stop()
+        puller.join(120)
 
 
 PULL = ("import sys; from pyruntime.images.store import ImageStore; "

@@ -40,6 +40,7 @@ def test_file_then_flags(tmp_path):
     ('stream_address = "127.0.0.1"', "config.toml: stream_address: must be HOST:PORT"),
     ('cgroup_driver = "systemd"', "config.toml: cgroup_driver: systemd:"),
     ('log_level = "loud"', "config.toml: log_level: must be one of"),
+    ('image_pull_progress_timeout = "5 minutes"', "config.toml: image_pull_progress_timeout: must be a duration"),
     ('listne = "unix:///x"', "config.toml: listne: unknown setting"),
     ("root = [", "config.toml: not valid TOML"),
 ])
@@ -54,6 +55,14 @@ def test_bad_file_setting_is_named(tmp_path, text, named):
 def test_bad_flag_is_named():
     with pytest.raises(InvalidArgumentError, match=r"^--stream-address: must be HOST:PORT"):
         config.load(None, {"stream_address": "nowhere:99999"})
+
+
+def test_image_pull_progress_timeout_is_a_go_duration():
+    assert config.Config().pull_progress_timeout == 300.0  # containerd's default
+    for text, seconds in (("90s", 90.0), ("1m30s", 90.0), ("1h", 3600.0), ("500ms", 0.5), ("0", 0.0)):
+        assert config.load(None, {"image_pull_progress_timeout": text}).pull_progress_timeout == seconds
+    with pytest.raises(InvalidArgumentError, match=r"^--image-pull-progress-timeout: must be a duration"):
+        config.load(None, {"image_pull_progress_timeout": "5"})
 
 
 def test_registry_creds_never_in_repr():

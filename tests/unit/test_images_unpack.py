@@ -306,6 +306,50 @@ def test_hard_link_to_lower_layer_is_copied_up(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(upper / "keep-link").st_mode) == 0o640
 
 
+def _apply_in_thread(blob: bytes, dest: Path, lowers: Sequence[Path] = ()) -> None:
+    """apply_layer with a generous limit: an unpack that opened a FIFO would wait for a peer for ever."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            apply_layer(io.BytesIO(blob), dest, lowers=lowers)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    if t.is_alive():  # open the FIFO's other end so the blocked open returns and the thread ends
+        for fifo in [p for root in [dest, *lowers] for p in root.rglob("*") if p.is_fifo()]:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        t.join(30)
+        pytest.fail("the unpack hung on a FIFO")
+    if errors:
+        raise errors[0]
+
+
+def test_fifo_and_a_hard_link_to_it_in_a_lower_layer(tmp_path: Path) -> None:
+    """Issue 22: a hard link to a lower layer's FIFO was 'copied up' by opening the FIFO for reading,
+    which waits for a writer that never comes: a pull hung for good. The link is now made as the node it
+    names, without opening it; within one layer the link is a link()."""
+    lower, upper = tmp_path / "lower", tmp_path / "upper"
+    lower.mkdir()
+    upper.mkdir()
+    _apply_in_thread(tar_entries([d("run"), Entry("fifo", "run/pipe", mode=0o640), hardlink("run/same", "run/pipe")]),
+                     lower)
+    st = os.lstat(lower / "run/pipe")
+    assert stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640 and st.st_nlink == 2
+    assert os.path.samefile(lower / "run/pipe", lower / "run/same")
+    _apply_in_thread(tar_entries([hardlink("pipe-link", "run/pipe")]), upper, lowers=[lower])
+    st = os.lstat(upper / "pipe-link")
+    assert stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o640
+
+
 def test_hard_link_to_missing_target_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeLayerError, match="not found"):
         apply_layer(io.BytesIO(tar_entries([hardlink("x", "nowhere")])), tmp_path)
