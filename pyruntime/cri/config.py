@@ -55,6 +55,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("log_level", "--log-level", "debug, info, warning or error"),
     Option("image_pull_progress_timeout", "--image-pull-progress-timeout",
            "a pull whose bytes stand still this long is cancelled (a duration: 5m, 90s; 0 never)"),
+    Option("stream_idle_timeout", "--stream-idle-timeout",
+           "an exec, attach or port-forward session with no traffic this long is closed (a duration; 0 never)"),
 )
 
 
@@ -73,6 +75,7 @@ class Config:
     sandbox_image: str = ""
     log_level: str = "info"
     image_pull_progress_timeout: str = "5m"  # containerd's default
+    stream_idle_timeout: str = "4h"  # containerd's default
 
     @property
     def socket_path(self) -> str:
@@ -188,7 +191,7 @@ CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_c
           "registry_auths": _check_auths,
           "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
           "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS),
-          "image_pull_progress_timeout": _check_duration}
+          "image_pull_progress_timeout": _check_duration, "stream_idle_timeout": _check_duration}
 
 
 # Checked against this machine, on the value in effect (a default too), only when the daemon starts: a

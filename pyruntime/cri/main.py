@@ -180,7 +180,7 @@ def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: 
     from pyruntime.cri.streaming.server import StreamingServer
     backend = RuntimeStreamBackend(launcher, layout, lambda sandbox_id: store.sandbox(sandbox_id).namespaces.get("net"),
                                    kernel)
-    return StreamingServer(cfg.stream_address, backend)
+    return StreamingServer(cfg.stream_address, backend, idle_timeout=config.parse_duration(cfg.stream_idle_timeout))
 
 
 

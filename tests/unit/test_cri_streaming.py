@@ -351,3 +351,54 @@ def test_websocket_v4_port_forward(echo_server):
         client._pump()
     client.sock.sendall(client.ws.send(CloseConnection(code=1000)))
     client.until_closed()
+
+
+# --- deadlines ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["exec", "portforward"])
+def test_a_silent_session_is_ended_after_the_idle_timeout(kind):
+    """Issue 22: a session had no idle timeout, so a client that opened an exec or a port-forward and then
+    said nothing (or vanished without a FIN) held the session, its thread and the container's process
+    for ever. Now one with no traffic for the idle timeout (containerd's stream_idle_timeout) is closed."""
+    idle = 1.0
+    threads_before = threading.active_count()
+    srv = StreamingServer("127.0.0.1:0", EchoBackend(), idle_timeout=idle)  # type: ignore[arg-type]  # exec and port_forward only
+    srv.start()
+    try:
+        if kind == "exec":
+            url = srv.get_exec(api_pb2.ExecRequest(container_id="c", cmd=["cat"], stdin=True, stdout=True)).url
+        else:
+            url = srv.get_port_forward(api_pb2.PortForwardRequest(pod_sandbox_id="p", port=[80])).url
+        client = WsClient(url, "v4.channel.k8s.io")
+        client.sock.settimeout(10 * idle)
+        client.until_closed()  # a TimeoutError here: the session outlived its idle timeout ten times over
+    finally:
+        srv.stop()
+    deadline = time.monotonic() + 5
+    while threading.active_count() != threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == threads_before, threading.enumerate()
+
+
+def test_a_request_head_dripped_a_byte_at_a_time_is_cut_at_the_header_timeout(monkeypatch):
+    """The head had a timeout per read: a client dripping it held its thread for as long as it liked."""
+    from pyruntime.cri.streaming import server as server_module
+
+    monkeypatch.setattr(server_module, "HEADER_TIMEOUT", 1.0)
+    srv = StreamingServer("127.0.0.1:0", backend=None)  # type: ignore[arg-type]  # no session gets that far
+    srv.start()
+    host, port = srv.base_url.removeprefix("http://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            head = b"GET /exec/x HTTP/1.1\r\nHost: x\r\nX-Drip: " + b"a" * 4000
+            started = time.monotonic()
+            for i in range(len(head)):
+                try:
+                    conn.sendall(head[i:i + 1])
+                except OSError:
+                    break  # the server closed it
+                time.sleep(0.1)
+                if time.monotonic() - started > 10 * 1.0:
+                    pytest.fail("the server kept reading a head dripped past its header timeout")
+    finally:
+        srv.stop()

@@ -9,6 +9,12 @@ parsed with limits (h11 for HTTP/1.1, wsproto for websockets, spdy.py for SPDY).
 
 Threads: one accept thread, one thread per connection (a session may last hours: an interactive exec).
 The daemon is threaded already; nothing here forks.
+
+Deadlines: a request's head must arrive whole within HEADER_TIMEOUT (a client dripping it a byte at a
+time does not hold a thread for longer); a session in which no byte has moved either way for the idle
+timeout (containerd's stream_idle_timeout, 4 hours by default) is shut down by the reaper thread, as is
+one whose client stopped reading what it is sent: a silent or vanished client does not hold an exec, an
+attach or a port-forward, and the thread and fds behind it, for ever.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -40,6 +46,7 @@ MAX_IN_FLIGHT = 1000
 TOKEN_LEN = 8
 HEADER_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
+IDLE_TIMEOUT = 4 * 3600.0  # containerd's stream_idle_timeout
 
 
 class RequestCache:
@@ -107,10 +114,32 @@ class _Request:
         return token.lower() in (v.lower() for v in self.values(name))
 
 
-class StreamingServer:
-    """`address`: "HOST:PORT" to listen on ("127.0.0.1:0" picks a free port; the URLs name the real one)."""
+class _Tracked:
+    """A session's socket that notes when bytes last moved through it, either way: the reaper's clock.
+    A send waiting on a client that does not read is not movement."""
 
-    def __init__(self, address: str, backend: StreamBackend) -> None:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self.moved = time.monotonic()
+
+    def recv(self, n: int) -> bytes:
+        data = self._sock.recv(n)
+        self.moved = time.monotonic()
+        return data
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.sendall(data)
+        self.moved = time.monotonic()
+
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
+
+class StreamingServer:
+    """`address`: "HOST:PORT" to listen on ("127.0.0.1:0" picks a free port; the URLs name the real one);
+    `idle_timeout`: seconds a session may pass with no byte moving before it is ended (0: never)."""
+
+    def __init__(self, address: str, backend: StreamBackend, *, idle_timeout: float = IDLE_TIMEOUT) -> None:
         host, sep, port = address.rpartition(":")
         if not sep or not port.isdigit():
             raise InvalidArgumentError(f"streaming address {address!r}: not HOST:PORT")
@@ -123,6 +152,10 @@ class StreamingServer:
         self._conns: set[socket.socket] = set()
         self._workers: set[threading.Thread] = set()
         self._lock = threading.Lock()
+        self._idle_timeout = idle_timeout
+        self._sessions: set[_Tracked] = set()
+        self._stopping = threading.Event()
+        self._reaper: threading.Thread | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,6 +172,9 @@ class StreamingServer:
         self._listener = listener
         self._thread = threading.Thread(target=self._accept_loop, name="streaming-accept", daemon=True)
         self._thread.start()
+        if self._idle_timeout > 0:
+            self._reaper = threading.Thread(target=self._reap_idle, name="streaming-reaper", daemon=True)
+            self._reaper.start()
 
     def stop(self) -> None:
         """Stops listening and ends every open session (their backends see their fds close); returns once
@@ -152,6 +188,9 @@ class StreamingServer:
             listener.close()
         if self._thread is not None:
             self._thread.join()
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join()
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
@@ -205,6 +244,20 @@ class StreamingServer:
                 self._workers.add(worker)
             worker.start()
 
+    def _reap_idle(self) -> None:
+        """Shuts down each session idle for longer than the idle timeout: its reads see the end, its
+        blocked sends fail, and the session's thread ends as with a client that left."""
+        while not self._stopping.wait(min(self._idle_timeout / 4, 30.0)):
+            now = time.monotonic()
+            with self._lock:
+                idle = [t for t in self._sessions if now - t.moved > self._idle_timeout]
+            for tracked in idle:
+                log.info("streaming: no traffic for %gs: ending the session", self._idle_timeout)
+                try:
+                    tracked.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # ended meanwhile
+
     def _serve(self, sock: socket.socket) -> None:
         with self._lock:
             self._conns.add(sock)
@@ -222,7 +275,7 @@ class StreamingServer:
             sock.close()
 
     def _serve_request(self, sock: socket.socket) -> None:
-        sock.settimeout(HEADER_TIMEOUT)
+        head_deadline = time.monotonic() + HEADER_TIMEOUT
         conn = h11.Connection(h11.SERVER)
         event: Any = None
         request = None
@@ -233,6 +286,10 @@ class StreamingServer:
                 self._respond(sock, conn, e.error_status_hint, f"bad request: {e}")
                 return
             if event is h11.NEED_DATA:
+                remaining = head_deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                sock.settimeout(remaining)
                 try:
                     data = sock.recv(65536)
                 except OSError:
@@ -260,7 +317,14 @@ class StreamingServer:
         if not isinstance(cached, wanted):
             self._respond(sock, conn, 404, "404 page not found\n")
             return
-        handler(sock, conn, request, cached)
+        tracked = _Tracked(sock)
+        with self._lock:
+            self._sessions.add(tracked)
+        try:
+            handler(cast(socket.socket, tracked), conn, request, cached)  # recv, sendall, shutdown: all used
+        finally:
+            with self._lock:
+                self._sessions.discard(tracked)
 
     def _respond(self, sock: socket.socket, conn: h11.Connection, status: int, text: str,
                  headers: list[tuple[str, str]] | None = None) -> None:
