@@ -524,10 +524,11 @@ class _Server:
         job = PauseJob(**raw)
         check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
         cgroup = None
-        if job.cgroup_parent and stays(job):
+        if stays(job):
             from pyruntime.linux import cgroups
             try:
-                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent), job.sandbox_id, self.kernel)
+                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent, job.sandbox_id), job.sandbox_id,
+                                         self.kernel)
             except ValueError as e:
                 raise InvalidArgumentError(f"cgroup_parent: {e}") from e
         try:

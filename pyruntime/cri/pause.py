@@ -10,9 +10,14 @@ A pod that shares a pid namespace keeps a process: a pid namespace without one c
 init must reap what the pod's containers orphan. CNI DEL and a restarted daemon reach the network
 namespace through its pin whether or not a process lives (StopPodSandbox must succeed even without one).
 
-Threat model: the child runs as root in the host's mount namespace, so the only host state it may change
-is its own (the pins, its cgroup); a sysctl that is not namespaced, or one whose namespace the pod shares
-with the host, would change the host and is refused. release_pause kills a pause only when pid and start
+Threat model: the child that sets up runs as root in the host's mount namespace, so the only host state it
+may change is its own (the pins, its cgroup); a sysctl that is not namespaced, or one whose namespace the
+pod shares with the host, would change the host and is refused. The pause that stays is the pod's pid 1,
+which every container of the pod sees in its /proc: before the launcher hears of it, it is confined as
+containerd's pause container is under runc (_confine: an empty root of its own, user 65535, no
+capabilities, no_new_privs, seccomp, not dumpable) and in the pod's cgroup, so root in the pod with
+CAP_SYS_PTRACE reaches nothing of the host through /proc/1. The host's root still reads its /proc/PID/stat
+(the start time recovery matches), ns/* and cmdline. release_pause kills a pause only when pid and start
 time still name the process this module made: a recycled pid is never signalled.
 
 A pause that stays is forked from the launcher and shares its pages copy-on-write: after reporting it
@@ -32,6 +37,7 @@ from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
+from pyruntime.linux.cgroups.paths import DEFAULT_PARENT
 from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
@@ -47,13 +53,17 @@ IPC_SYSCTLS = ("kernel.shm", "kernel.msg", "fs.mqueue.")
 PAUSE_CGROUP = "pause"  # the pause's leaf below the pod's cgroup parent
 EXIT_WAIT = 5.0  # seconds release_pause waits for a killed pause to be gone
 PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
+PAUSE_ID = 65535  # uid and gid of the pause that stays: the USER of the upstream pause image
+EMPTY_ROOT_AT = "/proc"  # a directory every host has and anyone may search, hidden by the pause's empty root
+READY = b"confined"  # what the pause tells its parent once _confine is done
 
 
 @dataclass
 class PauseJob:
-    """cgroup_parent: "" for none; else a pause that stays (share_pid) joins `<cgroup_parent>/pause` (made if
-    missing, as runc makes a container's cgroup). A leaf of its own rather than the parent itself, because
-    on cgroup v2 a cgroup with processes can't enable controllers for the pod's container cgroups."""
+    """cgroup_parent: a pause that stays (share_pid) joins `<cgroup_parent>/pause` (made if missing, as runc
+    makes a container's cgroup), or /pyruntime/<sandbox_id> without one (pause_cgroup). A leaf of its own
+    rather than the parent itself, because on cgroup v2 a cgroup with processes can't enable controllers for
+    the pod's container cgroups."""
 
     sandbox_id: str
     ns_dir: str
@@ -87,8 +97,11 @@ def stays(job: PauseJob) -> bool:
     return job.share_pid
 
 
-def pause_cgroup(cgroup_parent: str) -> str:
-    return f"{cgroup_parent.rstrip('/')}/{PAUSE_CGROUP}" if cgroup_parent else ""
+def pause_cgroup(cgroup_parent: str, sandbox_id: str) -> str:
+    """Where a pause that stays lives: a leaf of the pod's cgroup, or with no parent the cgroup a pause
+    container of the pod would have (/pyruntime/<id>, as the runtime names a parentless cgroupsPath), never
+    the daemon's own."""
+    return f"{cgroup_parent.rstrip('/')}/{PAUSE_CGROUP}" if cgroup_parent else f"/{DEFAULT_PARENT}/{sandbox_id}"
 
 
 def sysctl_path(name: str) -> str:
@@ -209,8 +222,8 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
                 raise InternalError(f"pause {pid}: exited during its set-up")
             atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600,
                          sync=NONE)
-        launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces,
-                                       "cgroup": pause_cgroup(job.cgroup_parent) if cgroup is not None else ""})
+        own = pause_cgroup(job.cgroup_parent, job.sandbox_id) if cgroup is not None else ""
+        launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces, "cgroup": own})
     except BaseException as e:
         if pod_init:
             os.kill(pod_init, signal.SIGKILL)
@@ -234,13 +247,24 @@ def _make_namespaces(job: PauseJob, kernel: Syscalls) -> None:
 
 
 def _pod_init(job: PauseJob, kernel: Syscalls) -> int:
-    """The pid 1 of a shared pid namespace (0 when the pod shares none): the process that stays."""
+    """The pid 1 of a shared pid namespace (0 when the pod shares none): the process that stays, returned
+    once it is confined (_confine), so that no container of the pod ever sees it otherwise."""
     if not job.share_pid:
         return 0
     kernel.unshare(sc.CLONE_NEWPID)
+    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     pod_init = os.fork()
     if pod_init == 0:
-        _settle(kernel)
+        os.close(ready_r)
+        _settle(job, kernel, ready_w)
+    os.close(ready_w)
+    try:
+        answer = os.read(ready_r, 4096)
+    finally:
+        os.close(ready_r)
+    if answer != READY:
+        os.waitpid(pod_init, 0)  # it exits once it has said why
+        raise InternalError(f"pause: confining the pod's pid 1: {answer.decode(errors='replace') or 'it exited'}")
     return pod_init
 
 
@@ -289,9 +313,52 @@ def _id_map_text(ranges: list[list[int]]) -> str:
     return "".join(f"{inside} {outside} {length}\n" for inside, outside, length in ranges)
 
 
-def _settle(kernel: Syscalls) -> None:
-    """The pause's whole life after set-up: no fds, no allocations beyond the wait, reaping what a pod
-    sharing its pid namespace leaves to pid 1, until SIGTERM or SIGINT."""
+def _pause_id(ranges: list[list[int]]) -> int:
+    """PAUSE_ID, unless the pod's user namespace (its [inside, outside, length] ranges) leaves it unmapped:
+    then the namespace's root, which holds nothing on the host."""
+    if not ranges or any(inside <= PAUSE_ID < inside + length for inside, _outside, length in ranges):
+        return PAUSE_ID
+    return 0
+
+
+def _confine(job: PauseJob, kernel: Syscalls) -> None:
+    """Makes the pause what containerd's pause container is under runc: the containers of its pod see it as
+    their pid 1, and root among them with CAP_SYS_PTRACE would otherwise reach the host's `/` through
+    /proc/1/root and /proc/1/cwd. An empty read-only root in a mount namespace of its own (after the pivot
+    no path of the host's is left to it), user PAUSE_ID, no capabilities in any set, no_new_privs, the
+    RuntimeDefault seccomp filter, and not dumpable last (a change of uid resets it): the kernel then refuses
+    its /proc/PID/root, cwd, exe, fd, environ, mem and ptrace to anyone without CAP_SYS_PTRACE in the host's
+    user namespace, root in the pod included."""
+    from pyruntime.container import rootfs
+    from pyruntime.cri.seccomp_default import DEFAULT_CAPS, default_profile
+    from pyruntime.linux import capabilities, seccomp
+    capabilities.last_cap()  # read now: there is no /proc after the pivot
+    profile = seccomp.Seccomp.from_spec(default_profile(list(DEFAULT_CAPS)))  # the launcher's precompiled one
+    seccomp.preload()
+    kernel.unshare(sc.CLONE_NEWNS)
+    kernel.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE, None)  # nothing below reaches the host's mounts
+    kernel.mount("tmpfs", EMPTY_ROOT_AT, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,
+                 "mode=0555")
+    rootfs.pivot(kernel, EMPTY_ROOT_AT)
+    capabilities.apply(kernel, capabilities.Capabilities(), uid=_pause_id(job.uid_map),
+                       gid=_pause_id(job.gid_map), no_new_privileges=True)
+    seccomp.load(profile)
+    kernel.prctl(sc.PR_SET_DUMPABLE, 0)
+
+
+def _settle(job: PauseJob, kernel: Syscalls, ready: int) -> None:
+    """The pause's whole life after set-up: confined, then no fds, no allocations beyond the wait, reaping
+    what a pod sharing its pid namespace leaves to pid 1, until SIGTERM or SIGINT. `ready`: the pipe on
+    which READY or the error that stopped the confinement is told to the parent."""
+    try:
+        ready = os.dup2(ready, 0, inheritable=False)  # the only fd it keeps until it has answered
+        kernel.close_range(1, 0xFFFFFFFF)
+        _confine(job, kernel)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.write(ready, str(e).encode(errors="replace")[:4096] or type(e).__name__.encode())
+        os._exit(1)
+    os.write(ready, READY)
     kernel.close_range(0, 0xFFFFFFFF)
     waited = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
     signal.pthread_sigmask(signal.SIG_BLOCK, waited)
@@ -312,7 +379,7 @@ def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscall
     if isinstance(pause, PauseInfo):
         pid, start, cgroup = pause.pid, pause.start_time, pause.cgroup
     else:
-        pid, start, cgroup = pause.pause_pid, pause.pause_start_time, pause_cgroup(pause.cgroup_parent)
+        pid, start, cgroup = pause.pause_pid, pause.pause_start_time, pause_cgroup(pause.cgroup_parent, pause.id)
     if pid <= 0:  # a run cut short before the record had the pid: the pause's own note has it
         pid, start = _recorded_pause(ns_dir)
     if pid > 0:

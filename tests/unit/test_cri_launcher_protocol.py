@@ -167,5 +167,5 @@ def test_sysctls_that_would_change_the_host_are_refused_by_name(name, net, ipc, 
 def test_sysctl_paths_and_the_pause_cgroup():
     assert sysctl_path("net.ipv4.ip_forward") == "/proc/sys/net/ipv4/ip_forward"
     assert sysctl_path("net/ipv4/conf/eth0.100/rp_filter") == "/proc/sys/net/ipv4/conf/eth0.100/rp_filter"
-    assert pause_cgroup("") == ""
-    assert pause_cgroup("/kubepods/besteffort/pod1/") == "/kubepods/besteffort/pod1/pause"
+    assert pause_cgroup("", "s1") == "/pyruntime/s1"  # never the daemon's cgroup
+    assert pause_cgroup("/kubepods/besteffort/pod1/", "s1") == "/kubepods/besteffort/pod1/pause"
