@@ -9,18 +9,26 @@ notices a rotation (the path now names another file, or the file got shorter) by
 the old file and then the new one from its start. Following ends when the caller says the container is
 gone for good; when it restarted, the caller hands over the next attempt's file and following goes on.
 A malformed line is passed through as is (as the kubelet does), never dropped.
+
+Memory stays bounded whatever the file's size: the file is read CHUNK bytes at a time and written out as
+it is read; tailLines finds where its last lines begin by reading backwards from the end in blocks, so a
+request for the last ten lines of a huge log reads a few blocks; a line the container wrote without a
+newline (its P pieces joined) goes out in pieces once it passes LINE_BUFFER.
 """
 from __future__ import annotations
 
 import datetime
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 POLL = 0.2  # seconds between looks at a followed file that has nothing new
+CHUNK = 1 << 20  # bytes of the file read at a time
+LINE_BUFFER = 1 << 20  # bytes of one line held before they go out without the rest
+_HEAD = 128  # bytes of a CRI log line that hold its stamp, stream and tag
 
 
 class LogOptionError(ValueError):
@@ -99,9 +107,10 @@ class Line:
     stamp: bytes
     time: float | None  # None: the stamp did not parse (a malformed line, passed through)
     data: bytes  # with its newline
+    head: bool = True  # False: the rest of a line whose start went out already (past LINE_BUFFER)
 
     def render(self, timestamps: bool) -> bytes:
-        return self.stamp + b" " + self.data if timestamps and self.stamp else self.data
+        return self.stamp + b" " + self.data if timestamps and self.stamp and self.head else self.data
 
 
 class Joiner:
@@ -124,7 +133,11 @@ class Joiner:
             self._pending = Line(stamp, when, b"")
         self._pending.data += msg
         if tags[0] == b"P":
-            return None
+            if len(self._pending.data) < LINE_BUFFER:
+                return None
+            line = self._pending
+            self._pending = Line(line.stamp, line.time, b"", head=False)
+            return line
         line, self._pending = self._pending, None
         line.data += b"\n"
         return line
@@ -137,13 +150,53 @@ def read_lines(chunks: Iterable[bytes], joiner: Joiner) -> Iterator[Line]:
             yield line
 
 
-def select(lines: Iterable[Line], opts: LogOptions) -> Iterator[Line]:
-    """The lines `opts` asks for out of a file's lines: those since `opts.since`, then the last tail_lines."""
-    if opts.since is not None:
-        lines = (line for line in lines if line.time is None or line.time >= opts.since)
-    if opts.tail_lines is not None:
-        lines = deque(lines, maxlen=opts.tail_lines) if opts.tail_lines else deque()
-    yield from lines
+def select(lines: Iterable[Line], since: float | None) -> Iterator[Line]:
+    """The lines stamped `since` or later (all without it; a malformed line always)."""
+    if since is None:
+        yield from lines
+    else:
+        yield from (line for line in lines if line.time is None or line.time >= since)
+
+
+def _ends_a_line(head: bytes) -> bool:
+    """Whether the CRI log line that begins with `head` ends a line of the container's (an F line, or a
+    malformed one, which stands alone) rather than being a P piece of one."""
+    parts = head.split(b"\n", 1)[0].split(b" ", 3)
+    return len(parts) < 3 or parts[1] not in (b"stdout", b"stderr") or parts[2].split(b":")[0] != b"P"
+
+
+def tail_offset(f: BinaryIO, lines: int) -> int:
+    """Where the last `lines` lines of the container's output begin in the CRI log `f`, found by reading
+    blocks backwards from its end (a line without its newline yet at the end is not counted)."""
+    f.seek(0, os.SEEK_END)
+    pos = f.tell()
+    end: int | None = None  # just past the last newline: where the complete part ends
+    record_end = 0  # the end of the CRI line whose start is looked for
+    ended = 0
+    right = b""  # the first bytes of the block read before (right of this one)
+    while pos > 0:
+        size = min(CHUNK, pos)
+        pos -= size
+        f.seek(pos)
+        block = f.read(size)
+        data = block + right
+        i = len(block)
+        while (k := block.rfind(b"\n", 0, i)) >= 0:
+            i = k
+            if end is None:
+                end = record_end = pos + k + 1
+                continue
+            if _ends_a_line(data[k + 1:k + 1 + _HEAD]):
+                ended += 1
+                if ended > lines:
+                    return record_end
+            record_end = pos + k + 1
+        right = data[:_HEAD]
+    if end is None:
+        return 0
+    if _ends_a_line(right) and ended + 1 > lines:
+        return record_end
+    return 0
 
 
 class Limited:
@@ -164,28 +217,32 @@ class Limited:
 class Follower:
     """A log file read line by line as it grows, across rotations (see the module's docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, tail_lines: int | None = None) -> None:
+        """`tail_lines`: start that many lines before the end rather than at the start."""
         self.path = path
         self._file = open(path, "rb")  # noqa: SIM115 (kept open across calls; closed by close())
+        self._file.seek(tail_offset(self._file, tail_lines) if tail_lines is not None else 0)
         self._partial = b""
 
     def close(self) -> None:
         self._file.close()
 
-    def read(self) -> list[bytes]:
-        """The complete lines written since the last call (the old file's rest first after a rotation)."""
-        out = self._lines(self._file.read())
+    def read(self) -> Iterator[bytes]:
+        """The complete lines written since the last call, CHUNK bytes of the file at a time (the old file's
+        rest first after a rotation)."""
+        while data := self._file.read(CHUNK):
+            yield from self._lines(data)
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return out  # rotated away and not yet reopened by the runtime: the next call looks again
+            return  # rotated away and not yet reopened by the runtime: the next call looks again
         mine = os.fstat(self._file.fileno())
         if (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev) or st.st_size < self._file.tell():
             self._file.close()
             self._file = open(self.path, "rb")  # noqa: SIM115 (see __init__)
             self._partial = b""
-            out += self._lines(self._file.read())
-        return out
+            while data := self._file.read(CHUNK):
+                yield from self._lines(data)
 
     def _lines(self, data: bytes) -> list[bytes]:
         if not data:
@@ -204,22 +261,27 @@ def write_logs(path: Path, opts: LogOptions, write: Callable[[bytes], None], *,
     or raises StopIteration (the container is gone for good: stop). `gone()` says the client left."""
     out = Limited(write, opts.limit_bytes)
     joiner = Joiner()
-    follower = Follower(path)
+    follower = Follower(path, tail_lines=opts.tail_lines)
     try:
-        for line in select(read_lines(follower.read(), joiner), opts):
+        for line in select(read_lines(follower.read(), joiner), opts.since):
             if not out.write(line.render(opts.timestamps)):
                 return
         if not opts.follow:
             return
-        since = LogOptions(since=opts.since)
 
         def drain() -> int:
             """1: lines came, 0: nothing new, -1: limitBytes reached."""
-            raw = follower.read()
-            for line in select(read_lines(raw, joiner), since):
+            came = 0
+
+            def counted() -> Iterator[bytes]:
+                nonlocal came
+                for raw in follower.read():
+                    came = 1
+                    yield raw
+            for line in select(read_lines(counted(), joiner), opts.since):
                 if not out.write(line.render(opts.timestamps)):
                     return -1
-            return 1 if raw else 0
+            return came
 
         while True:
             got = drain()

@@ -75,6 +75,62 @@ def test_a_line_without_its_newline_waits(tmp_path):
     assert render(path) == b"one\n"
 
 
+def test_tail_reads_back_across_blocks_and_pieces(tmp_path, monkeypatch):
+    """tailLines is found by reading backwards in blocks: lines and their P pieces cut by block edges."""
+    monkeypatch.setattr(logs, "CHUNK", 7)
+    path = tmp_path / "0.log"
+    path.write_bytes(cri_log((T0, "stdout", "F", "one"), (T1, "stderr", "P", "tw"), (T1, "stderr", "P", "o"),
+                             (T1, "stderr", "F", ""), (T2, "stdout", "F", "three")) + f"{T2} stdout F fo".encode())
+    assert [render(path, tail_lines=n) for n in range(5)] == [
+        b"", b"three\n", b"two\nthree\n", b"one\ntwo\nthree\n", b"one\ntwo\nthree\n"]
+    path.write_bytes(b"not a cri line\n" + cri_log((T0, "stdout", "P", "a"), (T0, "stdout", "F", "b")))
+    assert render(path, tail_lines=1) == b"ab\n"
+    assert render(path, tail_lines=2, timestamps=True) == f"not a cri line\n{T0} ab\n".encode()
+
+
+SERVE_LOG = """
+import sys
+from pathlib import Path
+from pykubelet.server import logs
+
+def peak_kib():
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmHWM:")[1].split()[0])
+
+before = peak_kib()
+written = 0
+def write(data):
+    global written
+    written += len(data)
+tail = int(sys.argv[2])
+logs.write_logs(Path(sys.argv[1]), logs.LogOptions(tail_lines=tail if tail >= 0 else None), write)
+print(written, peak_kib() - before)
+"""
+
+
+def test_a_huge_log_is_served_in_bounded_memory(tmp_path):
+    """Issue 22: /containerLogs read a whole log file into memory (and tailLines all of its lines), so a
+    pod that logged a few GiB made the kubelet's RSS grow by as much on each request. The reader's process
+    serves a 200 MiB log, whole and its tail, with its peak RSS growing by a bounded amount."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "0.log"
+    line = cri_log((T0, "stdout", "F", "x" * 200))
+    block = line * ((1 << 20) // len(line))
+    with path.open("wb") as f:
+        for _ in range(200):
+            f.write(block)
+    lines = 200 * ((1 << 20) // len(line))
+    out_line = 201  # "x" * 200 and its newline
+    for tail, expected in ((-1, lines * out_line), (3, 3 * out_line), (10 ** 9, lines * out_line)):
+        proc = subprocess.run([sys.executable, "-c", SERVE_LOG, str(path), str(tail)], capture_output=True,
+                              text=True, timeout=600, check=True)
+        written, growth_kib = map(int, proc.stdout.split())
+        assert written == expected
+        assert growth_kib < 64 * 1024, f"tail {tail}: the reader's peak RSS grew by {growth_kib} KiB"
+
+
 def test_parse_time_keeps_nanosecond_stamps_and_zones():
     assert logs.parse_time("1970-01-01T00:00:01.999999999Z") == pytest.approx(1.999999)
     assert logs.parse_time("1970-01-01T01:00:00+01:00") == 0
