@@ -65,6 +65,13 @@ class Settings:
     container_log_max_files: int = 5
     container_log_monitor_interval: float = 10.0
     serialize_image_pulls: bool = True
+    # eviction (pykubelet/eviction): signal -> threshold value, as parsed by pykubelet.eviction.policy
+    eviction_hard: dict[str, Any] = field(default_factory=lambda: dict(_eviction_policy().DEFAULT_HARD))
+    eviction_soft: dict[str, Any] = field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, float] = field(default_factory=dict)
+    eviction_minimum_reclaim: dict[str, Any] = field(default_factory=dict)
+    eviction_max_pod_grace_period: int = 0
+    eviction_pressure_transition_period: float = 300.0
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
@@ -150,6 +157,21 @@ def endpoint(value: Any) -> str:
     return value if value.startswith("unix://") else f"unix://{value}"
 
 
+def _eviction_policy():
+    from pykubelet.eviction import policy
+    return policy
+
+
+def eviction_values(value: Any) -> dict[str, Any]:
+    """evictionHard, evictionSoft, evictionMinimumReclaim: eviction signal -> "100Mi" or "10%"."""
+    return _eviction_policy().value_map(value)
+
+
+def eviction_durations(value: Any) -> dict[str, float]:
+    """evictionSoftGracePeriod: eviction signal -> a duration."""
+    return _eviction_policy().duration_map(value)
+
+
 def node_ip(value: Any) -> str:
     """The kubelet refuses an address the API server cannot reach it on. Loopback is let through (the
     stock kubelet refuses it): it is the one address of a node whose API server runs on the same machine
@@ -197,6 +219,12 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "containerLogMaxFiles": ("container_log_max_files", integer(2)),
     "containerLogMonitorInterval": ("container_log_monitor_interval", duration),
     "serializeImagePulls": ("serialize_image_pulls", boolean),
+    "evictionHard": ("eviction_hard", eviction_values),
+    "evictionSoft": ("eviction_soft", eviction_values),
+    "evictionSoftGracePeriod": ("eviction_soft_grace_period", eviction_durations),
+    "evictionMinimumReclaim": ("eviction_minimum_reclaim", eviction_values),
+    "evictionMaxPodGracePeriod": ("eviction_max_pod_grace_period", integer(0)),
+    "evictionPressureTransitionPeriod": ("eviction_pressure_transition_period", duration),
     # settings of the stock kubelet that have no meaning here; accepted so one file serves both
     "failSwapOn": (None, boolean),
     "failCgroupV1": (None, boolean),
@@ -286,6 +314,10 @@ def _validate(s: Settings) -> Settings:
         raise ConfigError(f"--hostname-override: node name {s.node_name!r} is not a DNS-1123 subdomain")
     if (s.tls_cert_file is None) != (s.tls_private_key_file is None):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together: one is missing")
+    try:
+        eviction_thresholds(s)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if s.image_gc_low_threshold_percent > s.image_gc_high_threshold_percent:
         raise ConfigError("imageGCLowThresholdPercent must not exceed imageGCHighThresholdPercent")
     if s.container_log_monitor_interval < 3:
@@ -296,6 +328,12 @@ def _validate(s: Settings) -> Settings:
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
     return s
+
+
+def eviction_thresholds(s: Settings) -> list:
+    """The eviction manager's thresholds (pykubelet.eviction.policy.Threshold) from the settings."""
+    return _eviction_policy().thresholds(s.eviction_hard, s.eviction_soft, s.eviction_soft_grace_period,
+                                         s.eviction_minimum_reclaim)
 
 
 def dump(s: Settings) -> str:

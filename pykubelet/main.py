@@ -86,7 +86,7 @@ def _admission(client, runtime, settings: config.Settings, sources):
     return Admission(
         settings.node_name, pods=lambda: [p.to_dict() for p in sources.objects()],
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
-        allocatable=Cached(lambda: allocatable(machine_capacity(settings))),
+        allocatable=Cached(lambda: allocatable(machine_capacity(settings), settings.eviction_hard)),
         labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client))
 
 
@@ -113,6 +113,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 
         client = api_pods = services = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
+        from pykubelet.eviction.manager import EvictionManager
+
+        evictions = EvictionManager(runtime, settings)
         loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
@@ -129,7 +132,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             client = make_client(settings.kubeconfig)
             events = EventRecorder(client, settings.node_name)
             events.event(node_ref(settings.node_name), NORMAL, "Starting", "Starting kubelet.")
-            status = NodeStatus(client, runtime, settings, events=events)
+            status = NodeStatus(client, runtime, settings, events=events, pressure=evictions.conditions)
+            evictions.on_change = status.changed.set
             if not register(client, settings, status, stop):
                 return
             api_pods = pod_informer(client, settings.node_name)
@@ -149,7 +153,12 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources),
                              services=services, on_started=metrics.pod_start_duration.observe)
+        evictions.events = events
+        evictions.bind(workers.pods, workers.evict)
+        if workers.admission is not None:
+            workers.admission.pressure = evictions.admit
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
+                  ("eviction", evictions.run),
                   ("log-rotation", LogRotator(runtime, settings).run)]
         if client is not None:
             loops.append(("events", events.run))

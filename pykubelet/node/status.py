@@ -1,5 +1,6 @@
 """The Node's status as the kubelet reports it: capacity and allocatable read from the machine, addresses,
-nodeInfo, and the Ready / MemoryPressure / DiskPressure / PIDPressure conditions.
+nodeInfo, and the Ready / MemoryPressure / DiskPressure / PIDPressure conditions (the pressure ones are the
+eviction manager's, pykubelet/eviction: it holds them for evictionPressureTransitionPeriod).
 
 The scheduler places pods by allocatable and skips nodes whose Ready is not True, so this must be
 truthful and timely, yet cheap for the API server: the status is computed every
@@ -20,13 +21,14 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, EventRecorder, node_ref
+from pykubelet.eviction import policy
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +39,6 @@ NODE_EVENTS = {("Ready", "True"): "NodeReady", ("Ready", "False"): "NodeNotReady
                ("MemoryPressure", "True"): "NodeHasInsufficientMemory",
                ("DiskPressure", "False"): "NodeHasNoDiskPressure", ("DiskPressure", "True"): "NodeHasDiskPressure",
                ("PIDPressure", "False"): "NodeHasSufficientPID", ("PIDPressure", "True"): "NodeHasInsufficientPID"}
-EVICTION_MEMORY = 100 * 1024 * 1024  # the kubelet's default evictionHard memory.available<100Mi
-EVICTION_NODEFS_PERCENT = 10  # ... nodefs.available<10%
-EVICTION_PID_PERCENT = 10  # ... pid.available<10% (upstream's default is on allocatable PIDs)
 ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x",
         "riscv64": "riscv64"}.get(platform.machine(), platform.machine())
 
@@ -78,13 +77,16 @@ def machine_capacity(settings: Settings) -> dict[str, str]:
             "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
 
 
-def allocatable(capacity: dict[str, str]) -> dict[str, str]:
-    """Capacity less the hard eviction thresholds (no kube/system reservations are configured)."""
+def allocatable(capacity: dict[str, str], hard: Mapping[str, policy.Value] | None = None) -> dict[str, str]:
+    """Capacity less the hard eviction thresholds (`hard`: evictionHard, the kubelet's defaults if None;
+    no kube/system reservations are configured)."""
+    hard = policy.DEFAULT_HARD if hard is None else hard
+    none = policy.Value(quantity=0)
     out = dict(capacity)
     memory = int(capacity["memory"].removesuffix("Ki")) * 1024
-    out["memory"] = f"{max(0, memory - EVICTION_MEMORY) // 1024}Ki"
+    out["memory"] = f"{max(0, memory - hard.get('memory.available', none).of(memory)) // 1024}Ki"
     storage = int(capacity["ephemeral-storage"].removesuffix("Ki")) * 1024
-    out["ephemeral-storage"] = str(storage * (100 - EVICTION_NODEFS_PERCENT) // 100)
+    out["ephemeral-storage"] = str(max(0, storage - hard.get("nodefs.available", none).of(storage)))
     return out
 
 
@@ -128,16 +130,6 @@ def runtime_problems(runtime: cri.CRIRuntime, endpoint: str) -> list[str]:
     return problems
 
 
-def pressure(settings: Settings) -> dict[str, bool]:
-    mem = _meminfo()
-    fs = os.statvfs(_existing(settings.root_dir))
-    pid_max = int(_read("/proc/sys/kernel/pid_max", "4194304"))
-    pids = sum(1 for name in os.listdir("/proc") if name.isdigit())
-    return {"MemoryPressure": mem.get("MemAvailable", mem["MemFree"]) < EVICTION_MEMORY,
-            "DiskPressure": fs.f_bavail * 100 < fs.f_blocks * EVICTION_NODEFS_PERCENT,
-            "PIDPressure": (pid_max - pids) * 100 < pid_max * EVICTION_PID_PERCENT}
-
-
 CONDITION_TEXT = {  # type -> (reason, message) when fine, (reason, message) under pressure
     "MemoryPressure": (("KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
                        ("KubeletHasInsufficientMemory", "kubelet has insufficient memory available")),
@@ -156,8 +148,11 @@ class NodeStatus:
     """Computes the node's status and reports it; run() is the kubelet's status loop."""
 
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings,
-                 clock: Callable[[], float] = time.monotonic, events: EventRecorder | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, events: EventRecorder | None = None,
+                 pressure: Callable[[], list[str]] = list) -> None:
+        # pressure(): the pressure conditions that hold (the eviction manager's, pykubelet/eviction)
         self.client, self.runtime, self.settings, self.events = client, runtime, settings, events
+        self.pressure = pressure
         self._clock = clock
         self._transitions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
         self._last_sent: dict | None = None
@@ -173,7 +168,9 @@ class NodeStatus:
     def conditions(self) -> list[dict[str, str]]:
         now = now_rfc3339()
         out = []
-        for kind, under in pressure(self.settings).items():
+        holding = self.pressure()
+        for kind in CONDITION_TEXT:
+            under = kind in holding
             reason, message = CONDITION_TEXT[kind][under]
             out.append(self._condition(kind, "True" if under else "False", reason, message, now))
         problems = runtime_problems(self.runtime, self.settings.container_runtime_endpoint)
@@ -196,7 +193,8 @@ class NodeStatus:
 
     def build(self) -> dict[str, Any]:
         capacity = machine_capacity(self.settings)
-        status: dict[str, Any] = {"capacity": capacity, "allocatable": allocatable(capacity),
+        status: dict[str, Any] = {"capacity": capacity,
+                                  "allocatable": allocatable(capacity, self.settings.eviction_hard),
                                   "addresses": addresses(self.settings), "conditions": self.conditions(),
                                   "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}}}
         try:

@@ -187,6 +187,8 @@ class Admission:
         self.node_name = node_name
         self._pods, self._on_node, self._allocatable, self._labels = pods, on_node, allocatable, labels
         self._runtime_class_known = runtime_class_known
+        # the eviction manager's admit handler (pykubelet/eviction): a rejection message under node pressure
+        self.pressure: Callable[[dict], str | None] = lambda _pod: None
         self._admitted: set[str] = set()
         self._rejected: dict[str, Verdict] = {}
         self._lock = threading.Lock()
@@ -207,6 +209,9 @@ class Admission:
                       and (p.get("status") or {}).get("phase") not in TERMINAL]
             verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
                             node_name=self.node_name, runtime_class_known=self._runtime_class_known)
+            pressure = self.pressure(pod)
+            if pressure is not None:  # the kubelet's first admit handler: its verdict stands before the others'
+                verdict = Verdict(False, "Evicted", pressure)
             if verdict.admit:
                 self._admitted.add(uid)
             else:

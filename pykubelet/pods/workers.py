@@ -24,14 +24,16 @@ from pykubelet.api.informer import key_of
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
 from pykubelet.events import WARNING, EventRecorder, pod_ref
+from pykubelet.eviction.policy import REASON as EVICTED
+from pykubelet.eviction.policy import evicted_status
 from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
-from pykubelet.pods.status import StatusManager, pod_status
+from pykubelet.pods.status import StatusManager, now, pod_status
 from pykubelet.pods.sync import PodSyncer, observe
 from pykubelet.prober.manager import ProbeManager
-from pykubelet.volumes.manager import VolumeManager
+from pykubelet.volumes.manager import VolumeManager, remove_pod
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -60,6 +62,7 @@ class PodWorkers:
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
+        self._evictions: dict[str, tuple[str, int, threading.Event]] = {}  # uid -> (message, grace, done)
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
 
@@ -94,6 +97,13 @@ class PodWorkers:
             self._terminate(uid, pod, state)
             return None
         sent = self.statuses.last(uid)
+        with self._lock:
+            eviction = self._evictions.get(uid)
+        if eviction is not None:
+            self._evict(uid, pod, state, *eviction)
+            return None
+        if sent.get("reason") == EVICTED:  # nothing of an evicted pod starts again
+            return None
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod.setdefault("status", {})["phase"] = sent["phase"]
         if self.admission is not None and not self._admit(uid, pod, state):
@@ -144,6 +154,35 @@ class PodWorkers:
                                         name=meta["name"], current=pod.get("status")) and self.events:
             self.events.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
+
+    def evict(self, uid: str, message: str, grace: int, timeout: float = 30.0) -> bool:
+        """Kills pod `uid` (`grace` seconds) and marks it Failed, Evicted, with `message`: the eviction
+        manager's decision (pykubelet/eviction), carried out by the pod's own sync so that it never races
+        one. True once done; False if not done within `timeout` (the kubelet's podCleanupTimeout)."""
+        done = threading.Event()
+        with self._lock:
+            self._evictions[uid] = (message, grace, done)
+        self.queue.add(uid)
+        finished = done.wait(timeout)
+        with self._lock:
+            if not finished and self._evictions.get(uid, ("", 0, None))[2] is done:
+                self._evictions.pop(uid)
+        return finished
+
+    def _evict(self, uid: str, pod: dict, state, message: str, grace: int, done: threading.Event) -> None:
+        self.probes.remove_pod(uid)
+        if state.sandboxes or state.containers:
+            termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+        remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
+        meta = pod["metadata"]
+        status = evicted_status(pod, self.statuses.last(uid) or pod.get("status") or {}, message, now())
+        self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
+                                     current=pod.get("status"))
+        if self.events is not None:
+            self.events.event(pod_ref(pod), WARNING, EVICTED, message)
+        with self._lock:
+            self._evictions.pop(uid, None)
+        done.set()
 
     def resend_status(self, uid: str) -> None:
         """Sends the pod's status again at its next sync (a static pod's mirror pod was made anew)."""
