@@ -396,7 +396,9 @@ class PodSyncer:
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
-        self._failed_pulls: dict[str, float] = {}  # image -> when its last pull failed
+        # "UID/image/IMAGE" -> when the pod's last pull of IMAGE failed: per pod, as the kubelet's image back-off,
+        # so that a pod that can't pull an image (no pull secret) never holds back another pod that can
+        self._failed_pulls: dict[str, float] = {}
         self.userns = userns.UserNamespaces(settings.root_dir / "pods")
 
     def _user_namespace(self, pod: dict) -> int | None:
@@ -409,6 +411,13 @@ class PodSyncer:
             raise userns.UserNamespaceError("spec.hostUsers: false: the container runtime does not support user "
                                             "namespaces (no features.user_namespaces in its Status)")
         return self.userns.host_range(pod)
+
+    def forget(self, uid: str) -> None:
+        """Drops the image pull back-offs of a pod gone from the node."""
+        self.image_backoff.forget_prefix(uid + "/")
+        for key in list(self._failed_pulls):  # one C call: other pods' threads may add keys meanwhile
+            if key.startswith(uid + "/"):
+                self._failed_pulls.pop(key, None)
 
     def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str) -> None:
         """An event about `pod`, or about its (init or regular) container `container`."""
@@ -433,8 +442,8 @@ class PodSyncer:
             if policy == "Never":
                 raise SyncError("ErrImageNeverPull",
                                 f'Container image "{image}" is not present with pull policy of Never')
-        key = f"image/{image}"
-        wait = self.image_backoff.remaining(key, self._failed_pulls.get(image, 0.0))
+        key = f"{pod['metadata']['uid']}/image/{image}"
+        wait = self.image_backoff.remaining(key, self._failed_pulls.get(key, 0.0))
         if wait > 0:
             raise SyncError("ImagePullBackOff", f'Back-off pulling image "{image}"')
         self.event(pod, name, NORMAL, "Pulling", f'Pulling image "{image}"')
@@ -452,12 +461,12 @@ class PodSyncer:
             else:
                 ref = self._pull(image, sandbox, creds.auths)
         except (cri.CRIError, PullSecretError) as e:
-            self._failed_pulls[image] = time.time()
+            self._failed_pulls[key] = time.time()
             self.image_backoff.restarted(key)
             raise SyncError("ErrImagePull", f'Failed to pull image "{image}": '
                                             f"{e.details if isinstance(e, cri.CRIError) else e}") from e
         done = time.monotonic()
-        self._failed_pulls.pop(image, None)
+        self._failed_pulls.pop(key, None)
         try:
             size = self.runtime.image_status(ref).image.size
         except cri.CRIError:

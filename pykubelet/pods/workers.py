@@ -207,6 +207,7 @@ class PodWorkers:
                 self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
             self.backoff.forget_prefix(uid + "/")
+            self.syncer.forget(uid)
             if self.admission is not None:
                 self.admission.forget(uid)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
 
@@ -23,13 +24,20 @@ from pyruntime.images.metadata import Image
 from pyruntime.images.request import Credentials
 from pyruntime.images.store import ImageStore
 
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
 
 def _uid_and_name(user: str) -> tuple[int | None, str]:
-    """The image's USER as the CRI reports it: a numeric user is a uid, anything else a username."""
+    """The image's USER as the CRI reports it, as containerd's getUserFromImage: what parses as an int64 is a
+    uid (negative too: the kubelet refuses it under runAsNonRoot), anything else a username (a number out
+    of int64's range too, so that an image's config cannot fail the ImageStatus or ListImages of every
+    image)."""
     name = user.partition(":")[0]
     if not name:
         return None, ""
-    return (int(name), "") if name.isdigit() else (None, name)
+    if _INT64.fullmatch(name) and -(2**63) <= int(name) < 2**63:
+        return int(name), ""
+    return None, name
 
 
 def credentials(auth: api_pb2.AuthConfig | None, ref: str) -> Credentials | None:

@@ -148,3 +148,17 @@ def test_image_user():
     assert _uid_and_name("") == (None, "")
     assert _uid_and_name("1000:1000") == (1000, "")
     assert _uid_and_name("nobody") == (None, "nobody")
+
+
+@pytest.mark.parametrize(("user", "answer"), [
+    ("root", (None, "root")), ("0", (0, "")), ("0:0", (0, "")), ("www-data:1004", (None, "www-data")),
+    ("-1", (-1, "")), ("+7", (7, "")),
+    # what does not parse as an int64 is a name (containerd's): never a failed ImageStatus of every image
+    ("99999999999999999999", (None, "99999999999999999999")), ("\u00b2", (None, "\u00b2")),
+    ("1e3", (None, "1e3")),
+])
+def test_image_user_as_containerd_reads_it(user, answer):
+    assert _uid_and_name(user) == answer
+    uid, _name = answer
+    if uid is not None:
+        api_pb2.Image().uid.value = uid  # fits the CRI's int64
