@@ -1,0 +1,151 @@
+"""PodSyncer.ensure_image with a pod's imagePullSecrets, as the kubelet's PullImage: each matching credential in
+turn until one pull succeeds, every failure in the error when none does, no AuthConfig at all (the runtime's
+own per-registry credentials) when no secret matches, secrets read only in the pod's own namespace, and a
+pull failure of one pod never holding back another pod's pull of the same image. A fake runtime and API
+client: the matching and ordering are pure logic."""
+from __future__ import annotations
+
+import base64
+import json
+from types import SimpleNamespace
+
+import grpc
+import pytest
+from lightkube.core.exceptions import ApiError
+from lightkube.models.meta_v1 import Status
+
+from proto import api_pb2
+from pykubelet import runtime as cri
+from pykubelet.config import Settings
+from pykubelet.pods.sync import PodSyncer, SyncError
+
+IMAGE = "registry.example:5000/team/app:1"
+
+
+class FakeRuntime:
+    """Pulls succeed only with a password in `accepted` (or with no AuthConfig when `anonymous`)."""
+
+    def __init__(self, accepted: frozenset[str] | set[str] = frozenset(), anonymous: bool = False) -> None:
+        self.accepted, self.anonymous = accepted, anonymous
+        self.pulls: list[tuple[str, str | None]] = []
+
+    def pull_image(self, image: str, auth: api_pb2.AuthConfig | None = None,
+                   sandbox_config: api_pb2.PodSandboxConfig | None = None) -> str:
+        self.pulls.append((image, None if auth is None else auth.password))
+        if (auth is None and self.anonymous) or (auth is not None and auth.password in self.accepted):
+            return "sha256:" + "a" * 64
+        who = "anonymous" if auth is None else auth.username
+        raise cri.CRIError("PullImage", grpc.StatusCode.UNKNOWN, f"{who}: 401 Unauthorized")
+
+    def image_status(self, image: str) -> api_pb2.ImageStatusResponse:
+        return api_pb2.ImageStatusResponse()
+
+
+class FakeSecrets:
+    """The API server's Secrets by (namespace, name); reads are recorded."""
+
+    def __init__(self, secrets: dict[tuple[str, str], dict]) -> None:
+        self.secrets, self.reads = secrets, list[tuple[str, str]]()
+
+    def get(self, _kind, name: str, namespace: str):
+        self.reads.append((namespace, name))
+        if (namespace, name) not in self.secrets:
+            raise ApiError(status=Status(code=404, message=f'secrets "{name}" not found'))
+        return SimpleNamespace(type="kubernetes.io/dockerconfigjson", data={".dockerconfigjson": base64.b64encode(
+            json.dumps({"auths": self.secrets[(namespace, name)]}).encode()).decode()})
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def event(self, _ref, _type: str, reason: str, message: str) -> None:
+        self.seen.append((reason, message))
+
+
+def creds(user: str, password: str) -> dict:
+    return {"username": user, "password": password}
+
+
+def syncer(runtime: FakeRuntime, secrets: FakeSecrets) -> tuple[PodSyncer, Events]:
+    events = Events()
+    s = PodSyncer(runtime, Settings(), events=events,  # type: ignore[arg-type] # fakes of the runtime and recorder
+                  volumes=SimpleNamespace(client=secrets))  # type: ignore[arg-type] # only .client is read
+    return s, events
+
+
+def pod(uid: str, namespace: str, *secrets: str) -> dict:
+    return {"metadata": {"name": f"p-{uid}", "namespace": namespace, "uid": uid},
+            "spec": {"containers": [{"name": "main", "image": IMAGE}],
+                     "imagePullSecrets": [{"name": n} for n in secrets]}}
+
+
+def ensure(s: PodSyncer, p: dict) -> str:
+    return s.ensure_image(p, {"name": "main", "image": IMAGE, "imagePullPolicy": "Always"},
+                          api_pb2.PodSandboxConfig())
+
+
+def test_each_matching_credential_in_turn_most_specific_first_until_one_pulls():
+    secrets = FakeSecrets({
+        ("ns", "broad"): {"registry.example:5000": creds("u1", "stale")},
+        ("ns", "narrow"): {"registry.example:5000/team": creds("u2", "also-stale")},
+        ("ns", "good"): {"https://registry.example:5000/v2/": creds("u3", "right")},
+        ("ns", "other"): {"other.example:5000": creds("u4", "for-another-registry")},
+    })
+    runtime = FakeRuntime(accepted={"right"})
+    s, _ = syncer(runtime, secrets)
+    assert ensure(s, pod("1", "ns", "other", "broad", "good", "narrow")).startswith("sha256:")
+    tried = [password for _, password in runtime.pulls]
+    assert tried[0] == "also-stale" and set(tried[1:]) == {"stale", "right"}  # the path prefix first
+    assert "for-another-registry" not in tried  # a secret for another registry never goes to this one
+
+
+def test_every_failure_is_in_the_error_when_no_credential_pulls():
+    secrets = FakeSecrets({("ns", "a"): {"registry.example:5000": creds("alice", "x")},
+                           ("ns", "b"): {"registry.example:5000/team/app": creds("bob", "y")}})
+    runtime = FakeRuntime()
+    s, _ = syncer(runtime, secrets)
+    with pytest.raises(SyncError) as e:
+        ensure(s, pod("1", "ns", "a", "b"))
+    assert e.value.reason == "ErrImagePull"
+    assert "[bob: 401 Unauthorized, alice: 401 Unauthorized]" in str(e.value)
+    assert [password for _, password in runtime.pulls] == ["y", "x"]  # no anonymous try after them
+
+
+def test_no_matching_secret_pulls_without_an_auth_config():
+    """The runtime then uses its own node-wide credentials, which it keeps per registry host."""
+    runtime = FakeRuntime(anonymous=True)
+    s, events = syncer(runtime, FakeSecrets({("ns", "other"): {"other.example": creds("u", "p")}}))
+    ensure(s, pod("1", "ns", "other"))
+    assert runtime.pulls == [(IMAGE, None)]
+    assert not [r for r, _ in events.seen if r == "FailedToRetrieveImagePullSecret"]
+
+
+def test_a_secret_of_another_namespace_is_never_read():
+    secrets = FakeSecrets({("team-x", "regcred"): {"registry.example:5000": creds("robot", "x-only")}})
+    runtime = FakeRuntime(accepted={"x-only"})
+    s, events = syncer(runtime, secrets)
+    with pytest.raises(SyncError, match="anonymous: 401"):
+        ensure(s, pod("1", "team-y", "regcred"))
+    assert secrets.reads == [("team-y", "regcred")]
+    assert runtime.pulls == [(IMAGE, None)]
+    warning = [m for r, m in events.seen if r == "FailedToRetrieveImagePullSecret"]
+    assert warning and "regcred" in warning[0]
+
+
+def test_one_pods_failed_pull_does_not_back_off_another_pods_pull_of_the_image():
+    """The kubelet's back-off is per pod and image: a pod without the secret (or an attacker's pod naming a
+    victim's image) must not put the image in ImagePullBackOff for the pod that has the secret."""
+    secrets = FakeSecrets({("x", "regcred"): {"registry.example:5000": creds("robot", "x-only")}})
+    runtime = FakeRuntime(accepted={"x-only"})
+    s, _ = syncer(runtime, secrets)
+    with pytest.raises(SyncError, match="anonymous: 401"):
+        ensure(s, pod("attacker", "y"))
+    with pytest.raises(SyncError) as again:
+        ensure(s, pod("attacker", "y"))
+    assert again.value.reason == "ImagePullBackOff"  # its own back-off holds
+    assert ensure(s, pod("victim", "x", "regcred")).startswith("sha256:")
+    s.forget("attacker")  # its pod gone from the node: nothing of it is kept
+    with pytest.raises(SyncError) as fresh:
+        ensure(s, pod("attacker", "y"))
+    assert fresh.value.reason == "ErrImagePull"
