@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.registry_server import Registry
 from tests.kit.images import add_image, busybox_layer, write_index
-from tests.kit.kubelet_node import apply, get_pod, wait_for
+from tests.kit.kubelet_node import apply, get_pod, on_node, wait_for
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-pullsecrets"
@@ -33,7 +33,7 @@ def private_registry(cri, tmp_path_factory) -> Iterator[Registry]:
         layout.mkdir()
         desc, _ = add_image(layout, [(busybox_layer(tmp / "work"), "gzip")])
         write_index(layout, [desc], tag="1")
-        reg.push(layout, "private/busybox", tag="1", creds=f"{USER}:{PASSWORD}")
+        reg.push(layout, "private/busybox:1", tag="1", creds=f"{USER}:{PASSWORD}")
         hosts.mkdir(parents=True)
         (hosts / "hosts.toml").write_text(f'server = "http://{reg.host}"\n')
         yield reg
@@ -91,8 +91,12 @@ def test_pull_secret_of_the_pod_only(control_plane, kubelet, runtime, cri, kubep
         assert PASSWORD not in logs
         assert base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() not in logs
     finally:
+        uids = [get_pod(control_plane, name, ns).get("metadata", {}).get("uid") for name, ns in (
+            ("with-secret", "pull-x"), ("without", "pull-y"), ("other-ns-secret", "pull-y"))]
         for ns in ("pull-x", "pull-y"):
             control_plane.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true", "--timeout=60s", check=False,
                                   timeout=90)
+        for uid in filter(None, uids):  # the kubelet deletes the object only once nothing of the pod is left
+            assert on_node(runtime, uid) == ([], []), (uid, kubelet.log_tail())
         if runtime.image_status(image).image.ByteSize():
             runtime.remove_image(image)
