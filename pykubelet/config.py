@@ -72,6 +72,7 @@ class Settings:
     eviction_minimum_reclaim: dict[str, Any] = field(default_factory=dict)
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition_period: float = 300.0
+    allowed_unsafe_sysctls: list[str] = field(default_factory=list)  # names, or prefixes ending in *
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
@@ -157,6 +158,26 @@ def endpoint(value: Any) -> str:
     return value if value.startswith("unix://") else f"unix://{value}"
 
 
+def sysctl_patterns(value: Any) -> list[str]:
+    """allowedUnsafeSysctls: namespaced sysctl names or prefixes ending in *; the kubelet refuses to start on
+    any other."""
+    from pykubelet.pods.sysctls import check_pattern
+
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"a list of sysctl names or prefixes ending in *, got {value!r}")
+    for pattern in value:
+        try:
+            check_pattern(pattern)
+        except ValueError as e:
+            raise ValueError(f"namespaced sysctl names or prefixes ending in *: {e}") from None
+    return value
+
+
+def comma_list(parse):
+    """A flag's comma-separated list, each item as the file's list would be."""
+    return lambda value: parse([v for v in string(value).split(",") if v])
+
+
 def _eviction_policy():
     from pykubelet.eviction import policy
     return policy
@@ -225,6 +246,7 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "evictionMinimumReclaim": ("eviction_minimum_reclaim", eviction_values),
     "evictionMaxPodGracePeriod": ("eviction_max_pod_grace_period", integer(0)),
     "evictionPressureTransitionPeriod": ("eviction_pressure_transition_period", duration),
+    "allowedUnsafeSysctls": ("allowed_unsafe_sysctls", sysctl_patterns),
     # settings of the stock kubelet that have no meaning here; accepted so one file serves both
     "failSwapOn": (None, boolean),
     "failCgroupV1": (None, boolean),
@@ -284,6 +306,7 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "tls_private_key_file": ("tls_private_key_file", path),
     "client_ca_file": ("client_ca_file", path),
     "max_pods": ("max_pods", integer(1)),
+    "allowed_unsafe_sysctls": ("allowed_unsafe_sysctls", comma_list(sysctl_patterns)),
     "v": ("verbosity", integer(0)),
 }
 

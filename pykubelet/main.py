@@ -82,12 +82,14 @@ def _admission(client, runtime, settings: config.Settings, sources):
     from pykubelet.node.status import allocatable, machine_capacity
     from pykubelet.pods.admission import Admission, Cached
     from pykubelet.pods.sync import POD_UID
+    from pykubelet.pods.sysctls import Allowlist
 
     return Admission(
         settings.node_name, pods=lambda: [p.to_dict() for p in sources.objects()],
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
         allocatable=Cached(lambda: allocatable(machine_capacity(settings), settings.eviction_hard)),
-        labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client))
+        labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
+        sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls))
 
 
 def run(settings: config.Settings, stop: threading.Event) -> None:
@@ -201,6 +203,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 @click.option("--tls-private-key-file", help="Its private key.")
 @click.option("--client-ca-file", help="CA bundle that client certificates are checked against.")
 @click.option("--max-pods", type=int, help="Pods this node runs at most [110].")
+@click.option("--allowed-unsafe-sysctls", help="Comma-separated unsafe sysctls (or prefixes ending in *) pods may "
+              "set, besides the safe ones; namespaced ones only.")
 @click.option("-v", "--v", "v", type=int, help="Log verbosity (0: info, 1 and above: debug) [0].")
 def main(config_file: Path | None, **flags) -> None:
     """pykubelet: a kubelet in Python, for a stock kube-apiserver and any CRI runtime."""

@@ -5,8 +5,9 @@ bypassed by a pod created with spec.nodeName set (or a static pod), and knows no
 outside the API server. So the kubelet checks again, as the stock kubelet's admit handlers do (its
 GeneralPredicates: pod count against max-pods, cpu and memory requests against allocatable minus what the
 admitted pods request, the node selector and required node affinity against the node's labels, host ports
-already taken; plus the OS field and an unknown runtime class), and a pod that fails is rejected: phase
-Failed with the kubelet's reason (OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, NodePorts, ...) and
+already taken; plus the OS field, an unknown runtime class, and the pod's sysctls against the safe set and
+allowedUnsafeSysctls, pykubelet/pods/sysctls.py), and a pod that fails is rejected: phase Failed with the
+kubelet's reason (OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, NodePorts, SysctlForbidden, ...) and
 message, and a Warning event, and nothing of it is ever started.
 
 A decision is final and stable across kubelet restarts: a pod that already has a sandbox on the node was
@@ -25,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from pykubelet.pods.sync import parse_quantity
+from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
 log = logging.getLogger(__name__)
 
@@ -153,9 +155,14 @@ def ports_conflict(pod: dict, others: list[dict]) -> bool:
 
 
 def check(pod: dict, others: list[dict], *, allocatable: dict[str, str], labels: dict[str, str], node_name: str,
-          runtime_class_known: Callable[[str], bool] = lambda _name: False) -> Verdict:
+          runtime_class_known: Callable[[str], bool] = lambda _name: False,
+          sysctls: Allowlist | None = None) -> Verdict:
     """The kubelet's admission of `pod` next to the admitted `others`, first failure only (as the kubelet
-    reports one reason)."""
+    reports one reason), its handlers in the kubelet's order (sysctls before the predicates). `sysctls`:
+    the node's allowlist (the safe set by default)."""
+    forbidden = (sysctls or Allowlist.for_node([])).admit(pod)
+    if forbidden is not None:
+        return Verdict(False, FORBIDDEN_REASON, forbidden)
     os_name = (pod["spec"].get("os") or {}).get("name")
     if os_name not in (None, "linux"):
         return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
@@ -178,17 +185,20 @@ class Admission:
     """Admission with memory: which pods were admitted (they count against the node), which rejected.
 
     `pods()`: the desired pods (dicts); `on_node()`: the UIDs that have a sandbox on the node;
-    `allocatable()` and `labels()`: the node's; `runtime_class_known(name)`: whether a RuntimeClass exists.
+    `allocatable()` and `labels()`: the node's; `runtime_class_known(name)`: whether a RuntimeClass exists;
+    `sysctls`: the sysctls pods may set (the safe set by default).
     One decision at a time, so two new pods never both take the same room."""
 
     def __init__(self, node_name: str, *, pods: Callable[[], list[dict]], on_node: Callable[[], set[str]],
                  allocatable: Callable[[], dict[str, str]], labels: Callable[[], dict[str, str]],
-                 runtime_class_known: Callable[[str], bool] = lambda _name: False) -> None:
+                 runtime_class_known: Callable[[str], bool] = lambda _name: False,
+                 sysctls: Allowlist | None = None) -> None:
         self.node_name = node_name
         self._pods, self._on_node, self._allocatable, self._labels = pods, on_node, allocatable, labels
         self._runtime_class_known = runtime_class_known
         # the eviction manager's admit handler (pykubelet/eviction): a rejection message under node pressure
         self.pressure: Callable[[dict], str | None] = lambda _pod: None
+        self._sysctls = sysctls or Allowlist.for_node([])
         self._admitted: set[str] = set()
         self._rejected: dict[str, Verdict] = {}
         self._lock = threading.Lock()
@@ -208,7 +218,8 @@ class Admission:
                       and (p["metadata"]["uid"] in self._admitted or p["metadata"]["uid"] in on_node)
                       and (p.get("status") or {}).get("phase") not in TERMINAL]
             verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
-                            node_name=self.node_name, runtime_class_known=self._runtime_class_known)
+                            node_name=self.node_name, runtime_class_known=self._runtime_class_known,
+                            sysctls=self._sysctls)
             pressure = self.pressure(pod)
             if pressure is not None:  # the kubelet's first admit handler: its verdict stands before the others'
                 verdict = Verdict(False, "Evicted", pressure)

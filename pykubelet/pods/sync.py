@@ -29,7 +29,7 @@ from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import lifecycle, userns
+from pykubelet.pods import lifecycle, securitycontext, userns
 from pykubelet.pods.backoff import Backoff
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
@@ -681,6 +681,7 @@ class PodSyncer:
             return False
         try:
             envs, mounts = self._container_options(pod, container, sandbox_id)
+            securitycontext.check_run_as_non_root(pod, container, lambda: self._image(image_ref))
         except ContainerConfigError as e:
             result.waiting[name] = ("CreateContainerConfigError", str(e))
             self.event(pod, name, WARNING, "Failed", f"Error: {e}")
@@ -712,6 +713,13 @@ class PodSyncer:
             result.again_in(self.backoff.initial)
             return False
         return True
+
+    def _image(self, image_ref: str) -> api_pb2.Image:
+        """The image's ImageStatus, for the checks that depend on its config (its user)."""
+        try:
+            return self.runtime.image_status(image_ref).image
+        except cri.CRIError as e:
+            raise ContainerConfigError(f"failed to get the image's status: {e.details}") from e
 
     def _mount_volumes(self, pod: dict, result: SyncResult, starting: bool) -> bool:
         """Sets up or refreshes the pod's volumes; on failure a FailedMount event, and a pod not started
