@@ -1,10 +1,17 @@
 """Pod workers: the only place a pod is acted on, one sync at a time per pod UID.
 
 Every source of change (the pod informer, the PLEG, a back-off ending, the periodic resync) only puts a
-pod UID into one WorkQueue; a pool of threads takes UIDs from it, and the queue never hands a UID to two
-threads at once (a UID added while it is being synced is synced again after). So each pod has, in
-effect, its own worker, bursts collapse into one sync, and every sync reads the latest desired state (the
-informer's cache) and the latest actual state (the runtime): level-triggered, never a replay of events.
+pod UID into one WorkQueue; a dispatcher takes UIDs from it and syncs each in a thread of its own, and
+the queue never hands a UID out again while it is being synced (a UID added meanwhile is synced again
+after). So each pod has its own worker, as each has its own goroutine in the kubelet, bursts collapse
+into one sync, and every sync reads the latest desired state (the informer's cache) and the latest
+actual state (the runtime): level-triggered, never a replay of events.
+
+Why not a pool: a sync may wait as long as its pod makes it: a postStart or preStop hook runs up to the
+pod's grace period, which the pod sets (and may set to years), a pull as long as the registry keeps
+bytes moving. A few such pods would hold every thread of a pool, and every other pod would wait with
+them. Each such wait has a deadline (lifecycle.py, the runtime's pull progress timeout), and runs on its
+own pod's thread.
 
 UIDs, not names: a pod deleted and created again under the same name is another pod, whose predecessor's
 containers must go. A UID whose pod the API server no longer has (deleted while the kubelet was away,
@@ -40,7 +47,7 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 class PodWorkers:
-    def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *, threads: int = 8,
+    def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *,
                  runtime_name: str = "", events: EventRecorder | None = None,
                  admission: Admission | None = None, services=None,
                  on_started: Callable[[float], None] | None = None) -> None:
@@ -50,7 +57,8 @@ class PodWorkers:
         self.on_started = on_started
         self._first_seen: dict[str, float] = {}  # pod uid -> when first seen, until it runs
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
-        self.threads, self.runtime_name = threads, runtime_name
+        self.runtime_name = runtime_name
+        self._syncing: set[threading.Thread] = set()  # the pods' sync threads, for the shut-down's join
         self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
@@ -213,24 +221,33 @@ class PodWorkers:
 
     # --- running ----------------------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _dispatch(self) -> None:
+        """Each UID the queue hands out is synced in a thread of its own (see the module's docstring)."""
         while True:
             try:
                 uid = str(self.queue.get())
             except ShutDown:
                 return
-            try:
-                again = self.sync(uid)
-            except Exception as e:
-                delay = self.queue.add_rate_limited(uid)
-                log.warning("pod %s: sync failed: %s; again in %.1f s", self._keys.get(uid, uid), e, delay,
-                            exc_info=not isinstance(e, cri.CRIError))
-            else:
-                self.queue.forget(uid)
-                if again is not None:
-                    self.queue.add_after(uid, again)
-            finally:
-                self.queue.done(uid)
+            worker = threading.Thread(target=self._work, args=(uid,), name=f"pod-worker-{uid[:8]}", daemon=True)
+            with self._lock:
+                self._syncing.add(worker)
+            worker.start()
+
+    def _work(self, uid: str) -> None:
+        try:
+            again = self.sync(uid)
+        except Exception as e:
+            delay = self.queue.add_rate_limited(uid)
+            log.warning("pod %s: sync failed: %s; again in %.1f s", self._keys.get(uid, uid), e, delay,
+                        exc_info=not isinstance(e, cri.CRIError))
+        else:
+            self.queue.forget(uid)
+            if again is not None:
+                self.queue.add_after(uid, again)
+        finally:
+            self.queue.done(uid)
+            with self._lock:
+                self._syncing.discard(threading.current_thread())
 
     def _resync(self, stop: threading.Event) -> None:
         while not stop.wait(self.settings.sync_frequency):
@@ -244,17 +261,19 @@ class PodWorkers:
         while not self.informer.wait_synced(0.5):
             if stop.is_set():
                 return
-        threads = [threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
-                   for i in range(self.threads)]
-        threads += [threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
+        threads = [threading.Thread(target=self._dispatch, name="pod-dispatch", daemon=True),
+                   threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
                     threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),
                     threading.Thread(target=self.probes.run, args=(stop,), name="probes", daemon=True)]
         for t in threads:
             t.start()
         stop.wait()
         self.queue.shut_down()
+        with self._lock:
+            threads += self._syncing
+        deadline = time.monotonic() + 10
         for t in threads:
-            t.join(timeout=10)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def key_of_dict(pod: dict) -> str:

@@ -519,3 +519,57 @@ def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
                                   "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
     assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
                                               "has no port named 'db'")
+
+
+def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
+    """Issue 22: pods were synced by a pool of 8 threads, and a postStart hook may run for its pod's grace
+    period, which the pod sets (here 11 days): 8 pods whose hooks never answered held every thread, and
+    no other pod started. Each pod's sync now runs on a thread of its own."""
+    from pykubelet.config import Settings
+    from pykubelet.pods.workers import PodWorkers
+
+    release = threading.Event()
+
+    class HangingHooks(FakeRuntime):
+        def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
+            release.wait(60)  # the hook's command never ends
+            return b"", b"", 0
+
+    class Synced:
+        def add_handler(self, _handler) -> None:
+            pass
+
+        def wait_synced(self, _timeout: float) -> bool:
+            return True
+
+    rt = HangingHooks()
+    hooked = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["hang"]}}}}
+    hanging = pod(hooked)
+    hanging["spec"]["terminationGracePeriodSeconds"] = 10 ** 6
+    other_started = threading.Event()
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), Synced())  # type: ignore[arg-type] # a fake runtime
+    def idle(stop: threading.Event) -> None:
+        stop.wait()
+
+    workers.pleg.run = workers.probes.run = idle  # type: ignore[method-assign] # not under test
+
+    def sync(uid: str) -> None:
+        if uid.startswith("hanging"):
+            lifecycle.post_start(rt, hanging, hooked, uid, "10.0.0.9")  # type: ignore[arg-type] # a fake runtime
+        else:
+            other_started.set()
+
+    workers.sync = sync  # type: ignore[method-assign] # the hook, not the rest of a sync
+    stop = threading.Event()
+    runner = threading.Thread(target=workers.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        for i in range(16):
+            workers.queue.add(f"hanging-{i}")
+        workers.queue.add("other")
+        assert other_started.wait(10), "pods whose postStart hangs held every pod worker"
+    finally:
+        release.set()
+        stop.set()
+        runner.join(30)
+    assert not runner.is_alive()
