@@ -8,13 +8,14 @@ the runtime than the pod worker's last sync told it (`sync_pod`): it probes the 
 then and drops a result that arrives for a container since replaced, so a slow probe cannot kill a
 container's successor.
 
-Workers are not threads: one scheduler thread keeps them in a heap by due time and hands due probes to a
-small pool, so 110 pods with three probes each cost a handful of threads, and a probe that hangs up to its
-timeoutSeconds delays no other. A worker runs every periodSeconds after its previous run started, from
-initialDelaySeconds after its container started; a container's first probe runs as soon as it is seen
-running, not a period later, so a pod turns Ready within the sync that sees it up. The startup probe gates
-the other two: until it succeeds the container is not `started`, not ready, and its liveness is not
-checked. Any change of a published result queues the pod on its pod worker (`on_change`), which
+Workers are not threads: one scheduler thread keeps them in a heap by due time and starts each due probe
+on a thread of its own that ends with the probe, so 110 pods with three probes each cost a handful of
+threads at a time, and a probe that hangs up to its timeoutSeconds, which the pod sets, delays no other
+(a pool would be held whole by a few pods whose probes hang). A worker runs every periodSeconds after its
+previous run started, from initialDelaySeconds after its container started; a container's first probe
+runs as soon as it is seen running, not a period later, so a pod turns Ready within the sync that sees it
+up. The startup probe gates the other two: until it succeeds the container is not `started`, not ready,
+and its liveness is not checked. Any change of a published result queues the pod on its pod worker (`on_change`), which
 recomputes the status (ready, started, the Ready condition) and, for a liveness or startup failure, kills
 the container so that the restart policy decides its fate.
 """
@@ -26,7 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from proto import api_pb2
@@ -126,13 +126,12 @@ def running_container(state: RuntimePod, name: str) -> api_pb2.ContainerStatus |
 
 class ProbeManager:
     def __init__(self, runtime: cri.CRIRuntime, on_change: Callable[[str], None], *,
-                 events: EventRecorder | None = None, host_ip: str | None = None, threads: int = 16) -> None:
+                 events: EventRecorder | None = None, host_ip: str | None = None) -> None:
         self.runtime, self.on_change, self.events, self.host_ip = runtime, on_change, events, host_ip or ""
         self._workers: dict[tuple[str, str, str], Worker] = {}
         self._heap: list[tuple[float, int, Worker]] = []
         self._seq = itertools.count()
         self._cond = threading.Condition()
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="probe")
 
     # --- what the pod workers tell and ask ------------------------------------------------------------
 
@@ -210,26 +209,23 @@ class ProbeManager:
         self._cond.notify()
 
     def run(self, stop: threading.Event) -> None:
-        """Hands due probes to the pool until `stop`."""
+        """Starts due probes, each on a thread of its own, until `stop`."""
         waker = threading.Thread(target=self._wake_on, args=(stop,), name="probe-stop", daemon=True)
         waker.start()
-        try:
-            while not stop.is_set():
-                with self._cond:
-                    now = time.time()
-                    due: list[Worker] = []
-                    while self._heap and self._heap[0][0] <= now:
-                        when, _, w = heapq.heappop(self._heap)
-                        if not w.stopped and not w.busy and when == w.due:
-                            w.busy = True
-                            due.append(w)
-                    if not due:
-                        self._cond.wait(min(self._heap[0][0] - now, 5.0) if self._heap else 5.0)
-                        continue
-                for w in due:
-                    self._pool.submit(self._run_one, w)
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        while not stop.is_set():
+            with self._cond:
+                now = time.time()
+                due: list[Worker] = []
+                while self._heap and self._heap[0][0] <= now:
+                    when, _, w = heapq.heappop(self._heap)
+                    if not w.stopped and not w.busy and when == w.due:
+                        w.busy = True
+                        due.append(w)
+                if not due:
+                    self._cond.wait(min(self._heap[0][0] - now, 5.0) if self._heap else 5.0)
+                    continue
+            for w in due:
+                threading.Thread(target=self._run_one, args=(w,), name=f"probe-{w.kind}", daemon=True).start()
 
     def _wake_on(self, stop: threading.Event) -> None:
         stop.wait()

@@ -573,3 +573,38 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
         stop.set()
         runner.join(30)
     assert not runner.is_alive()
+
+
+def test_probes_that_hang_hold_none_but_their_own_thread():
+    """Issue 22: probes ran on a pool of 16 threads, and a probe may run for its timeoutSeconds, which the
+    pod sets (here 11 days): a pod with 20 probes that never answer held the whole pool, and no other
+    pod's probes ran (its readiness never came, its liveness was never checked)."""
+    release = threading.Event()
+
+    class HangingExec(FakeRuntime):
+        def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
+            if cmd[0] == "hang":
+                release.wait(60)
+            return super().exec_sync(container_id, cmd, timeout)
+
+    rt = HangingExec()
+    m, _ = manager(rt)
+    hanging = [{"name": f"h{i}", "readinessProbe": {"exec": {"command": ["hang"]}, "timeoutSeconds": 10 ** 6}}
+               for i in range(20)]
+    m.sync_pod(pod(*hanging), running(*((c["name"], f"h{i}") for i, c in enumerate(hanging))))
+    other = pod({"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}}})
+    other["metadata"]["uid"] = "other-uid"
+    m.sync_pod(other, running(("c", "c1")))
+    stop = threading.Event()
+    t = threading.Thread(target=m.run, args=(stop,))
+    t.start()
+    try:
+        deadline = time.time() + 10
+        while not m.ready("other-uid", "c", "c1") and time.time() < deadline:
+            time.sleep(0.05)
+        assert m.ready("other-uid", "c", "c1"), "probes that hang held every probe thread"
+    finally:
+        release.set()
+        stop.set()
+        t.join(10)
+    assert not t.is_alive()
