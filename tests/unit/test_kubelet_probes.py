@@ -591,7 +591,7 @@ def test_probes_that_hang_hold_none_but_their_own_thread():
     m, _ = manager(rt)
     hanging = [{"name": f"h{i}", "readinessProbe": {"exec": {"command": ["hang"]}, "timeoutSeconds": 10 ** 6}}
                for i in range(20)]
-    m.sync_pod(pod(*hanging), running(*((c["name"], f"h{i}") for i, c in enumerate(hanging))))
+    m.sync_pod(pod(*hanging), running(*((f"h{i}", f"h{i}") for i in range(len(hanging)))))
     other = pod({"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}}})
     other["metadata"]["uid"] = "other-uid"
     m.sync_pod(other, running(("c", "c1")))
