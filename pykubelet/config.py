@@ -32,6 +32,7 @@ class Settings:
     kubeconfig: Path | None = None  # None: standalone mode, static pods only
     container_runtime_endpoint: str = "unix:///run/containerd/containerd.sock"
     runtime_request_timeout: float = 120.0
+    streaming_connection_idle_timeout: float = 4 * 3600.0  # an exec/attach/port-forward with no traffic ends
     static_pod_path: Path | None = None
     file_check_frequency: float = 20.0
     node_ip: str | None = None
@@ -210,6 +211,7 @@ def node_ip(value: Any) -> str:
 FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "containerRuntimeEndpoint": ("container_runtime_endpoint", endpoint),
     "runtimeRequestTimeout": ("runtime_request_timeout", duration),
+    "streamingConnectionIdleTimeout": ("streaming_connection_idle_timeout", duration),
     "staticPodPath": ("static_pod_path", path),
     "fileCheckFrequency": ("file_check_frequency", duration),
     "address": ("address", lambda v: str(ipaddress.ip_address(v))),

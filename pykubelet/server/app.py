@@ -583,8 +583,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             backend.sendall(streaming.request_head(self.command, url, list(self.headers.items())) + early)
             self.wfile.flush()
-            self.connection.settimeout(None)
-            streaming.splice(self.connection, backend)
+            streaming.splice(self.connection, backend, idle_timeout=k.settings.streaming_connection_idle_timeout)
         except OSError as e:
             log.debug("%s session ended: %s", kind, e)
         finally:

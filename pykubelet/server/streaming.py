@@ -11,7 +11,9 @@ Authorization header is not forwarded.
 
 One thread runs a session, with poll over both sockets (never select(): descriptors pass 1024 once
 RLIMIT_NOFILE is raised); the TLS side is drained of what its record layer already decrypted
-(SSLSocket.pending) before waiting again, so no byte sits unseen.
+(SSLSocket.pending) before waiting again, so no byte sits unseen. A session in which nothing moves for
+streamingConnectionIdleTimeout (4 hours by default, as the kubelet's) ends, a client that stopped reading
+included: neither holds the thread and the runtime's session behind it for ever.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import ssl
 from urllib.parse import urlsplit
 
 BUFFER = 64 * 1024
+IDLE_TIMEOUT = 4 * 3600.0  # the kubelet's streamingConnectionIdleTimeout
 DROPPED = {"host", "authorization", "content-length", "transfer-encoding"}
 
 
@@ -60,10 +63,14 @@ def _pending(sock: socket.socket) -> bool:
     return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
-def splice(client: socket.socket, backend: socket.socket) -> None:
-    """Copies bytes both ways until the backend ends (the session is over) or the client leaves. The
-    client's end of input (half-close) is passed on as the backend's; the sockets stay open (the caller
-    closes them)."""
+def splice(client: socket.socket, backend: socket.socket, *, idle_timeout: float = IDLE_TIMEOUT) -> None:
+    """Copies bytes both ways until the backend ends (the session is over) or the client leaves, or for
+    `idle_timeout` seconds (0: no limit) nothing could be read or written (a client that says nothing, or
+    stopped reading). The client's end of input (half-close) is passed on as the backend's; the sockets
+    stay open (the caller closes them)."""
+    idle = idle_timeout if idle_timeout > 0 else None
+    for sock in (client, backend):
+        sock.settimeout(idle)  # a send to a client that stopped reading
     peers = {client: backend, backend: client}
     by_fd = {client.fileno(): client, backend.fileno(): backend}
     reading = [client, backend]
@@ -73,7 +80,9 @@ def splice(client: socket.socket, backend: socket.socket) -> None:
     while backend in reading:
         ready = [s for s in reading if _pending(s)]
         if not ready:
-            ready = [by_fd[fd] for fd, _ in poller.poll()]
+            ready = [by_fd[fd] for fd, _ in poller.poll(None if idle is None else idle * 1000)]
+            if not ready:
+                return  # idle
         for src in ready:
             try:
                 data = src.recv(BUFFER)

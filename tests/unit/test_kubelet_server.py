@@ -420,3 +420,43 @@ def test_summary_shape(tmp_path, log_file):
     [c] = pod["containers"]
     assert c["name"] == "app" and c["memory"]["workingSetBytes"] == 7 and "logs" in c
     assert "usageNanoCores" in summary.summary()["node"]["cpu"]  # a rate once there is a previous sample
+
+
+@pytest.mark.parametrize("stalled", ["silent", "not-reading"])
+def test_a_stalled_session_is_ended_after_the_idle_timeout(stalled):
+    """Issue 22: the kubelet's proxy of an exec, attach or port-forward session had no idle timeout (the
+    kubelet's streamingConnectionIdleTimeout): a client that said nothing, or stopped reading what the
+    container wrote, held the session and its thread for ever. Now a session in which nothing moves for
+    the idle timeout ends."""
+    from pykubelet.server import streaming
+
+    idle = 1.0
+    client, client_peer = socket.socketpair()
+    backend, backend_peer = socket.socketpair()
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            streaming.splice(client, backend, idle_timeout=idle)
+        finally:
+            done.set()
+
+    def flood() -> None:  # the container writes; the client never reads
+        try:
+            while not done.is_set():
+                backend_peer.sendall(b"x" * 65536)
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=run, daemon=True)]
+    if stalled == "not-reading":
+        threads.append(threading.Thread(target=flood, daemon=True))
+    try:
+        for t in threads:
+            t.start()
+        assert done.wait(10 * idle), "the session outlived its idle timeout"
+    finally:
+        for s in (backend, client, client_peer, backend_peer):  # backend first: a blocked flood sees EPIPE
+            s.close()
+        for t in threads:
+            t.join(10)
