@@ -150,6 +150,39 @@ def test_a_registry_that_stalls_mid_blob_fails_the_pull_within_its_progress_time
         puller.join(120)
 
 
+def test_a_stalled_pull_through_the_cri_launcher_fails_within_its_progress_timeout(reg, tmp_path: Path) -> None:
+    """pyruntime-cri's PullImage path: the pull runs in a child of its launcher with the daemon's
+    image_pull_progress_timeout, and the stall comes back as an Unavailable error that says so."""
+    from pyruntime.cri.launcher import Launcher
+    from pyruntime.cri.model import Layout
+    from pyruntime.errors import UnavailableError
+    from pyruntime.settings import Settings
+
+    registry, _ = reg
+    proxy = CuttingProxy(registry.port, limit=1_500_000, cuts=1000, stall=True)
+    settings = Settings(root=str(tmp_path / "runtime"), image_root=str(tmp_path / "store"),
+                        hosts_dir=str(tmp_path / "certs.d"))
+    launcher = Launcher.spawn(settings, Layout(str(tmp_path / "root"), str(tmp_path / "state")))
+    errors: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            launcher.pull_image(f"127.0.0.1:{proxy.port}/test/random:latest", None, progress_timeout=1.0)
+        except BaseException as e:
+            errors.append(e)
+
+    puller = threading.Thread(target=pull, daemon=True)
+    try:
+        puller.start()
+        puller.join(10 * 1.0 + 20)
+        assert not puller.is_alive(), "the pull outlived its progress timeout"
+        assert errors and isinstance(errors[0], UnavailableError) and "no progress for 1s" in str(errors[0]), errors
+    finally:
+        proxy.stop()
+        puller.join(120)
+        launcher.close()
+
+
 PULL = ("import sys; from pyruntime.images.store import ImageStore; "
         "ImageStore(sys.argv[1]).pull(sys.argv[2])")
 
