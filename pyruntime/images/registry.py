@@ -274,7 +274,7 @@ class RegistryClient:
                     raise RegistryError(f"{what}: not found")
                 if r.status_code != 200:
                     raise RegistryError(f"{what}: HTTP {r.status_code}: {r.text[:200]}")
-                body = r.raw.read(MANIFEST_MAX + 1, decode_content=True)
+                body = self._read_manifest(r, what)
             if len(body) > MANIFEST_MAX:
                 raise RegistryError(f"{what}: manifest larger than {MANIFEST_MAX} bytes")
             actual = sha256_digest(body)
@@ -289,6 +289,21 @@ class RegistryClient:
             return media, actual, body
 
         return self._each_endpoint(what, fetch)
+
+    def _read_manifest(self, r: requests.Response, what: str) -> bytes:
+        """Up to MANIFEST_MAX + 1 bytes of the body, all within the progress timeout: a manifest is small,
+        and one read at a time with a timeout each would let a registry drip it for as long as it liked."""
+        deadline = time.monotonic() + self.progress_timeout
+        body = bytearray()
+        while len(body) <= MANIFEST_MAX:
+            if time.monotonic() > deadline:
+                raise RegistryError(f"{what}: manifest not received within {self.progress_timeout:g}s "
+                                    "(image pull progress timeout)")
+            chunk = r.raw.read1(MANIFEST_MAX + 1 - len(body), decode_content=True)
+            if not chunk:
+                break
+            body += chunk
+        return bytes(body)
 
     def fetch_blob(self, store: ContentStore, digest: str, size: int | None,
                    progress: ProgressFn | None = None) -> None:
