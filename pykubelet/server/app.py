@@ -14,9 +14,9 @@ together, several Content-Length or a bad value get 400, a coding other than chu
 Transfer-Encoding win and takes repeated equal lengths; RFC 9112 6.3 allows refusing both, and a proxy
 in front may have read them the other way). No route takes a body: a chunked one is refused (400), a
 Content-Length one is drained (at most Limits.body_bytes, else 413) and the connection then closed.
-Every error answer closes the connection: after a refused head, where the next request starts is
-unknown. Bytes read past a head are kept for what comes next on the connection (the next request, or an
-upgraded stream's first bytes).
+Every error answer closes the connection (after a moment's drain, so the answer is not lost to a
+reset): after a refused head, where the next request starts is unknown. Bytes read past a head are kept
+for what comes next on the connection (the next request, or an upgraded stream's first bytes).
 
 A client holds a thread only while it makes progress (Limits): the TLS handshake and each request's head
 have deadlines for the whole of them, not per read (a byte a second never trips a per-read timeout); a
@@ -62,6 +62,7 @@ log = logging.getLogger("pykubelet.server")
 
 FOLLOW_CHECK = 1.0  # seconds between looks at the runtime while a followed log is quiet
 RECV = 64 * 1024
+LINGER = 1.0  # seconds a connection is drained after an error answer, before it closes
 REFUSED_LOG_EVERY = 60.0  # seconds between warnings while connections are refused at the cap
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -293,6 +294,28 @@ class Handler(BaseHTTPRequestHandler):
         self.rfile = io.BytesIO()
         self.buffered = b""  # read past the last head: the next request's bytes, or an upgraded stream's
         self.deadline = time.monotonic() + self.server.limits.request  # the first head's
+        self.refused = False
+
+    def finish(self) -> None:
+        super().finish()
+        if self.refused:
+            self.linger()
+
+    def linger(self) -> None:
+        """After an error answer the client may still be sending (a body the server will not read), and
+        closing on unread bytes sends a reset that can destroy the answer before the client reads it. So
+        the sending side is shut first and what comes is dropped for a moment, as Go's server does
+        (closeWriteAndWait)."""
+        sock = self.connection
+        deadline = time.monotonic() + LINGER
+        try:
+            sock.shutdown(socket.SHUT_WR)  # ends TLS on this socket too: what comes is read raw
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                if not sock.recv(RECV):
+                    return
+        except OSError:
+            return
 
     def log_message(self, format: str, *args) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -311,6 +334,7 @@ class Handler(BaseHTTPRequestHandler):
             self.rfile = io.BytesIO(head)
             self.raw_requestline = self.rfile.readline(65537)
             if not self.parse_request():
+                self.refused = True
                 return  # answered by http.server, with Connection: close
             self.rfile = io.BytesIO()
             self.check_framing(head)
@@ -487,6 +511,7 @@ class Handler(BaseHTTPRequestHandler):
         if status >= 400:
             self.send_header("X-Content-Type-Options", "nosniff")
             self.send_header("Connection", "close")  # sets close_connection
+            self.refused = True
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

@@ -391,3 +391,14 @@ def test_connections_on_descriptors_above_1024_are_served(tmp_path, pki, log_fil
 
 def resource_hard_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def test_a_refused_large_body_still_gets_its_answer(server, pki):
+    """413 for a body far larger than the drain: the server stops reading, but its answer must reach the
+    client rather than be lost to the reset that closing on unread data sends."""
+    with connect(pki, server.port) as tls:
+        tls.settimeout(3)
+        with contextlib.suppress(OSError):  # the server may close before all is sent
+            tls.sendall(b"POST /pods HTTP/1.1\r\nHost: node\r\nContent-Length: 100000000\r\n\r\n" + b"x" * (1 << 20))
+        data, closed = read_until_close(tls, 5)
+    assert statuses(data) == [413] and closed
