@@ -38,7 +38,7 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from pyruntime.fsutil import DATA, NONE, atomic_write
+from pyruntime.fsutil import DATA, NONE, atomic_write, make_dirs
 from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 
@@ -133,8 +133,15 @@ class Containers:
         self.store.save_container(record)
         bundle = self.layout.bundle(container_id)
         rootfs = os.path.join(bundle, "rootfs")
-        os.makedirs(rootfs, mode=0o755, exist_ok=True)
         userns = _idmap(sandbox, sandbox_config)
+        # containerd's bundle mode since CVE-2021-41103: below is the container's whole filesystem, setuid
+        # files included, which a host user must not reach; 0710 to the group of a user namespace's root, as
+        # containerd's, whose init names the rootfs from the bundle after it entered that namespace
+        make_dirs(self.kernel, bundle, 0o700)
+        if userns is not None:
+            self.kernel.chown(bundle, -1, userns.root_gid)
+            self.kernel.chmod(bundle, 0o710)
+        os.makedirs(rootfs, mode=0o755, exist_ok=True)
         self._mount_rootfs(image.id, container_id, rootfs, userns)
         for index, image_id in volumes.items():
             target = image_volume_dir(self.layout, container_id, index)

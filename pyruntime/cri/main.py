@@ -20,6 +20,8 @@ import click
 from pyruntime.cri import config
 from pyruntime.cri.model import Layout
 from pyruntime.errors import FailedPreconditionError, PyRuntimeError
+from pyruntime.fsutil import make_dirs
+from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.settings import Settings, cni_plugin_env
 
 log = logging.getLogger("pyruntime.cri")
@@ -27,6 +29,7 @@ log = logging.getLogger("pyruntime.cri")
 GRPC_WORKERS = 64  # each GetContainerEvents subscriber holds one for as long as it listens
 MESSAGE_MAX = 16 * 1024 * 1024  # ExecSync output and big lists (the kubelet's own limit)
 STOP_GRACE = 5.0  # seconds in-flight RPCs get at shut-down
+SOCKET_MODE = 0o660  # containerd's: root and the socket's group (root's) connect, whatever the umask
 
 
 def _options(f: Any) -> Any:
@@ -64,11 +67,24 @@ def claim_socket(path: str) -> None:
     raise FailedPreconditionError(f"--listen: {path}: another pyruntime-cri is serving on it")
 
 
+def make_state_dirs(kernel: Syscalls, layout: Layout, socket_path: str) -> None:
+    """The daemon's directories with containerd's modes, whatever the umask, and narrowed to them when an older
+    version left them wider: the roots 0711 (a container's init in a user namespace of its own reaches its
+    rootfs through them), the object directories below 0711 and 0700 (nobody lists the ids), the images
+    0700 (layers and upper dirs hold setuid files and secrets of private images: CVE-2021-41103). The socket's
+    directory is only made when missing: it may be the host's /run."""
+    for path in (layout.root, layout.state, layout.runtime_root, os.path.join(layout.root, "sandboxes"),
+                 os.path.join(layout.root, "containers"), os.path.join(layout.state, "sandboxes")):
+        make_dirs(kernel, path, 0o711)
+    for path in (layout.images, layout.cni_cache, os.path.join(layout.state, "containers")):
+        make_dirs(kernel, path, 0o700)
+    make_dirs(kernel, os.path.dirname(socket_path), 0o711, narrow=False)
+
+
 def serve(cfg: config.Config) -> None:
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     layout = Layout(cfg.root, cfg.state)
-    for path in (layout.root, layout.state, layout.runtime_root, os.path.dirname(cfg.socket_path)):
-        os.makedirs(path, mode=0o711, exist_ok=True)
+    make_state_dirs(LinuxSyscalls(), layout, cfg.socket_path)
     claim_socket(cfg.socket_path)
     settings = cfg.runtime_settings(layout.runtime_root, layout.images)
     from pyruntime.cri.launcher import Launcher
@@ -99,7 +115,6 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri.service.runtime import RuntimeServicer
     from pyruntime.cri.store import Store
     from pyruntime.images.store import ImageStore
-    from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.runtime import Runtime
 
     kernel = LinuxSyscalls()
@@ -152,6 +167,8 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
         server.add_insecure_port(f"unix://{cfg.socket_path}")
     except RuntimeError as e:  # grpc's only word for a failed bind
         raise FailedPreconditionError(f"--listen: unix://{cfg.socket_path}: can't listen: {e}") from e
+    # bound, not listening until start(): a connect before the chmod is refused, so the umask's mode never serves
+    kernel.chmod(cfg.socket_path, SOCKET_MODE)
 
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -131,7 +131,7 @@ class ContentStore:
         self.ingest = self.root / "ingest"
         self.locks = self.root / "locks"
         for d in (self.blobs, self.ingest, self.locks):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store's root (store.py) is what closes them
 
     def path(self, digest: str) -> Path:
         return self.blobs / check_digest(digest)

@@ -89,7 +89,7 @@ class SnapshotStore:
         self.containers = self.root / "containers"
         self.locks = self.root / "locks"
         for d in (self.snapshots, self.containers, self.locks):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store's root (store.py) is what closes them
 
     def dir(self, chain_id: str) -> Path:
         return self.snapshots / check_digest(chain_id)

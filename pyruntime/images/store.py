@@ -20,6 +20,7 @@ import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
+from pyruntime.fsutil import make_dirs
 from pyruntime.images.content import ContentStore
 from pyruntime.images.gc import GarbageCollector, PruneReport
 from pyruntime.images.metadata import Image, ImageDB
@@ -38,8 +39,10 @@ class ImageStore:
                  snapshotter: str = "overlay", kernel: Syscalls | None = None) -> None:
         """`kernel`: the syscall layer snapshots are mounted and layers unpacked through (the real one by default)."""
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
         self.kernel = kernel or LinuxSyscalls()
+        # containerd's snapshotter root mode (CVE-2021-41103): layers and upper dirs hold setuid files and the
+        # secrets of private images; narrowed when an older version left it wider
+        make_dirs(self.kernel, self.root, 0o700)
         self.content = ContentStore(self.root)
         self.snapshots = SnapshotStore(self.root, self.kernel, snapshotter)
         self.db = ImageDB(self.root, self.content, self.snapshots)

@@ -31,6 +31,7 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.state import process_start_time
 
 # ---- fakes ------------------------------------------------------------------------------------------------
@@ -162,7 +163,8 @@ class Env:
         self.containers = Containers(
             self.store, self.layout, launcher=self.launcher, runtime=self.runtime, images=self.images,
             events=self.events, container_spec=self.spec, linux_resources=lambda r: {"cpu": {"shares": r.cpu_shares}},
-            reopen_log=self.reopened.append, job_types=(ContainerJob, ExecJob), kernel=None)
+            reopen_log=self.reopened.append, job_types=(ContainerJob, ExecJob),
+            kernel=LinuxSyscalls())  # the bundle's mode in the test's tmp dir; nothing here mounts
         self.sandboxes = Sandboxes(self.store, self.layout, self.containers, launcher=self.launcher,
                                    pause_job=PauseJob, release_pause=lambda r, d: self.released_pauses.append(r.id),
                                    network=self.network)
