@@ -13,6 +13,7 @@ touch them).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -97,6 +98,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     from pykubelet.dirs import set_up_root
     from pykubelet.runtime import CRIRuntime
 
+    os.umask(0o022)  # the modes of what it writes are its own, as pyruntime-cri's (pyruntime/cri/main.py)
     set_up_root(settings.root_dir)  # closed before anything is written below it
     runtime = CRIRuntime(settings.container_runtime_endpoint, settings.runtime_request_timeout)
     threads: list[threading.Thread] = []

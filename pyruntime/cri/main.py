@@ -83,6 +83,10 @@ def make_state_dirs(kernel: Syscalls, layout: Layout, socket_path: str) -> None:
 
 def serve(cfg: config.Config) -> None:
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Modes are the daemon's to choose, not the shell's it was started from: under a hardened umask (077, 027)
+    # the pod files its containers read as any user (resolv.conf, hosts, hostname) came out 0600 or 0640.
+    # What must be closed is closed by explicit modes; the launcher and its children inherit this one.
+    os.umask(0o022)
     layout = Layout(cfg.root, cfg.state)
     make_state_dirs(LinuxSyscalls(), layout, cfg.socket_path)
     claim_socket(cfg.socket_path)

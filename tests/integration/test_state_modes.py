@@ -39,3 +39,25 @@ def test_the_cri_socket_is_0660_and_its_state_closed_under_umask_000(tmp_path: P
             "state/sandboxes": "0o711"}
     finally:
         node.cleanup()
+
+
+def test_pod_files_stay_readable_under_a_hardened_umask(tmp_path: Path) -> None:
+    """A daemon started from a shell with umask 077 wrote a pod's resolv.conf, hosts and hostname 0600: a
+    container running as any user but root could resolve no name."""
+    hosts = tmp_path / "certs.d"
+    hosts.mkdir()
+    work = tmp_path / "cri"
+    node = CriNode(hosts, bridge="pyt-modes1", subnet="10.238.0.0/16", work=work)
+    try:
+        previous = os.umask(0o077)
+        try:
+            node.start()
+        finally:
+            os.umask(previous)
+        pod = node.run_pod("umask", share_pid=False)
+        files = {p.name: oct(mode(p)) for p in (work / "root" / "sandboxes" / pod).iterdir()
+                 if p.name in ("resolv.conf", "hosts", "hostname")}
+        assert files == {"resolv.conf": "0o644", "hosts": "0o644", "hostname": "0o644"}
+        node.remove_pod(pod)
+    finally:
+        node.cleanup()
