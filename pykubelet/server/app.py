@@ -338,6 +338,8 @@ class Handler(BaseHTTPRequestHandler):
                 return  # answered by http.server, with Connection: close
             self.rfile = io.BytesIO()
             self.check_framing(head)
+            if "upgrade" in self.headers:
+                self.close_connection = True  # what follows was meant for a stream, switched to or not
             self.connection.settimeout(limits.write)
             handler = getattr(self, "do_" + self.command, None)
             if handler is None:

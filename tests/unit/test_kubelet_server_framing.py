@@ -402,3 +402,13 @@ def test_a_refused_large_body_still_gets_its_answer(server, pki):
             tls.sendall(b"POST /pods HTTP/1.1\r\nHost: node\r\nContent-Length: 100000000\r\n\r\n" + b"x" * (1 << 20))
         data, closed = read_until_close(tls, 5)
     assert statuses(data) == [413] and closed
+
+
+def test_bytes_after_an_upgrade_that_was_not_switched_are_not_a_request(server, pki):
+    """What follows an upgrade request's head was meant for the stream: answered without switching
+    (here a route that does not upgrade), the connection closes instead of reading it as a request."""
+    with connect(pki, server.port) as tls:
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n"
+                    + SMUGGLED)
+        data, closed = read_until_close(tls, 4)
+    assert statuses(data) == [200] and closed
