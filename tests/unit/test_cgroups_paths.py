@@ -6,6 +6,7 @@ import pytest
 from pyruntime.linux.cgroups.paths import (
     Hierarchy,
     base_dir,
+    parent_of_own,
     parse_mountinfo,
     parse_proc_cgroup,
     removable_parents,
@@ -105,3 +106,13 @@ def test_manager_refuses_a_bad_path_before_reading_anything():
     with pytest.raises(ValueError, match=r"must not contain '\.\.'"):
         manager("kubepods.slice:cri-containerd:../../abc", "abc", kernel)
     assert kernel.calls == []
+
+
+def test_a_relative_path_on_v2_is_under_the_parent_of_our_own_cgroup():
+    """As runc's fs2 driver: our own cgroup has our process, so no container cgroup can be its child."""
+    own = parse_proc_cgroup("0::/system.slice/ssh.service\n")
+    assert parent_of_own(own) == {"": "/system.slice"}
+    assert parent_of_own({"": "/user.slice"}) == {"": "/"}
+    assert parent_of_own({"": "/"}) == {"": "/"}
+    v1 = parse_proc_cgroup("4:memory:/x/y\n")
+    assert parent_of_own(v1) == v1  # v1 (and a hybrid host's unified part) keep runc's fs behaviour

@@ -12,6 +12,7 @@ from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupMana
 from pyruntime.linux.cgroups.paths import (
     Hierarchy,
     base_dir,
+    parent_of_own,
     parse_mountinfo,
     parse_proc_cgroup,
     removable_parents,
@@ -82,8 +83,9 @@ def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
             host_mounts: HostMounts | None = None) -> CgroupManager:
     """The manager for a container's cgroupsPath; a path this runtime refuses raises ValueError.
 
-    An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup,
-    and an empty one means /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None).
+    An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup (on a
+    pure v2 host to its parent, as runc's fs2 driver: paths.parent_of_own), and an empty one means
+    /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None).
     """
     from pyruntime.linux.cgroups.v1 import V1Manager
     from pyruntime.linux.cgroups.v2 import V2Manager
@@ -93,7 +95,8 @@ def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
     if detect(kernel) == "v2":
         if v2 is None or v2.mountpoint != CGROUP_ROOT:
             v2 = Hierarchy("", frozenset(), CGROUP_ROOT, "/")
-        return V2Manager(v2.mountpoint, base_dir(v2, absolute, _own_cgroups(absolute)), parts, removable, kernel)
+        own = parent_of_own(_own_cgroups(absolute))
+        return V2Manager(v2.mountpoint, base_dir(v2, absolute, own), parts, removable, kernel)
     if not v1:
         raise CgroupError(errno.ENOENT, f"cgroup: no cgroup v1 hierarchy is mounted and {CGROUP_ROOT} is not cgroup2")
     own = _own_cgroups(absolute)

@@ -111,6 +111,18 @@ def base_dir(h: Hierarchy, absolute: bool, own: dict[str, str]) -> str:
     return h.mountpoint.rstrip("/") + "/" + mine.strip("/") if mine.strip("/") else h.mountpoint
 
 
+def parent_of_own(own: dict[str, str]) -> dict[str, str]:
+    """`own` (parse_proc_cgroup's) with the cgroup2 path replaced by its parent: where a pure v2 host puts a
+    relative cgroupsPath, as runc's fs2 driver does. Our own cgroup holds our process, and the kernel gives no
+    child of a cgroup with processes a domain controller (the no-internal-process rule); under a systemd
+    service, whose cgroup turns into a thread root once a threaded controller is enabled in it, it refuses the
+    container's processes outright (EOPNOTSUPP)."""
+    if "" not in own:
+        return own
+    mine = own[""].rstrip("/")
+    return {**own, "": mine[:mine.rfind("/")] or "/"}
+
+
 def removable_parents(parts: tuple[str, ...]) -> list[tuple[str, ...]]:
     """The ancestors destroy() may remove when empty: only ones inside the runtime's own /pyruntime."""
     if len(parts) < 2 or parts[0] != DEFAULT_PARENT:
