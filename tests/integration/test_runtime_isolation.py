@@ -12,6 +12,18 @@ from pyruntime.linux.cgroups import manager
 from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.kit.busybox import build_rootfs
 
+# a pure cgroup v2 host (the lab's node VM: make test-lab-v2), else this project's hybrid one with v1 controllers
+V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+
+
+def _remove_test_cgroups(*names: str) -> None:
+    """What a test's cgroupsPath left in each hierarchy (the one of v2, every v1 one), deepest first."""
+    hierarchies = [Path("/sys/fs/cgroup")] if V2 else [h for h in Path("/sys/fs/cgroup").iterdir() if h.is_dir()]
+    for hierarchy in hierarchies:
+        for name in names:
+            if (hierarchy / name).is_dir():
+                (hierarchy / name).rmdir()
+
 
 def run(runtime, make_bundle, args, **edit):
     """Runs a container to completion; `edit` keys are dotted paths into the config, e.g. linux.sysctl."""
@@ -72,30 +84,25 @@ def test_cpu_quota_and_cpuset_are_in_the_cgroup(runtime, make_bundle):
     try:
         stats = cg.stats()
         assert stats["memory"]["usage"]["limit"] == 100 << 20
-        inside = runtime(
-            "exec",
-            "c1",
-            "sh",
-            "-c",
-            "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpuset/cpuset.cpus "
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-        ).stdout.split()
-        assert inside == ["50000", "0", str(100 << 20)]
+        files = (("cpu.max", "cpuset.cpus", "memory.max") if V2 else
+                 ("cpu/cpu.cfs_quota_us", "cpuset/cpuset.cpus", "memory/memory.limit_in_bytes"))
+        inside = runtime("exec", "c1", "sh", "-c", "cat " + " ".join(f"/sys/fs/cgroup/{f}" for f in files)
+                         ).stdout.split()
+        assert inside == (["50000", "100000"] if V2 else ["50000"]) + ["0", str(100 << 20)]
         runtime("delete", "--force", "c1")
         assert not cg.exists()
     finally:  # the parent is the caller's to remove, as with runc (a kubelet removes its pod cgroups)
         runtime("delete", "--force", "c1", check=False)
-        for hierarchy in Path("/sys/fs/cgroup").iterdir():
-            if (hierarchy / "pyruntime-test").is_dir():
-                (hierarchy / "pyruntime-test").rmdir()
+        _remove_test_cgroups("pyruntime-test")
 
 
 def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_hosts_tree(runtime, make_bundle):
     """As runc binds it (and as a CRI container on a v1 host runs, with no cgroup namespace): the container's
     own cgroup at /sys/fs/cgroup/<hierarchy>, so a process reads its own limit there, and no other
     container's cgroup (their names, their usage) is in sight."""
-    bundle = make_bundle(["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; ls /sys/fs/cgroup/memory; "
-                                      "mkdir /sys/fs/cgroup/memory/sub 2>&1 || echo refused"])
+    own = "/sys/fs/cgroup" if V2 else "/sys/fs/cgroup/memory"
+    limit = "memory.max" if V2 else "memory.limit_in_bytes"
+    bundle = make_bundle(["sh", "-c", f"cat {own}/{limit}; ls {own}; mkdir {own}/sub 2>&1 || echo refused"])
     config = json.loads((bundle / "config.json").read_text())
     config["linux"]["namespaces"] = [n for n in config["linux"]["namespaces"] if n["type"] != "cgroup"]
     config["linux"]["cgroupsPath"] = "/pyruntime-test/own1"
@@ -104,14 +111,11 @@ def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_ho
     try:
         out = runtime("run", "--bundle", str(bundle), "own1").stdout.split()
         assert out[0] == str(96 << 20), "the container's own limit, not the host root's"
-        assert "pyruntime-test" not in out and "memory.limit_in_bytes" in out
+        assert "pyruntime-test" not in out and limit in out
         assert out[-1] == "refused" and "Read-only" in " ".join(out), "bound read-only, as the spec's mount says"
     finally:
         runtime("delete", "--force", "own1", check=False)
-        for hierarchy in Path("/sys/fs/cgroup").iterdir():
-            for leftover in (hierarchy / "pyruntime-test" / "own1", hierarchy / "pyruntime-test"):
-                if leftover.is_dir():
-                    leftover.rmdir()
+        _remove_test_cgroups("pyruntime-test/own1", "pyruntime-test")
 
 
 def test_capabilities_and_no_new_privs(runtime, make_bundle):
