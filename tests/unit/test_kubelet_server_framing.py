@@ -412,3 +412,26 @@ def test_bytes_after_an_upgrade_that_was_not_switched_are_not_a_request(server, 
                     + SMUGGLED)
         data, closed = read_until_close(tls, 4)
     assert statuses(data) == [200] and closed
+
+
+@pytest.mark.parametrize("server", [Limits(handshake=2.0, request=2.0, idle=30.0, write=2.0, connections=1)],
+                         indirect=True)
+def test_a_client_that_stops_reading_gives_its_connection_up(server, pki, log_file):
+    """A client asks for a log larger than the socket buffers and reads nothing: the stalled answer
+    times out and frees its slot, so with a cap of one the next client is served."""
+    line = cri_log((T0, "stdout", "F", "x" * 1000))
+    log_file.write_bytes(line * 32768)
+    with connect(pki, server.port) as stalled:
+        stalled.sendall(b"GET /containerLogs/default/web/app HTTP/1.1\r\nHost: node\r\n\r\n")
+        start = time.monotonic()
+        while True:
+            try:
+                with connect(pki, server.port) as tls:
+                    assert statuses(healthz(tls)) == [200]
+                break
+            except (ssl.SSLError, ConnectionError, AssertionError):
+                assert time.monotonic() - start < 10
+                time.sleep(0.2)
+        assert time.monotonic() - start > 1  # it waited for the stalled one's deadline
+        _, closed = read_until_close(stalled, 10)
+    assert closed
