@@ -39,6 +39,7 @@ QEMU_OVERHEAD = 1024
 HOST_CONTROL_PLANE_MEMORY = 1024
 ADMIN_ON_HOST = Path("/var/lib/pynode/lab-host/admin.kubeconfig")  # lab_host's
 TIMES: dict[str, float] = {}  # printed by conftest.py's terminal summary
+GUEST_RESULTS: list[str] = []  # test_lab_v2's pytest in the VM: its counts and what it skipped, printed there too
 
 
 def run(argv: list[str], timeout: float = 600, env: dict[str, str] | None = None,
@@ -65,8 +66,8 @@ class Lab:
     def vagrant(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return run(["vagrant", *args], timeout=timeout, env=self.env)
 
-    def ssh(self, machine: str, command: str) -> str:
-        return self.vagrant("ssh", machine, "-c", command, timeout=300).stdout
+    def ssh(self, machine: str, command: str, timeout: float = 300) -> str:
+        return self.vagrant("ssh", machine, "-c", command, timeout=timeout).stdout
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None,
                 timeout: float = 60) -> subprocess.CompletedProcess:
@@ -114,9 +115,11 @@ def _remove_networks() -> None:
 
 
 @contextlib.contextmanager
-def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str) -> Iterator[Lab]:
+def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str, with_tests: bool = False
+               ) -> Iterator[Lab]:
     """The lab of `nodes` (name, address) with its control plane on the host or in the `cp` VM, ready for the
-    caller's `vagrant up`; everything removed when the caller is done, and an AssertionError for what stayed."""
+    caller's `vagrant up`; everything removed when the caller is done, and an AssertionError for what stayed.
+    `with_tests`: the guests also get what running the project's tests in them takes (prepare --with-tests)."""
     check = run([sys.executable, str(HOST_PY), "check", "--memory", str(host_memory(len(nodes), control_plane))],
                 check=False)
     if check.returncode != 0:
@@ -132,7 +135,8 @@ def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str) -> I
         started = time.monotonic()
         run([sys.executable, str(LAB_PY), "prepare", "--out", str(LAB_DIR), "--control-plane-ip", cp_ip,
              *(a for name, ip in nodes for a in ("--node", f"{name}={ip}")),
-             "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}"], timeout=1800)
+             "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}", *(["--with-tests"] if with_tests else [])],
+            timeout=1800)
         TIMES["lab.py prepare"] = time.monotonic() - started
         if control_plane == "vm":  # kubectl from the host as vagrant/README.md says, with prepare's admin pair
             config = lab.Lab.load(LAB_DIR / "lab.json")

@@ -1,10 +1,10 @@
 """`make test-lab`: a real `vagrant up` of one node VM of the lab (vagrant/Vagrantfile) under QEMU software
 emulation, joined to a control plane on this host, a deployment on it, and nothing left afterwards.
 
-The module's fixture walks the lab as a user would (labkit.brought_up: the host checked, the box, prepare, the
-network, the control plane and the registry on the host), then `vagrant up node-1 --no-provision` (the boot)
-and `vagrant up node-1` again, which provisions it (the provisioners run at every `up`: what finishes an
-interrupted one), each timed. Times go to the terminal summary.
+The package's fixture (conftest.py) walks the lab as a user would (labkit.brought_up: the host checked, the
+box, prepare, the network, the control plane and the registry on the host), then `vagrant up node-1
+--no-provision` (the boot) and `vagrant up node-1` again, which provisions it, each timed. Times go to the
+terminal summary.
 """
 from __future__ import annotations
 
@@ -16,20 +16,12 @@ import pytest
 from pynode_cluster import hosts
 from tests.kit.cluster_admin import http
 from tests.kit.cri_images import HTTPD
-from tests.lab.labkit import SUBNET, TIMES, Lab, brought_up, node_ready
+from tests.lab.conftest import NODE, NODE_IP
+from tests.lab.labkit import TIMES, Lab, node_ready
 
-NODE, NODE_IP = "node-1", f"{SUBNET}.21"
 pytestmark = [pytest.mark.timeout(3000),  # the first test's setup holds the whole bring-up
               # the registry's Popen (hosts.Daemons) is dropped while it runs: a daemon, stopped by pid
               pytest.mark.filterwarnings("ignore::ResourceWarning")]
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with brought_up(tmp_path_factory.mktemp("lab"), [(NODE, NODE_IP)], "host") as lab:
-        lab.timed("vagrant up (boot)", "up", NODE, "--no-provision")
-        lab.timed("vagrant up (provisioning)", "up", NODE)
-        yield lab
 
 
 def test_provisioned(lab: Lab):

@@ -2,7 +2,7 @@
 """The Vagrant lab's host side: `prepare` writes what the VMs are provisioned from, `control-plane up|down` runs the
 lab's control plane on this host (make test-lab) instead of in a VM.
 
-    lab.py prepare --out vagrant/.lab --control-plane-ip IP --node NAME=IP [--node NAME=IP ...]
+    lab.py prepare --out vagrant/.lab --control-plane-ip IP --node NAME=IP [--node NAME=IP ...] [--with-tests]
     lab.py control-plane up --config vagrant/.lab/lab.json [--ip IP]
     lab.py control-plane down
 
@@ -10,8 +10,11 @@ lab's control plane on this host (make test-lab) instead of in a VM.
 certificate), bin/ (the Go-built peers, from ~/.cache/pynode/bin), wheelhouse/ (the project's wheel and its
 dependencies' for the guests' Python 3.11), debs/ (the Debian packages a bare Debian 12 VM lacks, their
 dependencies, and a Packages index: a local repository), provision.sh (run in each VM). The VMs need no network.
-Each file is written atomically and only when its content changes: a second `prepare` with the same inputs
-changes nothing (it asks the package registries only for what is missing or has a newer version).
+`--with-tests` (make test-lab, which runs the project's root tests inside its node VM too) adds the wheels of
+pytest and its plugins at the host venv's versions to the wheelhouse, and crictl to bin/ (provision.sh
+installs neither). Each file is written atomically and only when its content changes: a second `prepare`
+with the same inputs changes nothing (it asks the package registries only for what is missing or has a newer
+version).
 
 Run it with the project's Python (.venv/bin/python); control-plane up/down as root.
 """
@@ -35,6 +38,10 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 # what a bare Debian 12 VM lacks for a node or the control plane: the venv, the runtime's libseccomp,
 # kube-proxy's iptables and conntrack, the routes' iproute2, modprobe (br_netfilter)
 GUEST_PACKAGES = ("python3-venv", "libseccomp2", "iproute2", "iptables", "conntrack", "kmod")
+# what the root tests need in a VM beyond the project's dependencies (the test extra less its linters and
+# generators), and the peer they drive the node's CRI server with
+TEST_DISTRIBUTIONS = ("pytest", "pytest-timeout")
+TEST_PEERS = ("crictl",)
 
 
 class PrepareError(RuntimeError):
@@ -60,9 +67,9 @@ def _wheel_content(path: Path) -> list[tuple[str, int]]:
         return sorted((i.filename, i.CRC) for i in z.infolist())
 
 
-def wheelhouse(dir: Path) -> list[str]:
-    """The project's wheel (replaced only when its content changed) and every runtime dependency's (asked of
-    the index only when the wheelhouse cannot satisfy them offline)."""
+def wheelhouse(dir: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The project's wheel (replaced only when its content changed) and every runtime dependency's and the
+    `extra` requirements' (asked of the index only when the wheelhouse cannot satisfy them offline)."""
     dir.mkdir(parents=True, exist_ok=True)
     changed = []
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
@@ -77,10 +84,11 @@ def wheelhouse(dir: Path) -> list[str]:
             os.replace(built, target)
             changed.append(target.name)
     with tempfile.TemporaryDirectory(dir=dir.parent, prefix=".deps-") as tmp:
-        offline = subprocess.run([*pip, "wheel", "--no-index", "--find-links", str(dir), "-w", tmp, str(target)],
+        wanted = [str(target), *extra]
+        offline = subprocess.run([*pip, "wheel", "--no-index", "--find-links", str(dir), "-w", tmp, *wanted],
                                  capture_output=True, text=True)
         if offline.returncode != 0:  # something is missing: ask the index
-            run([*pip, "wheel", "--find-links", str(dir), "-w", tmp, str(target)])
+            run([*pip, "wheel", "--find-links", str(dir), "-w", tmp, *wanted])
             for wheel in Path(tmp).glob("*.whl"):
                 if not (dir / wheel.name).exists():
                     os.replace(wheel, dir / wheel.name)
@@ -147,8 +155,17 @@ def _stanza(deb: Path) -> str:
 
 # ---- prepare -----------------------------------------------------------------------------------------------
 
+def _pinned(distributions: tuple[str, ...]) -> tuple[str, ...]:
+    """NAME==VERSION of each as this Python has it installed: the guests test with what the host tests with."""
+    from importlib import metadata
+    try:
+        return tuple(f"{d}=={metadata.version(d)}" for d in distributions)
+    except metadata.PackageNotFoundError as e:
+        raise PrepareError(f"{e.name} is not installed in {sys.prefix}: `make setup` installs the test extra") from e
+
+
 def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], registry_mirror: str = "",
-            with_debs: bool = True) -> int:
+            with_debs: bool = True, with_tests: bool = False) -> int:
     started = time.monotonic()
     config = lab.Lab.make(control_plane_ip, nodes, registry_mirror=registry_mirror)
     out = out.resolve()
@@ -157,13 +174,14 @@ def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], regi
     steps.append(("lab.json", ["lab.json"] if write(out / "lab.json", config.to_json().encode()) else []))
     steps.append(("pki", lab.prepare_pki(config, out / "pki")))
     system = lab.System()
-    for peer in lab.PEERS:
-        source = components.PEERS / peer
+    test_peers = tuple(components.PEERS.parent / p for p in TEST_PEERS) if with_tests else ()
+    for source in (*(components.PEERS / peer for peer in lab.PEERS), *test_peers):
+        peer = source.name
         if not source.is_file():
             raise PrepareError(f"{source} is missing: `make setup` builds the peers")
         system.copy(source, out / "bin" / peer)
     steps.append(("bin", system.changes))
-    steps.append(("wheelhouse", wheelhouse(out / "wheelhouse")))
+    steps.append(("wheelhouse", wheelhouse(out / "wheelhouse", _pinned(TEST_DISTRIBUTIONS) if with_tests else ())))
     if with_debs:
         steps.append(("debs", debs(out / "debs")))
     script = (Path(__file__).with_name("provision.sh")).read_bytes()
@@ -193,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="a plain-HTTP registry the nodes pull every image from (VMs without network)")
     prep.add_argument("--no-debs", dest="debs", action="store_false",
                       help="no Debian packages (for VMs that have them or reach a mirror)")
+    prep.add_argument("--with-tests", action="store_true",
+                      help="pytest's wheels and crictl too, for the root tests run in a node VM (make test-lab)")
     cp = sub.add_parser("control-plane", help="the lab's control plane on this host (root)")
     cp.add_argument("action", choices=("up", "down"))
     cp.add_argument("--config", type=Path, default=CHECKOUT / "vagrant" / ".lab" / "lab.json")
@@ -200,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.command == "prepare":
-            return prepare(args.out, args.control_plane_ip, args.node, args.registry_mirror, args.debs)
+            return prepare(args.out, args.control_plane_ip, args.node, args.registry_mirror, args.debs,
+                           args.with_tests)
         if os.geteuid() != 0:
             p.error("the control plane writes under /var/lib/pynode: run it as root")
         from pynode_cluster import lab_host
