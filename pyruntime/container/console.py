@@ -94,11 +94,13 @@ def proxy(master: int) -> None:
         tty.setraw(0)
         size = fcntl.ioctl(0, termios.TIOCGWINSZ, b"\0" * 8)
         fcntl.ioctl(master, termios.TIOCSWINSZ, size)
-    readers = [master, 0]
+    poller = select.poll()  # not select(2): the fd may pass FD_SETSIZE in a daemon with many pods
+    poller.register(master, select.POLLIN)
+    poller.register(0, select.POLLIN)
     try:
         while True:
-            ready, _, _ = select.select(readers, [], [], 0.1)
-            if master in ready:
+            ready = dict(poller.poll(100))
+            if ready.get(master):
                 try:
                     data = os.read(master, 65536)
                 except OSError:
@@ -106,12 +108,12 @@ def proxy(master: int) -> None:
                 if not data:
                     break
                 os.write(1, data)
-            if 0 in ready:
+            if ready.get(0):
                 data = os.read(0, 65536)
                 if data:
                     os.write(master, data)
                 else:
-                    readers.remove(0)
+                    poller.unregister(0)
     finally:
         if saved is not None:
             termios.tcsetattr(0, termios.TCSADRAIN, saved)

@@ -134,12 +134,14 @@ def wait_gone(pid: int, start: int, timeout: float) -> bool:
     except (ProcessLookupError, OSError):
         return True
     try:
+        poller = select.poll()  # not select(2): the pidfd passes FD_SETSIZE in a daemon with many pods
+        poller.register(pidfd, select.POLLIN)
         deadline = time.monotonic() + timeout
         while process_alive(pid, start):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            select.select([pidfd], [], [], min(left, 0.1))
+            poller.poll(max(1, int(min(left, 0.1) * 1000)))
         return True
     finally:
         os.close(pidfd)
