@@ -4,8 +4,10 @@ the stock kubelet does: kubelet.crt/kubelet.key, named after the node's host nam
 client certificates verified against --client-ca-file when the client offers one (a client without one
 goes on to token or anonymous authentication, as with Go's VerifyClientCertIfGiven).
 
-The private key is written 0600 and never logged. A self-signed certificate is kept across restarts (an
-API server pinned to it keeps working) and remade only when it is missing or expired.
+The private key is written 0600 into a new file renamed over the old one, in ROOT/pki 0700, whatever the
+umask and whatever mode an older version left (an O_TRUNC open kept a wider file's mode), and never
+logged. A self-signed certificate is kept across restarts (an API server pinned to it keeps working) and
+remade only when it is missing or expired.
 """
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ import ssl
 from pathlib import Path
 
 from pykubelet.config import Settings
+from pykubelet.dirs import make_dirs
+
+PKI_MODE = 0o700
+KEY_MODE = 0o600
 
 
 def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]:
@@ -26,10 +32,13 @@ def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     cert_path, key_path = pki / "kubelet.crt", pki / "kubelet.key"
+    make_dirs(pki, PKI_MODE)
     now = datetime.datetime.now(datetime.UTC)
     if cert_path.exists() and key_path.exists():
         try:
             if x509.load_pem_x509_certificate(cert_path.read_bytes()).not_valid_after_utc > now:
+                if os.stat(key_path).st_mode & 0o077:
+                    os.chmod(key_path, KEY_MODE)
                 return cert_path, key_path
         except ValueError:
             pass  # unreadable: made again below
@@ -48,13 +57,29 @@ def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .sign(key, hashes.SHA256()))
-    pki.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                  serialization.NoEncryption()))
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _replace(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                         serialization.NoEncryption()), KEY_MODE)
+    _replace(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return cert_path, key_path
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    """A new file with exactly `mode` (fchmod: the umask applies to O_CREAT's) renamed over `path`, so no
+    older file's mode survives and a crash leaves either the old file or the new one whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def serving_context(settings: Settings) -> ssl.SSLContext:

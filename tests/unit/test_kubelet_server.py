@@ -4,6 +4,7 @@ self-signed serving certificate; and the server itself on loopback with a fake r
 200, /metrics, and an upgraded stream spliced through to a streaming server."""
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import threading
@@ -273,6 +274,29 @@ def test_self_signed_serving_certificate(tmp_path):
     before = cert.read_bytes()
     assert self_signed(tmp_path / "pki", "node-a", ["127.0.0.1"]) == (cert, key)
     assert cert.read_bytes() == before  # kept across restarts
+
+
+def test_self_signed_key_and_pki_closed_whatever_the_umask_and_an_older_file(tmp_path):
+    """A host user must not read the kubelet's serving key: under umask 000, an older pki/ left 0777 and
+    an older key file left 0644 (O_TRUNC kept its mode) end 0700 and 0600, remade or kept."""
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    pki.chmod(0o777)
+    (pki / "kubelet.key").write_bytes(b"old")
+    (pki / "kubelet.key").chmod(0o644)
+    old = os.umask(0)
+    try:
+        cert, key = self_signed(pki, "node-a", ["127.0.0.1"])
+        assert (pki.stat().st_mode & 0o777, key.stat().st_mode & 0o777) == (0o700, 0o600)
+        pki.chmod(0o755)
+        key.chmod(0o644)
+        assert self_signed(pki, "node-a", ["127.0.0.1"]) == (cert, key)  # kept, and closed again
+        assert (pki.stat().st_mode & 0o777, key.stat().st_mode & 0o777) == (0o700, 0o600)
+        fresh = tmp_path / "root" / "pki"
+        self_signed(fresh, "node-a", [])
+        assert fresh.stat().st_mode & 0o777 == 0o700 and (fresh / "kubelet.key").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
 
 
 # --- the server on loopback ----------------------------------------------------------------------------
