@@ -130,9 +130,11 @@ class OwnConsole:
     """runc's behaviour for a foreground terminal without --console-socket: the runtime takes the
     pty master itself and relays it to its own stdin and stdout."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, kernel: Syscalls) -> None:
         from pyruntime.container.console import listen
-        os.makedirs(root, mode=0o711, exist_ok=True)
+        from pyruntime.container.store import ROOT_MODE
+        from pyruntime.fsutil import make_dirs
+        make_dirs(kernel, root, ROOT_MODE)
         self.path = os.path.join(root, f".console-{os.getpid()}.sock")
         self.server = listen(self.path)
 
@@ -180,7 +182,7 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
     spec = load_bundle(str(o["bundle"]))  # once: whether it wants a terminal, then what create makes
     own = None
     if not o["detach"] and not o["console-socket"] and spec.process is not None and spec.process.terminal:
-        own = OwnConsole(ctx.root)
+        own = OwnConsole(ctx.root, kernel)
     try:
         state = rt.create(cid, str(o["bundle"]), spec, console_socket=own.path if own else _text(o, "console-socket"),
                           pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
@@ -277,7 +279,7 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
     proc = process_from_json(_exec_process(rt, cid, o, args))
     if not o["detach"]:
         become_subreaper(kernel)
-    own = OwnConsole(ctx.root) if proc.terminal and not o["detach"] and not o["console-socket"] else None
+    own = OwnConsole(ctx.root, kernel) if proc.terminal and not o["detach"] and not o["console-socket"] else None
     try:
         pid = rt.exec(cid, proc, console_socket=own.path if own else _text(o, "console-socket"),
                       pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))

@@ -207,7 +207,7 @@ def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, con
         raise InvalidArgumentError("process: required to create a container")
     if spec.process.terminal and not console_socket:
         raise InvalidArgumentError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
-    store.reserve(cid)
+    store.reserve(cid, kernel)
     state = ContainerState.of_spec(cid, spec, bundle=bundle, created=_now(), owner="root", creator_pid=os.getpid(),
                                    creator_start=process_start_time(os.getpid()) or 0)
     cg = None

@@ -5,6 +5,11 @@ state.json is replaced with a temp file and a rename, so a crash at any point le
 old record or the new one (without fsync, as runc writes it: fsutil says why a record of live processes
 needs none). Commands that change a container hold an flock on its directory, because
 two runtime processes (a shim's delete and a user's kill, say) may touch it at once.
+
+The root is 0711, set whatever the umask and narrowed when an older version or another umask left it wider
+(fsutil.make_dirs): a host user who could write it could plant or swap a container's directory, its
+state.json and exec fifo, which root's later commands trust. Only `create` and a foreground terminal make
+it, so the commands that only read or signal stat nothing more.
 """
 from __future__ import annotations
 
@@ -19,10 +24,15 @@ from pyruntime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from pyruntime.fsutil import NONE, atomic_write
+from pyruntime.fsutil import NONE, atomic_write, make_dirs
 from pyruntime.oci.state import ContainerState
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
+
 DEFAULT_ROOT = "/run/pyruntime"
+ROOT_MODE = 0o711  # runc's: others pass through to a container's state by id, never list or write
 # What runc's `^[\w+.-]+$` accepts, checked without `re`, whose import every command would pay.
 _ID_PUNCTUATION = frozenset("_+.-")
 STATE_FILE = "state.json"
@@ -56,12 +66,12 @@ class Store:
     def path(self, cid: str, name: str = "") -> str:
         return os.path.join(self.root, cid, name) if name else os.path.join(self.root, cid)
 
-    def reserve(self, cid: str) -> None:
+    def reserve(self, cid: str, kernel: Syscalls) -> None:
         """Claims an id, failing if a container with it exists."""
         validate_id(cid)
-        os.makedirs(self.root, mode=0o711, exist_ok=True)
+        make_dirs(kernel, self.root, ROOT_MODE)
         try:
-            os.mkdir(self.path(cid), 0o711)
+            os.mkdir(self.path(cid), ROOT_MODE)
         except FileExistsError as e:
             raise AlreadyExists(f"container with id {cid!r} already exists") from e
 

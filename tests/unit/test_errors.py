@@ -18,7 +18,7 @@ from pyruntime.cli.main import main
 from pyruntime.container.store import NotFound, Store
 from pyruntime.images.reference import ReferenceFormatError, parse
 from pyruntime.linux.cgroups.base import CgroupError
-from pyruntime.linux.syscalls import SyscallError
+from pyruntime.linux.syscalls import LinuxSyscalls, SyscallError
 from pyruntime.oci.spec import SpecError, load_bundle
 
 ROOT = Path(pyruntime.__file__).parent
@@ -81,12 +81,12 @@ def test_causes_are_kept(tmp_path: Path) -> None:
     with pytest.raises(NotFound) as info:
         store.load("c1")
     assert isinstance(info.value, errors.NotFoundError) and isinstance(info.value.__cause__, FileNotFoundError)
-    store.reserve("c1")
+    store.reserve("c1", LinuxSyscalls())
     with pytest.raises(errors.AlreadyExistsError, match="already exists") as exists:
-        store.reserve("c1")
+        store.reserve("c1", LinuxSyscalls())
     assert isinstance(exists.value.__cause__, FileExistsError)
     with pytest.raises(errors.InvalidArgumentError, match="invalid container id"):
-        store.reserve("../x")
+        store.reserve("../x", LinuxSyscalls())
     with pytest.raises(SpecError, match="no such file") as spec:
         load_bundle(str(tmp_path / "nobundle"))
     assert isinstance(spec.value.__cause__, FileNotFoundError)

@@ -8,6 +8,7 @@ import pytest
 
 from pyruntime.container.create import require_single_thread
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, PyRuntimeError
+from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.default import default_spec
 from pyruntime.oci.spec import parse
 from pyruntime.oci.state import RECORD_VERSION, ContainerState
@@ -85,7 +86,7 @@ def test_unreadable_state_records_are_refused_by_name(raw, message):
 
 def test_an_unreadable_record_is_an_internal_error_that_list_reports_and_skips(tmp_path):
     rt = Runtime(Settings(root=str(tmp_path)))
-    rt.store.reserve("bad")
+    rt.store.reserve("bad", LinuxSyscalls())
     (tmp_path / "bad" / "state.json").write_text("{not json")
     with pytest.raises(InternalError, match=r"container 'bad': unreadable state .*delete --force"):
         rt.state("bad")

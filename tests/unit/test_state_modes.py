@@ -84,3 +84,21 @@ def test_the_ipam_store_is_not_world_writable_under_umask_000(tmp_path: Path) ->
     with Store(store).locked():
         pass
     assert mode(store) == 0o755
+
+
+def test_the_runtimes_standalone_root_is_0711_whatever_the_umask_and_an_older_mode(tmp_path: Path) -> None:
+    """pyruntime's --root (/run/pyruntime) holds every container's state.json and exec fifo: under umask 000
+    and a root an older version left 0777, a host user could add or replace entries in it."""
+    from pyruntime.cli.main import OwnConsole
+    from pyruntime.container.store import Store as ContainerStore
+    root = tmp_path / "pyruntime"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    with umask(0):
+        ContainerStore(str(root)).reserve("c1", LinuxSyscalls())
+    assert (mode(root), mode(root / "c1")) == (0o711, 0o711)
+    fresh = tmp_path / "fresh" / "pyruntime"
+    with umask(0):
+        console = OwnConsole(str(fresh), LinuxSyscalls())
+    console.close()
+    assert (mode(fresh.parent), mode(fresh)) == (0o711, 0o711)
