@@ -11,7 +11,8 @@ hostNetwork pod. Hence one helper per netns, reachable only by its node's launch
 socket file named after its netns inode (launch.socket_path) in a directory that must be root's (its
 euid's) with mode 0700 on the node's filesystem, which a pod, in a mount namespace of its own, reaches
 only through a hostPath mount of it. A flock on a file beside the socket elects the one helper of a
-netns, which removes a stale socket before it binds. Both ends then check their peer (SO_PEERCRED,
+netns, which removes a stale socket before it binds, and both files when it exits (a killed helper's stay
+until its successor's exit). Both ends then check their peer (SO_PEERCRED,
 launch.peer_refusal): the helper serves only a process with its euid, its mount namespace, its netns and
 its interpreter, so a pod given the path still gets refused, and a socket made here and passed elsewhere
 too; the launcher talks only to such a listener (launch.connect), so a pod that squats the name first
@@ -166,10 +167,11 @@ class Helper:
             if self.stopping:
                 return
             self.stopping, self.stop_reason = True, reason
-            try:
-                os.unlink(self.path)  # ours while we hold the lock
-            except FileNotFoundError:
-                pass
+            for path in (self.path, f"{self.path}.lock"):  # ours while we hold the lock (see _lock)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             try:
                 self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() in serve()
             except OSError as exc:
@@ -281,11 +283,8 @@ def claim(name: str) -> tuple[socket.socket, str, int] | None:
     refusal = launch.untrusted_file(directory, launch.S_IFDIR)
     if refusal:
         raise PermissionError(refusal)
-    lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
+    lock = _lock(f"{path}.lock")
+    if lock is None:
         return None  # this netns has its helper already
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
@@ -301,6 +300,27 @@ def claim(name: str) -> tuple[socket.socket, str, int] | None:
         os.close(lock)
         raise
     return listener, path, lock
+
+
+def _lock(path: str) -> int | None:
+    """The flocked fd of the lock file now at `path`, None when another helper holds it. A helper removes its
+    lock file when it exits, under the flock: a file we opened before that and locked after is no longer the
+    name's lock (a successor may hold a new one), so we look again."""
+    while True:
+        lock = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock)
+            return None
+        held = os.fstat(lock)
+        try:
+            current = os.lstat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            return lock
+        os.close(lock)
 
 
 def main(name: str) -> None:

@@ -16,7 +16,8 @@ import psutil
 from pyruntime.linux import mountinfo
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"))
+# /run/pycni/helper by its files: each CNI helper's socket and lock (cni_plugins/helper.py) is a leak of its own
+STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"), Path("/run/pycni/helper"))
 
 
 def _mounts() -> set[str]:

@@ -7,6 +7,7 @@ stands for a plugin call.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -218,3 +219,36 @@ def test_peer_check_without_peer_pidfd_refuses_a_process_started_after_the_accep
         peer = NoPeerPidfd(ours)
         assert launch.peer_refusal(peer, time.clock_gettime(time.CLOCK_BOOTTIME)) == ""  # type: ignore[arg-type]  # duck-typed socket
         assert "the peer's pid was reused" in launch.peer_refusal(peer, 0.0)  # type: ignore[arg-type]  # duck-typed socket
+
+
+def test_a_stopped_helper_leaves_neither_its_socket_nor_its_lock(running, helper_dir: str) -> None:
+    """Each helper name (a test's, a bench's, a node's) left a .lock file in /run/pycni/helper for ever."""
+    name, _log = running
+    assert sorted(os.listdir(helper_dir)) == [os.path.basename(launch.socket_path(name)) + s for s in ("", ".lock")]
+    helper.stop(name)
+    assert os.listdir(helper_dir) == []
+
+
+def test_a_lock_removed_under_a_claimant_elects_one_helper(helper_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exiting helper unlinks its lock file while it holds the flock, and a successor may make a new one and
+    lock it at once: a claimant that opened the old file before and locks it after must see that it is no longer
+    the name's lock, or two helpers would serve one name (and one's exit unlink the other's socket)."""
+    name = f"pyt-helper-{secrets.token_hex(4)}"
+    lock_path = launch.socket_path(name) + ".lock"
+    real_flock = fcntl.flock
+    successor: list[int] = []
+
+    def flock_after_a_handover(fd: int, op: int) -> None:
+        if not successor:  # between the claimant's open and its flock: the holder leaves, a successor comes
+            os.unlink(lock_path)
+            successor.append(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600))
+            real_flock(successor[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_handover)
+    try:
+        assert helper.claim(name) is None  # the successor holds the name's lock
+    finally:
+        os.close(successor[0])
+        os.unlink(lock_path)
+    assert os.listdir(helper_dir) == []
