@@ -49,6 +49,6 @@ def test_credentials_go_to_an_https_or_loopback_realm(realm):
 
 def test_an_anonymous_token_request_may_go_to_any_realm():
     auth, session = _Auth(None), Session()
-    auth.challenge(session, REGISTRY, SCOPE, challenge("http://token.example/token"),  # type: ignore[arg-type]
-                   verify=True)  # fakes of requests' session and response
+    auth.challenge(session, REGISTRY, SCOPE, challenge("http://token.example/token"),  # type: ignore[arg-type] # fakes
+                   verify=True)
     assert session.gets == [("http://token.example/token", None)]
