@@ -6,10 +6,12 @@ The host is the node VM of test_lab.py (the package's fixture in conftest.py: bo
 booting the unified hierarchy; the first test asserts that it is one. The second drives the node's own
 pyruntime-cri with crictl, as a kubelet would, and reads the container's limits in its cgroup v2 files while a
 root container with CAP_MKNOD fails to read the VM's disk through a node it makes. The third uploads the
-checkout's tests/ and the static busybox the root tests build their rootfs from, installs pytest from the
-lab's offline wheelhouse (prepare --with-tests) into the node's venv, and runs GUEST_SUITE there as root under
-the leak check, as `make test` runs it here: every test must pass, and only the tests of GUEST_SKIPS, for the
-reason given there, may skip. The guest's counts and skips go to the terminal summary.
+checkout's tests/ and the static and dynamic busyboxes the root tests build their rootfs and images from,
+installs pytest from the lab's offline wheelhouse into the node's venv and the packages the CRI tests' fixtures
+run (the test registry, skopeo, gcc) from its offline Debian repository (both from prepare --with-tests), and
+runs GUEST_SUITE there as root under the leak check, as `make test` runs it here: every test must pass, and
+only the tests of GUEST_SKIPS, for the reason given there, may skip. The guest's counts and skips go to the
+terminal summary.
 
 The pykubelet and kube-proxy of the node are stopped first (their pods keep running), and so are systemd's
 timers: the leak check walks the whole cgroup tree and the iptables rules, and a timer's service or a
@@ -30,7 +32,7 @@ import pytest
 
 from pynode_cluster import lab as lab_config
 from tests.kit.busybox import static_busybox
-from tests.kit.cri_images import BUSYBOX
+from tests.kit.cri_images import BUSYBOX, DYNAMIC_ROOT, dynamic_busybox
 from tests.lab.conftest import NODE
 from tests.lab.labkit import CHECKOUT, GUEST_RESULTS, TIMES, Lab
 
@@ -49,6 +51,11 @@ GUEST_SUITE = (  # relative to the checkout: what runs the runtime on the host's
     "tests/integration/test_seccomp.py",
     "tests/integration/test_cri_stats.py",  # the CRI's CPU and memory stats, read from the v2 files
     "tests/integration/test_cri_ocispec_run.py",  # the CRI's OCI spec (resources, cgroup parent) run for real
+    "tests/integration/test_cri_pause_confined.py",  # a ptrace-capable root container vs the shared-pid pause
+    "tests/integration/test_state_modes.py",  # the CRI socket 0660, its state closed under umask 000 and 077
+    "tests/integration/test_cni_helper.py",  # a hostNetwork root pod vs the resident CNI helper's socket
+    "tests/integration/test_cri_crictl.py",  # the CRI through crictl: limits in the pod's cgroups, exec, logs
+    "tests/integration/test_cri_registry_creds.py",  # the node's registry credentials reach no other registry
 )
 GUEST_SKIPS = {  # test id (less its parameters) -> why it cannot run on a pure v2 host
     "tests/integration/test_devices_v2.py::test_program_answers_as_the_v1_devices_cgroup":
@@ -59,6 +66,21 @@ GUEST_DIR = "/root/pynode-suite"  # the checkout's tests/ and setup.cfg (pytest'
 GUEST_VENV = "/opt/pynode/venv"  # provision.sh's
 # at this venv's versions, which `prepare --with-tests` put into the wheelhouse (lab.py's TEST_DISTRIBUTIONS)
 GUEST_TEST_DISTRIBUTIONS = ("pytest", "pytest-timeout")
+GUEST_APT = "/var/lib/pynode-lab/apt-tests"  # apt's lists and cache for the test packages (provision.sh's way)
+# debs/tests.txt's packages (lab.py's TEST_PACKAGES) from the lab's repository alone, no service started by
+# their installation (docker-registry's would listen on :5000), dpkg without fsync (an emulated disk)
+INSTALL_TEST_PACKAGES = f"""
+mkdir -p {GUEST_APT}/lists/partial {GUEST_APT}/cache/archives/partial {GUEST_APT}/sources.list.d
+echo 'deb [trusted=yes] file:/opt/pynode-lab/debs ./' > {GUEST_APT}/sources.list
+set -- -o Dir::Etc::SourceList={GUEST_APT}/sources.list -o Dir::Etc::SourceParts={GUEST_APT}/sources.list.d \
+    -o Dir::State::Lists={GUEST_APT}/lists -o Dir::Cache={GUEST_APT}/cache -o APT::Get::List-Cleanup=false \
+    -o DPkg::Lock::Timeout=300 -o Dpkg::Options::=--force-unsafe-io
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
+trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+apt-get "$@" -q update >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get "$@" -q -y --no-install-recommends \
+    install $(cat /opt/pynode-lab/debs/tests.txt) >/dev/null
+"""
 SOCKET = f"unix://{lab_config.Layout().run}/{NODE}/cri.sock"  # the node's pyruntime-cri (pynode_cluster.node)
 CRICTL = f"/opt/pynode-lab/bin/crictl --runtime-endpoint {SOCKET} --image-endpoint {SOCKET} --timeout 120s"
 
@@ -121,12 +143,15 @@ def test_a_pod_through_pyruntime_cri_gets_its_limits_and_no_disk(quiet_node: Lab
 
 
 def _suite_tarball() -> bytes:
-    """The checkout's tests/ (no caches) and setup.cfg, and the static busybox, as a gzipped tar."""
+    """The checkout's tests/ (no caches) and setup.cfg, the static busybox, and the dynamic one's extracted
+    package (the CRI images' base: the VM has no package list to download it with), as a gzipped tar."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         tar.add(CHECKOUT / "tests", "tests", filter=lambda i: None if "__pycache__" in i.name else i)
         tar.add(CHECKOUT / "setup.cfg", "setup.cfg")
         tar.add(static_busybox(), "busybox")
+        dynamic_busybox()
+        tar.add(DYNAMIC_ROOT, "busybox-dynamic")
     return out.getvalue()
 
 
@@ -141,11 +166,15 @@ def test_the_root_tests_pass_on_cgroup_v2(quiet_node: Lab, tmp_path: Path):
               f"ln -s {GUEST_VENV} {GUEST_DIR}/.venv && "
               f"install -D -m 0755 {GUEST_DIR}/busybox /root/.cache/pynode/busybox-static/bin/busybox && "
               "install -D -m 0755 /opt/pynode-lab/bin/crictl /root/.cache/pynode/bin/crictl && "
+              f"rm -rf /root/.cache/pynode/busybox-dynamic && mv {GUEST_DIR}/busybox-dynamic /root/.cache/pynode/ && "
               # the first `ip netns add` on a machine mounts /run/netns: the host's doing, not a test's leak
               "ip netns add pynode-lab-v2 && ip netns del pynode-lab-v2 && "
               f"{GUEST_VENV}/bin/pip install -q --disable-pip-version-check --no-index "
               f"--find-links /opt/pynode-lab/wheelhouse {pins}", timeout=900)
     TIMES["the suite uploaded and pytest installed in the VM"] = time.monotonic() - started
+    started = time.monotonic()
+    root(lab, INSTALL_TEST_PACKAGES, timeout=1200)
+    TIMES["the CRI tests' packages installed in the VM"] = time.monotonic() - started
     started = time.monotonic()
     # its exit status too: a leak the session's check finds (tests/conftest.py) is in no test's result
     status = root(lab, f"cd {GUEST_DIR} && rc=0 && PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest "

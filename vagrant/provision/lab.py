@@ -11,10 +11,10 @@ certificate), bin/ (the Go-built peers, from ~/.cache/pynode/bin), wheelhouse/ (
 dependencies' for the guests' Python 3.11), debs/ (the Debian packages a bare Debian 12 VM lacks, their
 dependencies, and a Packages index: a local repository), provision.sh (run in each VM). The VMs need no network.
 `--with-tests` (make test-lab, which runs the project's root tests inside its node VM too) adds the wheels of
-pytest and its plugins at the host venv's versions to the wheelhouse, and crictl to bin/ (provision.sh
-installs neither). Each file is written atomically and only when its content changes: a second `prepare`
-with the same inputs changes nothing (it asks the package registries only for what is missing or has a newer
-version).
+pytest and its plugins at the host venv's versions to the wheelhouse, crictl to bin/, and to debs/ the
+packages the CRI tests' fixtures run (debs/tests.txt names them; provision.sh installs none of these). Each
+file is written atomically and only when its content changes: a second `prepare` with the same inputs changes
+nothing (it asks the package registries only for what is missing or has a newer version).
 
 Run it with the project's Python (.venv/bin/python); control-plane up/down as root.
 """
@@ -42,6 +42,10 @@ GUEST_PACKAGES = ("python3-venv", "libseccomp2", "iproute2", "iptables", "conntr
 # generators), and the peer they drive the node's CRI server with
 TEST_DISTRIBUTIONS = ("pytest", "pytest-timeout")
 TEST_PEERS = ("crictl",)
+# what the CRI tests' fixtures run in a VM: the test registry and what pushes to it (tests/integration/
+# registry_server.py: docker-registry, skopeo, apache2-utils' htpasswd), and the C compiler that builds the
+# pause and nonewprivs images' static programs (tests/kit/cri_images.py); installed by the test tier only
+TEST_PACKAGES = ("docker-registry", "skopeo", "apache2-utils", "gcc", "libc6-dev")
 
 
 class PrepareError(RuntimeError):
@@ -105,11 +109,26 @@ def _closure(packages: tuple[str, ...]) -> dict[str, tuple[str, str]]:
                "--no-breaks", "--no-replaces", "--no-enhances", *packages]).stdout
     names = sorted({line.strip() for line in out.splitlines() if line and not line[0].isspace()
                     and not line.startswith("<")})
+    return _candidates(names, packages, with_required=False)
+
+
+def _installed_on_nothing(packages: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """What apt would install for the packages on a machine that has nothing, `required` ones included (a
+    package may pin one at its own version: libc6-dev's libc6): apt's own choice among alternatives, where
+    _closure takes them all (skopeo's gpg-agent would bring every pinentry, GTK's and Qt's)."""
+    with tempfile.NamedTemporaryFile(prefix="lab-empty-status-") as status:
+        out = run(["apt-get", "-s", "-q", "--no-install-recommends", "-o", f"Dir::State::status={status.name}",
+                   "-o", "Debug::NoLocking=1", "install", *packages]).stdout
+    names = sorted({line.split()[1] for line in out.splitlines() if line.startswith("Inst ")})
+    return _candidates(names, packages, with_required=True)
+
+
+def _candidates(names: list[str], packages: tuple[str, ...], with_required: bool) -> dict[str, tuple[str, str]]:
     shown = run(["apt-cache", "show", "--no-all-versions", *names]).stdout
     closure = {}
     for stanza in shown.split("\n\n"):
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
-        if fields.get("Package") and fields.get("Priority") != "required":
+        if fields.get("Package") and (with_required or fields.get("Priority") != "required"):
             closure[fields["Package"]] = (fields["Version"], fields["Architecture"])
     missing = [p for p in packages if p not in closure]
     if missing:
@@ -117,11 +136,12 @@ def _closure(packages: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     return closure
 
 
-def debs(dir: Path, packages: tuple[str, ...] = GUEST_PACKAGES) -> list[str]:
+def debs(dir: Path, packages: tuple[str, ...] = GUEST_PACKAGES, tests: tuple[str, ...] = ()) -> list[str]:
     """A local repository in `dir`: each package of the closure at apt's candidate version (downloaded only when
-    that file is not there yet), a Packages index, and wanted.txt (what provision.sh installs when missing)."""
+    that file is not there yet), a Packages index, wanted.txt (what provision.sh installs when missing) and
+    tests.txt (`tests`, which the test tier installs from it, their dependencies in the repository too)."""
     dir.mkdir(parents=True, exist_ok=True)
-    closure = _closure(packages)
+    closure = {**(_installed_on_nothing(tests) if tests else {}), **_closure(packages)}
     wanted = {f"{p}_{v.replace(':', '%3a')}_{a}.deb": p for p, (v, a) in closure.items()}  # apt-get download's
     changed = []
     need = [package for name, package in wanted.items() if not (dir / name).exists()]
@@ -141,8 +161,9 @@ def debs(dir: Path, packages: tuple[str, ...] = GUEST_PACKAGES) -> list[str]:
     index = "".join(_stanza(dir / name) for name in sorted(wanted))
     if write(dir / "Packages", index.encode()):
         changed.append("Packages")
-    if write(dir / "wanted.txt", "".join(f"{p}\n" for p in packages).encode()):
-        changed.append("wanted.txt")
+    for listing, names in (("wanted.txt", packages), ("tests.txt", tests)):
+        if write(dir / listing, "".join(f"{p}\n" for p in names).encode()):
+            changed.append(listing)
     return changed
 
 
@@ -183,7 +204,7 @@ def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], regi
     steps.append(("bin", system.changes))
     steps.append(("wheelhouse", wheelhouse(out / "wheelhouse", _pinned(TEST_DISTRIBUTIONS) if with_tests else ())))
     if with_debs:
-        steps.append(("debs", debs(out / "debs")))
+        steps.append(("debs", debs(out / "debs", tests=TEST_PACKAGES if with_tests else ())))
     script = (Path(__file__).with_name("provision.sh")).read_bytes()
     steps.append(("provision.sh", ["provision.sh"] if write(out / "provision.sh", script, 0o755) else []))
     for step, changes in steps:
@@ -212,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("--no-debs", dest="debs", action="store_false",
                       help="no Debian packages (for VMs that have them or reach a mirror)")
     prep.add_argument("--with-tests", action="store_true",
-                      help="pytest's wheels and crictl too, for the root tests run in a node VM (make test-lab)")
+                      help="pytest's wheels, crictl and the CRI tests' packages too, for the root tests run in a "
+                           "node VM (make test-lab)")
     cp = sub.add_parser("control-plane", help="the lab's control plane on this host (root)")
     cp.add_argument("action", choices=("up", "down"))
     cp.add_argument("--config", type=Path, default=CHECKOUT / "vagrant" / ".lab" / "lab.json")
