@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from cni_plugins import helper, launch
 from pynode_cluster import hosts
 from pynode_cluster.node import containerd_config
 from pynode_cluster.node import install_plugins as install_our_plugins
@@ -213,6 +214,10 @@ class HostState:
 def cleanup(before: HostState, work: Path, keep: set[int]) -> str:
     """Removes what the run left that was not there before (processes but `keep`, the registry); returns
     what could not be removed."""
+    try:  # our plugins' helper in this netns outlives the daemon; killed below, it would leave its socket and lock
+        helper.stop(launch.DEFAULT_NAME)
+    except TimeoutError:
+        pass  # killed below with the rest
     for child in psutil.Process().children(recursive=True):
         if child.pid in keep:
             continue
