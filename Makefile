@@ -101,7 +101,7 @@ lab-down: $(STAMPS)/venv
 
 # One node VM of the lab under QEMU software emulation joined to a control plane on this host, a deployment on
 # it, then the runtime's and the CRI server's root tests run inside it on pure cgroup v2 with systemd
-# (tests/lab/test_lab_v2.py), and nothing left (tests/lab; about 11 minutes, 14 when the box is built: its own
+# (tests/lab/test_lab_v2.py), and nothing left (tests/lab; about 14 minutes, 17 when the box is built: its own
 # tier, `make test` does not collect it; .ci/run calls it after `make test` when CI's 90 minutes hold it).
 test-lab: setup lab-setup
 	PYNODE_TEST_LAB=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab
