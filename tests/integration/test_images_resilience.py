@@ -119,6 +119,24 @@ def test_broken_connections_resume_with_range(reg, tmp_path: Path) -> None:
         proxy.stop()
 
 
+def _stalled_pull(pull) -> BaseException | None:
+    """Runs `pull` (a progress timeout of 1 s, against a proxy that stalls) in a thread; fails unless it ends
+    well within 10 times that, and returns what it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pull()
+        except BaseException as e:
+            errors.append(e)
+
+    puller = threading.Thread(target=run, daemon=True)
+    puller.start()
+    puller.join(10 * 1.0 + 20)
+    assert not puller.is_alive(), "the pull outlived its progress timeout"
+    return errors[0] if errors else None
+
+
 def test_a_registry_that_stalls_mid_blob_fails_the_pull_within_its_progress_timeout(reg, tmp_path: Path) -> None:
     """Issue 22: a pull had no progress deadline: a registry (or a path to it) that went silent mid-blob
     held the pull, and the pod worker waiting on it, through a minute per read and retries it could stretch.
@@ -129,25 +147,12 @@ def test_a_registry_that_stalls_mid_blob_fails_the_pull_within_its_progress_time
     registry, _ = reg
     proxy = CuttingProxy(registry.port, limit=1_500_000, cuts=1000, stall=True)
     store = ImageStore(tmp_path / "store")
-    errors: list[BaseException] = []
-
-    def pull() -> None:
-        try:
-            store.pull(f"127.0.0.1:{proxy.port}/test/random:latest", progress_timeout=1.0)
-        except BaseException as e:
-            errors.append(e)
-
-    puller = threading.Thread(target=pull, daemon=True)
     try:
-        puller.start()
-        puller.join(10 * 1.0 + 20)
-        assert not puller.is_alive(), "the pull outlived its progress timeout"
-        assert errors and isinstance(errors[0], RegistryError), errors
-        assert "no progress for 1s" in str(errors[0])
+        error = _stalled_pull(lambda: store.pull(f"127.0.0.1:{proxy.port}/test/random:latest", progress_timeout=1.0))
+        assert isinstance(error, RegistryError) and "no progress for 1s" in str(error), error
         assert [p for p in (store.root / "snapshots").iterdir() if "." in p.name] == []
     finally:
         proxy.stop()
-        puller.join(120)
 
 
 def test_a_stalled_pull_through_the_cri_launcher_fails_within_its_progress_timeout(reg, tmp_path: Path) -> None:
@@ -163,23 +168,12 @@ def test_a_stalled_pull_through_the_cri_launcher_fails_within_its_progress_timeo
     settings = Settings(root=str(tmp_path / "runtime"), image_root=str(tmp_path / "store"),
                         hosts_dir=str(tmp_path / "certs.d"))
     launcher = Launcher.spawn(settings, Layout(str(tmp_path / "root"), str(tmp_path / "state")))
-    errors: list[BaseException] = []
-
-    def pull() -> None:
-        try:
-            launcher.pull_image(f"127.0.0.1:{proxy.port}/test/random:latest", None, progress_timeout=1.0)
-        except BaseException as e:
-            errors.append(e)
-
-    puller = threading.Thread(target=pull, daemon=True)
     try:
-        puller.start()
-        puller.join(10 * 1.0 + 20)
-        assert not puller.is_alive(), "the pull outlived its progress timeout"
-        assert errors and isinstance(errors[0], UnavailableError) and "no progress for 1s" in str(errors[0]), errors
+        error = _stalled_pull(lambda: launcher.pull_image(f"127.0.0.1:{proxy.port}/test/random:latest", None,
+                                                          progress_timeout=1.0))
+        assert isinstance(error, UnavailableError) and "no progress for 1s" in str(error), error
     finally:
         proxy.stop()
-        puller.join(120)
         launcher.close()
 
 
