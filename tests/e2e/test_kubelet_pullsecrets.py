@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.registry_server import Registry
-from tests.kit.images import add_image, busybox_layer, write_index
+from tests.kit.images import push_busybox
 from tests.kit.kubelet_node import apply, get_pod, on_node, wait_for
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
@@ -29,11 +29,7 @@ def private_registry(cri, tmp_path_factory) -> Iterator[Registry]:
     reg = Registry(tmp / "reg", auth="htpasswd", users={USER: PASSWORD}).start()
     hosts = Path(cri.hosts_dir) / reg.host
     try:
-        layout = tmp / "layout"
-        layout.mkdir()
-        desc, _ = add_image(layout, [(busybox_layer(tmp / "work"), "gzip")])
-        write_index(layout, [desc], tag="1")
-        reg.push(layout, "private/busybox:1", tag="1", creds=f"{USER}:{PASSWORD}")
+        push_busybox(reg, tmp, "private/busybox:1", creds=f"{USER}:{PASSWORD}")
         hosts.mkdir(parents=True)
         (hosts / "hosts.toml").write_text(f'server = "http://{reg.host}"\n')
         yield reg

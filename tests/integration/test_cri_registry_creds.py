@@ -19,7 +19,7 @@ from pyruntime.images.registry import RegistryClient
 from pyruntime.images.request import Credentials
 from tests.conformance.critest import CRICTL, PyruntimeCri
 from tests.integration.registry_server import Registry
-from tests.kit.images import add_image, busybox_layer, write_index
+from tests.kit.images import push_busybox
 
 USER, PASSWORD = "alice", "n0de-wide-s3cret"
 
@@ -72,11 +72,7 @@ def registry_a(tmp_path: Path) -> Iterator[Registry]:
     """A registry with a password, holding busybox as private/busybox:1."""
     reg = Registry(tmp_path / "reg-a", auth="htpasswd", users={USER: PASSWORD}).start()
     try:
-        layout = tmp_path / "layout"
-        layout.mkdir()
-        desc, _ = add_image(layout, [(busybox_layer(tmp_path / "work"), "gzip")])
-        write_index(layout, [desc], tag="1")
-        reg.push(layout, "private/busybox:1", tag="1", creds=f"{USER}:{PASSWORD}")
+        push_busybox(reg, tmp_path, "private/busybox:1", creds=f"{USER}:{PASSWORD}")
         yield reg
     finally:
         reg.stop()

@@ -149,6 +149,17 @@ def busybox_layer(workdir: Path) -> bytes:
     return tar_directory(build_rootfs(Path(workdir) / "rootfs"))
 
 
+def push_busybox(registry, workdir: Path, repository: str, creds: str | None = None) -> None:
+    """Busybox as one gzip layer, pushed to `registry` (tests/integration/registry_server.Registry) as
+    `repository` (REPO:TAG), with `creds` (USER:PASSWORD) where the registry wants them."""
+    layout = Path(workdir) / "layout"
+    layout.mkdir(parents=True)
+    desc, _ = add_image(layout, [(busybox_layer(Path(workdir) / "work"), "gzip")])
+    tag = repository.rsplit(":", 1)[1]
+    write_index(layout, [desc], tag=tag)
+    registry.push(layout, repository, tag=tag, creds=creds)
+
+
 # What the layered image's second and third layers do to the first, and what the result must look like.
 LAYERED_BASE = [
     d("data"), f("data/keep", "keep"), f("data/remove-me", "gone"), d("data/subdir"), f("data/subdir/x", "x"),
