@@ -34,9 +34,14 @@ def _links() -> set[str]:
     return set(os.listdir("/sys/class/net"))
 
 
+# a table's built-in chains, which appear with it the first time anything on the machine uses it (the first
+# masquerade rule of a fresh machine makes the nat table): a table is not a leak, its rules and own chains are
+BUILTIN_CHAINS = frozenset({"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"})
+
+
 def _iptables() -> set[str]:
-    """Every chain and rule of every table, IPv4 and IPv6 (counters left out): a CNI plugin's masquerade or
-    portmap chain left behind is a leak like a link."""
+    """Every user chain and rule of every table, IPv4 and IPv6 (counters left out): a CNI plugin's masquerade
+    or portmap chain left behind is a leak like a link."""
     found: set[str] = set()
     for tool in ("iptables-save", "ip6tables-save"):
         try:
@@ -47,8 +52,8 @@ def _iptables() -> set[str]:
         for line in out.splitlines():
             if line.startswith("*"):
                 table = line[1:]
-            elif line.startswith(":"):
-                found.add(f"{tool} {table} chain {line[1:].split()[0]}")
+            elif line.startswith(":") and (chain := line[1:].split()[0]) not in BUILTIN_CHAINS:
+                found.add(f"{tool} {table} chain {chain}")
             elif line.startswith("-A "):
                 found.add(f"{tool} {table} {line}")
     return found
