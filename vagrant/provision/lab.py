@@ -44,8 +44,10 @@ TEST_DISTRIBUTIONS = ("pytest", "pytest-timeout")
 TEST_PEERS = ("crictl",)
 # what the CRI tests' fixtures run in a VM: the test registry and what pushes to it (tests/integration/
 # registry_server.py: docker-registry, skopeo, apache2-utils' htpasswd), and the C compiler that builds the
-# pause and nonewprivs images' static programs (tests/kit/cri_images.py); installed by the test tier only
-TEST_PACKAGES = ("docker-registry", "skopeo", "apache2-utils", "gcc", "libc6-dev")
+# pause and nonewprivs images' static programs (tests/kit/cri_images.py), and nft, with which the CNI tests'
+# fixtures look for and remove the bridge's nat table (tests/integration/cni_helpers.py); installed by the
+# test tier only
+TEST_PACKAGES = ("docker-registry", "skopeo", "apache2-utils", "gcc", "libc6-dev", "nftables")
 
 
 class PrepareError(RuntimeError):
