@@ -11,10 +11,15 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers setup run stop lint test unit integration bench conformance conformance-runc proto clean \
+.PHONY: apt busybox peers base setup run stop lint test unit integration bench conformance conformance-runc proto clean \
 	cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
 
-setup: apt $(STAMPS)/venv peers busybox
+# What a node needs (`make run`): the apt packages, the venv and the busybox of its sample pod's image.
+base: apt $(STAMPS)/venv busybox
+
+# And the Go-built peers (scripts/peers/*.sh into $(PEERS_BIN)) that the tests, `make cluster`, the conformance
+# suites, the bench and the lab run against: every target that runs one depends on `setup`.
+setup: base peers
 
 # No stamp: a package removed since the last set-up must come back, and the check costs one dpkg-query.
 apt:
@@ -41,7 +46,7 @@ lint: $(STAMPS)/venv
 	  { echo 'a `# type: ignore` needs a reason after it on the same line'; exit 1; }
 
 # A node in the background: pyruntime-cri + pykubelet (standalone) running examples/static-web.yaml; idempotent.
-run: setup
+run: base
 	$(PY) -m tests.kit.demo up
 
 # Removes what `make run` started: the pod, pykubelet, pyruntime-cri, the network and the state; idempotent.
@@ -51,7 +56,7 @@ stop:
 test: setup lint
 	$(PY) -m pytest -p no:cacheprovider -ra tests
 
-unit: setup
+unit: base
 	$(PY) -m pytest -p no:cacheprovider tests/unit
 
 integration: setup
