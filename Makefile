@@ -106,13 +106,13 @@ lab-down: $(STAMPS)/venv
 
 # One node VM of the lab under QEMU software emulation joined to a control plane on this host, a deployment on
 # it, then the runtime's and the CRI server's root tests run inside it on pure cgroup v2 with systemd
-# (tests/lab/test_lab_v2.py), and nothing left (tests/lab; about 14 minutes, 17 when the box is built: its own
+# (tests/lab/test_lab_v2.py), and nothing left (tests/lab; its time in vagrant/README.md: its own
 # tier, `make test` does not collect it; .ci/run calls it after `make test` when CI's 90 minutes hold it).
 test-lab: setup lab-setup
 	PYNODE_TEST_LAB=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab
 
-# The whole lab in VMs as `make lab-up` brings it up (the control-plane VM and two nodes, about 7.5 GiB), the
-# cross-node check on it, and nothing left (tests/lab/test_lab_full.py; not part of CI).
+# The whole lab in VMs as `make lab-up` brings it up (the control-plane VM and two nodes; the memory they need:
+# vagrant/README.md), the cross-node check on it, and nothing left (tests/lab/test_lab_full.py; not part of CI).
 test-lab-full: setup lab-setup
 	PYNODE_TEST_LAB=1 PYNODE_TEST_LAB_FULL=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab/test_lab_full.py
 

@@ -102,7 +102,7 @@ def _add(ipr: IPRoute, conf: BridgeConf, args: CmdArgs, nsfd: int) -> Result:
                 raise CNIError(ERR_INTERNAL, "IPAM plugin returned missing IP config")
             gateways = _calc_gateways(result, conf)
             # the container's side in a netns thread while the host's is done here: a new masquerade chain
-            # is an iptables commit, which waits out an RCU grace period (~10 ms) in the kernel
+            # is an iptables commit, which waits out an RCU grace period in the kernel (bench.cni)
             configured = ns.start_in(nsfd, _container_setup, args.ifname, conf, result)
             try:
                 _setup_gateways(ipr, br["index"], conf, gateways)
@@ -178,7 +178,7 @@ def _container_delete(ifname: str) -> None:
 
 def delete(args: CmdArgs) -> None:
     """The container's interface goes in a thread in its netns while the masquerade rules go here: the
-    veth's unregistering and iptables' commit each wait out an RCU grace period (~10 ms), one at a time
+    veth's unregistering and iptables' commit each wait out an RCU grace period, one after the other
     otherwise. The addresses are released whatever happened to the rules."""
     conf = load(args)
     nsfd = None

@@ -16,7 +16,7 @@ verify (a foreign directory or socket file, a listener of another user or mount 
 sends it nothing and serves the call in-process, as it does when no helper runs.
 """
 import _signal  # loaded by the interpreter already; `signal` would pull in enum
-import _socket  # the C module: `socket` would pull in enum and selectors, 6 ms of a call's start-up
+import _socket  # the C module: `socket` would pull in enum and selectors at every call's start
 import errno
 import os
 import sys
@@ -119,7 +119,7 @@ def peer_refusal(sock: _socket.socket, started_by: float | None = None) -> str:
 def code_version() -> str:
     """Identifies the plugin code installed now: path, inode, size and mtime of every module, folded.
 
-    A stat per module (about 0.1 ms for the package), no hashing module to import. An upgrade or an edit
+    A stat per module and no hashing module to import, so every call can afford it. An upgrade or an edit
     changes it; the helper takes it before loading the plugins, so it never claims newer code than it has.
     """
     entries = []

@@ -234,7 +234,7 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         client = pki.kubelet_client(n.name)
         kubeconfig = pki.user_kubeconfig(ca, STATE / f"{client.name}.kubeconfig", server, client.common_name,
                                          client.groups)
-        # its plugins start the CNI helper of the node's netns (110 pods Running in 13 s, not 40): `down` stops it
+        # its plugins start the CNI helper of the node's netns (warm plugins, no import per call): `down` stops it
         d.start(f"{n.name}-{runtime}", node.runtime_argv(hosts_dir), log_dir / f"{n.name}-{runtime}.log", n.netns)
         hosts.wait_for(f"{runtime} on {node.sock}", node.sock.exists, 60,
                        failed=lambda n=n: d.exited(f"{n.name}-{runtime}"))

@@ -4,8 +4,8 @@
 Identities are what the authorizers read: a client cert's CN is the user and its O the groups, so a
 kubelet's cert says `system:node:NAME` in `system:nodes` (what the Node authorizer and NodeRestriction
 admit) and the admin's says `system:masters`. Keys are ECDSA P-256: as strong as kubeadm's RSA-2048
-default for a test cluster and a hundred times faster to make, which matters when every test run
-makes a fresh PKI.
+default for a test cluster and made without RSA's search for primes, which matters when every test
+run makes a fresh PKI.
 """
 from __future__ import annotations
 

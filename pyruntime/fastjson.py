@@ -1,9 +1,9 @@
 """JSON for the runtime's start path, without importing the `json` package.
 
-`import json` costs every runtime command about 5 ms: json.decoder compiles regular expressions at
-import, so it imports `re`, and `re` imports `enum`, `functools` and `collections`; runc's whole `start`
-takes 4 ms. CPython's `json` does its real work in its C accelerator `_json` (the scanner and the
-encoder); this module drives that accelerator with `json`'s default settings, so a value it returns is
+`import json` would be paid by every runtime command: json.decoder compiles regular expressions at
+import, so it imports `re`, and `re` imports `enum`, `functools` and `collections`, more than runc's whole
+`start` takes (bench.runtime). CPython's `json` does its real work in its C accelerator `_json` (the
+scanner and the encoder); this module drives that accelerator with `json`'s default settings, so a value it returns is
 the one `json.loads` or `json.dumps` would return. Whatever it is not sure of goes to `json` itself: a
 document that does not parse (so the error a user reads is json's own, with line and column), bytes that
 are not plain UTF-8 (json detects UTF-16 and UTF-32 and BOMs), an object the encoder refuses, or an

@@ -88,8 +88,8 @@ class atomic_file:
     The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
     for `path`, so a write killed half way leaves one stale file that the next write overwrites,
     not a new piece of garbage per attempt. On an error the temporary file is removed.
-    A class rather than a contextlib generator: contextlib's import (collections, functools) would be a
-    millisecond of every runtime command, which writes state.json through here.
+    A class rather than a contextlib generator: contextlib's import (collections, functools) would be paid
+    by every runtime command, which writes state.json through here.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, mode: int = 0o644,

@@ -1,11 +1,11 @@
 """`@record`: value classes with __init__, ==, hash and repr, for the types on the container start path.
 
-dataclasses writes each class's methods as source text and exec()s it, and imports inspect (with ast,
-dis and tokenize) to do so: about 0.4 ms per class plus 6 ms of imports, which every `pyruntime create`
-paid for its ~25 spec and resource types. Here the methods are shared functions driven by the field
-list, so defining a class compiles nothing. Only what those types use is supported: annotated fields,
-all positional-or-keyword, each with no default, a plain default or a `Factory`. Instances are meant
-to be treated as immutable (they hash by value) but, unlike frozen dataclasses, do not enforce it.
+dataclasses writes each class's methods as source text and exec()s it, and imports inspect (with ast, dis and
+tokenize) to do so, which every `pyruntime create` would pay for its spec and resource types
+(tests/unit/test_start_path_imports.py keeps them off the start path). Here the methods are shared functions
+driven by the field list, so defining a class compiles nothing. Only what those types use is supported:
+annotated fields, all positional-or-keyword, each with no default, a plain default or a `Factory`. Instances are
+meant to be treated as immutable (they hash by value) but, unlike frozen dataclasses, do not enforce it.
 """
 from __future__ import annotations
 

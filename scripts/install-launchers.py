@@ -1,6 +1,6 @@
 """Writes lean launchers for the commands whose start-up time is the product.
 
-pip's console scripts run the interpreter with `site`, which costs ~15 ms in a venv; these launchers run
+pip's console scripts run the interpreter with `site`, a cost of its own in a venv; these launchers run
 `python -I -S` and put only the repository and the venv's site-packages on sys.path, so a container or a
 CNI ADD pays for nothing it does not import, and they skip the interpreter's teardown at the end.
 """
@@ -21,9 +21,9 @@ LAUNCHERS = {
 }
 
 # The cyclic GC's first threshold goes from 700 allocations to 100,000: the imports alone triggered a dozen
-# collections, ~1 ms of each command; a command that runs long (`run` in the foreground, `events`) still
-# collects, less often. The end skips the interpreter's teardown (freeing every module and object: ~2.5 ms
-# of each command) with os._exit once the output is flushed. Not when threads were started (the teardown
+# collections in each command; a command that runs long (`run` in the foreground, `events`) still
+# collects, less often. The end skips the interpreter's teardown (freeing every module and object, in
+# each command) with os._exit once the output is flushed. Not when threads were started (the teardown
 # joins them) or a flush fails (the interpreter then reports it, with its status 120 unless the command
 # handled it).
 TEMPLATE = """#!{python} -IS

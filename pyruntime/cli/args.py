@@ -15,7 +15,7 @@ class UsageError(InvalidArgumentError):
 
 class Flag:
     """One flag and its aliases. A plain class, not a dataclass: importing dataclasses and generating the
-    methods would cost this process, which runs for every container operation, several milliseconds."""
+    methods would be paid by this process, which runs for every container operation."""
 
     __slots__ = ("default", "names", "repeat", "unsupported", "value")
 

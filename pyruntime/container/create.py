@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-# `_signal`, not `signal`, which builds enums at import: a millisecond of every runtime command
+# `_signal`, not `signal`, which builds enums at import, on every runtime command's start
 from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, signal
 
 from pyruntime.container import init, sync

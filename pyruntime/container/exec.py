@@ -29,7 +29,7 @@ from pyruntime.oci.spec import Process
 from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState, oci_state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
-if TYPE_CHECKING:  # socket and collections: enums and a millisecond of `exec`'s start, for annotations only
+if TYPE_CHECKING:  # socket and collections: enums at `exec`'s start, for annotations only
     import socket
     from collections.abc import Callable
 

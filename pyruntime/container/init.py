@@ -43,7 +43,7 @@ def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
         else:
             msg = str(err) or type(err).__name__
         if debug:
-            import traceback  # debug only; importing it costs every create 2 ms
+            import traceback  # debug only: its import is not for every create to pay
             msg += "\n" + traceback.format_exc()
         if chan is not None:
             chan.send(sync.ERROR, message=msg)
@@ -193,7 +193,7 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
                 flags |= NS_FLAGS[kind]
         if flags:
             kernel.unshare(flags)
-        # the runtime puts us in the cgroup meanwhile (its first write can wait ~10 ms in the kernel);
+        # the runtime puts us in the cgroup meanwhile (its first write can wait out an RCU grace period);
         # only the cgroup namespace has to come after, so that its root is the container's cgroup
         chan.recv(sync.GO)
         if "cgroup" in new:

@@ -99,7 +99,7 @@ class Store:
 
     def remove(self, cid: str) -> None:
         """The directory holds files only (state.json, the exec fifo), removed one by one: shutil's import
-        (bz2, lzma) would cost every delete ~2 ms. Whatever else is found there goes with rmtree."""
+        (bz2, lzma) would be paid by every delete. Whatever else is found there goes with rmtree."""
         path = self.path(cid)
         try:
             with os.scandir(path) as entries:
@@ -127,7 +127,7 @@ class Store:
 
 class _Flock:
     """An exclusive flock on an open fd, closed when the block ends (a class, not a contextlib generator:
-    every runtime command takes one, and contextlib's import would cost it a millisecond)."""
+    every runtime command takes one, and would pay contextlib's import)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd

@@ -85,7 +85,7 @@ class Channel:
 
     @classmethod
     def pair(cls) -> tuple[Channel, Channel]:
-        """C-level sockets (`_socket`): the `socket` module builds enums at import, a millisecond of `create`."""
+        """C-level sockets (`_socket`): the `socket` module builds enums at import, on `create`'s start."""
         a, b = socketpair(AF_UNIX, SOCK_SEQPACKET)
         return cls(a), cls(b)
 

@@ -1,13 +1,13 @@
 """The fork server: the one process of pyruntime-cri that forks pause processes, container
 supervisors and exec helpers.
 
-Why: a gRPC server has threads, and a fork from a threaded process copies only the calling thread;
-a lock another thread held (malloc, the import lock, a gRPC core thread) stays held for good in the
-child, which hangs in the container's set-up. So `Launcher.spawn` starts this server as a process of its
-own (posix_spawn of a fresh interpreter, safe from any process): it imports the container code once, so
-every child starts warm (no 60 ms `pyruntime` exec per container) and shares its pages copy-on-write,
-and it imports nothing else: no module whose at-fork hooks (logging's, threading's) would run in each of
-the four forks a container takes.
+Why: a gRPC server has threads, and a fork from a threaded process copies only the calling thread; a lock
+another thread held (malloc, the import lock, a gRPC core thread) stays held for good in the child, which
+hangs in the container's set-up. So `Launcher.spawn` starts this server as a process of its own (posix_spawn
+of a fresh interpreter, safe from any process): it imports the container code once, so every child starts
+warm (no interpreter start and imports per container, which are most of bench.runtime's `run`) and shares
+its pages copy-on-write, and it imports nothing else: no module whose at-fork hooks (logging's, threading's)
+would run in each of the four forks a container takes.
 
 Wire: a SOCK_SEQPACKET socketpair, one JSON object per message, fds beside it (SCM_RIGHTS). A request
 is {"id", "op", "job", "stdio"}; the reply carries the same id and either "ok" (the result) or
@@ -110,7 +110,7 @@ class PullJob:
     """An image pull, run in a child of the launcher rather than in the daemon: what a registry sends
     (manifests, compressed layers, tar streams) is parsed and unpacked in a process that ends with the pull,
     so a hostile or broken image can't take the daemon down or leave its memory grown, and the daemon
-    never loads the HTTP client and TLS (~7 MiB of its RSS). Credentials as pyruntime.images.request's;
+    never loads the HTTP client and TLS (bench.cri's memory). Credentials as pyruntime.images.request's;
     progress_timeout: seconds a blob may stand still before the pull fails (0: never)."""
 
     ref: str

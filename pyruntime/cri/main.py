@@ -123,7 +123,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
 
     kernel = LinuxSyscalls()
     # glibc gives each thread that allocates an arena of its own, and every gRPC pool thread keeps its
-    # arena's pages (6-7 MiB of RSS with 20 pods, bench.cri); the GIL serialises them anyway
+    # arena's pages (bench/README.md, bench.cri's memory); the GIL serialises them anyway
     kernel.malloc_arenas(1)  # before the first thread
     runtime = Runtime(settings, kernel=kernel)
     images = ImageStore(settings.image_root, hosts_dir=Path(settings.hosts_dir), snapshotter=settings.snapshotter,

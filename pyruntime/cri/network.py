@@ -6,8 +6,8 @@ a .conf or .json holds one plugin and is wrapped in a list. The directory is re-
 it changes, so NetworkReady follows it without a restart (the anchors' "cni config uninitialized" until a
 restart), and a bad file is skipped with its reason logged instead of taking the node's network down.
 Every pod's `lo` is set up by the runtime itself, as CRI-O's ocicni does, rather than by an exec of the
-loopback plugin as go-cni does: the same result for one ioctl instead of a process (12 ms of a RunPodSandbox
-here). An attachment of "cni-loopback" cached by an earlier version is still DEL'd with its cache.
+loopback plugin as go-cni does: the same result for one ioctl instead of a process on every RunPodSandbox
+(bench.cri). An attachment of "cni-loopback" cached by an earlier version is still DEL'd with its cache.
 
 ADD runs the chain in order, each plugin getting the previous one's result; the final result, the config
 bytes used and the attachment's CNI_ARGS and capability args are cached under cache_dir/results in

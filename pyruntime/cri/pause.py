@@ -5,7 +5,7 @@ before its first container and outlive every container restart. The launcher for
 unshares them, sets the pod's hostname and namespaced sysctls, and bind-mounts each namespace under
 Layout.ns_dir. The pins alone keep a namespace alive, so a pod that does not share a pid namespace needs no
 process at all: the child exits once the pins are made, as CRI-O drops the infra container of such a pod,
-and the pod costs no resident process of its own (a waiting Python process is 3 MiB of a pod's memory).
+and the pod costs no resident process of its own (bench.cri's memory per pod).
 A pod that shares a pid namespace keeps a process: a pid namespace without one can't be entered, and its
 init must reap what the pod's containers orphan. CNI DEL and a restarted daemon reach the network
 namespace through its pin whether or not a process lives (StopPodSandbox must succeed even without one).

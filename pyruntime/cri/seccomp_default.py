@@ -9,8 +9,8 @@ bounding set unlocks the syscalls that capability guards, as in the reference pr
 not know a name skip it (pyruntime/linux/seccomp.py does, as runc).
 
 Most containers have containerd's default capability set, so most RuntimeDefault containers get one and the
-same profile: precompile() has the launcher compile it once (libseccomp takes ~10 ms), and the containers
-it forks load the result.
+same profile: precompile() has the launcher compile it once (libseccomp's compile is a large part of a
+create: bench.cri), and the containers it forks load the result.
 """
 from __future__ import annotations
 

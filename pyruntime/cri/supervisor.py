@@ -184,14 +184,13 @@ class _Supervisor:
 
     def _create(self, console_socket: str | None, meanwhile: Callable[[], None] | None = None) -> None:
         """Runtime.create in a child of ours that exits once it is done. The create runs most of pyruntime's
-        container code (spec, mounts, cgroups, the init's fork): every object it touches or allocates is a
-        write to a page shared with the launcher, which would stay this process's own for the container's
-        whole life (~2 MiB of it); in the child those pages go when it exits. The init, orphaned when this
-        child exits (or earlier by the runtime's stage 1), comes to us as the subreaper all the same; the
-        child inherits our stdio, which the init takes over. Reports {"pid"} or the error on a pipe,
-        re-raised here as its kind; a child that dies without a report may have made the container, which
-        _undo then deletes. `meanwhile` runs here while the child works; its failure is raised once the
-        child has reported."""
+        container code (spec, mounts, cgroups, the init's fork): every object it touches or allocates is a write
+        to a page shared with the launcher, which would stay this process's own for the container's whole life
+        (bench.cri's memory per pod); in the child those pages go when it exits. The init, orphaned when this
+        child exits (or earlier by the runtime's stage 1), comes to us as the subreaper all the same; the child
+        inherits our stdio, which the init takes over. Reports {"pid"} or the error on a pipe, re-raised here as
+        its kind; a child that dies without a report may have made the container, which _undo then deletes.
+        `meanwhile` runs here while the child works; its failure is raised once the child has reported."""
         report_r, report_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -219,7 +218,7 @@ class _Supervisor:
         except BaseException as e:
             failed = e
         data = b""
-        try:  # up to the newline, not the end of the pipe: the child's exit (~1 ms) is reaped by the loop
+        try:  # up to the newline, not the end of the pipe: the child's exit, later, is reaped by the loop
             while not data.endswith(b"\n") and (chunk := os.read(report_r, 4096)):
                 data += chunk
         finally:

@@ -1,7 +1,8 @@
 """What a pull is asked with: the registry's credentials and the platform to pick from an index.
 
 Apart from the registry client (registry.py) so that a process which reads the image store but never pulls
-itself does not load requests and TLS (~7 MiB): pyruntime-cri, whose pulls run in a child of its launcher.
+itself does not load requests and TLS (bench.cri's memory): pyruntime-cri, whose pulls run in a child of its
+launcher.
 """
 from __future__ import annotations
 

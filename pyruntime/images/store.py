@@ -53,8 +53,8 @@ class ImageStore:
 
     @property
     def puller(self) -> Puller:
-        """Made on first use: the registry client loads requests and TLS (~7 MiB), which a store that is only
-        read (pyruntime-cri's, whose pulls run in a child process) never needs."""
+        """Made on first use: the registry client loads requests and TLS (bench.cri's memory), which a store
+        that is only read (pyruntime-cri's, whose pulls run in a child process) never needs."""
         if self._puller is None:
             from pyruntime.images.pull import Puller
             self._puller = Puller(self.content, self.snapshots, self.db, self.gc, hosts_dir=self.hosts_dir,

@@ -2,9 +2,9 @@
 
 The section is read through pyruntime.fieldreader, as the rest of config.json is.
 
-libseccomp is driven through a small ctypes binding: pyseccomp costs ~13 ms to import (it runs
-find_library) and Debian's python3-seccomp lives outside the venv, while ctypes is already loaded by
-the runtime. libseccomp.so.2 is opened by soname on the first call only, so importing this module costs
+libseccomp is driven through a small ctypes binding: pyseccomp runs find_library at import, which every
+runtime command would pay, and Debian's python3-seccomp lives outside the venv, while ctypes is already
+loaded by the runtime. libseccomp.so.2 is opened by soname on the first call only, so importing this module costs
 only its class definitions.
 
 Behaviour follows runc where the spec is silent: syscall names unknown to libseccomp for this
@@ -387,8 +387,8 @@ class Program:
     notify: bool
 
 
-# compiled filters of this process, by profile: libseccomp takes ~10 ms to compile a RuntimeDefault profile
-# (a rule per syscall per architecture, then the BPF generation); a CRI launcher compiles its default
+# compiled filters of this process, by profile: compiling a RuntimeDefault profile is a large part of a create
+# (a rule per syscall per architecture, then the BPF generation: bench.cri); a CRI launcher compiles its default
 # profile once and every container it forks inherits the result (precompile)
 _compiled: dict[Seccomp, Program] = {}
 

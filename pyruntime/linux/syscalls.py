@@ -22,8 +22,8 @@ from pyruntime.errors import InternalError
 from pyruntime.linux._libc import libc
 
 libc.syscall.restype = ctypes.c_long
-# typed once: the init reads and drops ~70 capability bits through prctl, and four c_ulong objects made per
-# call cost it a tenth of a millisecond
+# typed once: the init reads and drops every capability bit through prctl, and would otherwise make four
+# c_ulong objects per call
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
 # mount(2) flags
@@ -197,8 +197,8 @@ class _CapData(ctypes.Structure):
 class Syscalls:
     """The kernel interface the container logic uses; `LinuxSyscalls` is real, `FakeSyscalls` records.
 
-    A plain base class rather than a typing.Protocol: importing typing would cost every CLI command
-    (kill, state, delete reach this module through the cgroup driver) about 3 ms.
+    A plain base class rather than a typing.Protocol: every CLI command (kill, state, delete reach
+    this module through the cgroup driver) would pay typing's import.
     """
 
     def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
@@ -343,7 +343,7 @@ class Syscalls:
     def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
         """fork(2) whose child starts in the cgroup2 directory `cgroup_fd` (clone3 CLONE_INTO_CGROUP): 0 in
         the child, its pid in the parent. A process moved by a cgroup.procs write waits on the kernel's
-        cgroup threadgroup lock (an RCU grace period: 5-20 ms here); one born in its cgroup does not.
+        cgroup threadgroup lock (an RCU grace period: bench.runtime); one born in its cgroup does not.
         `namespaces`: CLONE_NEW* flags of namespaces the child is born in (a new pid namespace makes it
         its pid 1). CPython's fork bookkeeping (PyOS_BeforeFork and the AfterFork pair) runs around it as
         os.fork's. OSError when the kernel refuses (before 5.7: ENOSYS; a cgroup that can't take processes)."""

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 class ContainerState:
     """What the runtime records in state.json. A plain class rather than a dataclass, because every
-    command loads it and `dataclasses` (with the inspect module it pulls in) costs milliseconds to import."""
+    command loads it and `dataclasses` (with the inspect module it pulls in) is a large import."""
 
     FIELDS = ("id", "bundle", "rootfs", "pid", "pid_start", "created", "owner", "cgroups_path", "annotations",
               "creator_pid", "creator_start", "namespaces", "process", "hooks", "seccomp", "resources", "personality")

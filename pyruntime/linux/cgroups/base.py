@@ -207,7 +207,7 @@ class CgroupManager(ABC):
     def enter_v1(self) -> None:
         """Moves the calling single-threaded process into the cgroup's cgroup v1 directories, by its one
         thread: "0" written to `tasks` spares the kernel its global threadgroup lock (which a cgroup.procs
-        write takes, waiting an RCU grace period, 5-20 ms here). cgroup2 has no such write (cgroup.threads
+        write takes, waiting out an RCU grace period: bench.runtime). cgroup2 has no such write (cgroup.threads
         moves threads only within a domain): its part is cgroup2_dir's."""
 
     @abstractmethod
