@@ -15,7 +15,7 @@ recursion limit (RecursionError), as with `json`.
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see sync.py)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any
 

@@ -14,8 +14,8 @@ import builtins
 from pyruntime import fastjson
 from pyruntime.errors import InvalidArgumentError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay its import; the overloads below are the type checker's only
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the overloads below are the type checker's only
     from collections.abc import Iterable
     from typing import Any, Literal, overload
 

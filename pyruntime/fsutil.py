@@ -33,7 +33,7 @@ import io
 import os
 import stat
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the runtime CLI imports this module
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import TracebackType
 

@@ -9,8 +9,8 @@ meant to be treated as immutable (they hash by value) but, unlike frozen datacla
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay its import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar, dataclass_transform
 

@@ -26,7 +26,7 @@ from pyruntime.errors import InvalidArgumentError, PyRuntimeError
 from pyruntime.oci.state import ContainerState, oci_state
 from pyruntime.settings import Settings
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 

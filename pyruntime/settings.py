@@ -19,8 +19,8 @@ dataclasses (with inspect) or typing for a NamedTuple would be paid by every com
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay collections' import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Mapping
 
 DEFAULT_ROOT = "/run/pyruntime"

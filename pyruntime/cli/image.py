@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.settings import Settings
 

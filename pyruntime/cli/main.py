@@ -13,7 +13,7 @@ import sys
 from pyruntime import fastjson
 from pyruntime.cli.args import Flag, UsageError, parse
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.linux.syscalls import Syscalls
     from pyruntime.runtime import Runtime

@@ -26,7 +26,7 @@ from pyruntime.oci.spec import IDMapping, Spec, load_bundle
 from pyruntime.oci.state import ContainerState, oci_state, process_start_time
 from pyruntime.oci.validate import validate
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -28,8 +28,8 @@ from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import Process
 from pyruntime.oci.state import CREATED, PAUSED, RUNNING, ContainerState, oci_state
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
-if TYPE_CHECKING:  # socket and collections: enums at `exec`'s start, for annotations only
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
 

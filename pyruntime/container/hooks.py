@@ -4,7 +4,7 @@ from __future__ import annotations
 from pyruntime import fastjson
 from pyruntime.errors import FailedPreconditionError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # `delete` and `start` import this module; the spec types are needed only when hooks exist
     from pyruntime.oci.spec import Hook
 

@@ -20,8 +20,8 @@ from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Spec
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay collections' import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyruntime.linux.cgroups.paths import HostMounts

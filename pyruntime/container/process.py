@@ -15,7 +15,7 @@ from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Process, warn
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -24,8 +24,8 @@ from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
 from pyruntime.record import Factory, record, replace
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay collections' import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyruntime.linux.cgroups.paths import HostMounts

@@ -27,7 +27,7 @@ from pyruntime.errors import (
 from pyruntime.fsutil import NONE, atomic_write, make_dirs
 from pyruntime.oci.state import ContainerState
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.linux.syscalls import Syscalls
 

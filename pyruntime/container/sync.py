@@ -56,8 +56,8 @@ from _socket import AF_UNIX, CMSG_LEN, SCM_RIGHTS, SOCK_SEQPACKET, SOL_SOCKET, s
 from pyruntime import fastjson
 from pyruntime.errors import InternalError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay its import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from _socket import socket
     from typing import Any
 

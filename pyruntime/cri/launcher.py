@@ -58,7 +58,7 @@ from pyruntime.cri.pause import (
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError
 from pyruntime.oci.state import process_start_time
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.cri.model import Layout
     from pyruntime.images.request import Credentials

@@ -40,7 +40,7 @@ from pyruntime.linux import userns
 from pyruntime.linux.cgroups.paths import DEFAULT_PARENT
 from pyruntime.oci.state import process_start_time
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.cri.model import SandboxRecord
     from pyruntime.linux.cgroups import CgroupManager

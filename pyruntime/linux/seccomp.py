@@ -29,8 +29,8 @@ import struct
 from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay collections' import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import TypeVar
     Warn = Callable[[str], None]

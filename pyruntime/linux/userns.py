@@ -16,8 +16,8 @@ import os
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux.syscalls import CLONE_NEWUSER, Syscalls
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay collections' import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
 

@@ -16,8 +16,8 @@ from pyruntime import fastjson
 from pyruntime.fieldreader import Obj, SpecError, check_range, check_type, cpu_set
 from pyruntime.record import Factory, record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay its import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from typing import Any
 
 NAMESPACE_TYPES = ("pid", "network", "mount", "ipc", "uts", "user", "cgroup", "time")

@@ -24,7 +24,7 @@ CREATING, CREATED, RUNNING, PAUSED, STOPPED = "creating", "created", "running", 
 # the hooks that run after create, from the stored state alone (the others run during create)
 LATER_HOOKS = ("poststart", "poststop")
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.linux.cgroups.resources import Resources
     from pyruntime.linux.seccomp import Seccomp

@@ -5,6 +5,11 @@ top is paid per container operation (runc's whole `start` is 4 ms). `json` impor
 `socket`, `signal` and `selectors` build enums; `collections` comes with `functools`, `contextlib`,
 `array` and a `from collections.abc import` made for annotations; `typing` and `dataclasses` are larger
 still. The start path uses fastjson, `_socket`, `_signal` and TYPE_CHECKING imports instead.
+
+The TYPE_CHECKING imports, said once here for every such block in pyruntime: a module defines
+`TYPE_CHECKING = False` itself (PEP 781's idiom, which type checkers read as typing.TYPE_CHECKING) and
+imports under `if TYPE_CHECKING:` what it needs for annotations only, so neither `typing` nor those
+modules (collections.abc, socket, the syscall layer...) are loaded by a command that runs it.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ __all__ = [
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
     from pyruntime.linux.cgroups.paths import HostMounts
     from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources

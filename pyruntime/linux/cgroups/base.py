@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 
 from pyruntime.errors import InternalError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # `delete`, `state` and `start` never set resources, so they do not load them
     from pyruntime.linux.cgroups.resources import Resources
 

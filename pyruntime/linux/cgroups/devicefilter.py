@@ -26,7 +26,7 @@ import struct
 
 from pyruntime.fieldreader import SpecError
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.linux.cgroups.resources import DeviceRule
 

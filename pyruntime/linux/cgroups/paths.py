@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyruntime.linux import mountinfo
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing on the start path
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     # the host's hierarchies as parse_mountinfo gives them: the v1 ones, and the first cgroup2 mount
     HostMounts = tuple[list["Hierarchy"], "Hierarchy | None"]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pyruntime.fieldreader import Obj, SpecError, shown
 from pyruntime.record import fields, record, replace
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom): every runtime
-if TYPE_CHECKING:  # command would pay its import
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 

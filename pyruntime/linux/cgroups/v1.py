@@ -30,7 +30,7 @@ from pyruntime.linux.cgroups.base import (
 )
 from pyruntime.linux.cgroups.v2 import V2Manager
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (PEP 781's idiom; type checkers know it)
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: commands that never set resources should not import them
     from pyruntime.linux.cgroups.resources import BlockIO, Cpu, DeviceRule, HugepageLimit, Memory, Resources
 
