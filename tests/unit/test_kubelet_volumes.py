@@ -274,6 +274,30 @@ def test_token_refreshed_at_80_percent_of_its_life():
     assert tokens.get(POD, "sa", "", 1000) == "token-4"
 
 
+def test_projected_token_file_is_refreshed_at_80_percent_of_its_life(tmp_path, monkeypatch):
+    """What the container reads, not only the cache: every pod sync sets the projected volume up again, and
+    once 80% of the token's life has passed its file holds a new token (the API server's shortest life is
+    600 s, so the clock is injected)."""
+    now = [1_000_000.0]
+    m = manager(tmp_path, ttl=1000, clock=lambda: now[0])
+    m.tokens = objects.TokenManager(m.client, clock=lambda: now[0])
+    monkeypatch.setattr(mount, "fs_type", lambda path: "tmpfs")  # the tmpfs is the root tests': here a directory
+    volume = {"name": "sa", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 1000}}]}}
+    pod = {**POD, "spec": {**POD["spec"], "volumes": [volume]}}
+    token = m.volume_path(pod, volume) / "token"
+    m.mount_pod(pod)
+    assert token.read_text() == "token-1"
+    now[0] += 799
+    m.mount_pod(pod)
+    assert token.read_text() == "token-1" and m.client.tokens == 1
+    now[0] += 2
+    m.mount_pod(pod)
+    assert token.read_text() == "token-2"
+    request, _, _ = m.client.last_request
+    assert request.spec.expirationSeconds == 1000 and request.spec.boundObjectRef.uid == "u-1"
+
+
 def test_fs_group_ownership_as_set_volume_ownership(tmp_path):
     """Group, group permissions (read-write, or read-only for API data), setgid on directories; symlinks
     changed but never followed; OnRootMismatch skips a root that is already right."""
