@@ -22,7 +22,7 @@ from pyruntime.cri.launcher import ContainerJob, ExecJob, PauseJob
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord
 from pyruntime.cri.sandbox import Sandboxes
 from pyruntime.cri.service import instrument
-from pyruntime.cri.store import Store
+from pyruntime.cri.store import RecordStore
 from pyruntime.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
@@ -158,7 +158,7 @@ class Env:
         self.build()
 
     def build(self):
-        self.store = Store(self.layout)
+        self.store = RecordStore(self.layout)
         self.events = EventHub()
         self.containers = Containers(
             self.store, self.layout, launcher=self.launcher, runtime=self.runtime, images=self.images,
@@ -406,6 +406,30 @@ def test_recover_after_restart(env):
     with pytest.raises(AlreadyExistsError):  # names are reserved again
         run_pod(env)
     assert sorted(c.id for c in env.containers.list(None)) == sorted([running, lost])
+
+
+def test_a_supervisor_pid_that_names_another_process_is_neither_watched_nor_signalled(env):
+    """After a restart, a record's supervisor pid whose start time is not the recorded one names another
+    process (the pid was reused): the container is settled as its supervisor died (killed through the
+    runtime, its exit recorded), and the process holding the pid is left alone, not taken for the supervisor."""
+    sid = run_pod(env)
+    cid = create(env, sid)
+    env.containers.start(cid)
+    stranger = env.launcher.supervisors[0]  # alive: it plays the process that took the supervisor's pid
+    env.watcher.stop()
+    path = os.path.join(env.layout.container_dir(cid), "container.json")
+    record = ContainerRecord.load(path)
+    record.supervisor_start_time += 1
+    record.dump(path)
+    env.build()
+    env.store.recover()
+    env.sandboxes.recover()
+    env.containers.recover()
+    assert env.containers.wait_exit(cid, 5)
+    status = env.containers.status(cid).status
+    assert (status.state, status.exit_code, status.message) == (api_pb2.CONTAINER_EXITED, 255, SUPERVISOR_DIED)
+    assert ("kill", cid, 9) in env.runtime.calls
+    assert stranger.poll() is None, "the process that took the supervisor's pid was signalled"
 
 
 def test_a_pod_without_a_pause_is_held_by_its_pins_and_one_cut_short_is_not(env):
