@@ -21,7 +21,7 @@ import _signal  # not `signal`, which builds enums at import
 import builtins
 import time
 
-from pyruntime.container.store import ContainerError, NotFound, Store
+from pyruntime.container.store import ContainerError, ContainerStore, NotFound
 from pyruntime.errors import InvalidArgumentError, PyRuntimeError
 from pyruntime.oci.state import ContainerState, oci_state
 from pyruntime.settings import Settings
@@ -75,7 +75,7 @@ class Runtime:
     def __init__(self, settings: Settings | None = None, kernel: Syscalls | None = None) -> None:
         self.settings = settings if settings is not None else Settings()
         self.kernel = kernel
-        self.store = Store(self.settings.root)
+        self.store = ContainerStore(self.settings.root)
 
     def _trace(self):  # -> Callable[[str], None] | None
         """With debug on, the reporter of a container's set-up stages (to the log, else stderr)."""

@@ -1,7 +1,7 @@
 """Operations on an existing container: status, start, kill, delete, pause, resume, update, ps, events.
 
 Every operation that reads the state and then acts on it (signals, freezes, writes the cgroup or the
-record) does both under the container's lock (Store.locked): otherwise a concurrent delete could
+record) does both under the container's lock (ContainerStore.locked): otherwise a concurrent delete could
 free the pid it signals, or a concurrent update overwrite the resources it just recorded.
 Read-only queries (state, ps, stats) take no lock: the record is replaced atomically.
 """
@@ -13,7 +13,7 @@ import select
 import time
 
 from pyruntime.container.hooks import HookError, run_hooks
-from pyruntime.container.store import FIFO, ContainerError, Store
+from pyruntime.container.store import FIFO, ContainerError, ContainerStore
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux.cgroups.base import FROZEN, CgroupError, CgroupManager
 from pyruntime.oci.state import CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
@@ -27,7 +27,7 @@ def _cgroup(state: ContainerState) -> CgroupManager:
     return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls())
 
 
-def status_of(store: Store, state: ContainerState) -> str:
+def status_of(store: ContainerStore, state: ContainerState) -> str:
     if state.pid == 0:
         return CREATING if process_alive(state.creator_pid, state.creator_start) else STOPPED
     if not process_alive(state.pid, state.pid_start):
@@ -42,7 +42,7 @@ def status_of(store: Store, state: ContainerState) -> str:
     return RUNNING
 
 
-def query(store: Store, cid: str) -> dict:
+def query(store: ContainerStore, cid: str) -> dict:
     state = store.load(cid)
     return oci_state(state, status_of(store, state))
 
@@ -62,7 +62,7 @@ def parse_signal(text: str) -> int:
     return number
 
 
-def start(store: Store, cid: str) -> None:
+def start(store: ContainerStore, cid: str) -> None:
     """Releases the init blocked on the exec fifo, then runs the poststart hooks. Returns once the init has
     its go, as runc's start does; with poststart hooks only once it has exec'd the workload, so that they
     never run before it."""
@@ -106,7 +106,7 @@ def start(store: Store, cid: str) -> None:
                 raise
 
 
-def kill(store: Store, cid: str, sig: int, all_processes: bool = False) -> None:
+def kill(store: ContainerStore, cid: str, sig: int, all_processes: bool = False) -> None:
     with store.locked(cid):
         state = store.load(cid)
         status = status_of(store, state)
@@ -147,7 +147,7 @@ def wait_gone(pid: int, start: int, timeout: float) -> bool:
         os.close(pidfd)
 
 
-def destroy(store: Store, state: ContainerState) -> None:
+def destroy(store: ContainerStore, state: ContainerState) -> None:
     """Undoes create: the cgroup and the state directory go, then the poststop hooks run (warnings only).
 
     The cgroup-wide SIGKILL (a freeze, a read of every hierarchy's processes, a thaw) is skipped, as runc's
@@ -172,7 +172,7 @@ def destroy(store: Store, state: ContainerState) -> None:
         os.write(2, f"warning: {e}\n".encode())
 
 
-def delete(store: Store, cid: str, force: bool = False) -> None:
+def delete(store: ContainerStore, cid: str, force: bool = False) -> None:
     with store.locked(cid):
         try:
             state = store.load(cid)
@@ -199,7 +199,7 @@ def delete(store: Store, cid: str, force: bool = False) -> None:
         destroy(store, state)
 
 
-def pause(store: Store, cid: str) -> None:
+def pause(store: ContainerStore, cid: str) -> None:
     with store.locked(cid):
         state = store.load(cid)
         status = status_of(store, state)
@@ -208,7 +208,7 @@ def pause(store: Store, cid: str) -> None:
         _cgroup(state).freeze()
 
 
-def resume(store: Store, cid: str) -> None:
+def resume(store: ContainerStore, cid: str) -> None:
     with store.locked(cid):
         state = store.load(cid)
         if status_of(store, state) != PAUSED:
@@ -216,7 +216,7 @@ def resume(store: Store, cid: str) -> None:
         _cgroup(state).thaw()
 
 
-def update(store: Store, cid: str, raw_resources: dict) -> None:
+def update(store: ContainerStore, cid: str, raw_resources: dict) -> None:
     """Merges `raw_resources` (linux.resources of the spec, any subset) into the container's and applies
     the result; the lock spans read, cgroup write and record write, so concurrent updates serialize."""
     from pyruntime.linux.cgroups.resources import Resources
@@ -257,19 +257,19 @@ def _merge_raw(current: dict, update: dict) -> dict:
     return out
 
 
-def pids(store: Store, cid: str) -> list[int]:
+def pids(store: ContainerStore, cid: str) -> list[int]:
     state = store.load(cid)
     if status_of(store, state) == STOPPED:
         return []
     return sorted(_cgroup(state).pids())
 
 
-def stats(store: Store, cid: str) -> dict:
+def stats(store: ContainerStore, cid: str) -> dict:
     state = store.load(cid)
     if status_of(store, state) == STOPPED:
         raise ContainerError(f"container {cid!r} is stopped")
     return {"type": "stats", "id": cid, "data": _cgroup(state).stats()}
 
 
-def oom_count(store: Store, cid: str) -> int:
+def oom_count(store: ContainerStore, cid: str) -> int:
     return _cgroup(store.load(cid)).oom_kill_count()

@@ -15,7 +15,7 @@ from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
-from pyruntime.container.store import FIFO, Store, validate_id
+from pyruntime.container.store import FIFO, ContainerStore, validate_id
 from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.fsutil import NONE, atomic_write
@@ -190,7 +190,7 @@ def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None, made: bool)
         raise FailedPreconditionError(f"{where}container's cgroup unexpectedly frozen")
 
 
-def create(store: Store, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
+def create(store: ContainerStore, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
            pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False,
            kernel: Syscalls | None = None, trace: Callable[[str], None] | None = None) -> ContainerState:
     """`spec`: the bundle's config already parsed by the caller; read from the bundle if None. Validated

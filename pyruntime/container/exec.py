@@ -19,7 +19,7 @@ from pyruntime.container.create import (
     silent,
 )
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
-from pyruntime.container.store import ContainerError, Store
+from pyruntime.container.store import ContainerError, ContainerStore
 from pyruntime.container.sync import Channel, ChildError
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
@@ -124,7 +124,7 @@ def with_defaults(proc: Process, state: ContainerState) -> Process:
                    exec_cpu_affinity=proc.exec_cpu_affinity or config.exec_cpu_affinity)
 
 
-def exec_process(store: Store, cid: str, proc: Process, *, console_socket: str | None = None,
+def exec_process(store: ContainerStore, cid: str, proc: Process, *, console_socket: str | None = None,
                  preserve_fds: int = 0, debug: bool = False, kernel: Syscalls | None = None,
                  trace: Callable[[str], None] | None = None) -> int:
     """Starts the process in the container and returns its pid (the caller may wait for it).

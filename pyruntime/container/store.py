@@ -59,7 +59,7 @@ def validate_id(cid: str) -> None:
         raise InvalidArgumentError(f"invalid container id {cid!r}: use letters, digits, '_', '+', '-' and '.'")
 
 
-class Store:
+class ContainerStore:
     def __init__(self, root: str = DEFAULT_ROOT) -> None:
         self.root = os.path.abspath(root)
 

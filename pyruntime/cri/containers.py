@@ -31,7 +31,7 @@ from pyruntime.cri import stats
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, decode_pb, encode_pb
 from pyruntime.cri.ocispec import image_volume_dir
-from pyruntime.cri.store import Store, container_name
+from pyruntime.cri.store import RecordStore, container_name
 from pyruntime.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
@@ -74,7 +74,7 @@ class Containers:
     `job_types`: the launcher's (ContainerJob, ExecJob) dataclasses. All are parameters so that unit tests
     pass fakes."""
 
-    def __init__(self, store: Store, layout: Layout, *, launcher: Any, runtime: Any, images: Any,
+    def __init__(self, store: RecordStore, layout: Layout, *, launcher: Any, runtime: Any, images: Any,
                  events: EventHub, container_spec: Callable[..., dict], linux_resources: Callable[[Any], dict],
                  reopen_log: Callable[[str], None], job_types: tuple[type, type], kernel: Any,
                  cgroup_driver: str = "cgroupfs") -> None:

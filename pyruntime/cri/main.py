@@ -117,7 +117,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     from pyruntime.cri.sandbox import Sandboxes
     from pyruntime.cri.service.image import ImageServicer
     from pyruntime.cri.service.runtime import RuntimeServicer
-    from pyruntime.cri.store import Store
+    from pyruntime.cri.store import RecordStore
     from pyruntime.images.store import ImageStore
     from pyruntime.runtime import Runtime
 
@@ -134,7 +134,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
                                  pull=lambda ref, auth: launcher.pull_image(ref, auth, cfg.pull_progress_timeout))
     network = Network(cfg.cni_conf_dir, list(cfg.cni_bin_dirs), layout.cni_cache, kernel=kernel,
                       env=DEFAULT_ENV | cni_plugin_env())
-    store = Store(layout)
+    store = RecordStore(layout)
     events = EventHub()
     containers = Containers(
         store, layout, launcher=launcher, runtime=runtime, images=images, events=events,

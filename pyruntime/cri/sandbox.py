@@ -25,7 +25,7 @@ from proto import api_pb2
 from pyruntime.cri import stats
 from pyruntime.cri.containers import Containers
 from pyruntime.cri.model import Layout, SandboxRecord, decode_pb, encode_pb
-from pyruntime.cri.store import Store, sandbox_name
+from pyruntime.cri.store import RecordStore, sandbox_name
 from pyruntime.errors import InvalidArgumentError, NotFoundError, PyRuntimeError
 from pyruntime.fsutil import DATA, NONE, atomic_write
 
@@ -93,7 +93,7 @@ class Sandboxes:
     `release_pause(record, ns_dir)`: kills the pause (pid and start time checked) and unmounts the pins,
     idempotent; `network`: cri/network.py's Network. Parameters, so unit tests pass fakes."""
 
-    def __init__(self, store: Store, layout: Layout, containers: Containers, *, launcher: Any, pause_job: type,
+    def __init__(self, store: RecordStore, layout: Layout, containers: Containers, *, launcher: Any, pause_job: type,
                  release_pause: Callable[[SandboxRecord, str], None], network: Any) -> None:
         self.store = store
         self.layout = layout

@@ -38,7 +38,7 @@ def container_name(sandbox_id: str, config: api_pb2.ContainerConfig) -> str:
     return f"{config.metadata.name}_{sandbox_id}_{config.metadata.attempt}"
 
 
-class Store:
+class RecordStore:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._mutex = threading.Lock()

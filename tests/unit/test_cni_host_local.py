@@ -14,7 +14,7 @@ import pytest
 
 from cni_plugins import skel
 from cni_plugins.ipam.host_local import allocator, config, plugin
-from cni_plugins.ipam.host_local.store import Store
+from cni_plugins.ipam.host_local.store import DiskAllocationStore
 
 
 def args(ipam: dict, cid: str = "c1", ifname: str = "eth0", command: str = "ADD", version: str = "1.1.0",
@@ -71,7 +71,7 @@ def test_config_errors() -> None:
 
 def test_round_robin_and_wrap(tmp_path: Path) -> None:
     rs = config.RangeSet.parse([{"subnet": "10.0.0.0/29"}])
-    store = Store(tmp_path / "net")
+    store = DiskAllocationStore(tmp_path / "net")
     got = []
     with store.locked():
         for n in range(5):
@@ -91,7 +91,7 @@ def test_round_robin_and_wrap(tmp_path: Path) -> None:
 def test_release_removes_an_empty_temporary_file_of_a_killed_add(tmp_path: Path) -> None:
     """A plugin killed between creating its reservation file and writing its content leaves it empty: DEL
     of that attachment still finds it by name (test_cni_parallel's kill sweep hit this window)."""
-    store = Store(tmp_path / "net")
+    store = DiskAllocationStore(tmp_path / "net")
     with store.locked():
         (store.dir / ".reserve.killed.eth0").write_bytes(b"")
         (store.dir / ".reserve.other.eth0").write_bytes(b"")
@@ -101,7 +101,7 @@ def test_release_removes_an_empty_temporary_file_of_a_killed_add(tmp_path: Path)
 
 def test_round_robin_across_ranges(tmp_path: Path) -> None:
     rs = config.RangeSet.parse([{"subnet": "10.0.0.0/30"}, {"subnet": "10.0.1.0/30"}])
-    store = Store(tmp_path / "net")
+    store = DiskAllocationStore(tmp_path / "net")
     with store.locked():
         got = [str(allocator.allocate(store, rs, 0, f"c{n}", "eth0", None).address.ip) for n in range(2)]
     assert got == ["10.0.0.2", "10.0.1.2"]

@@ -15,7 +15,7 @@ import pyruntime
 from pyruntime import errors
 from pyruntime.cli import errors as cli_errors
 from pyruntime.cli.main import main
-from pyruntime.container.store import NotFound, Store
+from pyruntime.container.store import ContainerStore, NotFound
 from pyruntime.images.reference import ReferenceFormatError, parse
 from pyruntime.linux.cgroups.base import CgroupError
 from pyruntime.linux.syscalls import LinuxSyscalls, SyscallError
@@ -77,7 +77,7 @@ def test_cli_reports_usage_errors_in_one_line(capsys: pytest.CaptureFixture[str]
 
 
 def test_causes_are_kept(tmp_path: Path) -> None:
-    store = Store(str(tmp_path / "root"))
+    store = ContainerStore(str(tmp_path / "root"))
     with pytest.raises(NotFound) as info:
         store.load("c1")
     assert isinstance(info.value, errors.NotFoundError) and isinstance(info.value.__cause__, FileNotFoundError)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cni_plugins.ipam.host_local.store import Store
+from cni_plugins.ipam.host_local.store import DiskAllocationStore
 from pykubelet import dirs
 from pykubelet.volumes import atomic
 from pyruntime.fsutil import make_dirs
@@ -77,11 +77,11 @@ def test_a_volumes_nested_directories_stay_open_to_its_container_under_a_closed_
 
 def test_the_ipam_store_is_not_world_writable_under_umask_000(tmp_path: Path) -> None:
     store = tmp_path / "networks" / "net1"
-    with umask(0), Store(store).locked():
+    with umask(0), DiskAllocationStore(store).locked():
         pass
     assert (mode(tmp_path / "networks"), mode(store)) == (0o755, 0o755)
     os.chmod(store, 0o777)  # an older version's
-    with Store(store).locked():
+    with DiskAllocationStore(store).locked():
         pass
     assert mode(store) == 0o755
 
@@ -90,7 +90,7 @@ def test_the_runtimes_standalone_root_is_0711_whatever_the_umask_and_an_older_mo
     """pyruntime's --root (/run/pyruntime) holds every container's state.json and exec fifo: under umask 000
     and a root an older version left 0777, a host user could add or replace entries in it."""
     from pyruntime.cli.main import OwnConsole
-    from pyruntime.container.store import Store as ContainerStore
+    from pyruntime.container.store import ContainerStore
     root = tmp_path / "pyruntime"
     root.mkdir()
     os.chmod(root, 0o777)

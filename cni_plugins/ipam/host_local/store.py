@@ -35,12 +35,12 @@ FILE_MODE = 0o600
 LOCK_MODE = 0o750
 
 
-class Store:
+class DiskAllocationStore:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
 
     @contextmanager
-    def locked(self) -> Iterator[Store]:
+    def locked(self) -> Iterator[DiskAllocationStore]:
         try:
             _make_dirs(self.dir)
             fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)

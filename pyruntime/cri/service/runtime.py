@@ -13,7 +13,7 @@ from pyruntime.cri.containers import Containers
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.sandbox import Sandboxes
 from pyruntime.cri.service.instrument import instrumented
-from pyruntime.cri.store import Store
+from pyruntime.cri.store import RecordStore
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class RuntimeServicer(api_pb2_grpc.RuntimeServiceServicer):
     """`network`: cri/network.py's Network (status); `streaming`: the StreamingServer; `stats`: the
     cri/stats.py module; `info`: what Status(verbose) shows of the daemon's configuration."""
 
-    def __init__(self, store: Store, sandboxes: Sandboxes, containers: Containers, events: EventHub, *,
+    def __init__(self, store: RecordStore, sandboxes: Sandboxes, containers: Containers, events: EventHub, *,
                  network: Any, streaming: Any, stats: Any, runtime: Any, layout: Any, cgroup_driver: str,
                  version: str, info: dict) -> None:
         self.store = store
