@@ -82,7 +82,7 @@ def _runtime_class_known(client):
 def _admission(client, runtime, settings: config.Settings, sources):
     from pykubelet.node.status import allocatable, machine_capacity
     from pykubelet.pods.admission import Admission, Cached
-    from pykubelet.pods.sync import POD_UID
+    from pykubelet.pods.labels import POD_UID
     from pykubelet.pods.sysctls import Allowlist
 
     return Admission(

@@ -374,7 +374,7 @@ def admit(pod: dict, conditions: list[str]) -> str | None:
     """The kubelet's eviction admit handler: None to admit, else the rejection's message. Under memory
     pressure alone only BestEffort pods (unless they tolerate it) are turned away; under any other
     pressure every pod; a critical pod never."""
-    from pykubelet.pods.sync import qos_class
+    from pykubelet.pods.podspec import qos_class
 
     if not conditions or is_critical(pod):
         return None

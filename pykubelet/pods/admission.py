@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pykubelet.pods.sync import parse_quantity
+from pykubelet.pods.podspec import parse_quantity
 from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
 log = logging.getLogger(__name__)
@@ -239,7 +239,7 @@ class Admission:
 
 def rejected_status(pod: dict, verdict: Verdict) -> dict[str, Any]:
     """The status of a rejected pod, as the kubelet's rejectPod sets it."""
-    from pykubelet.pods.sync import qos_class
+    from pykubelet.pods.podspec import qos_class
 
     return {"phase": "Failed", "reason": verdict.reason, "message": f"Pod was rejected: {verdict.message}",
             "qosClass": qos_class(pod)}

@@ -18,7 +18,7 @@ from collections import ChainMap
 from collections.abc import Callable
 from decimal import Decimal
 
-from pykubelet.pods.sync import expand, parse_quantity
+from pykubelet.pods.podspec import expand, parse_quantity
 from pykubelet.volumes import objects
 from pykubelet.volumes.errors import ContainerConfigError
 

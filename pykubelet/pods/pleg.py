@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from pykubelet import runtime as cri
-from pykubelet.pods.sync import POD_UID
+from pykubelet.pods.labels import POD_UID
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,10 @@ import threading
 from typing import Any
 
 from proto import api_pb2
-from pykubelet.pods.sync import RuntimePod, SyncResult, is_sidecar, restart_count
+from pykubelet.pods.labels import restart_count
+from pykubelet.pods.podspec import is_sidecar
+from pykubelet.pods.runtimepod import RuntimePod
+from pykubelet.pods.sync import SyncResult
 
 log = logging.getLogger(__name__)
 

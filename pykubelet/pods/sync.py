@@ -10,17 +10,13 @@ or a sandbox that died makes it act. Each pass does at most what is due now and 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from proto import api_pb2
 from pykubelet import runtime as cri
@@ -31,6 +27,33 @@ from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
 from pykubelet.pods import lifecycle, securitycontext, userns
 from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.labels import (
+    CONTAINER_NAME,
+    GRACE,
+    HASH,
+    POD_NAME,
+    POD_NAMESPACE,
+    POD_UID,
+    PORTS,
+    RESTART_COUNT,
+    TERMINATION_MESSAGE_PATH,
+    container_hash,
+    restart_count,
+)
+from pykubelet.pods.podspec import (
+    expand,
+    is_finished,
+    is_init,
+    is_sidecar,
+    parse_quantity,
+    plain_env,
+    qos_class,
+    restart_policy,
+    security_context,
+    supplemental_groups,
+    termination_grace,
+)
+from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
 if TYPE_CHECKING:
@@ -38,15 +61,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POD_NAME = "io.kubernetes.pod.name"
-POD_NAMESPACE = "io.kubernetes.pod.namespace"
-POD_UID = "io.kubernetes.pod.uid"
-CONTAINER_NAME = "io.kubernetes.container.name"
-HASH = "io.kubernetes.container.hash"
-RESTART_COUNT = "io.kubernetes.container.restartCount"
-GRACE = "io.kubernetes.pod.terminationGracePeriod"
-TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
-PORTS = "io.kubernetes.container.ports"
 # what the kubelet masks and makes read-only in every unprivileged container (procMount Default)
 MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
@@ -66,25 +80,6 @@ class SyncError(Exception):
 
 
 @dataclass
-class RuntimePod:
-    """What the runtime has of one pod: its sandboxes and containers, newest first, with statuses."""
-    sandboxes: list[api_pb2.PodSandbox] = field(default_factory=list)
-    containers: list[api_pb2.Container] = field(default_factory=list)
-    statuses: dict[str, api_pb2.ContainerStatus] = field(default_factory=dict)
-    sandbox_status: api_pb2.PodSandboxStatus | None = None
-
-    @property
-    def sandbox(self) -> api_pb2.PodSandbox | None:
-        """The newest ready sandbox: the one the pod's containers run in."""
-        return next((s for s in self.sandboxes if s.state == api_pb2.SANDBOX_READY), None)
-
-    def history(self, name: str) -> list[api_pb2.ContainerStatus]:
-        """The statuses of container `name`, newest first."""
-        return [self.statuses[c.id] for c in self.containers
-                if c.labels.get(CONTAINER_NAME) == name and c.id in self.statuses]
-
-
-@dataclass
 class SyncResult:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (reason, message)
     requeue_after: float | None = None
@@ -92,53 +87,6 @@ class SyncResult:
 
     def again_in(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
-
-
-def observe(runtime: cri.CRIRuntime, uid: str) -> RuntimePod:
-    selector = {POD_UID: uid}
-    sandboxes = runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
-    containers = runtime.list_containers(api_pb2.ContainerFilter(label_selector=selector))
-    state = RuntimePod(sorted(sandboxes, key=lambda s: -s.created_at), sorted(containers, key=lambda c: -c.created_at))
-    for c in state.containers:
-        try:
-            state.statuses[c.id] = runtime.container_status(c.id).status
-        except cri.NotFound:
-            pass  # removed meanwhile
-    if state.sandbox is not None:
-        try:
-            state.sandbox_status = runtime.pod_sandbox_status(state.sandbox.id).status
-        except cri.NotFound:
-            pass
-    return state
-
-
-# the container fields that need a new container when they change: not resources (resized in place), not
-# probes or lifecycle hooks, and not fields a newer API server might default (that would restart every pod)
-HASHED_FIELDS = ("name", "image", "command", "args", "workingDir", "env", "envFrom", "ports", "securityContext",
-                 "volumeMounts", "stdin", "stdinOnce", "tty")
-
-
-def container_hash(container: dict) -> str:
-    spec = {k: container[k] for k in HASHED_FIELDS if container.get(k)}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-
-
-_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """The API's $(VAR) references: to the value of VAR when defined, kept as written when not; $$ is $."""
-    return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
-
-
-def plain_env(container: dict) -> dict[str, str]:
-    """The container's env with plain values, each expanded against those before it (valueFrom is resolved
-    by pykubelet/pods/env.py)."""
-    env: dict[str, str] = {}
-    for e in container.get("env", []):
-        if "valueFrom" not in e:
-            env[e["name"]] = expand(e.get("value", ""), env)
-    return env
 
 
 def go_duration(seconds: float) -> str:
@@ -150,50 +98,6 @@ def go_duration(seconds: float) -> str:
         if seconds * scale >= 1 or unit == "µs":
             return f"{seconds * scale:.6f}".rstrip("0").rstrip(".") + unit
     return ""
-
-
-def is_init(pod: dict, name: str) -> bool:
-    return any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
-
-
-def is_sidecar(container: dict) -> bool:
-    """An init container that keeps running beside the regular ones (restartPolicy: Always)."""
-    return container.get("restartPolicy") == "Always"
-
-
-def pod_ip(pod: dict, state: RuntimePod, node_ip: str | None) -> str:
-    """Where the pod's probes and HTTP hooks go: its sandbox's IP (the node's for hostNetwork)."""
-    net = state.sandbox_status.network if state.sandbox_status is not None else None
-    if net is not None and net.ip:
-        return net.ip
-    return (node_ip or "") if pod["spec"].get("hostNetwork") else ""
-
-
-def restart_count(status: api_pb2.ContainerStatus) -> int:
-    return int(status.annotations.get(RESTART_COUNT, "0") or 0)
-
-
-def parse_quantity(value: Any) -> Decimal:
-    """A resource quantity ("100m", "1.5", "64Mi", "1G", "1e3") as a number (cores or bytes)."""
-    s = str(value)
-    for suffix, mult in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60),
-                         ("n", Decimal("1e-9")), ("u", Decimal("1e-6")), ("m", Decimal("1e-3")), ("k", 10**3),
-                         ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18)):
-        if s.endswith(suffix):
-            return Decimal(s[: -len(suffix)]) * mult
-    return Decimal(s)
-
-
-def qos_class(pod: dict) -> str:
-    containers = pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
-    requests = [c.get("resources", {}).get("requests", {}) for c in containers]
-    limits = [c.get("resources", {}).get("limits", {}) for c in containers]
-    if not any(requests) and not any(limits):
-        return "BestEffort"
-    if all(lim.get("cpu") and lim.get("memory") and req.get("cpu", lim["cpu"]) == lim["cpu"]
-           and req.get("memory", lim["memory"]) == lim["memory"] for req, lim in zip(requests, limits, strict=True)):
-        return "Guaranteed"
-    return "Burstable"
 
 
 def network_problem(runtime: cri.CRIRuntime) -> str:
@@ -229,22 +133,6 @@ def linux_resources(container: dict) -> api_pb2.LinuxContainerResources:
     if "memory" in limits:
         out.memory_limit_in_bytes = int(parse_quantity(limits["memory"]))
     return out
-
-
-def security_context(pod: dict, container: dict | None) -> dict:
-    """The container's securityContext over the pod's (the fields both have)."""
-    merged = {k: v for k, v in pod["spec"].get("securityContext", {}).items()
-              if k in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile")}
-    merged.update((container or {}).get("securityContext", {}))
-    return merged
-
-
-def supplemental_groups(pod: dict) -> list[int]:
-    """The groups the pod's processes get besides their own: fsGroup first (what gives them its volumes),
-    then supplementalGroups, as the kubelet's security context."""
-    sc = pod["spec"].get("securityContext") or {}
-    fs_group = [sc["fsGroup"]] if sc.get("fsGroup") is not None else []
-    return fs_group + [g for g in sc.get("supplementalGroups") or [] if g not in fs_group]
 
 
 def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
@@ -497,7 +385,7 @@ class PodSyncer:
         result = SyncResult()
         spec, uid = pod["spec"], pod["metadata"]["uid"]
         sandbox = state.sandbox
-        finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        finished = is_finished(pod)
         if not finished and not self._mount_volumes(pod, result, starting=sandbox is None) and sandbox is None:
             return result  # the sandbox waits for the volumes, as the kubelet's
         if sandbox is None:
@@ -539,7 +427,7 @@ class PodSyncer:
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
             sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt,
                                          host_range=self.userns.host_range(pod))
-        policy = spec.get("restartPolicy", "Always")
+        policy = restart_policy(pod)
         # once a regular container ran in this sandbox, the init containers are done; once they all ended
         # for good, the sidecars go (they never keep a pod from completing)
         initialized = any(self._current(state, c["name"], sandbox.id) is not None for c in spec.get("containers", []))
@@ -604,7 +492,7 @@ class PodSyncer:
 
     def _finished(self, pod: dict, state: RuntimePod, sandbox_id: str) -> bool:
         """Whether every regular container has ended and the restart policy restarts none of them."""
-        policy = pod["spec"].get("restartPolicy", "Always")
+        policy = restart_policy(pod)
         if policy == "Always":
             return False
         for c in pod["spec"].get("containers", []):
@@ -617,7 +505,7 @@ class PodSyncer:
 
     def _stop_sidecars(self, pod: dict, state: RuntimePod, sandbox_id: str) -> None:
         """The running sidecars of a pod whose regular containers are done: in reverse order, with preStop."""
-        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+        grace = termination_grace(pod)
         for container in reversed([c for c in pod["spec"].get("initContainers", []) if is_sidecar(c)]):
             current = self._current(state, container["name"], sandbox_id)
             if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
@@ -637,7 +525,7 @@ class PodSyncer:
             return current
         message, grace = verdict
         if grace is None:
-            grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+            grace = termination_grace(pod)
         log.info("pod %s: %s", pod["metadata"]["name"], message)
         lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
                                  pod_ip(pod, state, self.settings.node_ip), self.event, message)

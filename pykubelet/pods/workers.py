@@ -37,8 +37,9 @@ from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.pleg import PLEG
+from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.status import StatusManager, now, pod_status
-from pykubelet.pods.sync import PodSyncer, observe
+from pykubelet.pods.sync import PodSyncer
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
 

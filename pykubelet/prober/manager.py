@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.events import WARNING, EventRecorder, pod_ref
-from pykubelet.pods.sync import RuntimePod, is_sidecar
+from pykubelet.pods.podspec import is_sidecar
+from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.prober.handlers import Outcome, Result, run_action
 
 log = logging.getLogger(__name__)

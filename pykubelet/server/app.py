@@ -50,7 +50,7 @@ from urllib.parse import parse_qs, urlsplit
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
-from pykubelet.pods.sync import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
+from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes

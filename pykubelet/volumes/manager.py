@@ -28,7 +28,7 @@ from proto import api_pb2
 from pykubelet import dirs
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
-from pykubelet.pods.sync import expand, parse_quantity
+from pykubelet.pods.podspec import expand, parse_quantity
 from pykubelet.volumes import atomic, hostpath, mount, objects, ownership
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.subpath import bind_subpath

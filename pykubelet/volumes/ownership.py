@@ -4,7 +4,7 @@ A pod that runs as a non-root user (runAsUser 1000) must still be able to use th
 made as root: with `securityContext.fsGroup` every file and directory of the volume gets that group,
 group read (and write, for a writable volume such as emptyDir; read-only for the API-data volumes),
 and directories the setgid bit so files the container creates later inherit the group. The container's
-process has fsGroup among its supplementary groups (pykubelet/pods/sync.py), which is what gives it the
+process has fsGroup among its supplementary groups (pykubelet/pods/podspec.py), which is what gives it the
 access.
 
 Symlinks are given the group (lchown) but never followed: the API-data volumes are symlinks into

@@ -18,7 +18,8 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods import lifecycle
 from pykubelet.pods import status as pod_status
-from pykubelet.pods.sync import RuntimePod, SyncResult
+from pykubelet.pods.runtimepod import RuntimePod
+from pykubelet.pods.sync import SyncResult
 from pykubelet.prober import handlers
 from pykubelet.prober.handlers import Outcome, Result
 from pykubelet.prober.manager import LIVENESS, READINESS, STARTUP, ProbeManager, Worker
@@ -443,7 +444,8 @@ class FakeCRI(FakeRuntime):
 
 def syncer(rt: FakeCRI):
     from pykubelet.config import Settings
-    from pykubelet.pods.sync import PodSyncer, observe
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
 
     m, _ = manager(rt)
     s = PodSyncer(rt, Settings(), probes=m)  # type: ignore[arg-type] # a fake runtime
