@@ -1,7 +1,8 @@
 """The CNI result, parsed from and printed to every spec version we speak.
 
-Plugins build one `Result` and the skel prints it in the caller's cniVersion, so version differences live
-here only: 0.3.x/0.4.0 carry `version` on each IP, 1.1.0 adds interface MTU and route attributes.
+Plugins build one `Result` and the skel prints it in the caller's cniVersion, so the result's version
+differences live here only: 0.3.x/0.4.0 carry `version` on each IP, 1.1.0 adds interface MTU and route
+attributes (the versions that brought them are versions.py's).
 """
 from __future__ import annotations
 
@@ -9,20 +10,16 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from cni_plugins.versions import MTU_SINCE, V1_RESULT_SINCE, version_tuple
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPInterface = ipaddress.IPv4Interface | ipaddress.IPv6Interface
 
-SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
-LATEST = "1.1.0"
 ROUTE_EXTRAS = ("mtu", "advmss", "priority", "table", "scope")
 
 
 class ResultError(ValueError):
     """A result or prevResult that does not decode."""
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 @dataclass
@@ -101,8 +98,8 @@ class Result:
     def to_json(self, version: str) -> dict[str, Any]:
         """The result as `version` spells it: empty lists omitted, and an empty `dns` too from 1.0.0 on (as the
         reference)."""
-        v1 = version_tuple(version) >= (1, 0, 0)
-        v11 = version_tuple(version) >= (1, 1, 0)
+        v1 = version_tuple(version) >= V1_RESULT_SINCE
+        v11 = version_tuple(version) >= MTU_SINCE
         out: dict[str, Any] = {"cniVersion": version}
         if self.interfaces:
             out["interfaces"] = [_interface_json(i, v11) for i in self.interfaces]

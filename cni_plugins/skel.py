@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cni_plugins.result import LATEST, SUPPORTED_VERSIONS, Result, ResultError, version_tuple
+from cni_plugins.result import Result, ResultError
+from cni_plugins.versions import COMMAND_SINCE, LATEST, SUPPORTED_VERSIONS, UNVERSIONED, version_tuple
 
 ERR_INCOMPATIBLE_VERSION = 1
 ERR_UNSUPPORTED_FIELD = 2
@@ -35,7 +36,6 @@ REQUIRED_ENV = {
     "STATUS": (),
     "VERSION": (),
 }
-MIN_VERSION = {"CHECK": (0, 4, 0), "GC": (1, 1, 0), "STATUS": (1, 1, 0)}
 # matched with fullmatch: `$` would also match before a final newline, which the spec's rules do not allow
 CONTAINER_ID_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
 NETWORK_NAME_RE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.\-]*")
@@ -132,7 +132,7 @@ def _decode_config(stdin: bytes) -> dict[str, Any]:
         raise CNIError(ERR_DECODING_FAILURE, "error decoding network config", f"{exc}") from exc
     if not isinstance(config, dict):
         raise CNIError(ERR_DECODING_FAILURE, "error decoding network config", "network config is not a JSON object")
-    version = config.get("cniVersion", "0.1.0")
+    version = config.get("cniVersion", UNVERSIONED)
     if not isinstance(version, str):
         raise CNIError(ERR_DECODING_FAILURE, "error decoding network config", "cniVersion must be a string")
     return config
@@ -148,7 +148,7 @@ def _parse(env: Mapping[str, str], stdin: bytes) -> CmdArgs:
     if missing:
         raise CNIError(ERR_INVALID_ENVIRONMENT, f"required env variables [{','.join(missing)}] missing")
     config = _decode_config(stdin) if command != "VERSION" or stdin.strip() else {"cniVersion": LATEST}
-    version = config.get("cniVersion", "0.1.0")
+    version = config.get("cniVersion", UNVERSIONED)
     args = CmdArgs(
         command=command,
         container_id=env.get("CNI_CONTAINERID", ""),
@@ -166,7 +166,7 @@ def _parse(env: Mapping[str, str], stdin: bytes) -> CmdArgs:
     if version not in SUPPORTED_VERSIONS:
         raise CNIError(ERR_INCOMPATIBLE_VERSION, "incompatible CNI versions",
                        f"config is {version!r}, plugin supports {list(SUPPORTED_VERSIONS)}")
-    if command in MIN_VERSION and version_tuple(version) < MIN_VERSION[command]:
+    if command in COMMAND_SINCE and version_tuple(version) < COMMAND_SINCE[command]:
         raise CNIError(ERR_INCOMPATIBLE_VERSION, f"config version does not allow {command}", f"config is {version!r}")
     if command in ("ADD", "DEL", "CHECK"):
         if not CONTAINER_ID_RE.fullmatch(args.container_id):

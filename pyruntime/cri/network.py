@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 
 IFNAME = "eth0"
 CONF_EXTENSIONS = (".conf", ".conflist", ".json")
+# The CNI versions this runtime speaks, its own as libcni has its own: the CRI server execs plugins by the spec
+# and shares no code with them (tests/unit/test_layers.py).
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+CHECK_SINCE = "0.4.0"  # CHECK, and prevResult on DEL
 CACHE_KIND = "cniCacheV1"
 NOT_READY = "NetworkPluginNotReady"
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$")
@@ -109,6 +112,10 @@ def _version(value: str, where: str) -> tuple[int, ...]:
     return parts
 
 
+_LATEST = _version(SUPPORTED_VERSIONS[-1], "SUPPORTED_VERSIONS")
+_CHECK_SINCE = _version(CHECK_SINCE, "CHECK_SINCE")
+
+
 @dataclass(frozen=True)
 class NetworkList:
     """A validated network configuration list; `raw` is what libcni caches and what DEL re-reads."""
@@ -146,7 +153,7 @@ def parse_conf(data: bytes, source: str, is_list: bool | None = None) -> Network
         if not isinstance(v, str):
             raise InvalidArgumentError(f"{source}: cniVersion{'s' if i else ''}: {v!r} is not a string")
     # the highest version this runtime speaks (newer ones are ignored, as libcni does)
-    usable = sorted((v for v in versions if _version(v, f"{source}: cniVersion") <= (1, 1, 0)),
+    usable = sorted((v for v in versions if _version(v, f"{source}: cniVersion") <= _LATEST),
                     key=lambda v: _version(v, source))
     if not usable or usable[-1] not in SUPPORTED_VERSIONS:
         raise InvalidArgumentError(f"{source}: cniVersion: {versions or 'missing'}; supported: {SUPPORTED_VERSIONS}")
@@ -424,8 +431,8 @@ class Network:
     def _delete(self, net: NetworkList, att: Attachment, prev: dict[str, Any] | None) -> list[PyRuntimeError]:
         """DEL through the chain in reverse; every plugin runs even if one fails (so IPAM still releases).
         Returns the failures; a plugin that no longer knows the container (code 3) has nothing to undo."""
-        if _version(net.version, net.source) < (0, 4, 0):
-            prev = None  # prevResult on DEL came with 0.4.0
+        if _version(net.version, net.source) < _CHECK_SINCE:
+            prev = None
         failures: list[PyRuntimeError] = []
         for plugin in reversed(net.plugins):
             try:
@@ -486,8 +493,9 @@ class Network:
         for _path, net, att, result in cached:
             if net.disable_check:
                 continue
-            if _version(net.version, net.source) < (0, 4, 0):
-                raise FailedPreconditionError(f"{net.source}: cniVersion {net.version} has no CHECK (0.4.0 or later)")
+            if _version(net.version, net.source) < _CHECK_SINCE:
+                raise FailedPreconditionError(f"{net.source}: cniVersion {net.version} has no CHECK "
+                                              f"({CHECK_SINCE} or later)")
             att.netns = netns
             for plugin in net.plugins:
                 self._exec("CHECK", net, plugin, att, result)

@@ -7,14 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from cni_plugins.versions import LATEST, SUPPORTED_VERSIONS
 from tests.integration.cni_helpers import CNIEnv, chains_for, helper_listening, ns_exec, ping, tcp_roundtrip
 
 pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
-VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
-
-
-def bridge_conf(cni: CNIEnv, subnet: str = "10.222.10.0/24", version: str = "1.1.0", **extra) -> dict:
+def bridge_conf(cni: CNIEnv, subnet: str = "10.222.10.0/24", version: str = LATEST, **extra) -> dict:
     conf = {
         "cniVersion": version, "name": cni.network(), "type": "pybridge", "bridge": cni.bridge(),
         "isGateway": True,
@@ -34,7 +32,7 @@ def host_veths() -> set[str]:
     return {p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith("veth")}
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_add_gives_address_and_connectivity(cni: CNIEnv, version: str) -> None:
     conf = bridge_conf(cni, version=version)
     a, b = cni.netns(), cni.netns()

@@ -9,6 +9,7 @@ import pytest
 
 from cni_plugins import skel
 from cni_plugins.result import DNS, Interface, IPConfig, Result, Route
+from cni_plugins.versions import LATEST, SUPPORTED_VERSIONS
 
 
 class Recorder:
@@ -49,11 +50,11 @@ def run(conf: dict | bytes, **env: str) -> tuple[int, Any, Recorder]:
     return rc, json.loads(out) if out else None, plugin
 
 
-def conf(version: str = "1.1.0") -> dict:
+def conf(version: str = LATEST) -> dict:
     return {"cniVersion": version, "name": "net1", "type": "x"}
 
 
-@pytest.mark.parametrize("version", ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_add_result_per_version(version: str) -> None:
     rc, out, _ = run(conf(version))
     assert rc == 0
@@ -67,7 +68,7 @@ def test_add_result_per_version(version: str) -> None:
 
 def test_version_command() -> None:
     rc, out, plugin = run(b"", CNI_COMMAND="VERSION")
-    assert rc == 0 and out["supportedVersions"] == ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+    assert rc == 0 and out["supportedVersions"] == list(SUPPORTED_VERSIONS)
     rc, out, _ = run({"cniVersion": "0.4.0"}, CNI_COMMAND="VERSION")
     assert out["cniVersion"] == "0.4.0"
     assert plugin.calls == []
