@@ -15,6 +15,8 @@ from pyruntime.cli.args import Flag, UsageError, parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyruntime.linux.syscalls import Syscalls
     from pyruntime.runtime import Runtime
 
@@ -169,7 +171,6 @@ def cmd_create(ctx: Context, argv: list[str]) -> int:
 
 
 def cmd_run(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.create import become_subreaper, wait_exit
     from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.spec import load_bundle
     p = parse(argv, CREATE_FLAGS + [Flag(("detach", "d")), Flag(("keep",))])
@@ -177,31 +178,21 @@ def cmd_run(ctx: Context, argv: list[str]) -> int:
     cid = _one_id(p.positional, "run")
     kernel = LinuxSyscalls()
     rt = ctx.runtime(kernel)
-    if not o["detach"]:
-        become_subreaper(kernel)
     spec = load_bundle(str(o["bundle"]))  # once: whether it wants a terminal, then what create makes
-    own = None
-    if not o["detach"] and not o["console-socket"] and spec.process is not None and spec.process.terminal:
-        own = OwnConsole(ctx.root, kernel)
-    try:
-        state = rt.create(cid, str(o["bundle"]), spec, console_socket=own.path if own else _text(o, "console-socket"),
-                          pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
-        master = own.master() if own else None
-    finally:
-        if own:
-            own.close()
-    try:
-        rt.start(cid)
-    except BaseException:
-        rt.delete(cid, force=True)
-        raise
-    if o["detach"]:
-        return 0
-    if master is not None:
-        from pyruntime.container.console import proxy
-        proxy(master)
-    code = wait_exit(state.pid)
-    if not o["keep"]:
+
+    def create(console_socket: str | None) -> int:
+        return rt.create(cid, str(o["bundle"]), spec, console_socket=console_socket, pid_file=_text(o, "pid-file"),
+                         preserve_fds=_preserve_fds(o)).pid
+
+    def start() -> None:
+        try:
+            rt.start(cid)
+        except BaseException:
+            rt.delete(cid, force=True)
+            raise
+
+    code = _launch(ctx, kernel, o, spec.process is not None and spec.process.terminal, create, start)
+    if not o["detach"] and not o["keep"]:
         rt.delete(cid, force=True)
     return code
 
@@ -266,7 +257,6 @@ def _exec_process(rt: Runtime, cid: str, o: dict, args: list[str]) -> dict:
 
 
 def cmd_exec(ctx: Context, argv: list[str]) -> int:
-    from pyruntime.container.create import become_subreaper, wait_exit
     from pyruntime.linux.syscalls import LinuxSyscalls
     from pyruntime.oci.spec import process_from_json
     p = parse(argv, EXEC_FLAGS, stop_at_positional=True)
@@ -277,16 +267,32 @@ def cmd_exec(ctx: Context, argv: list[str]) -> int:
     kernel = LinuxSyscalls()
     rt = ctx.runtime(kernel)
     proc = process_from_json(_exec_process(rt, cid, o, args))
+
+    def execute(console_socket: str | None) -> int:
+        return rt.exec(cid, proc, console_socket=console_socket, pid_file=_text(o, "pid-file"),
+                       preserve_fds=_preserve_fds(o))
+
+    return _launch(ctx, kernel, o, proc.terminal, execute)
+
+
+def _launch(ctx: Context, kernel: Syscalls, o: dict, terminal: bool, make: Callable[[str | None], int],
+            then: Callable[[], None] | None = None) -> int:
+    """What `run` and `exec` share once they know their process: `make(console_socket)` makes it and returns
+    its pid, with --console-socket, or in the foreground with a terminal and no socket a console of our own
+    whose pty master we relay (runc's); `then` runs next (run's start). Detached: 0 at once; in the
+    foreground, as the subreaper of what the process leaves, its exit status once it exits."""
+    from pyruntime.container.create import become_subreaper, wait_exit
     if not o["detach"]:
         become_subreaper(kernel)
-    own = OwnConsole(ctx.root, kernel) if proc.terminal and not o["detach"] and not o["console-socket"] else None
+    own = OwnConsole(ctx.root, kernel) if terminal and not o["detach"] and not o["console-socket"] else None
     try:
-        pid = rt.exec(cid, proc, console_socket=own.path if own else _text(o, "console-socket"),
-                      pid_file=_text(o, "pid-file"), preserve_fds=_preserve_fds(o))
+        pid = make(own.path if own else _text(o, "console-socket"))
         master = own.master() if own else None
     finally:
         if own:
             own.close()
+    if then is not None:
+        then()
     if o["detach"]:
         return 0
     if master is not None:
