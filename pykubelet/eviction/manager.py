@@ -158,8 +158,8 @@ class EvictionManager:
     def usage(self, pods: list[dict]) -> dict[str, policy.PodUsage]:
         """Each pod's use of memory (its containers' working sets), disk (writable layers, logs, local
         volumes) and pids (its cgroup's count), for the pods that have containers."""
+        from pykubelet.pods.criconfig import log_directory
         from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
-        from pykubelet.pods.sync import log_directory
         from pykubelet.volumes.manager import PLUGIN_DIRS, pod_dir
 
         by_uid = {p["metadata"]["uid"]: p for p in pods}
@@ -197,7 +197,7 @@ class EvictionManager:
         return out
 
     def _pids(self, pod: dict) -> int | None:
-        from pykubelet.pods.sync import cgroup_parent
+        from pykubelet.pods.criconfig import cgroup_parent
 
         parent = cgroup_parent(pod, self.settings)
         if self.settings.cgroup_driver == "systemd":

@@ -19,10 +19,10 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.pods import lifecycle
+from pykubelet.pods.criconfig import log_directory
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, POD_NAME, POD_NAMESPACE
 from pykubelet.pods.podspec import is_sidecar
 from pykubelet.pods.runtimepod import RuntimePod
-from pykubelet.pods.sync import log_directory
 
 log = logging.getLogger(__name__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -15,7 +15,8 @@ from pathlib import Path
 from pykubelet import config
 from pykubelet import runtime as criapi
 from pykubelet.eviction.manager import EvictionManager
-from pykubelet.pods.sync import CONTAINER_NAME, POD_UID, cgroup_parent
+from pykubelet.pods.criconfig import cgroup_parent
+from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
 from tests.kit import cri_server as kit
 from tests.kit.kubelet_node import kubepods_dirs, remove_new_cgroups, wait_for
 

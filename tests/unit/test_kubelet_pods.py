@@ -9,10 +9,11 @@ from proto import api_pb2
 from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.criconfig import container_config, sandbox_config
 from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.runtimepod import RuntimePod
-from pykubelet.pods.sync import SyncResult, container_config, network_problem, sandbox_config
+from pykubelet.pods.sync import SyncResult, network_problem
 
 UID = "0b5d2e3c-1111-2222-3333-444455556666"
 

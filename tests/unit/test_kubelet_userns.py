@@ -10,7 +10,7 @@ import pytest
 from proto import api_pb2
 from pykubelet.config import Settings
 from pykubelet.pods import userns
-from pykubelet.pods.sync import container_config, sandbox_config
+from pykubelet.pods.criconfig import container_config, sandbox_config
 
 
 def pod(uid: str, host_users: bool | None = False) -> dict:
