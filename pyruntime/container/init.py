@@ -75,8 +75,8 @@ def join_namespaces(kernel: Syscalls, spec: Spec) -> None:
                     raise SyscallError(errno.EINVAL, f"linux.namespaces: {path} is not a {kind} namespace") from e
                 raise
             if kind == "user":
-                os.setresgid(0, 0, 0)
-                os.setresuid(0, 0, 0)
+                kernel.setresgid(0)
+                kernel.setresuid(0)
     finally:
         for _kind, _path, fd in fds:
             os.close(fd)
@@ -95,8 +95,8 @@ def write_sysctls(spec: Spec) -> None:
 def preload(spec: Spec) -> None:
     """Loads now what the steps after pivot_root need, because the host's files are gone by then."""
     if spec.linux.seccomp is not None:
-        from pyruntime.linux import seccomp
-        seccomp.preload()
+        from pyruntime.linux.seccomp import compiler
+        compiler.preload()
     if spec.hooks.get("startContainer"):
         import subprocess  # noqa: F401  (run_hooks imports it after pivot_root)
 
@@ -185,8 +185,8 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
             kernel.unshare(sc.CLONE_NEWUSER)
             chan.send(sync.USERNS)
             chan.recv(sync.MAPPED)
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
+            kernel.setresgid(0)
+            kernel.setresuid(0)
         flags = 0
         for kind in new:
             if kind not in ("user", "cgroup"):

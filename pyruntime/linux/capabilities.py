@@ -174,7 +174,7 @@ def set_keep_caps(kernel: Syscalls, keep: bool) -> None:
     _prctl(kernel, f"prctl(PR_SET_KEEPCAPS, {int(keep)})", PR_SET_KEEPCAPS, int(keep))
 
 
-def set_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> None:
+def set_ids(kernel: Syscalls, uid: int, gid: int, additional_gids: Iterable[int] = ()) -> None:
     """Groups before gid before uid: each step needs the privilege the next one gives up.
 
     setgroups(2) is skipped when nothing is asked and a user namespace forbids it (/proc/self/setgroups
@@ -182,9 +182,9 @@ def set_ids(uid: int, gid: int, additional_gids: Iterable[int] = ()) -> None:
     """
     groups = list(additional_gids)
     if groups or _setgroups_allowed():
-        _os_call(os.setgroups, groups, call=f"setgroups({groups})")
-    _os_call(os.setresgid, gid, gid, gid, call=f"setresgid({gid}, {gid}, {gid})")
-    _os_call(os.setresuid, uid, uid, uid, call=f"setresuid({uid}, {uid}, {uid})")
+        kernel.setgroups(groups)
+    kernel.setresgid(gid)
+    kernel.setresuid(uid)
 
 
 def _setgroups_allowed() -> bool:
@@ -193,13 +193,6 @@ def _setgroups_allowed() -> bool:
             return f.read().strip() != "deny"
     except FileNotFoundError:
         return True
-
-
-def _os_call(fn: Callable[..., None], *args: object, call: str) -> None:
-    try:
-        fn(*args)
-    except OSError as e:
-        raise OSError(e.errno, f"{call}: {os.strerror(e.errno)}") from e  # type: ignore[arg-type]  # a failed call sets one
 
 
 def set_capabilities(kernel: Syscalls, caps: Capabilities, *, warn: Warn | None = None,
@@ -257,10 +250,10 @@ def apply(
     if no_new_privileges:
         set_no_new_privileges(kernel)
     if caps is None:
-        set_ids(uid, gid, additional_gids)
+        set_ids(kernel, uid, gid, additional_gids)
         return
     bounding = drop_bounding(kernel, caps, warn=warn)
     set_keep_caps(kernel, True)
-    set_ids(uid, gid, additional_gids)
+    set_ids(kernel, uid, gid, additional_gids)
     set_keep_caps(kernel, False)
     set_capabilities(kernel, caps, warn=warn, bounding=bounding)

@@ -168,6 +168,13 @@ def _os_fail(call: str, path: str | int, dir_fd: int | None, e: OSError) -> Sysc
     return err
 
 
+def _set_ids(fn, *args: object, call: str) -> None:
+    try:
+        fn(*args)
+    except OSError as e:
+        raise SyscallError(e.errno, f"{call}: {e.strerror}") from e
+
+
 def _fd_target(fd: int) -> str:
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
@@ -271,6 +278,17 @@ class Syscalls:
         raise NotImplementedError
 
     def capset(self, effective: int, permitted: int, inheritable: int) -> None:
+        raise NotImplementedError
+
+    def setgroups(self, groups: list[int]) -> None:
+        raise NotImplementedError
+
+    def setresgid(self, gid: int) -> None:
+        """The real, effective and saved gid, all three: an id kept saved would let the workload switch back."""
+        raise NotImplementedError
+
+    def setresuid(self, uid: int) -> None:
+        """The real, effective and saved uid, all three (see setresgid)."""
         raise NotImplementedError
 
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
@@ -516,6 +534,15 @@ class LinuxSyscalls(Syscalls):
             data[i].inheritable = inheritable >> shift & 0xFFFFFFFF
         if libc.capset(ctypes.byref(header), data) != 0:
             raise _fail(f"capset(effective={effective:#x}, permitted={permitted:#x}, inheritable={inheritable:#x})")
+
+    def setgroups(self, groups: list[int]) -> None:
+        _set_ids(os.setgroups, groups, call=f"setgroups({groups})")
+
+    def setresgid(self, gid: int) -> None:
+        _set_ids(os.setresgid, gid, gid, gid, call=f"setresgid({gid}, {gid}, {gid})")
+
+    def setresuid(self, uid: int) -> None:
+        _set_ids(os.setresuid, uid, uid, uid, call=f"setresuid({uid}, {uid}, {uid})")
 
     def close_range(self, first: int, last: int, flags: int = 0) -> None:
         nr = _SYSCALL_NR["close_range"]

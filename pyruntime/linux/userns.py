@@ -54,8 +54,8 @@ def fork_mapped(kernel: Syscalls, uid_map: tuple[str, str], gid_map: tuple[str, 
                 raise
             theirs.send(UNSHARED)
             if theirs.recv(16) == MAPPED:
-                os.setresgid(0, 0, 0)
-                os.setresuid(0, 0, 0)
+                kernel.setresgid(0)
+                kernel.setresuid(0)
                 then(theirs)
                 status = 0
         finally:

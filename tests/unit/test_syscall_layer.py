@@ -20,9 +20,10 @@ from pyruntime.linux import resolve, syscalls
 from pyruntime.linux.syscalls import FakeSyscalls, LinuxSyscalls, SyscallError
 
 PACKAGE = Path(pyruntime.__file__).parent
-# os functions that change ownership, modes, device nodes, links or namespaces: only through Syscalls
+# os functions that change ownership, identity, modes, device nodes, links or namespaces: only through Syscalls
 RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod", "symlink", "statvfs",
-                "setns", "unshare"}
+                "setns", "unshare", "setresuid", "setresgid", "setgroups", "setuid", "setgid", "seteuid", "setegid",
+                "setreuid", "setregid"}
 # bindings themselves: the syscall layer with its libc handle, and libseccomp's binding (a library
 # that builds a BPF program; its one kernel call is seccomp(2) loading it)
 BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
