@@ -34,9 +34,10 @@ $(STAMPS)/venv: setup.cfg pyproject.toml scripts/install-launchers.py | apt
 peers: apt
 	scripts/build-peers.sh
 
-# The test kit's static busybox, from the busybox-static .deb (cached in ~/.cache/pynode), not the host's.
+# The static busybox of `make run`'s image and the test images, from the busybox-static .deb (cached in
+# ~/.cache/pynode), not the host's (pynode_cluster/busybox.py).
 busybox: $(STAMPS)/venv
-	$(PY) -m tests.kit.busybox
+	$(PY) -m pynode_cluster.busybox
 
 # ruff and mypy over the whole tree (configured in pyproject.toml), and a `# type: ignore` says why on its line.
 lint: $(STAMPS)/venv
@@ -45,13 +46,14 @@ lint: $(STAMPS)/venv
 	@! git grep --untracked -nE '# type: ignore(\[[a-z, -]+\])? *$$' -- '*.py' || \
 	  { echo 'a `# type: ignore` needs a reason after it on the same line'; exit 1; }
 
-# A node in the background: pyruntime-cri + pykubelet (standalone) running examples/static-web.yaml; idempotent.
+# A node in the background: pyruntime-cri + pykubelet (standalone) running the package's static-web.yaml;
+# idempotent. It is the installed package's command (pynode_cluster/standalone.py), which a wheel has too.
 run: base
-	$(PY) -m tests.kit.demo up
+	$(VENV)/bin/pynode run
 
 # Removes what `make run` started: the pod, pykubelet, pyruntime-cri, the network and the state; idempotent.
-stop:
-	$(PY) -m tests.kit.demo down
+stop: $(STAMPS)/venv
+	$(VENV)/bin/pynode stop
 
 test: setup lint
 	$(PY) -m pytest -p no:cacheprovider -ra tests

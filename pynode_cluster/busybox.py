@@ -1,8 +1,11 @@
-"""The test-image kit: a busybox rootfs and a real OCI image made from Debian's busybox-static.
+"""A busybox rootfs and a real OCI image made from Debian's busybox-static.
 
-Every tier builds on these instead of a downloaded image (this machine has no route to a public registry).
-Layers are real gzip tars with correct digests, so the same image can be pushed to a registry with skopeo,
-imported, or unpacked, and a rootfs made here is what `pyruntime run` executes in tests and benchmarks.
+A node without a registry needs an image it can make itself: `pynode run` imports this one into its CRI
+server's store for its sample pod (standalone.py), so it lives in the package, and runs from a wheel without a
+checkout. Every test tier builds on it too (tests/kit/busybox.py), instead of a downloaded image (the test
+machines have no route to a public registry). Layers are real gzip tars with correct digests, so the same
+image can be pushed to a registry with skopeo, imported, or unpacked, and a rootfs made here is what
+`pyruntime run` executes in tests and benchmarks.
 
 The busybox comes from the busybox-static .deb, extracted into ~/.cache/pynode, never from the host's
 /bin/busybox: Debian's `busybox` package is dynamically linked, and a rootfs holding it has no loader, so
@@ -70,7 +73,7 @@ def require_static(path: Path) -> Path:
     interp = elf_interpreter(path)
     if interp is not None:
         raise RuntimeError(f"{path} is dynamically linked (it needs {interp}), so a container whose rootfs holds "
-                           f"only busybox could not exec it; the test kit needs busybox-static's binary")
+                           f"only busybox could not exec it; the busybox image needs busybox-static's binary")
     return path
 
 
@@ -225,4 +228,4 @@ def build_busybox_image(layout: Path, workdir: Path) -> OCIImage:
 
 
 if __name__ == "__main__":
-    print(static_busybox())  # `make setup` fetches it here, so that no test waits for apt
+    print(static_busybox())  # `make base` fetches it here, so that neither `make run` nor a test waits for apt

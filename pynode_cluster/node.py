@@ -1,6 +1,7 @@
 """What one node runs and how it is configured: a CRI runtime (pyruntime-cri or containerd), a kubelet (pykubelet
 or the stock one), both with our CNI plugins, and the stock kube-proxy. The interop matrix of issue 11 is every
-pair of kubelet and runtime, so both sides are interchangeable here behind the same paths.
+pair of kubelet and runtime, so both sides are interchangeable here behind the same paths. Every node is wired
+here: `make cluster`'s and the lab's (Node), and `pynode run`'s, which has no API server (StandaloneNode).
 
 The pod network is written only once the controller manager has given the node its pod CIDR (the runtimes
 read the CNI conf dir again when it changes; until then they report NetworkReady false and the node stays
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from cni_plugins.install import DEFAULT_CONFLIST, install
 from pynode_cluster.components import peer
+from pyruntime.settings import DEFAULT_HOSTS_DIR
 
 KUBELETS = ("pykubelet", "kubelet")
 RUNTIMES = ("pyruntime-cri", "containerd")
@@ -71,13 +73,13 @@ def install_plugins(bin_dir: Path) -> None:
         os.symlink(bin_dir / "pyloopback", bin_dir / "loopback")
 
 
-def pod_network(pod_cidr: str, data_dir: Path) -> dict:
+def pod_network(pod_cidr: str, data_dir: Path, bridge_name: str = CNI_BRIDGE) -> dict:
     """The project's default network (cni_plugins/10-pynode.conflist) on the node's pod CIDR, at CNI 1.0.0:
     containerd 1.6's libcni refuses a 1.1.0 result."""
     conf = json.loads(DEFAULT_CONFLIST.read_text())
     conf["cniVersion"] = "1.0.0"
     bridge = conf["plugins"][0]
-    bridge["bridge"] = CNI_BRIDGE
+    bridge["bridge"] = bridge_name
     bridge["ipam"]["ranges"] = [[{"subnet": pod_cidr}]]
     bridge["ipam"]["dataDir"] = str(data_dir)
     return conf
@@ -123,6 +125,18 @@ class Node:
     def pod_logs(self) -> Path:
         return self.dir / "pod-logs"
 
+    @property
+    def cri_root(self) -> Path:
+        return self.dir / "cri-root"
+
+    @property
+    def cri_state(self) -> Path:
+        return self.run / "cri-state"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.dir / "kubelet"
+
     def runtime_argv(self, hosts_dir: Path) -> list[str]:
         """The CRI server, with an empty CNI conf dir until write_network()."""
         install_plugins(self.cni_bin)
@@ -138,8 +152,8 @@ class Node:
     def runtime_command(self, hosts_dir: Path) -> list[str]:
         """The CRI server's command line alone (runtime_argv writes the files it reads)."""
         if self.runtime == "pyruntime-cri":
-            return [launcher("pyruntime-cri"), "--listen", self.endpoint, "--root", str(self.dir / "cri-root"),
-                    "--state", str(self.run / "cri-state"), "--cni-conf-dir", str(self.cni_conf),
+            return [launcher("pyruntime-cri"), "--listen", self.endpoint, "--root", str(self.cri_root),
+                    "--state", str(self.cri_state), "--cni-conf-dir", str(self.cni_conf),
                     "--cni-bin-dir", str(self.cni_bin), "--registry-config-dir", str(hosts_dir)]
         if self.runtime == "containerd":
             config = self.dir / "containerd" / "containerd.toml"
@@ -150,14 +164,14 @@ class Node:
     def network_file(self) -> Path:
         return self.cni_conf / "10-pynode.conflist"
 
-    def network(self, pod_cidr: str) -> str:
+    def network(self, pod_cidr: str, bridge: str = CNI_BRIDGE) -> str:
         """The text of the node's pod network on `pod_cidr`."""
-        return json.dumps(pod_network(pod_cidr, self.dir / "ipam"), indent=2)
+        return json.dumps(pod_network(pod_cidr, self.dir / "ipam", bridge), indent=2)
 
-    def write_network(self, pod_cidr: str) -> Path:
+    def write_network(self, pod_cidr: str, bridge: str = CNI_BRIDGE) -> Path:
         path = self.network_file
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.network(pod_cidr))
+        tmp.write_text(self.network(pod_cidr, bridge))
         tmp.rename(path)
         return path
 
@@ -204,5 +218,45 @@ class Node:
         else:
             raise ValueError(f"kubelet {self.kubelet!r}: not one of {', '.join(KUBELETS)}")
         return [binary, "--config", str(self.kubelet_config_file), "--kubeconfig", str(kubeconfig),
-                "--hostname-override", self.name, "--node-ip", self.address, "--root-dir", str(self.dir / "kubelet"),
+                "--hostname-override", self.name, "--node-ip", self.address, "--root-dir", str(self.kubelet_root),
                 "-v", "2" if self.kubelet == "kubelet" else "0"]
+
+
+@dataclass
+class StandaloneNode:
+    """A node without an API server (`pynode run`): pykubelet alone runs the static pods of `manifests` on
+    pyruntime-cri. Its files, its CRI server's command line and its pod network are a cluster node's (`node`),
+    but it lives in the host's network namespace and no controller manager gives it a pod CIDR: so its
+    bridge, subnet and cgroup root are names of its own, which nothing else on the host uses, and which its
+    removal finds again."""
+    node: Node
+    bridge: str
+    subnet: str
+    cgroup_root: str
+
+    @property
+    def manifests(self) -> Path:
+        return self.node.dir / "manifests"
+
+    def runtime_argv(self) -> list[str]:
+        """pyruntime-cri, its CNI plugins and its pod network written. Registries are configured as for any
+        pyruntime-cri on this host (its default hosts dir): the node's own pods pull nothing."""
+        argv = self.node.runtime_argv(Path(DEFAULT_HOSTS_DIR))
+        self.node.write_network(self.subnet, self.bridge)
+        return argv
+
+    def kubelet_config(self) -> dict:
+        """Static pods only. Its HTTPS server listens on the node's address (loopback) and, without an API
+        server, has no webhook to ask, so it refuses every request (a client certificate and
+        authorization.mode AlwaysAllow would open it)."""
+        return {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                "containerRuntimeEndpoint": self.node.endpoint, "cgroupRoot": self.cgroup_root,
+                "podLogsDir": str(self.node.pod_logs), "staticPodPath": str(self.manifests),
+                "fileCheckFrequency": "20s", "address": self.node.address}
+
+    def kubelet_argv(self) -> list[str]:
+        """pykubelet without a kubeconfig, its configuration written."""
+        self.node.dir.mkdir(parents=True, exist_ok=True)
+        self.node.kubelet_config_file.write_text(json.dumps(self.kubelet_config(), indent=2))
+        return [launcher("pykubelet"), "--config", str(self.node.kubelet_config_file), "--hostname-override",
+                self.node.name, "--root-dir", str(self.node.kubelet_root), "-v", "0"]

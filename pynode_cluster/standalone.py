@@ -1,27 +1,27 @@
-"""`make run` and `make stop`: a real node on this machine, with nothing but what `make setup` installed.
+"""`pynode run` and `pynode stop` (`make run`, `make stop`): a real node on this machine, with nothing but the
+installed package, its Debian packages and Debian's busybox-static (no peer of the tests, no checkout).
 
-`make run` (`python -m tests.kit.demo up`) starts, in the background, pyruntime-cri (the CRI server) and
-pykubelet in standalone mode (no API server) on it, with the static pod manifest examples/static-web.yaml:
-busybox httpd serving a page. The image is the busybox test image built from Debian's busybox-static and
-imported into pyruntime-cri's image store with `pyruntime image import` (the CRI has no import; the
-manifest says imagePullPolicy Never, so no registry is ever asked). It waits until the pod runs, prints its
-IP and the page it gets from it, and leaves it running. A second `make run` finds the node running, changes
-nothing and prints the same.
+`pynode run` (`up`) starts, in the background, pyruntime-cri (the CRI server) and pykubelet in standalone mode
+(no API server) on it, with the static pod manifest static-web.yaml of this package: busybox httpd serving a
+page. The image is the busybox image built from Debian's busybox-static (busybox.py) and imported into
+pyruntime-cri's image store with `pyruntime image import` (the CRI has no import; the manifest says
+imagePullPolicy Never, so no registry is ever asked). It waits until the pod runs, prints its IP and the page
+it gets from it, and leaves it running. A second `pynode run` finds the node running, changes nothing and
+prints the same.
 
-`make stop` (`... down`) undoes all of it, in the order a node is taken down: the manifest goes and the
-kubelet removes the pod (containers, sandbox and IP, cgroup, logs), then the kubelet stops, then the CRI
-server, then what the pod network left (the bridge) and the node's directories. It is idempotent too.
+`pynode stop` (`down`) undoes all of it, in the order a node is taken down: the manifest goes and the kubelet
+removes the pod (containers, sandbox and IP, cgroup, logs), then the kubelet stops, then the CRI server, then
+what the pod network left (the bridge) and the node's directories. It is idempotent too.
 
-Everything lives in directories of its own (VAR and RUN below, a CNI conf and bin dir, host-local IPAM
-data, the `/pynode-run` cgroup root), so a run neither needs nor touches /etc/cni, /opt/cni or another
-kubelet's cgroups, and a stop can remove exactly what a run made. A daemon is signalled only when its pid
-file names a live process whose command line is that daemon's.
+The node is wired as every node is (node.StandaloneNode), in directories of its own (VAR and RUN below: a
+CNI conf and bin dir, host-local IPAM data), on a bridge and a cgroup root of its own, so a run neither
+needs nor touches /etc/cni, /opt/cni or another kubelet's cgroups, and a stop can remove exactly what a run
+made. A daemon is signalled only when its pid file names a live process whose command line is that daemon's.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import shutil
 import subprocess
@@ -33,6 +33,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
 
 import psutil
@@ -41,23 +42,22 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.pods.termination import cgroup_hierarchies
 from pynode_cluster import hosts
+from pynode_cluster.busybox import build_busybox_image
 from pynode_cluster.hosts import wait_for
-from tests.kit.busybox import build_busybox_image
+from pynode_cluster.node import Node, StandaloneNode, launcher
+from pyruntime.cri.model import Layout
+from pyruntime.fsutil import atomic_write
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / ".venv" / "bin"
 VAR = Path("/var/lib/pynode-run")
 RUN = Path("/run/pynode-run")
-SOCKET = RUN / "cri.sock"
-ENDPOINT = f"unix://{SOCKET}"
-NODE = "pynode"
-MANIFEST = REPO / "examples" / "static-web.yaml"
-POD = f"static-web-{NODE}"
+NODE = StandaloneNode(Node("pynode", "127.0.0.1", VAR, RUN), bridge="pynode-run0", subnet="10.89.0.0/16",
+                      cgroup_root="/pynode-run")
+SOCKET, ENDPOINT = NODE.node.sock, NODE.node.endpoint
+MANIFEST = "static-web.yaml"  # package data (setup.cfg)
+POD = f"static-web-{NODE.node.name}"
 IMAGE = "localhost/pynode/busybox:latest"
-BRIDGE = "pynode-run0"
-SUBNET = "10.89.0.0/16"
-CGROUP_ROOT = "/pynode-run"
-STOP_COMMAND = "make stop"
+LOGS = VAR / "logs"
+STOP_COMMAND = "pynode stop"
 
 
 # --- progress -----------------------------------------------------------------------------------------------
@@ -97,9 +97,9 @@ def step(what: str) -> Iterator[None]:
 class Daemon:
     """A background process of the node, known by its pid file."""
 
-    def __init__(self, name: str, argv: list[str]) -> None:
-        self.name, self.argv = name, argv
-        self.pid_file, self.log = RUN / f"{name}.pid", VAR / "logs" / f"{name}.log"
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pid_file, self.log = RUN / f"{name}.pid", LOGS / f"{name}.log"
 
     def pid(self) -> int | None:
         """The daemon's pid if it runs (a live, non-zombie process whose command line is the daemon's)."""
@@ -113,10 +113,10 @@ class Daemon:
             return None
         return pid
 
-    def start(self) -> None:
+    def start(self, argv: list[str]) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         self.pid_file.write_text(str(proc.pid))
 
@@ -131,54 +131,26 @@ class Daemon:
         self.pid_file.unlink(missing_ok=True)
 
 
-def cri_daemon() -> Daemon:
-    return Daemon("pyruntime-cri", [str(BIN / "pyruntime-cri"), "--listen", ENDPOINT, "--root", str(VAR / "cri"),
-                                    "--state", str(RUN / "cri"), "--cni-conf-dir", str(VAR / "cni-conf"),
-                                    "--cni-bin-dir", str(VAR / "cni-bin")])
-
-
-def kubelet_daemon() -> Daemon:
-    return Daemon("pykubelet", [str(BIN / "pykubelet"), "--config", str(VAR / "kubelet.yaml"),
-                                "--container-runtime-endpoint", ENDPOINT, "--pod-manifest-path",
-                                str(VAR / "manifests"), "--hostname-override", NODE, "--root-dir",
-                                str(VAR / "kubelet")])
+CRI_SERVER, KUBELET = Daemon("pyruntime-cri"), Daemon("pykubelet")
 
 
 # --- up ------------------------------------------------------------------------------------------------------
 
-def install_network() -> None:
-    """Our CNI plugins into the node's own bin dir and a network of its own (bridge BRIDGE, SUBNET) with its
-    IPAM data in the node's directory."""
-    subprocess.run([str(BIN / "python"), "-m", "cni_plugins", "install", "--dir", str(VAR / "cni-bin")],
-                   check=True, capture_output=True)
-    conf = VAR / "cni-conf"
-    conf.mkdir(parents=True, exist_ok=True)
-    (conf / "10-pynode.conflist").write_text(json.dumps({
-        "cniVersion": "1.1.0", "name": "pynode", "plugins": [
-            {"type": "pybridge", "bridge": BRIDGE, "isDefaultGateway": True, "ipMasq": True, "hairpinMode": True,
-             "ipam": {"type": "pyhost-local", "ranges": [[{"subnet": SUBNET}]], "dataDir": str(VAR / "ipam")}},
-            {"type": "pyportmap", "capabilities": {"portMappings": True}}]}, indent=1))
+def image_store() -> Path:
+    """pyruntime-cri's image store under the node's CRI root."""
+    return Path(Layout(str(NODE.node.cri_root), str(NODE.node.cri_state)).images)
 
 
 def import_image() -> None:
-    """The busybox test image, built here and imported into pyruntime-cri's own store with the image CLI."""
+    """The busybox image, built here and imported into pyruntime-cri's own store with the image CLI."""
     with tempfile.TemporaryDirectory(prefix="pynode-run-") as tmp:
         work = Path(tmp)
         image = build_busybox_image(work / "layout", work / "build")
         archive = work / "busybox.tar"
         with tarfile.open(archive, "w") as tar:
             tar.add(image.layout, arcname=".")
-        subprocess.run([str(BIN / "pyruntime"), "image", "import", "--name", IMAGE, str(archive)], check=True,
-                       capture_output=True, env={**os.environ, "PYRUNTIME_IMAGE_ROOT": str(VAR / "cri" / "images")})
-
-
-def write_kubelet_config() -> None:
-    (VAR / "kubelet.yaml").write_text(json.dumps({
-        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-        "podLogsDir": str(VAR / "pods"), "cgroupRoot": CGROUP_ROOT, "fileCheckFrequency": "20s",
-        # its HTTPS server for this machine only; without an API server it has no webhook to ask, so it
-        # refuses every request (a client certificate and authorization.mode AlwaysAllow would open it)
-        "address": "127.0.0.1"}, indent=1))
+        subprocess.run([launcher("pyruntime"), "image", "import", "--name", IMAGE, str(archive)], check=True,
+                       capture_output=True, env={**os.environ, "PYRUNTIME_IMAGE_ROOT": str(image_store())})
 
 
 def the_pod(runtime: cri.CRIRuntime) -> tuple[str, str] | None:
@@ -201,53 +173,51 @@ def fetch(url: str) -> str | None:
 
 
 def up() -> int:
-    cri_d, kubelet_d = cri_daemon(), kubelet_daemon()
     RUN.mkdir(parents=True, exist_ok=True)
     VAR.mkdir(parents=True, exist_ok=True)
-    already = cri_d.pid() is not None and kubelet_d.pid() is not None
+    already = CRI_SERVER.pid() is not None and KUBELET.pid() is not None
     print("the node is already running" if already else "starting a node: pyruntime-cri + pykubelet (standalone)")
-    if cri_d.pid() is None:
-        with step(f"installing the pod network (CNI plugins, bridge {BRIDGE}, {SUBNET})"):
-            install_network()
-        if not (VAR / "cri" / "images").exists():
+    if CRI_SERVER.pid() is None:
+        with step(f"installing the pod network (CNI plugins, bridge {NODE.bridge}, {NODE.subnet})"):
+            argv = NODE.runtime_argv()
+        if not image_store().exists():
             with step(f"importing the busybox image as {IMAGE}"):
                 import_image()
         with step("starting pyruntime-cri"):
-            cri_d.start()
+            CRI_SERVER.start(argv)
             client = cri.CRIRuntime(ENDPOINT, timeout=10)
             try:
                 wait_for("pyruntime-cri to answer", lambda: SOCKET.exists() and _answers(client), 60)
             except TimeoutError:
-                print(cri_d.log_tail(), file=sys.stderr)
+                print(CRI_SERVER.log_tail(), file=sys.stderr)
                 raise
             finally:
                 client.close()
-    (VAR / "manifests").mkdir(exist_ok=True)
-    manifest = VAR / "manifests" / MANIFEST.name
-    if not manifest.exists() or manifest.read_text() != MANIFEST.read_text():
-        shutil.copyfile(MANIFEST, manifest)
-    if kubelet_d.pid() is None:
+    NODE.manifests.mkdir(exist_ok=True)
+    manifest, text = NODE.manifests / MANIFEST, resources.files("pynode_cluster").joinpath(MANIFEST).read_text()
+    if not manifest.exists() or manifest.read_text() != text:
+        atomic_write(manifest, text.encode(), mode=0o644)  # the kubelet reads the directory while it runs
+    if KUBELET.pid() is None:
         with step("starting pykubelet in standalone mode"):
-            write_kubelet_config()
-            kubelet_d.start()
+            KUBELET.start(NODE.kubelet_argv())
     runtime = cri.CRIRuntime(ENDPOINT, timeout=30)
     try:
         with step(f"waiting for the static pod {POD}"):
             try:
                 found = wait_for(f"pod {POD} to run", lambda: the_pod(runtime), 120)
             except TimeoutError:
-                print(kubelet_d.log_tail(), file=sys.stderr)
+                print(KUBELET.log_tail(), file=sys.stderr)
                 raise
         ip, container = found
         with step(f"asking http://{ip}/"):
             answer = wait_for(f"an answer from {ip}", lambda: fetch(f"http://{ip}/"), 30)
     finally:
         runtime.close()
-    print(f"\npod {POD} (static pod of {MANIFEST.relative_to(REPO)}) runs, container {container[:12]}")
+    print(f"\npod {POD} (static pod of {manifest}) runs, container {container[:12]}")
     print(f"pod IP: {ip}")
     print(f"GET http://{ip}/ -> {answer}")
-    print(f"\nlogs: {VAR / 'logs'}; crictl --runtime-endpoint {ENDPOINT} pods")
-    print(f"stop it (pod, kubelet, CRI server, network, state) with: {STOP_COMMAND}")
+    print(f"\nlogs: {LOGS}; the CRI endpoint (crictl --runtime-endpoint): {ENDPOINT}")
+    print(f"stop it (pod, kubelet, CRI server, network, state) with: {STOP_COMMAND} (`make stop` in a checkout)")
     return 0
 
 
@@ -288,7 +258,7 @@ def remove_all_pods(runtime: cri.CRIRuntime) -> None:
 
 def remove_cgroups() -> None:
     for hierarchy in cgroup_hierarchies():
-        root = hierarchy / CGROUP_ROOT.strip("/")
+        root = hierarchy / NODE.cgroup_root.strip("/")
         if not root.is_dir():
             continue
         for problem in hosts.remove_cgroup_tree(root):
@@ -296,27 +266,26 @@ def remove_cgroups() -> None:
 
 
 def down() -> int:
-    cri_d, kubelet_d = cri_daemon(), kubelet_daemon()
     if not VAR.exists() and not RUN.exists():
         print("no node is running: nothing to stop")
         return 0
-    cri_running = cri_d.pid() is not None
+    cri_running = CRI_SERVER.pid() is not None
     runtime = cri.CRIRuntime(ENDPOINT, timeout=30) if cri_running else None
     try:
-        if runtime is not None and kubelet_d.pid() is not None:
+        if runtime is not None and KUBELET.pid() is not None:
             live = runtime
             with step(f"removing the static pod {POD} (pykubelet stops and removes it)"):
-                for manifest in (VAR / "manifests").glob("*"):
+                for manifest in NODE.manifests.glob("*"):
                     manifest.unlink()
                 wait_for("the pod to go", lambda: not live.list_pod_sandbox(), 90)
         with step("stopping pykubelet"):
-            kubelet_d.stop()
+            KUBELET.stop()
         if runtime is not None:
             with step("stopping pyruntime-cri"):
                 remove_all_pods(runtime)
                 runtime.close()
                 runtime = None
-                cri_d.stop()
+                CRI_SERVER.stop()
             # its plugins started the host's CNI helper (pyruntime-cri gives them no PYCNI_* settings), which
             # would stay for its idle time; asked to stop, it exits (the next plugin call starts another)
             with step("stopping the CNI helper"):
@@ -326,8 +295,8 @@ def down() -> int:
         if runtime is not None:
             runtime.close()
     with step("removing the network, cgroups and state"):
-        if Path(f"/sys/class/net/{BRIDGE}").exists():
-            subprocess.run(["ip", "link", "del", BRIDGE], check=True)
+        if Path(f"/sys/class/net/{NODE.bridge}").exists():
+            subprocess.run(["ip", "link", "del", NODE.bridge], check=True)
         remove_cgroups()
         left = _mounts_under(VAR, RUN)
         if left:
@@ -337,17 +306,3 @@ def down() -> int:
     print("the node is stopped and removed")
     return 0
 
-
-def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "up"
-    if command not in ("up", "down"):
-        print("usage: python -m tests.kit.demo [up|down]", file=sys.stderr)
-        return 2
-    if os.geteuid() != 0:
-        print(f"`make {'run' if command == 'up' else 'stop'}` must run as root", file=sys.stderr)
-        return 1
-    return up() if command == "up" else down()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
