@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pykubelet.durations import duration
+
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
 
@@ -77,27 +79,6 @@ class Settings:
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration(value: Any) -> float:
-    """A Go duration ("10s", "1m30s", "100ms") in seconds."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"a duration such as \"10s\" or \"5m\", got {value!r}")
-    if value == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(value):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    if pos != len(value):
-        raise ValueError(f"a duration such as \"10s\" or \"5m\", got {value!r}")
-    return total
-
 
 _QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T|k)?")
 _QUANTITY_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "K": 10**3,

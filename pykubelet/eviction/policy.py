@@ -137,7 +137,7 @@ def value_map(value: Any) -> dict[str, Value]:
 
 def duration_map(value: Any) -> dict[str, float]:
     """evictionSoftGracePeriod: signal -> a duration ("1m30s")."""
-    from pykubelet.config import duration
+    from pykubelet.durations import duration
 
     out = {}
     for signal, text in _signal_map(value, "durations").items():

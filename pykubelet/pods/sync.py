@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
+from pykubelet.durations import go_duration
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
@@ -53,17 +54,6 @@ class SyncResult:
 
     def again_in(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
-
-
-def go_duration(seconds: float) -> str:
-    """A duration as Go's time.Duration prints it (the kubelet's event messages): "1.5s", "350.2ms"."""
-    if seconds >= 60:
-        minutes, rest = divmod(seconds, 60)
-        return f"{int(minutes)}m{go_duration(rest) if rest else '0s'}"
-    for unit, scale in (("s", 1), ("ms", 1e3), ("µs", 1e6)):
-        if seconds * scale >= 1 or unit == "µs":
-            return f"{seconds * scale:.6f}".rstrip("0").rstrip(".") + unit
-    return ""
 
 
 def network_problem(runtime: cri.CRIRuntime) -> str:

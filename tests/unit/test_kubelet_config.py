@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pykubelet import config
+from pykubelet import config, durations
 from pykubelet.main import main
 
 NO_FLAGS = dict.fromkeys(config.FLAGS)
@@ -81,7 +81,13 @@ def test_wrong_kind_is_refused(tmp_path):
 
 @pytest.mark.parametrize(("text", "seconds"), [("10s", 10), ("5m", 300), ("1h2m3s", 3723), ("100ms", 0.1), ("0", 0)])
 def test_go_durations(text, seconds):
-    assert config.duration(text) == pytest.approx(seconds)
+    assert durations.duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(1.5, "1.5s"), (0.3502, "350.2ms"), (90, "1m30s"), (120, "2m0s"),
+                                               (2e-6, "2µs")])
+def test_durations_printed_as_go_prints_them(seconds, text):
+    assert durations.go_duration(seconds) == text
 
 
 def test_command_line_stops_naming_the_setting(tmp_path):

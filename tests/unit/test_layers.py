@@ -155,6 +155,68 @@ def test_every_contract_names_real_code() -> None:
             assert path.is_dir() or path.with_suffix(".py").is_file(), f"contract names {name}, which does not exist"
 
 
+# The packages whose modules import one another without a circle: a module in a cycle cannot be loaded,
+# read or tested without the others, and which of them runs first depends on who imported whom.
+ACYCLIC = ("pykubelet",)
+
+
+def import_graph(root: Path, package: str) -> dict[str, dict[str, Import]]:
+    """Each module of `package` -> the modules of `package` it imports, each with its first import of it
+    (a `from X import name` counts X, and X.name when that is a module)."""
+    paths = {module_name(root, path)[0]: path for path in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, dict[str, Import]] = {}
+    for module, path in paths.items():
+        edges = graph.setdefault(module, {})
+        for imp in imports_of(root, path):
+            target = imp.target
+            while target and target not in paths:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                edges.setdefault(target, imp)
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, Import]]) -> list[list[str]]:
+    """The modules of each import cycle, sorted: every strongly connected set of more than one module
+    (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            members = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def describe(graph: dict[str, dict[str, Import]], cycle: list[str]) -> str:
+    return "\n".join(f"  {imp.path}:{imp.line}: {module} imports {target}"
+                     for module in cycle for target, imp in graph[module].items() if target in cycle)
+
+
+@pytest.mark.parametrize("package", ACYCLIC)
+def test_no_import_cycle(package: str) -> None:
+    graph = import_graph(REPO, package)
+    found = cycles(graph)
+    assert not found, f"import cycles in {package}:\n" + "\n\n".join(describe(graph, c) for c in found)
+
+
 # The checker itself, on a tiny tree made to break each kind of import.
 
 def write(root: Path, files: dict[str, str]) -> Path:
@@ -235,3 +297,19 @@ def test_failure_message_names_module_line_and_contract(tree: Path) -> None:
     assert message == (f"{tree}/pykubelet/pods.py:3: pykubelet.pods imports pyruntime.container, breaking "
                        "'pykubelet imports nothing of pyruntime, cni_plugins' "
                        "(the kubelet reaches a runtime only through the generated CRI stubs in proto/)")
+
+
+def test_cycle_checker_sees_lazy_and_type_checking_imports(tree: Path) -> None:
+    write(tree, {"pykubelet/a.py": "from pykubelet import b\n",
+                 "pykubelet/b.py": "import json\n\ndef f():\n    from pykubelet.c import x\n",
+                 "pykubelet/c.py": "if TYPE_CHECKING:\n    from .a import A\n",
+                 "pykubelet/d.py": "from pykubelet.a import thing\n",
+                 "pykubelet/sub/__init__.py": "",
+                 "pykubelet/sub/e.py": "from pykubelet.sub import f\n",
+                 "pykubelet/sub/f.py": "from pykubelet import d\n"})
+    graph = import_graph(tree, "pykubelet")
+    assert cycles(graph) == [["pykubelet.a", "pykubelet.b", "pykubelet.c"]]
+    assert describe(graph, ["pykubelet.a", "pykubelet.b", "pykubelet.c"]).splitlines() == [
+        f"  {tree}/pykubelet/a.py:1: pykubelet.a imports pykubelet.b",
+        f"  {tree}/pykubelet/b.py:4: pykubelet.b imports pykubelet.c",
+        f"  {tree}/pykubelet/c.py:2: pykubelet.c imports pykubelet.a"]
