@@ -1,7 +1,7 @@
 """The one reader of JSON configuration fields: types checked, every error named by its full path.
 
 config.json is read section by section by the module that owns the section (oci/spec.py for the
-process, mounts and namespaces; linux/cgroups/resources.py, linux/seccomp.py and
+process, mounts and namespaces; linux/cgroups/resources.py, linux/seccomp/profile.py and
 linux/capabilities.py for theirs, because only they know what their kernel subsystem accepts). All of
 them read through `Obj`, so a user sees one wording wherever the mistake is
 (`linux.resources.memory.limit: must be an integer, got "1G"`), and a caller catches one error type.

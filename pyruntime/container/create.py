@@ -30,7 +30,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyruntime.linux.seccomp import Seccomp
+    from pyruntime.linux.seccomp.profile import Seccomp
 
 
 def silent(_msg: str) -> None:
@@ -156,12 +156,12 @@ def hand_over_notify_fd(profile: Seccomp, chan: Channel, pid: int, state: dict) 
     """The seccomp notify fd of the process `pid` (the init, or one that exec started) goes to the agent at
     listenerPath, with the container's state, as runc sends it (the agent lives in the runtime's mount
     namespace, where the container can't reach)."""
-    from pyruntime.linux import seccomp
+    from pyruntime.linux.seccomp import loader
     fd = chan.recv_fd(sync.SECCOMP)
     if fd is None:
         return  # every notify rule named syscalls this kernel lacks: no filter fd was made
     try:
-        seccomp.send_listener_fd(profile, fd, pid=pid, state=state)
+        loader.send_listener_fd(profile, fd, pid=pid, state=state)
     finally:
         os.close(fd)
 
@@ -260,8 +260,8 @@ def create(store: ContainerStore, cid: str, bundle: str, *, spec: Spec | None = 
             hand_over_notify_fd(spec.linux.seccomp, parent, init_pid, runtime_view)
         parent.recv(sync.READY)
         if spec.linux.seccomp is not None and trace is not silent:  # the init loaded it with these (runc's words)
-            from pyruntime.linux import seccomp
-            trace(f"seccomp filter flags: {seccomp.filter_flags(spec.linux.seccomp)}")
+            from pyruntime.linux.seccomp import compiler
+            trace(f"seccomp filter flags: {compiler.filter_flags(spec.linux.seccomp)}")
         trace("init: closing the pipe to signal completion")
         store.save(state)
         if pid_file:

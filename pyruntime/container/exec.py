@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
 
-    from pyruntime.linux.seccomp import Seccomp
+    from pyruntime.linux.seccomp.profile import Seccomp
 
 PROC_NS_NAME = {"user": "user", "ipc": "ipc", "uts": "uts", "network": "net", "pid": "pid", "cgroup": "cgroup",
                 "time": "time", "mount": "mnt"}
@@ -153,8 +153,8 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
     # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
     from pyruntime.linux import capabilities  # noqa: F401
     if seccomp is not None:
-        from pyruntime.linux import seccomp as libseccomp
-        libseccomp.preload()
+        from pyruntime.linux.seccomp import compiler
+        compiler.preload()
     # connected here: the socket's path is the caller's, which stage 2 can no longer reach
     console_sock = None
     if proc.terminal and console_socket:
@@ -198,8 +198,8 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
             os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
             raise
         if seccomp is not None and trace is not silent:  # the process loads it with these (runc's words)
-            from pyruntime.linux import seccomp as libseccomp
-            trace(f"seccomp filter flags: {libseccomp.filter_flags(seccomp)}")
+            from pyruntime.linux.seccomp import compiler
+            trace(f"seccomp filter flags: {compiler.filter_flags(seccomp)}")
         trace("setns_init: about to exec")
         return pid
     finally:

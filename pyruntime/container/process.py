@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyruntime.linux.seccomp import Seccomp
+    from pyruntime.linux.seccomp.profile import Seccomp
 
 CLOSE_RANGE_CLOEXEC = 4
 
@@ -152,8 +152,8 @@ def load_seccomp(profile: Seccomp | None, notify: Callable[[int], None] | None =
     then fail with ENOSYS)."""
     if profile is None:
         return
-    from pyruntime.linux import seccomp
-    fd = seccomp.load(profile, warn=warn)
+    from pyruntime.linux.seccomp import loader
+    fd = loader.load(profile, warn=warn)
     if fd is not None:
         try:
             if notify is not None:

@@ -362,7 +362,7 @@ def _seccomp(sc: api_pb2.LinuxContainerSecurityContext, privileged: bool, boundi
     if not isinstance(profile, dict):
         raise InvalidArgumentError(f"{where}: seccomp profile {path} is not a JSON object")
     from pyruntime.fieldreader import SpecError
-    from pyruntime.linux.seccomp import Seccomp
+    from pyruntime.linux.seccomp.profile import Seccomp
     try:
         Seccomp.from_spec(profile, where=f"{where} ({path})")
     except SpecError as e:

@@ -331,10 +331,12 @@ def _confine(job: PauseJob, kernel: Syscalls) -> None:
     user namespace, root in the pod included."""
     from pyruntime.container import rootfs
     from pyruntime.cri.seccomp_default import DEFAULT_CAPS, default_profile
-    from pyruntime.linux import capabilities, seccomp
+    from pyruntime.linux import capabilities
+    from pyruntime.linux.seccomp import compiler, loader
+    from pyruntime.linux.seccomp.profile import Seccomp
     capabilities.last_cap()  # read now: there is no /proc after the pivot
-    profile = seccomp.Seccomp.from_spec(default_profile(list(DEFAULT_CAPS)))  # the launcher's precompiled one
-    seccomp.preload()
+    profile = Seccomp.from_spec(default_profile(list(DEFAULT_CAPS)))  # the launcher's precompiled one
+    compiler.preload()
     kernel.unshare(sc.CLONE_NEWNS)
     kernel.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE, None)  # nothing below reaches the host's mounts
     kernel.mount("tmpfs", EMPTY_ROOT_AT, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,
@@ -342,7 +344,7 @@ def _confine(job: PauseJob, kernel: Syscalls) -> None:
     rootfs.pivot(kernel, EMPTY_ROOT_AT)
     capabilities.apply(kernel, capabilities.Capabilities(), uid=_pause_id(job.uid_map),
                        gid=_pause_id(job.gid_map), no_new_privileges=True)
-    seccomp.load(profile)
+    loader.load(profile)
     kernel.prctl(sc.PR_SET_DUMPABLE, 0)
 
 

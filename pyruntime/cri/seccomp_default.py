@@ -6,7 +6,7 @@ not allowed fails with EPERM; `personality` only with the values glibc and the 3
 `clone` only without namespace flags unless the container holds CAP_SYS_ADMIN; `clone3` (whose flags a
 filter cannot read) fails with ENOSYS so libcs fall back to `clone`. A capability in the container's
 bounding set unlocks the syscalls that capability guards, as in the reference profile; kernels that do
-not know a name skip it (pyruntime/linux/seccomp.py does, as runc).
+not know a name skip it (pyruntime/linux/seccomp/compiler.py does, as runc).
 
 Most containers have containerd's default capability set, so most RuntimeDefault containers get one and the
 same profile: precompile() has the launcher compile it once (libseccomp's compile is a large part of a
@@ -124,10 +124,11 @@ def default_profile(bounding: list[str], machine: str | None = None) -> dict:
 
 def precompile() -> None:
     """Compiles the profile of a container with the default capabilities into this process's filter cache
-    (pyruntime.linux.seccomp.compile_filter), for the processes it forks; a host where that fails (no
+    (pyruntime.linux.seccomp.compiler.compile_filter), for the processes it forks; a host where that fails (no
     libseccomp) leaves the error to the containers that ask for the profile."""
-    from pyruntime.linux import seccomp
+    from pyruntime.linux.seccomp.compiler import compile_filter
+    from pyruntime.linux.seccomp.profile import Seccomp
     try:
-        seccomp.compile_filter(seccomp.Seccomp.from_spec(default_profile(list(DEFAULT_CAPS))))
+        compile_filter(Seccomp.from_spec(default_profile(list(DEFAULT_CAPS))))
     except OSError:
         pass

@@ -8,8 +8,9 @@ from pyruntime.oci.state import OCI_VERSION
 
 
 def features(kernel: Syscalls) -> dict:
-    from pyruntime.linux import capabilities, seccomp
+    from pyruntime.linux import capabilities
     from pyruntime.linux.cgroups import detect
+    from pyruntime.linux.seccomp import compiler
     version = detect(kernel)
     return {
         "ociVersionMin": "1.0.0",
@@ -22,7 +23,7 @@ def features(kernel: Syscalls) -> dict:
             "capabilities": [capabilities.name(c) for c in range(capabilities.last_cap() + 1)],
             "cgroup": {"v1": version == "v1", "v2": version == "v2", "systemd": False, "systemdUser": False,
                        "rdma": False},
-            "seccomp": seccomp.features(),
+            "seccomp": compiler.features(),
             "apparmor": {"enabled": False},
             "selinux": {"enabled": False},
             "intelRdt": {"enabled": False},

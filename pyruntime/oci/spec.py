@@ -338,7 +338,7 @@ def _linux(o: Obj | None) -> Linux:
     seccomp = None
     s = o.obj("seccomp")
     if s is not None:
-        from pyruntime.linux.seccomp import Seccomp
+        from pyruntime.linux.seccomp.profile import Seccomp
         seccomp = Seccomp.from_spec(s.raw, where=s.path)
     propagation = o.choice("rootfsPropagation", PROPAGATIONS, "propagation", "")
     personality = None

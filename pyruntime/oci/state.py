@@ -27,7 +27,7 @@ LATER_HOOKS = ("poststart", "poststop")
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pyruntime.linux.cgroups.resources import Resources
-    from pyruntime.linux.seccomp import Seccomp
+    from pyruntime.linux.seccomp.profile import Seccomp
     from pyruntime.oci.spec import Hook, Process, Spec
 
 
@@ -97,7 +97,7 @@ class ContainerState:
     def seccomp_spec(self) -> Seccomp | None:
         if not self.seccomp:
             return None
-        from pyruntime.linux.seccomp import Seccomp
+        from pyruntime.linux.seccomp.profile import Seccomp
         return Seccomp.from_spec(self.seccomp)
 
     def resources_spec(self) -> Resources:

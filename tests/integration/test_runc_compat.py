@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux import cgroups, seccomp
-from pyruntime.linux.seccomp import Seccomp
+from pyruntime.linux import cgroups
+from pyruntime.linux.seccomp import compiler, loader
+from pyruntime.linux.seccomp.profile import Seccomp
 from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.integration.test_seccomp import BUSYBOX, BUSYBOX_START
 from tests.kit.busybox import build_rootfs
@@ -509,10 +510,10 @@ def test_syscalls_newer_than_the_seccomp_profile_fail_with_enosys():
     profile = Seccomp.from_spec({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
         {"names": [*BUSYBOX_START, "write"], "action": "SCMP_ACT_ALLOW"}]})
     libc = ctypes.CDLL(None, use_errno=True)
-    numbers = [1000, *(seccomp._lib().seccomp_syscall_resolve_name(n) for n in (b"clone3", b"getpid"))]
+    numbers = [1000, *(compiler.libseccomp().seccomp_syscall_resolve_name(n) for n in (b"clone3", b"getpid"))]
 
     def probe() -> None:
-        seccomp.load(profile)
+        loader.load(profile)
         for nr in numbers:
             libc.syscall(nr, 0, 0)
             os.write(1, f"{ctypes.get_errno()} ".encode())
@@ -705,7 +706,7 @@ def test_seccomp_flags_default_to_spec_allow_and_start_container_hooks_run_under
     config["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW",
                                   "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}
     _save(bundle, config)
-    default = 4 if "SECCOMP_FILTER_FLAG_SPEC_ALLOW" in seccomp.supported_flags() else 0
+    default = 4 if "SECCOMP_FILTER_FLAG_SPEC_ALLOW" in compiler.supported_flags() else 0
     for flags, expected in ((None, default), ([], 0), (["SECCOMP_FILTER_FLAG_LOG"], 2)):
         if flags is not None:
             config["linux"]["seccomp"]["flags"] = flags

@@ -1,4 +1,4 @@
-"""Filters loaded by seccomp.load() in a forked child act on the busybox it then execs."""
+"""Filters loaded by loader.load() in a forked child act on the busybox it then execs."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux import seccomp
-from pyruntime.linux.seccomp import Seccomp
+from pyruntime.linux.seccomp import compiler, loader
+from pyruntime.linux.seccomp.profile import Seccomp
 from tests.kit.busybox import static_busybox
 from tests.kit.child import run_in_child
 
@@ -22,7 +22,7 @@ BUSYBOX_START = ["execve", "brk", "arch_prctl", "set_tid_address", "set_robust_l
 
 def load(spec: dict, warnings: list[str] | None = None) -> Callable[[], int | None]:
     config = Seccomp.from_spec(spec)
-    return lambda: seccomp.load(config, warn=None if warnings is None else warnings.append)
+    return lambda: loader.load(config, warn=None if warnings is None else warnings.append)
 
 
 def test_errno_rule_denies_mkdir(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_unknown_syscalls_are_skipped_with_a_warning() -> None:
         {"names": ["no_such_syscall", "mkdir"], "action": "SCMP_ACT_ERRNO"}]})
 
     def setup() -> None:
-        seccomp.load(config, warn=warnings.append)
+        loader.load(config, warn=warnings.append)
         os.write(1, json.dumps(warnings).encode() + b"\n")
 
     code, out = run_in_child(setup, BUSYBOX, "true")
@@ -118,7 +118,7 @@ def test_no_new_privs_is_left_alone() -> None:
 
 
 def test_unsupported_flag_is_a_clear_error() -> None:
-    if "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV" in seccomp.features()["supportedFlags"]:
+    if "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV" in compiler.features()["supportedFlags"]:
         pytest.skip("libseccomp here supports WAIT_KILLABLE_RECV")
     code, out = run_in_child(load({"defaultAction": "SCMP_ACT_ALLOW",
                                    "flags": ["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]}), BUSYBOX, "true")
@@ -134,9 +134,9 @@ def test_notify_fd_reaches_the_listener(tmp_path: Path) -> None:
     state = {"ociVersion": "1.2.0", "id": "c1", "status": "creating", "pid": 0, "bundle": "/b"}
 
     def setup() -> None:
-        fd = seccomp.load(config)
+        fd = loader.load(config)
         assert fd is not None
-        seccomp.send_listener_fd(config, fd, pid=os.getpid(), state=state)
+        loader.send_listener_fd(config, fd, pid=os.getpid(), state=state)
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(str(listener))
@@ -173,7 +173,7 @@ def test_notify_rule_with_only_unknown_names_gives_no_fd(tmp_path: Path) -> None
                                 "syscalls": [{"names": ["no_such_syscall"], "action": "SCMP_ACT_NOTIFY"}]})
 
     def setup() -> None:
-        os.write(1, repr(seccomp.load(config)).encode())
+        os.write(1, repr(loader.load(config)).encode())
         os._exit(0)
 
     assert run_in_child(setup, BUSYBOX, "true") == (0, "None")

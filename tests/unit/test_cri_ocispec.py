@@ -13,7 +13,7 @@ from pyruntime.cri import ocispec
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.seccomp_default import default_profile
 from pyruntime.errors import InvalidArgumentError
-from pyruntime.linux.seccomp import Seccomp
+from pyruntime.linux.seccomp.profile import Seccomp
 from pyruntime.linux.syscalls import FakeSyscalls
 from pyruntime.oci import spec as specmod
 from pyruntime.oci.validate import validate
@@ -315,18 +315,18 @@ def test_the_launchers_precompiled_filter_is_the_one_a_default_container_loads(r
     """A RuntimeDefault container with the default capabilities finds its filter compiled by the launcher's
     precompile (libseccomp is not run again); another capability set is compiled on its own."""
     from pyruntime.cri import seccomp_default
-    from pyruntime.linux import seccomp
-    monkeypatch.setattr(seccomp, "_compiled", {})
+    from pyruntime.linux.seccomp import compiler
+    monkeypatch.setattr(compiler, "_compiled", {})
     seccomp_default.precompile()
-    assert len(seccomp._compiled) == 1
+    assert len(compiler._compiled) == 1
     cfg = container()
     cfg.linux.security_context.seccomp.profile_type = api_pb2.SecurityProfile.RuntimeDefault
     profile = Seccomp.from_spec(json.loads(json.dumps(build(cfg, rootfs, layout)["linux"]["seccomp"])))
-    assert profile in seccomp._compiled
-    monkeypatch.setattr(seccomp, "_lib", lambda: pytest.fail("compiled again"))
-    assert seccomp.compile_filter(profile) is seccomp._compiled[profile]
+    assert profile in compiler._compiled
+    monkeypatch.setattr(compiler, "libseccomp", lambda: pytest.fail("compiled again"))
+    assert compiler.compile_filter(profile) is compiler._compiled[profile]
     cfg.linux.security_context.capabilities.add_capabilities.append("CAP_SYS_TIME")
-    assert Seccomp.from_spec(build(cfg, rootfs, layout)["linux"]["seccomp"]) not in seccomp._compiled
+    assert Seccomp.from_spec(build(cfg, rootfs, layout)["linux"]["seccomp"]) not in compiler._compiled
 
 
 def test_seccomp_default_follows_capabilities():

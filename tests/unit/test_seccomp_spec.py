@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.linux import seccomp
-from pyruntime.linux.seccomp import Arg, Seccomp, Syscall
+from pyruntime.linux.seccomp import compiler
+from pyruntime.linux.seccomp.profile import ACTIONS, FLAGS, OPERATORS, Arg, Seccomp, Syscall
 
 
 def parse(**fields: object) -> Seccomp:
@@ -119,13 +119,13 @@ def test_rule_errors_name_the_rule_and_field(rule: dict, message: str) -> None:
 
 
 def test_features_lists_spec_names() -> None:
-    f = seccomp.features()
+    f = compiler.features()
     assert f["enabled"] is True
-    assert set(f["actions"]) == set(seccomp.ACTIONS)
-    assert f["operators"] == sorted(seccomp.OPERATORS)
+    assert set(f["actions"]) == set(ACTIONS)
+    assert f["operators"] == sorted(OPERATORS)
     expected_archs = {"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"}
     assert expected_archs <= set(f["archs"])
-    assert set(f["supportedFlags"]) <= set(f["knownFlags"]) == set(seccomp.FLAGS)
+    assert set(f["supportedFlags"]) <= set(f["knownFlags"]) == set(FLAGS)
     assert "SECCOMP_FILTER_FLAG_LOG" in f["supportedFlags"]
 
 
@@ -133,7 +133,7 @@ def test_import_does_not_load_libseccomp() -> None:
     import subprocess
     import sys
 
-    code = ("import pyruntime.linux.seccomp, pyruntime.linux.capabilities\n"
+    code = ("import pyruntime.linux.seccomp.loader, pyruntime.linux.capabilities\n"
             "maps = open('/proc/self/maps').read()\n"
             "assert 'libseccomp' not in maps, 'libseccomp loaded at import'\n"
             "import sys; assert 'pyseccomp' not in sys.modules and 'prctl' not in sys.modules")
@@ -164,30 +164,30 @@ def _run_bpf(program: bytes, arch: int, nr: int) -> int | str:
 def test_enosys_stub_answers_numbers_above_the_profiles_highest_per_arch() -> None:
     x86_64, x32, i386, arm = 0xC000003E, 0x4000003E, 0x40000003, 0x40000028
     enosys = 0x00050000 | 38
-    stub = seccomp.enosys_stub({x86_64: 334, x32: 0x40000000 + 300, i386: 400})
+    stub = compiler.enosys_stub({x86_64: 334, x32: 0x40000000 + 300, i386: 400})
     assert _run_bpf(stub, x86_64, 334) == "next" and _run_bpf(stub, x86_64, 435) == enosys
     assert _run_bpf(stub, x86_64, 0x40000000 + 300) == "next"
     assert _run_bpf(stub, x86_64, 0x40000000 + 301) == enosys
     assert _run_bpf(stub, i386, 400) == "next" and _run_bpf(stub, i386, 1000) == enosys
     assert _run_bpf(stub, arm, 5000) == "next"  # not in the profile: libseccomp's bad-arch verdict
-    only_native = seccomp.enosys_stub({x86_64: 10})
+    only_native = compiler.enosys_stub({x86_64: 10})
     assert _run_bpf(only_native, x86_64, 0x40000000 + 1) == "next"
     assert _run_bpf(only_native, x86_64, 11) == enosys
-    assert _run_bpf(seccomp.enosys_stub({}), x86_64, 1000) == "next"
+    assert _run_bpf(compiler.enosys_stub({}), x86_64, 1000) == "next"
 
 
 def test_flags_as_runc_chooses_them(monkeypatch) -> None:
     """Absent: SPEC_ALLOW where the host has it; an empty list: none; TSYNC never (one thread loads the
     filter); WAIT_KILLABLE_RECV only with a notify rule. filter_flags is what --debug reports."""
-    monkeypatch.setattr(seccomp, "supported_flags", lambda: frozenset(seccomp.FLAGS))
-    assert parse().flags is None and seccomp.effective_flags(parse()) == ("SECCOMP_FILTER_FLAG_SPEC_ALLOW",)
-    assert seccomp.filter_flags(parse()) == 4
-    assert seccomp.effective_flags(parse(flags=[])) == () and seccomp.filter_flags(parse(flags=[])) == 0
+    monkeypatch.setattr(compiler, "supported_flags", lambda: frozenset(FLAGS))
+    assert parse().flags is None and compiler.effective_flags(parse()) == ("SECCOMP_FILTER_FLAG_SPEC_ALLOW",)
+    assert compiler.filter_flags(parse()) == 4
+    assert compiler.effective_flags(parse(flags=[])) == () and compiler.filter_flags(parse(flags=[])) == 0
     both = parse(flags=["SECCOMP_FILTER_FLAG_TSYNC", "SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
                         "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"])
-    assert seccomp.filter_flags(both) == 2 | 4
+    assert compiler.filter_flags(both) == 2 | 4
     notify = parse(flags=["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"], listenerPath="/run/agent.sock",
                    syscalls=[{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}])
-    assert seccomp.filter_flags(notify) == 32
-    monkeypatch.setattr(seccomp, "supported_flags", lambda: frozenset({"SECCOMP_FILTER_FLAG_LOG"}))
-    assert seccomp.filter_flags(parse()) == 0  # no SPEC_ALLOW on this host: none
+    assert compiler.filter_flags(notify) == 32
+    monkeypatch.setattr(compiler, "supported_flags", lambda: frozenset({"SECCOMP_FILTER_FLAG_LOG"}))
+    assert compiler.filter_flags(parse()) == 0  # no SPEC_ALLOW on this host: none

@@ -17,7 +17,8 @@ import subprocess
 import sys
 
 START_PATH = ["pyruntime.cli.main", "pyruntime.runtime", "pyruntime.container.create", "pyruntime.container.control",
-              "pyruntime.container.exec", "pyruntime.linux.capabilities", "pyruntime.linux.seccomp",
+              "pyruntime.container.exec", "pyruntime.linux.capabilities", "pyruntime.linux.seccomp.profile",
+              "pyruntime.linux.seccomp.compiler", "pyruntime.linux.seccomp.loader",
               "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2", "pyruntime.linux.cgroups.resources",
               "pyruntime.oci.validate"]
 HEAVY = {"json", "re", "enum", "socket", "signal", "selectors", "collections", "functools", "contextlib", "array",

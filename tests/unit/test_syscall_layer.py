@@ -26,7 +26,7 @@ RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod
                 "setreuid", "setregid"}
 # bindings themselves: the syscall layer with its libc handle, and libseccomp's binding (a library
 # that builds a BPF program; its one kernel call is seccomp(2) loading it)
-BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp.py"}
+BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp/compiler.py", "linux/seccomp/loader.py"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls, the CRI server's main and fork server, and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",

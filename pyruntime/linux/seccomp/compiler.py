@@ -1,11 +1,9 @@
-"""linux.seccomp of config.json: validation, and compiling/loading the filter with libseccomp.
-
-The section is read through pyruntime.fieldreader, as the rest of config.json is.
+"""Compiling a seccomp profile (profile.py) into the BPF program the kernel runs, with libseccomp.
 
 libseccomp is driven through a small ctypes binding: pyseccomp runs find_library at import, which every
 runtime command would pay, and Debian's python3-seccomp lives outside the venv, while ctypes is already
-loaded by the runtime. libseccomp.so.2 is opened by soname on the first call only, so importing this module costs
-only its class definitions.
+loaded by the runtime. libseccomp.so.2 is opened by soname on the first call only, so importing this module
+costs only its class definitions.
 
 Behaviour follows runc where the spec is silent: syscall names unknown to libseccomp for this
 architecture are skipped (reported to ``warn``), a rule whose action equals the default action is
@@ -17,7 +15,7 @@ call only on ENOSYS (clone3 -> clone, openat2 -> openat, faccessat2 -> faccessat
 image with an old profile would break. As runc does (libcontainer/seccomp/patchbpf), unless the default
 action lets syscalls through, a stub in front of libseccomp's program returns ENOSYS for every syscall
 number above the highest one the profile names on that architecture. libseccomp cannot express that
-(its rules name syscalls it knows), so its program is exported and loaded here with seccomp(2).
+(its rules name syscalls it knows), so its program is exported, and loader.py loads it with seccomp(2).
 """
 from __future__ import annotations
 
@@ -26,7 +24,7 @@ import errno
 import os
 import struct
 
-from pyruntime.fieldreader import Obj, SpecError, shown
+from pyruntime.linux.seccomp.profile import ACTIONS, ARCHITECTURES, ERRNO_ACTIONS, FLAGS, OPERATORS, Seccomp, Syscall
 from pyruntime.record import record
 
 TYPE_CHECKING = False
@@ -36,60 +34,6 @@ if TYPE_CHECKING:
     Warn = Callable[[str], None]
     T = TypeVar("T")
 
-_ERRNO_ACTIONS = {"SCMP_ACT_ERRNO": 0x00050000, "SCMP_ACT_TRACE": 0x7FF00000}
-ACTIONS: Mapping[str, int] = {
-    "SCMP_ACT_KILL": 0x00000000,
-    "SCMP_ACT_KILL_PROCESS": 0x80000000,
-    "SCMP_ACT_KILL_THREAD": 0x00000000,
-    "SCMP_ACT_TRAP": 0x00030000,
-    **_ERRNO_ACTIONS,
-    "SCMP_ACT_ALLOW": 0x7FFF0000,
-    "SCMP_ACT_LOG": 0x7FFC0000,
-    "SCMP_ACT_NOTIFY": 0x7FC00000,
-}
-OPERATORS: Mapping[str, int] = {
-    "SCMP_CMP_NE": 1,
-    "SCMP_CMP_LT": 2,
-    "SCMP_CMP_LE": 3,
-    "SCMP_CMP_EQ": 4,
-    "SCMP_CMP_GE": 5,
-    "SCMP_CMP_GT": 6,
-    "SCMP_CMP_MASKED_EQ": 7,
-}
-# Spec name -> libseccomp's own name, which seccomp_arch_resolve_name turns into its token.
-ARCHITECTURES: Mapping[str, str] = {
-    "SCMP_ARCH_X86": "x86",
-    "SCMP_ARCH_X86_64": "x86_64",
-    "SCMP_ARCH_X32": "x32",
-    "SCMP_ARCH_ARM": "arm",
-    "SCMP_ARCH_AARCH64": "aarch64",
-    "SCMP_ARCH_MIPS": "mips",
-    "SCMP_ARCH_MIPS64": "mips64",
-    "SCMP_ARCH_MIPS64N32": "mips64n32",
-    "SCMP_ARCH_MIPSEL": "mipsel",
-    "SCMP_ARCH_MIPSEL64": "mipsel64",
-    "SCMP_ARCH_MIPSEL64N32": "mipsel64n32",
-    "SCMP_ARCH_PPC": "ppc",
-    "SCMP_ARCH_PPC64": "ppc64",
-    "SCMP_ARCH_PPC64LE": "ppc64le",
-    "SCMP_ARCH_S390": "s390",
-    "SCMP_ARCH_S390X": "s390x",
-    "SCMP_ARCH_PARISC": "parisc",
-    "SCMP_ARCH_PARISC64": "parisc64",
-    "SCMP_ARCH_RISCV64": "riscv64",
-    "SCMP_ARCH_LOONGARCH64": "loongarch64",
-    "SCMP_ARCH_M68K": "m68k",
-    "SCMP_ARCH_SH": "sh",
-    "SCMP_ARCH_SHEB": "sheb",
-}
-# Spec flag -> libseccomp filter attribute (SCMP_FLTATR_CTL_*), which libseccomp grants only when the
-# kernel has the flag: features() asks it.
-FLAGS: Mapping[str, int] = {
-    "SECCOMP_FILTER_FLAG_TSYNC": 4,
-    "SECCOMP_FILTER_FLAG_LOG": 6,
-    "SECCOMP_FILTER_FLAG_SPEC_ALLOW": 7,
-    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV": 10,
-}
 # Spec flag -> seccomp(2)'s flag (linux/seccomp.h).
 _KERNEL_FLAGS: Mapping[str, int] = {
     "SECCOMP_FILTER_FLAG_TSYNC": 1,
@@ -98,116 +42,11 @@ _KERNEL_FLAGS: Mapping[str, int] = {
     "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV": 32,
 }
 _FLAG_NEW_LISTENER = 8
-_SECCOMP_SET_MODE_FILTER = 1
 # Actions under which a syscall unknown to the profile should run (runc's isAllowAction): no stub.
 _LETS_THROUGH = frozenset({"SCMP_ACT_ALLOW", "SCMP_ACT_LOG", "SCMP_ACT_TRACE"})
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _AUDIT_ARCH_X32 = 0x4000003E  # libseccomp's token; the kernel reports x86_64 with this bit in the number
 _X32_SYSCALL_BIT = 0x40000000
-_MAX_ARGS = 6
-_SCM_RIGHTS_NAME = "seccompFd"
-
-
-_UINT64_MAX = (1 << 64) - 1
-_ERRNO_MAX = (1 << 16) - 1
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-def _action(o: Obj, action_key: str, errno_key: str) -> tuple[str, int | None]:
-    action = o.choice(action_key, ACTIONS, "action", required=True)
-    errno_ret = o.int(errno_key, lo=0, hi=_ERRNO_MAX)
-    if errno_ret is not None and action not in _ERRNO_ACTIONS:
-        raise SpecError(f"{o.name(errno_key)}: not supported by action {action}")
-    return action, errno_ret
-
-
-@record
-class Arg:
-    index: int
-    value: int
-    value_two: int
-    op: str
-
-    @classmethod
-    def from_spec(cls, o: Obj) -> Arg:
-        return cls(
-            index=o.int("index", required=True, lo=0, hi=_MAX_ARGS - 1),
-            value=o.int("value", required=True, lo=0, hi=_UINT64_MAX),
-            value_two=o.int("valueTwo", 0, lo=0, hi=_UINT64_MAX),
-            op=o.choice("op", OPERATORS, "operator", required=True),
-        )
-
-
-@record
-class Syscall:
-    names: tuple[str, ...]
-    action: str
-    errno_ret: int | None = None
-    args: tuple[Arg, ...] = ()
-
-    @classmethod
-    def from_spec(cls, o: Obj) -> Syscall:
-        """Names unknown to this kernel are kept (load() skips them, as runc does); only their shape is checked."""
-        names = tuple(o.strings("names", required=True))
-        if not names:
-            raise SpecError(f"{o.name('names')}: must contain at least one entry")
-        for i, n in enumerate(names):
-            if not n or not set(n) <= _NAME_CHARS:
-                raise SpecError(f"{o.name('names')}[{i}]: {shown(n)} is not a syscall name")
-        action, errno_ret = _action(o, "action", "errnoRet")
-        if action == "SCMP_ACT_NOTIFY" and "write" in names:
-            # the init still writes (the start fifo, its reports) once its filter is in: each would wait on
-            # the agent; refused as runc refuses it, with runc's message
-            raise SpecError(f"{o.name('names')}[{names.index('write')}]: SCMP_ACT_NOTIFY cannot be used for "
-                            "the write syscall")
-        return cls(names, action, errno_ret, tuple(Arg.from_spec(a) for a in o.objs("args")))
-
-
-@record
-class Seccomp:
-    default_action: str
-    default_errno_ret: int | None = None
-    architectures: tuple[str, ...] = ()
-    flags: tuple[str, ...] | None = None  # None: the field is absent (not an empty list), see effective_flags
-    listener_path: str | None = None
-    listener_metadata: str | None = None
-    syscalls: tuple[Syscall, ...] = ()
-
-    @classmethod
-    def from_spec(cls, obj: object, where: str = "linux.seccomp") -> Seccomp:
-        """Rejects at the edge what the spec forbids, so that the child's load() fails only on host limits."""
-        o = Obj(obj, where)
-        default_action, default_errno_ret = _action(o, "defaultAction", "defaultErrnoRet")
-        if default_action == "SCMP_ACT_NOTIFY":
-            raise SpecError(f"{o.name('defaultAction')}: SCMP_ACT_NOTIFY cannot be the default action")
-        archs = o.strings("architectures")
-        flags = o.strings("flags")
-        named = o.get("flags", list) is not None
-        listener_path = o.str("listenerPath") or None
-        listener_metadata = o.str("listenerMetadata") or None
-        if listener_metadata is not None and listener_path is None:
-            raise SpecError(f"{o.name('listenerMetadata')}: set without listenerPath")
-        for key, values, known, what in (("architectures", archs, ARCHITECTURES, "architecture"),
-                                         ("flags", flags, FLAGS, "flag")):
-            for i, v in enumerate(values):
-                if v not in known:
-                    raise SpecError(f"{o.name(key)}[{i}]: unknown {what} {shown(v)}")
-        seccomp = cls(
-            default_action=default_action,
-            default_errno_ret=default_errno_ret,
-            architectures=tuple(archs),
-            flags=tuple(flags) if named else None,
-            listener_path=listener_path,
-            listener_metadata=listener_metadata,
-            syscalls=tuple(Syscall.from_spec(s) for s in o.objs("syscalls")),
-        )
-        if seccomp.uses_notify and listener_path is None:
-            raise SpecError(f"{o.name('listenerPath')}: required when SCMP_ACT_NOTIFY is used")
-        return seccomp
-
-    @property
-    def uses_notify(self) -> bool:
-        return any(s.action == "SCMP_ACT_NOTIFY" for s in self.syscalls)
 
 
 class _ArgCmp(ctypes.Structure):
@@ -236,7 +75,8 @@ class _Version(ctypes.Structure):
 
 
 @_once
-def _lib() -> ctypes.CDLL:
+def libseccomp() -> ctypes.CDLL:
+    """libseccomp.so.2, opened by soname on the first call and its functions typed once."""
     lib = ctypes.CDLL("libseccomp.so.2")
     ctx = ctypes.c_void_p
     for fn, restype, argtypes in (
@@ -261,7 +101,7 @@ def _lib() -> ctypes.CDLL:
 def preload() -> None:
     """Opens libseccomp while the host's /usr/lib is still visible: a container's init loads its
     filter after pivot_root, where the image may have no libseccomp at all."""
-    _lib()
+    libseccomp()
 
 
 def _check(rc: int, call: str) -> int:
@@ -272,13 +112,13 @@ def _check(rc: int, call: str) -> int:
 
 
 def _libseccomp_version() -> str:
-    v = _lib().seccomp_version().contents
+    v = libseccomp().seccomp_version().contents
     return f"{v.major}.{v.minor}.{v.micro}"
 
 
 def _action_value(action: str, errno_ret: int | None) -> int:
-    if action in _ERRNO_ACTIONS:
-        return _ERRNO_ACTIONS[action] | (errno.EPERM if errno_ret is None else errno_ret)
+    if action in ERRNO_ACTIONS:
+        return ERRNO_ACTIONS[action] | (errno.EPERM if errno_ret is None else errno_ret)
     return ACTIONS[action]
 
 
@@ -338,7 +178,7 @@ def enosys_stub(highest: Mapping[int, int]) -> bytes:
         starts[arch] = len(code)
         code.extend(block)
     enosys = len(code)
-    code.append((ret, 0, 0, _ERRNO_ACTIONS["SCMP_ACT_ERRNO"] | errno.ENOSYS))
+    code.append((ret, 0, 0, ERRNO_ACTIONS["SCMP_ACT_ERRNO"] | errno.ENOSYS))
     end = len(code)
     out = bytearray()
     for i, (op, jt, jf, k) in enumerate(code):
@@ -374,10 +214,6 @@ def _highest_syscalls(lib: ctypes.CDLL, seccomp: Seccomp) -> dict[int, int]:
     return highest
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
 @record
 class Program:
     """A compiled filter: the BPF program (the ENOSYS stub, then libseccomp's), the seccomp(2) flags, and
@@ -399,7 +235,7 @@ def compile_filter(seccomp: Seccomp, *, warn: Warn | None = None) -> Program:
     program = _compiled.get(seccomp)
     if program is not None:
         return program
-    lib = _lib()
+    lib = libseccomp()
     default = _action_value(seccomp.default_action, seccomp.default_errno_ret)
     ctx = lib.seccomp_init(default)
     if not ctx:
@@ -439,68 +275,13 @@ def compile_filter(seccomp: Seccomp, *, warn: Warn | None = None) -> Program:
     return program
 
 
-def _install(program: Program) -> int:
-    """Loads the program into the calling thread with seccomp(2); returns its result (the listener fd with
-    SECCOMP_FILTER_FLAG_NEW_LISTENER)."""
-    from pyruntime.linux._libc import libc
-
-    buf = ctypes.create_string_buffer(program.bpf, len(program.bpf))
-    fprog = _SockFprog(len(program.bpf) // 8, ctypes.addressof(buf))
-    rc = libc.syscall(_lib().seccomp_syscall_resolve_name(b"seccomp"), _SECCOMP_SET_MODE_FILTER, program.flags,
-                      ctypes.byref(fprog))
-    if rc < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"seccomp(SECCOMP_SET_MODE_FILTER, {program.flags:#x}): {os.strerror(e)}")
-    return rc
-
-
-def load(seccomp: Seccomp, *, warn: Warn | None = None) -> int | None:
-    """Loads the filter into the calling thread; returns the notify fd when a SCMP_ACT_NOTIFY rule was loaded.
-
-    The notify fd (close-on-exec) belongs to the caller, which hands it to whoever calls
-    send_listener_fd: listenerPath is a host path, outside the container's mount namespace. Without
-    no_new_privs this needs CAP_SYS_ADMIN, so call it before capabilities are dropped in that case.
-    """
-    program = compile_filter(seccomp, warn=warn)
-    fd = _install(program)
-    return fd if program.notify else None
-
-
-def send_listener_fd(seccomp: Seccomp, fd: int, *, pid: int, state: Mapping[str, object]) -> None:
-    """Sends the container process state and the notify fd to the agent at listenerPath, once, as runc.
-
-    ``state`` is the container's state (runtime.md#state) as `pyruntime state` would print it.
-    """
-    import array
-    import json
-    import socket
-
-    if seccomp.listener_path is None:
-        raise ValueError("linux.seccomp.listenerPath: not set")
-    message: dict[str, object] = {
-        "ociVersion": state.get("ociVersion"),
-        "fds": [_SCM_RIGHTS_NAME],
-        "pid": pid,
-        "metadata": seccomp.listener_metadata or "",
-        "state": dict(state),
-    }
-    payload = json.dumps(message).encode()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(seccomp.listener_path)
-            sock.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-        except OSError as e:
-            raise OSError(e.errno, "failed to connect with seccomp agent specified in the seccomp profile: "
-                                   f"{seccomp.listener_path}: {e.strerror}") from e
-
-
 @_once
 def supported_flags() -> frozenset[str]:
     """The spec's flags that libseccomp accepts as attributes, which it grants only after probing the kernel
     for each; none without libseccomp. Cached: a forked init asks after pivot_root, where the probe's files
     are gone."""
     try:
-        lib = _lib()
+        lib = libseccomp()
     except OSError:
         return frozenset()
     ctx = lib.seccomp_init(ACTIONS["SCMP_ACT_ALLOW"])
@@ -539,7 +320,7 @@ def features() -> dict:
     after probing the kernel for the flag.
     """
     try:
-        lib = _lib()
+        lib = libseccomp()
     except OSError:
         return {"enabled": False}
     supported = sorted(supported_flags())
