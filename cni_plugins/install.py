@@ -6,7 +6,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from cni_plugins.fsutil import atomic_write
+from pynode_os.files import atomic_write
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFLIST = Path(__file__).resolve().parent / "10-pynode.conflist"
@@ -34,7 +34,7 @@ def install(directory: Path, python: Path | None = None) -> list[Path]:
     written = []
     for name, text in launchers(python).items():
         path = directory / name
-        atomic_write(path, text, 0o755)
+        atomic_write(path, text.encode(), mode=0o755, exact=True)  # run by any user, whatever the umask
         written.append(path)
     return written
 
@@ -46,5 +46,5 @@ def install_conf(conf_dir: Path) -> Path | None:
     if any(p.suffix in CONF_EXTENSIONS for p in conf_dir.iterdir() if p.is_file()):
         return None
     path = conf_dir / DEFAULT_CONFLIST.name
-    atomic_write(path, DEFAULT_CONFLIST.read_text(), 0o644)
+    atomic_write(path, DEFAULT_CONFLIST.read_bytes(), mode=0o644, exact=True)
     return path

@@ -41,7 +41,7 @@ from pathlib import Path
 from cni_plugins.install import launchers
 from pynode_cluster import components, pki
 from pynode_cluster.node import Node
-from pyruntime.fsutil import atomic_write
+from pynode_os.files import atomic_write
 
 SCHEMA = 1
 ETCD_PORTS = (2379, 2380)

@@ -23,7 +23,7 @@ from pathlib import Path
 from pynode_cluster import cluster, components, hosts
 from pynode_cluster.lab import ETCD_PORTS, Lab, LabError, kubeconfig, node_objects
 from pynode_cluster.pki import CONTROL_PLANE_USERS
-from pyruntime.fsutil import atomic_write
+from pynode_os.files import atomic_write
 
 STATE = Path(os.environ.get("PYNODE_LAB_HOST_DIR", "/var/lib/pynode/lab-host"))
 LOOPBACK_PORTS = (*ETCD_PORTS, 10257, 10259)  # etcd, the controller manager's and the scheduler's /healthz

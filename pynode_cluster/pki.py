@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pynode_cluster.components import APISERVER_NAMES, SERVICE_IP
-from pyruntime.fsutil import atomic_write
+from pynode_os.files import atomic_write
 
 
 def _write(path: Path, data: bytes, mode: int) -> Path:

@@ -45,8 +45,8 @@ from pynode_cluster import hosts
 from pynode_cluster.busybox import build_busybox_image
 from pynode_cluster.hosts import wait_for
 from pynode_cluster.node import Node, StandaloneNode, launcher
+from pynode_os.files import atomic_write
 from pyruntime.cri.model import Layout
-from pyruntime.fsutil import atomic_write
 
 VAR = Path("/var/lib/pynode-run")
 RUN = Path("/run/pynode-run")

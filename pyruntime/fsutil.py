@@ -1,54 +1,17 @@
-"""Replacing a file so that readers and a crash see the old content or the new, never a torn mix.
+"""Directories whose modes come from the code, never from the umask.
 
-Every record pyruntime keeps on disk goes through here: a container's state.json, pid files, the image
-database, snapshot and mount records, blobs put into the content store. The steps are the classic
-ones, and each is needed: write a temporary file in the same directory (rename is atomic only
-within one filesystem), fsync it (else the rename can reach the disk before the data, leaving an
-empty file after a power cut), rename it over the target, and fsync the directory (else the rename
-itself can be lost). Kept at the top of the package, importing nothing of it, so that both
-pyruntime.container and pyruntime.images use it without depending on each other.
-
-The fsyncs guard against a power cut only: a crash of the writing process is covered by the rename alone.
-Three levels (`sync`), each for one kind of record:
-- FULL, both fsyncs: what must outlive a reboot as soon as the call returns (the image store, a record
-  the CRI daemon keeps under its --root when it is first written).
-- DATA, the file's fsync only: an update of such a record with facts that a power cut makes moot (the
-  pids and start times of the processes it describes). After a power cut the record is the old one or
-  the new one, never empty or torn (which a rename reaching the disk before the data would leave, as
-  on XFS), as containers/storage's AtomicWriteFile keeps CRI-O's state; the directory's journal commit
-  is saved.
-- NONE: a record of live processes under /run (a container's state.json, a pid file), as runc's
-  state.json: a power cut ends every process it describes, and takes tmpfs with it. Also the CRI's
-  bundle config.json: the runtime reads it before CreateContainer returns, and after a power cut the
-  container it configures is gone (only a verbose status shows it, and skips one it can't read); and
-  a pod's resolv.conf, hostname and hosts, which its containers bind only while the pod is ready.
-
-Directories get their modes from make_dirs, never from the umask: mkdir(2) applies the umask, so a root
-shell with umask 000 would leave state world-writable and one with 022 made every level os.makedirs
-adds 0755, which is how a host user once reached every container's rootfs (CVE-2021-41103's class).
+mkdir(2) applies the umask, so a root shell with umask 000 would leave state world-writable and one with 022
+made every level os.makedirs adds 0755, which is how a host user once reached every container's rootfs
+(CVE-2021-41103's class). Files are replaced through pynode_os.files.
 """
 from __future__ import annotations
 
-import io
 import os
 import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from pyruntime.linux.syscalls import Syscalls
-
-FULL, DATA, NONE = "full", "data", "none"  # atomic_file's `sync` (see the module doc)
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Makes the directory's entries (a rename, a new file) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def make_dirs(kernel: Syscalls, path: str | os.PathLike[str], mode: int, *, narrow: bool = True) -> None:
@@ -80,58 +43,3 @@ def _make_missing(kernel: Syscalls, path: str, mode: int) -> None:
     except FileExistsError:  # made meanwhile by a concurrent caller, with the same mode
         return
     kernel.chmod(path, mode)
-
-
-class atomic_file:
-    """A binary file to write the new content into; it replaces `path` when the block ends without error.
-
-    The temporary name is fixed (`.<name>.tmp` beside it) unless `tmp` is given: callers hold a lock
-    for `path`, so a write killed half way leaves one stale file that the next write overwrites,
-    not a new piece of garbage per attempt. On an error the temporary file is removed.
-    A class rather than a contextlib generator: contextlib's import (collections, functools) would be paid
-    by every runtime command, which writes state.json through here.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, mode: int = 0o644,
-                 tmp: str | os.PathLike[str] | None = None, sync: str = FULL) -> None:
-        self.path = os.fspath(path)
-        self.directory, name = os.path.split(self.path)
-        self.tmp = os.fspath(tmp) if tmp is not None else os.path.join(self.directory, f".{name}.tmp")
-        self.mode = mode
-        self.sync = sync
-
-    def __enter__(self) -> io.BufferedWriter:
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, self.mode)
-        self.file = os.fdopen(fd, "wb")
-        return self.file
-
-    def __exit__(self, kind: type[BaseException] | None, _error: BaseException | None,
-                 _tb: TracebackType | None) -> None:
-        try:
-            with self.file as f:
-                if kind is None:
-                    f.flush()
-                    if self.sync != NONE:
-                        os.fsync(f.fileno())
-            if kind is None:
-                os.replace(self.tmp, self.path)
-        except BaseException:
-            self._discard()
-            raise
-        if kind is not None:
-            self._discard()
-        elif self.sync == FULL:
-            fsync_dir(self.directory or ".")
-
-    def _discard(self) -> None:
-        try:
-            os.unlink(self.tmp)
-        except FileNotFoundError:
-            pass
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
-                 tmp: str | os.PathLike[str] | None = None, sync: str = FULL) -> None:
-    """Replaces `path` with `data` (see atomic_file)."""
-    with atomic_file(path, mode=mode, tmp=tmp, sync=sync) as f:
-        f.write(data)

@@ -16,11 +16,11 @@ pod rather than guess its range.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
 from pykubelet.dirs import make_dirs
+from pynode_os.files import atomic_write
 
 RECORD = "userns"
 LENGTH = 65536  # ids per pod: the kubelet's default (userNamespaces.idsPerPod)
@@ -55,7 +55,7 @@ class UserNamespaces:
                                          "node are taken")
             record = self.pods_dir / uid / RECORD
             make_dirs(record.parent)  # the pod's directory, 0750 (pykubelet/dirs.py)
-            _write_durably(record, json.dumps({"hostID": first, "length": LENGTH}).encode())
+            atomic_write(record, json.dumps({"hostID": first, "length": LENGTH}).encode())
             return first
 
     def _pod_uids(self) -> list[str]:
@@ -76,19 +76,3 @@ class UserNamespaces:
         if not isinstance(first, int) or first < FIRST or first % LENGTH or data.get("length") != LENGTH:
             raise UserNamespaceError(f"{path}: not a user namespace range of this kubelet: {data!r}")
         return first
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, then the directory: a crash leaves the old record or the new, never half,
-    and never a sandbox made with a range the disk does not remember."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pykubelet.config import Settings
 from pykubelet.dirs import make_dirs
+from pynode_os.files import DATA, atomic_write
 
 PKI_MODE = 0o700
 KEY_MODE = 0o600
@@ -57,29 +58,11 @@ def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.SubjectAlternativeName(sans), critical=False)
             .sign(key, hashes.SHA256()))
-    _replace(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                         serialization.NoEncryption()), KEY_MODE)
-    _replace(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    # exact modes, so no older file's mode survives; DATA: a key lost to a power cut is made again
+    atomic_write(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()), mode=KEY_MODE, sync=DATA, exact=True)
+    atomic_write(cert_path, cert.public_bytes(serialization.Encoding.PEM), mode=0o644, sync=DATA, exact=True)
     return cert_path, key_path
-
-
-def _replace(path: Path, data: bytes, mode: int) -> None:
-    """A new file with exactly `mode` (fchmod: the umask applies to O_CREAT's) renamed over `path`, so no
-    older file's mode survives and a crash leaves either the old file or the new one whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb", closefd=False) as f:
-            f.write(data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def serving_context(settings: Settings) -> ssl.SSLContext:

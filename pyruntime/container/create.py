@@ -13,12 +13,12 @@ import time
 # `_signal`, not `signal`, which builds enums at import, on every runtime command's start
 from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, signal
 
+from pynode_os.files import NONE, atomic_write
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, ContainerStore, validate_id
 from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
-from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.linux import cgroups, userns
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls

@@ -2,7 +2,7 @@
 
 The directory is the container's existence: `mkdir` is the atomic test that an id is free, and
 state.json is replaced with a temp file and a rename, so a crash at any point leaves either the
-old record or the new one (without fsync, as runc writes it: fsutil says why a record of live processes
+old record or the new one (without fsync, as runc writes it: pynode_os.files says why a record of live processes
 needs none). Commands that change a container hold an flock on its directory, because
 two runtime processes (a shim's delete and a user's kill, say) may touch it at once.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 
+from pynode_os.files import NONE, atomic_write
 from pyruntime import fastjson
 from pyruntime.errors import (
     AlreadyExistsError,
@@ -24,7 +25,7 @@ from pyruntime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from pyruntime.fsutil import NONE, atomic_write, make_dirs
+from pyruntime.fsutil import make_dirs
 from pyruntime.oci.state import ContainerState
 
 TYPE_CHECKING = False

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proto import api_pb2
+from pynode_os.files import DATA, NONE, atomic_write
 from pyruntime.cri import stats
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, decode_pb, encode_pb
@@ -38,7 +39,7 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from pyruntime.fsutil import DATA, NONE, atomic_write, make_dirs
+from pyruntime.fsutil import make_dirs
 from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 

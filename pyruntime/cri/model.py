@@ -3,7 +3,7 @@ names those paths and record fields, so the daemon, the launcher, the supervisor
 
 The daemon is level-triggered: after a crash or a restart it rebuilds everything it knows from these
 records (cri/store.py's recover()), the supervisors' exit records and the runtime's own state. So every
-record is written atomically (fsutil.atomic_write) before the step it describes is taken, and a record
+record is written atomically (pynode_os.files.atomic_write) before the step it describes is taken, and a record
 alone never claims more than is true: a container record without an exit record is "maybe running",
 settled by asking the runtime and checking the supervisor's pid and start time.
 
@@ -21,8 +21,8 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
+from pynode_os.files import FULL, atomic_write
 from pyruntime.errors import InternalError
-from pyruntime.fsutil import FULL, atomic_write
 from pyruntime.oci.state import process_alive
 
 T = TypeVar("T", bound="Record")
@@ -81,7 +81,7 @@ class Record:
     missing ones take their defaults, so a downgrade or upgrade reads the other's records."""
 
     def dump(self, path: str, sync: str = FULL) -> None:
-        """`sync`: fsutil's level; DATA for an update that adds only what describes live processes (pids,
+        """`sync`: pynode_os.files' level; DATA for an update that adds only what describes live processes (pids,
         start times), which a power cut ends anyway."""
         atomic_write(path, json.dumps(asdict(self), sort_keys=True).encode(), mode=0o600, sync=sync)
 

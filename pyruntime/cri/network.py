@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pynode_os.files import atomic_write
 from pyruntime.errors import (
     FailedPreconditionError,
     InternalError,
@@ -42,7 +43,6 @@ from pyruntime.errors import (
     PyRuntimeError,
     UnavailableError,
 )
-from pyruntime.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from proto import api_pb2

@@ -33,8 +33,8 @@ import signal
 import socket
 from dataclasses import dataclass, field
 
+from pynode_os.files import NONE, atomic_write
 from pyruntime.errors import InternalError, InvalidArgumentError
-from pyruntime.fsutil import NONE, atomic_write
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
 from pyruntime.linux.cgroups.paths import DEFAULT_PARENT

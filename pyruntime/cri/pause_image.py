@@ -34,12 +34,12 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from proto import api_pb2
+from pynode_os.files import atomic_write
 from pyruntime.cri.launcher import ContainerJob, PauseInfo, PauseJob, SupervisorInfo, release_pause
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_path
 from pyruntime.cri.pause import check_sysctls, pin, unpin
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from pyruntime.fsutil import atomic_write
 from pyruntime.images.mount import IdMap
 from pyruntime.oci.default import MASKED, READONLY
 from pyruntime.oci.state import process_alive, process_start_time

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from proto import api_pb2
+from pynode_os.files import DATA, NONE, atomic_write
 from pyruntime.cri import stats
 from pyruntime.cri.containers import Containers
 from pyruntime.cri.model import Layout, SandboxRecord, decode_pb, encode_pb
 from pyruntime.cri.store import RecordStore, sandbox_name
 from pyruntime.errors import InvalidArgumentError, NotFoundError, PyRuntimeError
-from pyruntime.fsutil import DATA, NONE, atomic_write
 
 log = logging.getLogger(__name__)
 

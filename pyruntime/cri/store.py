@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from proto import api_pb2
+from pynode_os.files import FULL
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, PyRuntimeError
-from pyruntime.fsutil import FULL
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyruntime.fsutil import atomic_file
+from pynode_os.files import atomic_file
 from pyruntime.images import reference as refs
 from pyruntime.images.content import ContentStore, DigestError, check_digest, sha256_digest
 from pyruntime.images.metadata import Image, ImageDB, ImageNotFound

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pynode_os.files import atomic_write, fsync_dir
 from pyruntime.errors import InvalidArgumentError, NotFoundError
-from pyruntime.fsutil import atomic_write, fsync_dir
 
 _HEX64 = set("0123456789abcdef")
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pynode_os.files import atomic_write
 from pyruntime.errors import FailedPreconditionError, NotFoundError
-from pyruntime.fsutil import atomic_write
 from pyruntime.images import reference as refs
 from pyruntime.images.content import ContentStore, flock
 from pyruntime.images.snapshots import SnapshotStore

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pynode_os.files import atomic_write
 from pyruntime.errors import AlreadyExistsError, FailedPreconditionError, InvalidArgumentError
-from pyruntime.fsutil import atomic_write
 from pyruntime.images.content import LOCKS, check_digest
 from pyruntime.images.mount import Mount, is_mountpoint
 from pyruntime.images.unpack import copy_snapshot_into, usage

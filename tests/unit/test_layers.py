@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("pyruntime", "cni_plugins", "pykubelet", "proto", "pynode_cluster")
+PACKAGES = ("pyruntime", "cni_plugins", "pykubelet", "proto", "pynode_cluster", "pynode_os")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Contract:
 
 
 CONTRACTS = (
+    Contract("pynode_os", tuple(p for p in PACKAGES if p != "pynode_os"),
+             "the OS floor is below every package, which may all import it (pynode_os/__init__.py)"),
     Contract("pyruntime.linux", ("pyruntime.container", "pyruntime.oci"),
              "the kernel layer sits below the OCI spec and the container life cycle"),
     Contract("pyruntime.oci", ("pyruntime.container",), "the OCI spec types sit below the container life cycle"),
@@ -240,7 +242,8 @@ def broken_in(root: Path) -> list[str]:
 def tree(tmp_path: Path) -> Path:
     return write(tmp_path, {f"{p}/__init__.py": "" for p in
                             ("pyruntime", "pyruntime/linux", "pyruntime/oci", "pyruntime/container", "pyruntime/images",
-                             "pyruntime/cri", "pyruntime/cri/service", "cni_plugins", "pykubelet", "proto")}
+                             "pyruntime/cri", "pyruntime/cri/service", "cni_plugins", "pykubelet", "proto",
+                             "pynode_os")}
                  | {"pyruntime/errors.py": ""})
 
 
@@ -250,7 +253,8 @@ def test_clean_tree_passes(tree: Path) -> None:
         "pyruntime/oci/spec.py": "from ..linux import mounts\nfrom pyruntime import errors\n",
         "pyruntime/container/create.py": "from pyruntime.oci import spec\nfrom pyruntime.linux.mounts import x\n",
         "cni_plugins/bridge.py": "import pyroute2\nfrom cni_plugins import skel\n",
-        "pykubelet/runtime.py": "from proto import api_pb2_grpc\n",
+        "pykubelet/runtime.py": "from proto import api_pb2_grpc\nfrom pynode_os.files import atomic_write\n",
+        "pynode_os/files.py": "import os\n",
         "pyruntime/cri/sandbox.py": "from proto import api_pb2\nfrom pyruntime.cri import model\n"
                                     "import pyruntime.runtime\n",
         "pyruntime/cri/main.py": "import grpc\nfrom pyruntime.cri.service.runtime import Servicer\n",
@@ -278,6 +282,10 @@ def test_clean_tree_passes(tree: Path) -> None:
     ("cni_plugins/ns.py", "import importlib\nm = importlib.import_module('pyruntime.linux.syscalls')\n",
      "cni_plugins/ns.py:2 pyruntime.linux.syscalls / cni_plugins"),
     ("pyruntime/cli/main.py", "import pykubelet.config as c\n", "pyruntime/cli/main.py:1 pykubelet.config / pyruntime"),
+    ("pynode_os/files.py", "from pyruntime.errors import InternalError\n",
+     "pynode_os/files.py:1 pyruntime.errors / pynode_os"),
+    ("pynode_os/mounts.py", "def f():\n    import pykubelet.config\n",
+     "pynode_os/mounts.py:2 pykubelet.config / pynode_os"),
     ("pykubelet/runtime.py", "from cni_plugins.skel import execute\n",
      "pykubelet/runtime.py:1 cni_plugins.skel / pykubelet"),
     ("pyruntime/cli/main.py", "def f():\n    from pyruntime.cri.model import Layout\n",

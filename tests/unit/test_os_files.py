@@ -1,4 +1,5 @@
-"""The one atomic replace: a reader sees the old file or the new, and a failed write leaves no trace."""
+"""The one atomic replace (pynode_os.files): a reader sees the old file or the new, and a failed write leaves
+no trace."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,7 @@ import stat
 
 import pytest
 
-from pyruntime.fsutil import DATA, FULL, NONE, atomic_file, atomic_write
+from pynode_os.files import DATA, FULL, NONE, atomic_file, atomic_write
 
 
 def test_replaces_the_file_with_its_mode(tmp_path):
@@ -44,6 +45,33 @@ def test_each_sync_level_syncs_the_file_and_its_directory_or_less(tmp_path, monk
     monkeypatch.setattr(os, "fsync", synced.append)
     atomic_write(tmp_path / "state.json", b"x", sync=sync)
     assert len(synced) == syncs and (tmp_path / "state.json").read_bytes() == b"x"
+
+
+def test_an_exact_mode_holds_whatever_the_umask_and_a_leftover_temporary_file(tmp_path):
+    target = tmp_path / "kubelet.key"
+    (tmp_path / ".kubelet.key.tmp").write_text("left by a killed write")
+    os.chmod(tmp_path / ".kubelet.key.tmp", 0o666)
+    old = os.umask(0o077)
+    try:
+        atomic_write(target, b"launcher", mode=0o755, exact=True)
+        assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    finally:
+        os.umask(old)
+    os.umask(0)
+    try:
+        atomic_write(target, b"key", mode=0o600, exact=True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and os.listdir(tmp_path) == ["kubelet.key"]
+
+
+def test_the_temporary_file_is_never_followed_through_a_symlink(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("untouched")
+    (tmp_path / ".state.json.tmp").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "state.json", b"x")
+    assert elsewhere.read_text() == "untouched" and not (tmp_path / "state.json").exists()
 
 
 def _umask() -> int:
