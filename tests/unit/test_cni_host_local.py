@@ -7,6 +7,8 @@ import multiprocessing
 import os
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,9 @@ import pytest
 
 from cni_plugins import skel
 from cni_plugins.ipam.host_local import allocator, config, plugin
+from cni_plugins.ipam.host_local.backend import AllocationStore
 from cni_plugins.ipam.host_local.store import DiskAllocationStore
+from cni_plugins.result import IPAddress
 
 
 def args(ipam: dict, cid: str = "c1", ifname: str = "eth0", command: str = "ADD", version: str = "1.1.0",
@@ -86,6 +90,54 @@ def test_round_robin_and_wrap(tmp_path: Path) -> None:
         with pytest.raises(skel.CNIError) as dup:
             allocator.allocate(store, rs, 0, "c10", "eth0", None)
         assert "duplicate" in dup.value.msg
+
+
+class MemoryStore:
+    """An AllocationStore that is not the disk's, to show what the allocator needs of one."""
+
+    def __init__(self) -> None:
+        self.held: dict[IPAddress, tuple[str, str]] = {}
+        self.last: dict[int, IPAddress] = {}
+
+    @contextmanager
+    def locked(self) -> Iterator[MemoryStore]:
+        yield self
+
+    def reserve(self, container_id: str, ifname: str, ip: IPAddress, range_id: int) -> bool:
+        if ip in self.held:
+            return False
+        self.held[ip], self.last[range_id] = (container_id, ifname), ip
+        return True
+
+    def last_reserved(self, range_id: int) -> IPAddress | None:
+        return self.last.get(range_id)
+
+    def ips_of(self, container_id: str, ifname: str) -> list[IPAddress]:
+        return [ip for ip, owner in self.held.items() if owner == (container_id, ifname)]
+
+    def release_by_id(self, container_id: str, ifname: str) -> None:
+        self.release_all_but({owner for owner in self.held.values() if owner != (container_id, ifname)})
+
+    def release(self, ip: IPAddress) -> None:
+        self.held.pop(ip, None)
+
+    def release_all_but(self, valid: set[tuple[str, str]]) -> None:
+        self.held = {ip: owner for ip, owner in self.held.items() if owner in valid}
+
+    def is_allocated(self, ip: IPAddress) -> bool:
+        return ip in self.held
+
+
+def test_the_allocator_runs_on_any_allocation_store() -> None:
+    store: AllocationStore = MemoryStore()
+    rs = config.RangeSet.parse([{"subnet": "10.0.0.0/29"}])
+    with store.locked():
+        got = [str(allocator.allocate(store, rs, 0, f"c{n}", "eth0", None).address.ip) for n in range(5)]
+        assert got == ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]
+        assert not allocator.has_free(store, rs)
+        store.release_by_id("c1", "eth0")
+        assert allocator.has_free(store, rs)
+        assert str(allocator.allocate(store, rs, 0, "c10", "eth0", None).address.ip) == "10.0.0.3"
 
 
 def test_release_removes_an_empty_temporary_file_of_a_killed_add(tmp_path: Path) -> None:

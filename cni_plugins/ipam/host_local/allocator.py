@@ -8,8 +8,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
+from cni_plugins.ipam.host_local.backend import AllocationStore
 from cni_plugins.ipam.host_local.config import Range, RangeSet
-from cni_plugins.ipam.host_local.store import DiskAllocationStore
 from cni_plugins.result import IPAddress, IPConfig
 from cni_plugins.skel import ERR_INVALID_NETWORK_CONFIG, ERR_TRY_AGAIN_LATER, CNIError
 
@@ -43,7 +43,7 @@ def _config(ip: IPAddress, r: Range) -> IPConfig:
     return IPConfig(ipaddress.ip_interface(f"{ip}/{r.subnet.prefixlen}"), r.gateway)
 
 
-def allocate(store: DiskAllocationStore, range_set: RangeSet, range_id: int, container_id: str, ifname: str,
+def allocate(store: AllocationStore, range_set: RangeSet, range_id: int, container_id: str, ifname: str,
              requested: IPAddress | None) -> IPConfig:
     """Reserves one address of `range_set` for the attachment; the caller holds the store lock."""
     if requested is not None:
@@ -69,5 +69,5 @@ def allocate(store: DiskAllocationStore, range_set: RangeSet, range_id: int, con
     raise CNIError(ERR_TRY_AGAIN_LATER, f"no IP addresses available in range set: {range_set}")
 
 
-def has_free(store: DiskAllocationStore, range_set: RangeSet) -> bool:
+def has_free(store: AllocationStore, range_set: RangeSet) -> bool:
     return any(not store.is_allocated(ip) for ip, _ in _candidates(range_set, None))

@@ -36,6 +36,8 @@ LOCK_MODE = 0o750
 
 
 class DiskAllocationStore:
+    """The reference's disk.Store: the AllocationStore (backend.py) host-local runs on."""
+
     def __init__(self, directory: Path) -> None:
         self.dir = directory
 
