@@ -1,0 +1,275 @@
+"""compute_pod_actions as a table, as kubernetes' TestComputePodActions: a pod, what the runtime has of it,
+the probes' verdicts and the back-offs in; the sandbox to make, the containers to kill and start, the
+back-off waits and the containers to remove out. Then after_kill: what follows a kill, decided on the
+status the killed container ends with. A pod being deleted is never planned here: the pod workers hand
+it to pods/termination.py; a finished one is (it is not brought back, its sidecars stop)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from proto import api_pb2
+from pykubelet.pods.actions import (
+    BackOff,
+    KillContainer,
+    KillReason,
+    PodActions,
+    RemoveContainers,
+    StartContainer,
+    Step,
+    after_kill,
+    compute_pod_actions,
+)
+from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, RESTART_COUNT, container_hash
+from pykubelet.pods.runtimepod import RuntimePod
+
+UID = "uid-1"
+NOW = 1_700_000_100.0
+EXITED_AT = NOW - 5  # when the exited containers below ended, unless they say otherwise
+STATES = {"running": api_pb2.CONTAINER_RUNNING, "exited": api_pb2.CONTAINER_EXITED,
+          "created": api_pb2.CONTAINER_CREATED}
+
+
+def spec(name: str, **fields) -> dict:
+    return {"name": name, "image": "busybox:1", **fields}
+
+
+MAIN, SETUP, SETUP2 = spec("main"), spec("setup"), spec("setup2")
+SIDE, SIDE2 = spec("side", restartPolicy="Always"), spec("side2", restartPolicy="Always")
+SIDE_PROBED = spec("side", restartPolicy="Always", startupProbe={"exec": {"command": ["true"]}})
+
+
+def pod(*containers: dict, init: tuple[dict, ...] = (), policy: str | None = None, phase: str | None = None,
+        grace: int | None = None) -> dict:
+    p: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
+               "spec": {"containers": list(containers), "initContainers": list(init)}}
+    if policy is not None:
+        p["spec"]["restartPolicy"] = policy
+    if grace is not None:
+        p["spec"]["terminationGracePeriodSeconds"] = grace
+    if phase is not None:
+        p["status"] = {"phase": phase}
+    return p
+
+
+@dataclass(frozen=True)
+class C:
+    """A container the runtime has: made from the pod's spec of `name` unless `changed`."""
+    name: str
+    id: str
+    state: str = "running"
+    exit: int = 0
+    restart: int = 0
+    sandbox: str = "s"
+    finished: float = EXITED_AT
+    changed: bool = False  # made from another spec than the pod's (its hash differs)
+    grace: int | None = None  # the grace it was started with
+
+
+def runtime(p: dict, *containers: C, sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)) -> RuntimePod:
+    """What the runtime has of `p`: `containers` and `sandboxes` (id, ready) newest first."""
+    specs = {c["name"]: c for c in p["spec"]["containers"] + p["spec"]["initContainers"]}
+    statuses = []
+    for c in containers:
+        annotations = {RESTART_COUNT: str(c.restart),
+                       HASH: "0" * 16 if c.changed else container_hash(specs[c.name])}
+        if c.grace is not None:
+            annotations[GRACE] = str(c.grace)
+        statuses.append(api_pb2.ContainerStatus(
+            id=c.id, state=STATES[c.state], exit_code=c.exit, labels={CONTAINER_NAME: c.name},
+            annotations=annotations, finished_at=int(c.finished * 1e9) if c.state == "exited" else 0))
+    return RuntimePod(
+        sandboxes=[api_pb2.PodSandbox(id=s, state=api_pb2.SANDBOX_READY if ready else api_pb2.SANDBOX_NOTREADY)
+                   for s, ready in sandboxes],
+        containers=[api_pb2.Container(id=c.id, pod_sandbox_id=c.sandbox, labels={CONTAINER_NAME: c.name})
+                    for c in containers],
+        statuses={s.id: s for s in statuses})
+
+
+@dataclass
+class Probes:
+    not_started: set[str] = field(default_factory=set)  # container ids whose startup probe has not passed
+    failed: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # container id -> kill verdict
+
+    def started(self, uid: str, name: str, container_id: str) -> bool:
+        return container_id not in self.not_started
+
+    def kill_reason(self, uid: str, name: str, container_id: str) -> tuple[str, int | None] | None:
+        return self.failed.get(container_id)
+
+
+def key(container: dict) -> str:
+    return f"{UID}/{container['name']}/{container_hash(container)}"
+
+
+def backoffs(*crashed: dict) -> Backoff:
+    """Back-offs in which each of `crashed` restarted once, just now: its next wait is 10 s from its exit."""
+    b = Backoff(clock=lambda: NOW)
+    for c in crashed:
+        b.restarted(key(c))
+    return b
+
+
+def waits(name: str) -> BackOff:
+    return BackOff(name, f"back-off 10s restarting failed container={name} pod=p_ns({UID})", 5.0)
+
+
+LIVENESS = "Container main failed liveness probe, will be restarted"
+
+
+@dataclass
+class Case:
+    name: str
+    pod: dict
+    containers: tuple[C, ...]  # what the runtime has of the pod, newest first
+    expected: PodActions
+    sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)  # (id, ready), newest first
+    probes: Probes = field(default_factory=Probes)
+    backoffs: Backoff = field(default_factory=backoffs)
+
+
+def steps(*s: Step) -> PodActions:
+    return PodActions(steps=s)
+
+
+P = pod(MAIN)
+INIT = pod(MAIN, init=(SETUP, SETUP2))
+SIDECARS = pod(MAIN, init=(SIDE, SETUP))
+DONE = pod(MAIN, init=(SIDE, SIDE2), policy="Never", grace=7)
+NO_SANDBOX: tuple[tuple[str, bool], ...] = ()
+
+CASES = [
+    # --- the sandbox ----------------------------------------------------------------------------------
+    Case("a new pod gets its sandbox first", P, (), PodActions(create_sandbox=True), sandboxes=NO_SANDBOX),
+    Case("a dead sandbox is stopped and a new one made, the next attempt", P, (C("main", "m1", sandbox="s1"),),
+         PodActions(create_sandbox=True, sandbox_attempt=1, sandboxes_to_stop=("s1",)), sandboxes=(("s1", False),)),
+    Case("a finished pod without a sandbox is not brought back", pod(MAIN, phase="Succeeded"), (), PodActions(),
+         sandboxes=(("s1", False),)),
+    Case("in a new sandbox the containers start again, restart count on, no back-off",
+         P, (C("main", "m1", "exited", exit=1, restart=2, sandbox="s1"),), steps(StartContainer("main", 3)),
+         sandboxes=(("s2", True), ("s1", False)), backoffs=backoffs(MAIN)),
+    Case("a pod whose containers run: nothing to do", P, (C("main", "m1"),), PodActions()),
+    # --- init containers ------------------------------------------------------------------------------
+    Case("the first init container alone", INIT, (), steps(StartContainer("setup", 0))),
+    Case("a running init container holds the next back", INIT, (C("setup", "i1"),), PodActions()),
+    Case("an init container that succeeded: the next one", INIT, (C("setup", "i1", "exited"),),
+         steps(StartContainer("setup2", 0))),
+    Case("init containers done: the regular containers", INIT,
+         (C("setup2", "i2", "exited"), C("setup", "i1", "exited")), steps(StartContainer("main", 0))),
+    Case("a failed init container under restartPolicy Never fails the pod", pod(MAIN, init=(SETUP,), policy="Never"),
+         (C("setup", "i1", "exited", exit=1),), PodActions(init_failed=True)),
+    Case("a failed init container under OnFailure is restarted, the back-off counting it",
+         pod(MAIN, init=(SETUP,), policy="OnFailure"), (C("setup", "i1", "exited", exit=1),),
+         steps(StartContainer("setup", 1, backoff_key=key(SETUP)))),
+    Case("a failed init container waits out its back-off, and so does the rest", INIT,
+         (C("setup", "i1", "exited", exit=1),), steps(waits("setup")), backoffs=backoffs(SETUP)),
+    Case("an init container created but not started yet is waited for", INIT, (C("setup", "i1", "created"),),
+         PodActions()),
+    # --- sidecars -------------------------------------------------------------------------------------
+    Case("a sidecar without a startup probe starts, and the next init container with it if it started",
+         SIDECARS, (), steps(StartContainer("side", 0, halt_unless_started=True), StartContainer("setup", 0))),
+    Case("a sidecar with a startup probe starts alone", pod(MAIN, init=(SIDE_PROBED, SETUP)), (),
+         steps(StartContainer("side", 0))),
+    Case("a running sidecar not started yet holds the next back", SIDECARS, (C("side", "s1"),), PodActions(),
+         probes=Probes(not_started={"s1"})),
+    Case("a started sidecar lets the next one start", SIDECARS, (C("side", "s1"),), steps(StartContainer("setup", 0))),
+    Case("a sidecar in its back-off holds the next back", SIDECARS, (C("side", "s1", "exited", exit=1),),
+         steps(waits("side")), backoffs=backoffs(SIDE)),
+    Case("a sidecar that died once the pod is initialized restarts, whatever the restart policy",
+         pod(MAIN, init=(SIDE,), policy="Never"), (C("main", "m1"), C("side", "s1", "exited", exit=1)),
+         steps(StartContainer("side", 1, backoff_key=key(SIDE)))),
+    Case("a sidecar failing its probe is killed; what follows the kill is decided once it is stopped",
+         SIDECARS, (C("side", "s1"),),
+         steps(KillContainer("side", "s1", 30, KillReason.PROBE_FAILED, "Container side failed startup probe"),
+               StartContainer("setup", 0)),
+         probes=Probes(failed={"s1": ("Container side failed startup probe", None)})),
+    Case("a done pod's sidecars stop in reverse order and restart no more",
+         DONE, (C("main", "m1", "exited"), C("side2", "s2"), C("side", "s1")),
+         steps(KillContainer("side2", "s2", 7, KillReason.POD_DONE),
+               KillContainer("side", "s1", 7, KillReason.POD_DONE))),
+    Case("a pod failed under OnFailure keeps its sidecars", pod(MAIN, init=(SIDE,), policy="OnFailure"),
+         (C("main", "m1", "exited", exit=1, finished=NOW - 60), C("side", "s1")),
+         steps(StartContainer("main", 1, backoff_key=key(MAIN)))),
+    # --- regular containers ---------------------------------------------------------------------------
+    *(Case(f"restartPolicy {policy}, exit code {code}: {'restarted' if again else 'left'}",
+           pod(MAIN, policy=policy), (C("main", "m1", "exited", exit=code),),
+           steps(StartContainer("main", 1, backoff_key=key(MAIN))) if again else PodActions())
+      for policy, code, again in (("Always", 0, True), ("Always", 1, True), ("OnFailure", 0, False),
+                                  ("OnFailure", 2, True), ("Never", 0, False), ("Never", 1, False))),
+    Case("an exited container within its back-off waits: CrashLoopBackOff", P, (C("main", "m1", "exited", exit=1),),
+         steps(waits("main")), backoffs=backoffs(MAIN)),
+    Case("an exited container past its back-off restarts", P,
+         (C("main", "m1", "exited", exit=1, finished=NOW - 60),),
+         steps(StartContainer("main", 1, backoff_key=key(MAIN))), backoffs=backoffs(MAIN)),
+    Case("each container on its own: one waits, the next starts", pod(MAIN, spec("web")),
+         (C("main", "m1", "exited", exit=1),), steps(waits("main"), StartContainer("web", 0)), backoffs=backoffs(MAIN)),
+    Case("a liveness failure kills with the probe's grace", P, (C("main", "m1"),),
+         steps(KillContainer("main", "m1", 3, KillReason.PROBE_FAILED, LIVENESS)),
+         probes=Probes(failed={"m1": (LIVENESS, 3)})),
+    Case("a liveness failure without a probe grace kills with the pod's", pod(MAIN, grace=12), (C("main", "m1"),),
+         steps(KillContainer("main", "m1", 12, KillReason.PROBE_FAILED, LIVENESS)),
+         probes=Probes(failed={"m1": (LIVENESS, None)})),
+    Case("a container created but never started (a sync that died half-way) is removed and made again", P,
+         (C("main", "m1", "created"),), steps(StartContainer("main", 1, remove_first="m1"))),
+    Case("a changed spec kills with the grace the container was started with", P,
+         (C("main", "m1", changed=True, grace=45),),
+         steps(KillContainer("main", "m1", 45, KillReason.SPEC_CHANGED,
+                             "Container main definition changed, will be restarted"))),
+    Case("dead containers go but the newest dead one", P,
+         (C("main", "m3"), C("main", "m2", "exited"), C("main", "m1", "exited")), steps(RemoveContainers(("m1",)))),
+    Case("an exited current container is the newest dead one", pod(MAIN, policy="Never"),
+         (C("main", "m3", "exited"), C("main", "m2", "exited"), C("main", "m1", "exited")),
+         steps(RemoveContainers(("m2", "m1")))),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_compute_pod_actions(case: Case) -> None:
+    state = runtime(case.pod, *case.containers, sandboxes=case.sandboxes)
+    assert compute_pod_actions(case.pod, state, case.probes, case.backoffs) == case.expected
+
+
+def test_the_waits_are_the_containers_waiting_reasons() -> None:
+    actions = compute_pod_actions(P, runtime(P, C("main", "m1", "exited", exit=1)), None, backoffs(MAIN))
+    assert actions.waiting == {"main": ("CrashLoopBackOff", f"back-off 10s restarting failed container=main "
+                                                            f"pod=p_ns({UID})")}
+
+
+PROBE_KILL = KillContainer("main", "m1", 30, KillReason.PROBE_FAILED, LIVENESS)
+SIDE_KILL = KillContainer("side", "s1", 30, KillReason.PROBE_FAILED, "Container side failed liveness probe")
+KILLED = ("exited", 137, NOW - 60)  # how the killed container ended: state, exit code, when
+
+
+@pytest.mark.parametrize(("name", "p", "kill", "ended", "expected"), [
+    ("after a probe kill the restart policy decides: Always", P, PROBE_KILL, KILLED,
+     ([StartContainer("main", 1, backoff_key=key(MAIN))], False)),
+    ("OnFailure, and the container exited 0 on its SIGTERM: left", pod(MAIN, policy="OnFailure"), PROBE_KILL,
+     ("exited", 0, NOW - 60), ([], False)),
+    ("Never: left", pod(MAIN, policy="Never"), PROBE_KILL, KILLED, ([], False)),
+    ("within its back-off, counted from the kill: waits", P, PROBE_KILL, ("exited", 137, EXITED_AT),
+     ([waits("main")], False)),
+    ("still running: left", P, PROBE_KILL, ("running", 0, 0), ([], False)),
+    ("a changed spec restarts whatever the policy", pod(MAIN, policy="Never"),
+     KillContainer("main", "m1", 30, KillReason.SPEC_CHANGED, "changed"), KILLED,
+     ([StartContainer("main", 1, backoff_key=key(MAIN))], False)),
+    ("a sidecar before initialization: the next init container waits for its start", SIDECARS, SIDE_KILL, KILLED,
+     ([StartContainer("side", 1, backoff_key=key(SIDE), halt_unless_started=True)], False)),
+    ("a sidecar with a startup probe: the next one waits for its probe", pod(MAIN, init=(SIDE_PROBED, SETUP)),
+     SIDE_KILL, KILLED, ([StartContainer("side", 1, backoff_key=key(SIDE_PROBED))], True)),
+    ("a sidecar in its back-off: the next one waits", SIDECARS, SIDE_KILL, ("exited", 137, EXITED_AT),
+     ([waits("side")], True)),
+    ("a sidecar still running, not started: the next one waits", pod(MAIN, init=(SIDE_PROBED, SETUP)), SIDE_KILL,
+     ("running", 0, 0), ([], True)),
+    ("a finished pod's sidecar: nothing follows", SIDECARS, KillContainer("side", "s1", 30, KillReason.POD_DONE),
+     KILLED, ([], False)),
+])
+def test_after_kill(name: str, p: dict, kill: KillContainer, ended: tuple[str, int, float],
+                    expected: tuple[list[Step], bool]) -> None:
+    state = runtime(p, C(kill.name, kill.container_id))
+    after = api_pb2.ContainerStatus()
+    after.CopyFrom(state.statuses[kill.container_id])  # the runtime's status of it, once killed
+    after.state, after.exit_code, after.finished_at = STATES[ended[0]], ended[1], int(ended[2] * 1e9)
+    probes = Probes(not_started={"s1"}) if ended[0] == "running" else None
+    assert after_kill(p, state, kill, after, probes, backoffs(MAIN, SIDE)) == expected
