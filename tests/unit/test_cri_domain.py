@@ -369,14 +369,25 @@ def test_failed_create_leaves_nothing_and_frees_the_name(env):
         create(env, sid, name="other", image="missing")
 
 
+def settled_as_supervisor_died(env, cid, timeout: float = 5.0):
+    """The container's status once the daemon has recorded its supervisor's death (the last one seen after
+    `timeout`): the fake runtime's kill writes an exit record first, as a live supervisor would, and the
+    daemon's own follows it."""
+    deadline = time.monotonic() + timeout
+    status = env.containers.status(cid).status
+    while status.message != SUPERVISOR_DIED and time.monotonic() < deadline:
+        time.sleep(0.01)
+        status = env.containers.status(cid).status
+    return status
+
+
 def test_supervisor_killed_reports_exit_255(env):
     sid = run_pod(env)
     cid = create(env, sid)
     env.containers.start(cid)
     env.launcher.supervisors[0].kill()
     env.launcher.supervisors[0].wait()
-    assert env.containers.wait_exit(cid, 5)
-    status = env.containers.status(cid).status
+    status = settled_as_supervisor_died(env, cid)
     assert (status.state, status.exit_code, status.message) == (api_pb2.CONTAINER_EXITED, 255, SUPERVISOR_DIED)
     assert ("kill", cid, 9) in env.runtime.calls
 
@@ -425,8 +436,7 @@ def test_a_supervisor_pid_that_names_another_process_is_neither_watched_nor_sign
     env.store.recover()
     env.sandboxes.recover()
     env.containers.recover()
-    assert env.containers.wait_exit(cid, 5)
-    status = env.containers.status(cid).status
+    status = settled_as_supervisor_died(env, cid)
     assert (status.state, status.exit_code, status.message) == (api_pb2.CONTAINER_EXITED, 255, SUPERVISOR_DIED)
     assert ("kill", cid, 9) in env.runtime.calls
     assert stranger.poll() is None, "the process that took the supervisor's pid was signalled"
