@@ -2,16 +2,22 @@
 and the refusal to fork from a threaded process."""
 from __future__ import annotations
 
+import json
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from pyruntime.container.create import require_single_thread
+from pyruntime.container.store import FIFO
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, PyRuntimeError
-from pyruntime.linux.syscalls import LinuxSyscalls
+from pyruntime.linux import cgroups
+from pyruntime.linux.syscalls import FakeSyscalls, LinuxSyscalls
 from pyruntime.oci.default import default_spec
 from pyruntime.oci.spec import parse
-from pyruntime.oci.state import RECORD_VERSION, ContainerState
+from pyruntime.oci.state import RECORD_VERSION, ContainerState, process_start_time
 from pyruntime.runtime import Runtime, parse_signal
 from pyruntime.settings import Settings
 
@@ -102,14 +108,72 @@ def test_registry_credentials_come_from_the_environment_and_stay_out_of_repr():
     assert s.registry_creds == "me:secret" and "secret" not in repr(s)
 
 
-def test_forking_is_refused_while_another_thread_runs():
-    require_single_thread("create c1")  # a pytest process is single-threaded
+@contextmanager
+def _another_thread() -> Iterator[None]:
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)
     worker.start()
     try:
-        with pytest.raises(FailedPreconditionError, match="create c1: refusing to fork from a process with 2 threads"):
-            require_single_thread("create c1")
+        yield
     finally:
         stop.set()
         worker.join()
+
+
+def test_forking_is_refused_while_another_thread_runs():
+    require_single_thread("create c1")  # a pytest process is single-threaded
+    with _another_thread(), pytest.raises(FailedPreconditionError,
+                                          match="create c1: refusing to fork from a process with 2 threads"):
+        require_single_thread("create c1")
+
+
+class _Past(Exception):
+    """Raised where create and exec go on to their first step towards a fork: the cgroup."""
+
+
+class _NoForkKernel(FakeSyscalls):
+    def fork_into_cgroup(self, cgroup_fd: int, namespaces: int = 0) -> int:
+        raise _Past("fork_into_cgroup")
+
+
+@pytest.fixture
+def no_fork(monkeypatch):
+    """A recording kernel, with the container's cgroup and every fork raising _Past instead of touching the
+    host: the refusal has to come before either, and a call that went past it fails the test harmlessly."""
+    def past(*_args, **_kwargs):
+        raise _Past("the container's cgroup")
+    monkeypatch.setattr(cgroups, "manager", past)
+    monkeypatch.setattr(os, "fork", past)
+    return _NoForkKernel()
+
+
+def _bundle(tmp_path) -> str:
+    config = default_spec()
+    config["process"]["terminal"] = False
+    (tmp_path / "bundle" / "rootfs").mkdir(parents=True)
+    (tmp_path / "bundle" / "config.json").write_text(json.dumps(config))
+    return str(tmp_path / "bundle")
+
+
+def test_create_refuses_to_fork_while_another_thread_runs_before_it_makes_anything(tmp_path, no_fork):
+    rt = Runtime(Settings(root=str(tmp_path / "root")), kernel=no_fork)
+    bundle = _bundle(tmp_path)
+    with _another_thread(), pytest.raises(FailedPreconditionError,
+                                          match=r"^create c1: refusing to fork from a process with 2 threads"):
+        rt.create("c1", bundle)
+    assert no_fork.calls == [] and not (tmp_path / "root").exists()
+
+
+def test_exec_refuses_to_fork_while_another_thread_runs_before_it_makes_anything(tmp_path, no_fork):
+    rt = Runtime(Settings(root=str(tmp_path / "root")), kernel=no_fork)
+    rt.store.reserve("c1", no_fork)
+    me = os.getpid()  # a live init for status_of: this process, with its start time
+    rt.store.save(ContainerState("c1", bundle=_bundle(tmp_path), rootfs="rootfs", pid=me,
+                                 pid_start=process_start_time(me) or 0))
+    (tmp_path / "root" / "c1" / FIFO).touch()  # created, not started
+    no_fork.calls.clear()
+    process = {"args": ["true"], "cwd": "/"}
+    with _another_thread(), pytest.raises(FailedPreconditionError,
+                                          match=r"^exec in c1: refusing to fork from a process with 2 threads"):
+        rt.exec("c1", process)
+    assert no_fork.calls == []
