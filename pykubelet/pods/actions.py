@@ -24,7 +24,7 @@ from typing import Protocol
 
 from proto import api_pb2
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import is_finished, is_init, is_sidecar, restart_policy, termination_grace
+from pykubelet.pods.podspec import find_container, is_finished, is_init, is_sidecar, restart_policy, termination_grace
 from pykubelet.pods.runtimepod import RuntimePod
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -117,7 +117,7 @@ def after_kill(pod: dict, state: RuntimePod, kill: KillContainer, status: api_pb
     has once killed (`state` is what the actions were computed from); and whether the steps after `kill`
     in the plan are dropped (a sidecar that must start before the next init container does not)."""
     planner = _Planner(pod, state, probes, backoffs)
-    container = planner.container(kill.name)
+    container = find_container(pod, kill.name)
     if kill.reason is KillReason.SPEC_CHANGED:
         return [planner.start(container, status)], False
     if kill.reason is KillReason.PROBE_FAILED:
@@ -169,10 +169,6 @@ class _Planner:
         if dead:
             steps.append(RemoveContainers(dead))
         return PodActions(steps=tuple(steps))
-
-    def container(self, name: str) -> dict:
-        spec = self.pod["spec"]
-        return next(c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name)
 
     def current(self, name: str) -> api_pb2.ContainerStatus | None:
         """The newest container `name`, if it is in the ready sandbox."""

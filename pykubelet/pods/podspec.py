@@ -40,6 +40,12 @@ def qos_class(pod: dict) -> str:
     return "Burstable"
 
 
+def find_container(pod: dict, name: str) -> dict:
+    """The spec of container `name`, regular or init (the API keeps their names apart)."""
+    spec = pod["spec"]
+    return next(c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name)
+
+
 def is_init(pod: dict, name: str) -> bool:
     return any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
 

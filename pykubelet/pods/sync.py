@@ -7,6 +7,10 @@ calls, picks up where it was, and a container whose spec hash did not change is 
 (upstream's kubernetes#23104): only a spec change, an exited container that the restart policy restarts,
 or a sandbox that died makes it act. Each pass does at most what is due now and says when to come back
 (a back-off ending, an init container still running); the PLEG brings it back on container changes.
+
+A pass decides before it acts, as the kubelet's SyncPod: compute_pod_actions (pods/actions.py) says what
+is due; this module carries it out (the volumes, the sandbox, the image pulls, env and mounts, the CRI
+calls, the hooks, the kubelet's events) and reports what failed as the containers' waiting reasons.
 """
 from __future__ import annotations
 
@@ -25,10 +29,20 @@ from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
 from pykubelet.pods import lifecycle, securitycontext, userns
+from pykubelet.pods.actions import (
+    CRASH_LOOP,
+    BackOff,
+    KillContainer,
+    KillReason,
+    PodActions,
+    Probes,
+    StartContainer,
+    after_kill,
+    compute_pod_actions,
+)
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, log_directory, sandbox_config
-from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import is_finished, is_init, is_sidecar, restart_policy, termination_grace
+from pykubelet.pods.podspec import find_container, is_finished, is_init
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
@@ -65,10 +79,11 @@ class PodSyncer:
     """Runs SyncPod passes against one runtime; shared by every pod worker (its state is the back-offs)."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
-                 image_backoff: Backoff | None = None, events: EventRecorder | None = None, probes=None,
+                 image_backoff: Backoff | None = None, events: EventRecorder | None = None,
+                 probes: Probes | None = None,
                  volumes: VolumeManager | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
-        self.probes = probes  # a pykubelet.prober.manager.ProbeManager: started / kill_reason of containers
+        self.probes = probes  # None: no probes, every running container is started and healthy
         self.volumes = volumes  # None: no volumes, plain env only
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
@@ -170,180 +185,119 @@ class PodSyncer:
     # --- the pass ---------------------------------------------------------------------------------
 
     def sync(self, pod: dict, state: RuntimePod) -> SyncResult:
-        """One pass over `pod` (a dict of the Pod), given what the runtime has of it."""
+        """One pass over `pod` (a dict of the Pod), given what the runtime has of it: the volumes, then the
+        steps compute_pod_actions decides, carried out in order."""
         result = SyncResult()
-        spec, uid = pod["spec"], pod["metadata"]["uid"]
-        sandbox = state.sandbox
-        finished = is_finished(pod)
-        if not finished and not self._mount_volumes(pod, result, starting=sandbox is None) and sandbox is None:
+        if not is_finished(pod) and not self._mount_volumes(pod, result, starting=state.sandbox is None) \
+                and state.sandbox is None:
             return result  # the sandbox waits for the volumes, as the kubelet's
-        if sandbox is None:
-            if finished:
-                return result  # a finished pod is not brought back
-            for old in state.sandboxes:  # a dead sandbox: its containers go with it
-                self._stop_sandbox(old.id, state)
-            if not spec.get("hostNetwork") and (why := network_problem(self.runtime)):
-                # as the kubelet's: no sandbox is made (and undone, every pass) on a network that is not there
-                for c in spec.get("initContainers", []) + spec.get("containers", []):
-                    result.waiting[c["name"]] = ("ContainerCreating", f"network is not ready: {why}")
-                self.event(pod, None, WARNING, "NetworkNotReady", f"network is not ready: {why}")
-                result.again_in(2.0)
+        actions = compute_pod_actions(pod, state, self.probes, self.backoff)
+        if actions.create_sandbox:
+            made = self._create_sandbox(pod, state, actions, result)
+            if made is None:
                 return result
-            try:
-                host_range = self._user_namespace(pod)
-            except userns.UserNamespaceError as e:
-                for c in spec.get("containers", []):
-                    result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
-                self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
-                result.again_in(10.0)
-                return result
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=len(state.sandboxes), host_range=host_range)
-            log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
-            try:
-                sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
-            except cri.CRIError as e:
-                log.warning("pod %s: RunPodSandbox: %s", pod["metadata"]["name"], e)
-                for c in spec.get("containers", []):
-                    result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e.details}")
-                result.again_in(2.0)
-                return result
-            log.info("pod %s/%s: sandbox %s", pod["metadata"]["namespace"], pod["metadata"]["name"], sandbox_id[:12])
-            state = observe(self.runtime, uid)
-            sandbox = state.sandbox
-            if sandbox is None:
-                result.again_in(1.0)
-                return result
+            state, sandbox_cfg = made
+            actions = compute_pod_actions(pod, state, self.probes, self.backoff)  # its containers, in it
+        elif state.sandbox is None:
+            return result  # a finished pod is not brought back
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=sandbox.metadata.attempt,
+            sandbox_cfg = sandbox_config(pod, self.settings, attempt=state.sandbox.metadata.attempt,
                                          host_range=self.userns.host_range(pod))
-        policy = restart_policy(pod)
-        # once a regular container ran in this sandbox, the init containers are done; once they all ended
-        # for good, the sidecars go (they never keep a pod from completing)
-        initialized = any(self._current(state, c["name"], sandbox.id) is not None for c in spec.get("containers", []))
-        finished = initialized and self._finished(pod, state, sandbox.id)
-        if finished:
-            self._stop_sidecars(pod, state, sandbox.id)
-        # init containers, one at a time, in order; each must succeed (a sidecar: start) before the next starts
-        for container in spec.get("initContainers", []):
-            history = list(state.history(container["name"]))
-            current = history[0] if history and self._in(state, history[0], sandbox.id) else None
-            if is_sidecar(container):
-                if finished:
-                    continue
-                if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
-                    current = self._kill_if_unhealthy(pod, container, current, state)
-                if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
-                    if initialized or self._started(uid, container["name"], current.id):
-                        continue
-                    return result  # the next one waits until this one has started (its startup probe)
-                started = self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg,
-                                                  result, state)
-                if initialized or (started and not container.get("startupProbe")):
-                    continue
-                return result
-            if current is not None and current.state == api_pb2.CONTAINER_EXITED and current.exit_code == 0:
-                continue
-            if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
-                return result  # the PLEG brings us back when it exits
-            if current is not None and policy == "Never":
-                result.init_failed = True
-                return result
-            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
-            return result
-        for container in spec.get("containers", []):
-            history = state.history(container["name"])
-            current = history[0] if history and self._in(state, history[0], sandbox.id) else None
-            if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
-                if current.annotations.get(HASH) == container_hash(container):
-                    current = self._kill_if_unhealthy(pod, container, current, state)
-                    if current.state == api_pb2.CONTAINER_RUNNING:
-                        continue
-                else:
-                    log.info("pod %s: container %s changed: recreating", pod["metadata"]["name"], container["name"])
-                    lifecycle.stop_container(self.runtime, pod, container["name"], current.id,
-                                             int(current.annotations.get(GRACE, "30") or 30),
-                                             pod_ip(pod, state, self.settings.node_ip), self.event,
-                                             f"Container {container['name']} definition changed, will be restarted")
-                    current = self.runtime.container_status(current.id).status
-                    self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
-                    continue
-            if current is not None and current.state != api_pb2.CONTAINER_CREATED:
-                succeeded = current.exit_code == 0
-                if policy == "Never" or (policy == "OnFailure" and succeeded):
-                    continue
-            self._start_or_back_off(pod, container, history, current, sandbox.id, sandbox_cfg, result, state)
-        self._remove_dead(state)
+        self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 
-    def _current(self, state: RuntimePod, name: str, sandbox_id: str) -> api_pb2.ContainerStatus | None:
-        history = state.history(name)
-        return history[0] if history and self._in(state, history[0], sandbox_id) else None
+    def _create_sandbox(self, pod: dict, state: RuntimePod, actions: PodActions,
+                        result: SyncResult) -> tuple[RuntimePod, api_pb2.PodSandboxConfig] | None:
+        """Stops the dead sandboxes and makes the new one; the runtime's state with it and its config, or None
+        (and the containers' waiting reasons) when it was not made."""
+        spec = pod["spec"]
+        for old in actions.sandboxes_to_stop:  # a dead sandbox: its containers go with it
+            self._stop_sandbox(old, state)
+        if not spec.get("hostNetwork") and (why := network_problem(self.runtime)):
+            # as the kubelet's: no sandbox is made (and undone, every pass) on a network that is not there
+            for c in spec.get("initContainers", []) + spec.get("containers", []):
+                result.waiting[c["name"]] = ("ContainerCreating", f"network is not ready: {why}")
+            self.event(pod, None, WARNING, "NetworkNotReady", f"network is not ready: {why}")
+            result.again_in(2.0)
+            return None
+        try:
+            host_range = self._user_namespace(pod)
+        except userns.UserNamespaceError as e:
+            for c in spec.get("containers", []):
+                result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
+            self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
+            result.again_in(10.0)
+            return None
+        sandbox_cfg = sandbox_config(pod, self.settings, attempt=actions.sandbox_attempt, host_range=host_range)
+        log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
+        try:
+            sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
+        except cri.CRIError as e:
+            log.warning("pod %s: RunPodSandbox: %s", pod["metadata"]["name"], e)
+            for c in spec.get("containers", []):
+                result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e.details}")
+            result.again_in(2.0)
+            return None
+        log.info("pod %s/%s: sandbox %s", pod["metadata"]["namespace"], pod["metadata"]["name"], sandbox_id[:12])
+        state = observe(self.runtime, pod["metadata"]["uid"])
+        if state.sandbox is None:
+            result.again_in(1.0)
+            return None
+        return state, sandbox_cfg
 
-    def _finished(self, pod: dict, state: RuntimePod, sandbox_id: str) -> bool:
-        """Whether every regular container has ended and the restart policy restarts none of them."""
-        policy = restart_policy(pod)
-        if policy == "Always":
-            return False
-        for c in pod["spec"].get("containers", []):
-            current = self._current(state, c["name"], sandbox_id)
-            if current is None or current.state != api_pb2.CONTAINER_EXITED:
-                return False
-            if policy == "OnFailure" and current.exit_code != 0:
-                return False
-        return True
+    def _carry_out(self, pod: dict, state: RuntimePod, actions: PodActions, sandbox_cfg: api_pb2.PodSandboxConfig,
+                   result: SyncResult) -> None:
+        """The steps in order; a kill's follow-up is decided once it is done, and a start that failed, when the
+        steps after it wait for it, ends the pass (and with it the plan's verdict on the init containers)."""
+        assert state.sandbox is not None
+        sandbox_id = state.sandbox.id
+        steps, whole = list(actions.steps), True
+        while steps:
+            step = steps.pop(0)
+            if isinstance(step, KillContainer):
+                after = self._kill(pod, step, state)
+                if after is not None:
+                    more, halt = after_kill(pod, state, step, after, self.probes, self.backoff)
+                    steps = more if halt else more + steps
+                    whole = whole and not halt
+            elif isinstance(step, BackOff):
+                meta = pod["metadata"]
+                result.waiting[step.name] = (CRASH_LOOP, step.message)
+                self.event(pod, step.name, WARNING, "BackOff", "Back-off restarting failed container "
+                           f"{step.name} in pod {meta['name']}_{meta['namespace']}({meta['uid']})")
+                result.again_in(step.wait)
+            elif isinstance(step, StartContainer):
+                if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
+                    return
+            else:
+                for container_id in step.container_ids:
+                    self._remove(container_id)
+        result.init_failed = whole and actions.init_failed
 
-    def _stop_sidecars(self, pod: dict, state: RuntimePod, sandbox_id: str) -> None:
-        """The running sidecars of a pod whose regular containers are done: in reverse order, with preStop."""
-        grace = termination_grace(pod)
-        for container in reversed([c for c in pod["spec"].get("initContainers", []) if is_sidecar(c)]):
-            current = self._current(state, container["name"], sandbox_id)
-            if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
-                log.info("pod %s: stopping sidecar %s", pod["metadata"]["name"], container["name"])
-                lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
-                                         pod_ip(pod, state, self.settings.node_ip), self.event)
+    def _kill(self, pod: dict, kill: KillContainer, state: RuntimePod) -> api_pb2.ContainerStatus | None:
+        """Stops the container (its preStop first); its status after, when what follows depends on it."""
+        name = pod["metadata"]["name"]
+        if kill.reason is KillReason.POD_DONE:
+            log.info("pod %s: stopping sidecar %s", name, kill.name)
+        elif kill.reason is KillReason.SPEC_CHANGED:
+            log.info("pod %s: container %s changed: recreating", name, kill.name)
+        else:
+            log.info("pod %s: %s", name, kill.message)
+        lifecycle.stop_container(self.runtime, pod, kill.name, kill.container_id, kill.grace,
+                                 pod_ip(pod, state, self.settings.node_ip), self.event, kill.message)
+        if kill.reason is KillReason.POD_DONE:
+            return None
+        return self.runtime.container_status(kill.container_id).status
 
-    def _started(self, uid: str, name: str, container_id: str) -> bool:
-        return self.probes is None or self.probes.started(uid, name, container_id)
-
-    def _kill_if_unhealthy(self, pod: dict, container: dict, current: api_pb2.ContainerStatus,
-                           state: RuntimePod) -> api_pb2.ContainerStatus:
-        """Kills a running container that failed its liveness or startup probe; its status after."""
-        verdict = self.probes.kill_reason(pod["metadata"]["uid"], container["name"], current.id) \
-            if self.probes is not None else None
-        if verdict is None:
-            return current
-        message, grace = verdict
-        if grace is None:
-            grace = termination_grace(pod)
-        log.info("pod %s: %s", pod["metadata"]["name"], message)
-        lifecycle.stop_container(self.runtime, pod, container["name"], current.id, grace,
-                                 pod_ip(pod, state, self.settings.node_ip), self.event, message)
-        return self.runtime.container_status(current.id).status
-
-    @staticmethod
-    def _in(state: RuntimePod, status: api_pb2.ContainerStatus, sandbox_id: str) -> bool:
-        return any(c.id == status.id and c.pod_sandbox_id == sandbox_id for c in state.containers)
-
-    def _start_or_back_off(self, pod: dict, container: dict, history: list[api_pb2.ContainerStatus],
-                           current: api_pb2.ContainerStatus | None, sandbox_id: str,
-                           sandbox_cfg: api_pb2.PodSandboxConfig, result: SyncResult, state: RuntimePod) -> bool:
-        """Starts the container, unless its back-off is not over; True if it started."""
-        name, meta = container["name"], pod["metadata"]
-        restart = restart_count(history[0]) + 1 if history else 0
-        if current is not None and current.state == api_pb2.CONTAINER_EXITED:
-            key = f"{meta['uid']}/{name}/{container_hash(container)}"
-            wait = self.backoff.remaining(key, current.finished_at / 1e9)
-            if wait > 0:
-                delay = self.backoff.current(key)
-                result.waiting[name] = ("CrashLoopBackOff", f"back-off {delay:g}s restarting failed container={name} "
-                                        f"pod={meta['name']}_{meta['namespace']}({meta['uid']})")
-                self.event(pod, name, WARNING, "BackOff", "Back-off restarting failed container "
-                           f"{name} in pod {meta['name']}_{meta['namespace']}({meta['uid']})")
-                result.again_in(wait)
-                return False
-            self.backoff.restarted(key)
-        if current is not None and current.state == api_pb2.CONTAINER_CREATED:
-            self._remove(current.id)  # created but never started: a pass that died half-way
+    def _start(self, pod: dict, step: StartContainer, sandbox_id: str, sandbox_cfg: api_pb2.PodSandboxConfig,
+               result: SyncResult, state: RuntimePod) -> bool:
+        """Makes and starts the container; True if it started."""
+        name, meta = step.name, pod["metadata"]
+        container = find_container(pod, name)
+        if step.backoff_key is not None:
+            self.backoff.restarted(step.backoff_key)
+        if step.remove_first is not None:
+            self._remove(step.remove_first)
         try:
             image_ref = self.ensure_image(pod, container, sandbox_cfg)
         except SyncError as e:
@@ -364,7 +318,7 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e}")
             result.again_in(2.0)
             return False
-        config = container_config(pod, container, image_ref, restart, sandbox_cfg, envs=envs, mounts=mounts)
+        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
         except cri.CRIError as e:
@@ -381,7 +335,7 @@ class PodSyncer:
             result.again_in(self.backoff.initial)
             return False
         log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
-                 restart)
+                 step.attempt)
         self.event(pod, name, NORMAL, "Started", f"Started container {name}")
         failed = lifecycle.post_start(self.runtime, pod, container, cid, pod_ip(pod, state, self.settings.node_ip),
                                       self.event)
@@ -429,15 +383,6 @@ class PodSyncer:
             self.runtime.remove_container(container_id)
         except cri.NotFound:
             pass
-
-    def _remove_dead(self, state: RuntimePod) -> None:
-        """Keeps the newest container of each name and the newest dead one (`kubectl logs --previous`)."""
-        names = {c.labels.get(CONTAINER_NAME) for c in state.containers}
-        for name in names:
-            history = state.history(name)
-            dead = [s for s in history[1:] if s.state == api_pb2.CONTAINER_EXITED]
-            for s in dead[1:] if history[0].state != api_pb2.CONTAINER_EXITED else dead:
-                self._remove(s.id)
 
     def _stop_sandbox(self, sandbox_id: str, state: RuntimePod) -> None:
         for c in state.containers:
