@@ -9,7 +9,8 @@ getServiceEnvVarMap: the master `kubernetes` service of namespace default always
 services when enableServiceLinks (default true); they can be referenced by $(VAR) and an explicit env or
 envFrom entry of the same name wins. A missing configMap or secret that is not optional, or a missing key,
 is a ContainerConfigError whose message the container's waiting reason CreateContainerConfigError carries,
-as upstream's.
+as upstream's. EnvSource holds what resolving needs on this node (the API client, the Services, the
+node's IP and allocatable resources): the pod sync asks it, and the volume manager only makes volumes.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections import ChainMap
 from collections.abc import Callable
 from decimal import Decimal
 
+from pykubelet.config import Settings
 from pykubelet.pods.podspec import expand, parse_quantity
 from pykubelet.volumes import objects
 from pykubelet.volumes.errors import ContainerConfigError
@@ -213,3 +215,32 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
     for key, text in services.items():
         env.setdefault(key, text)
     return env
+
+
+class EnvSource:
+    """Where the containers' env comes from on this node: the API's configMaps, secrets and Services (read
+    as the node), the node's IP and its allocatable resources (the default limits of resourceFieldRef)."""
+
+    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]],
+                 services: Callable[[], list[dict] | None] | None = None) -> None:
+        # services: every Service (dicts) for the service env vars, None until first listed; without it
+        # (standalone mode) there are none
+        self.client, self.settings, self.allocatable, self.services = client, settings, allocatable, services
+
+    def resolve(self, pod: dict, container: dict, *, pod_ips: list[str],
+                warn: Callable[[str, str], None]) -> dict[str, str]:
+        """The container's env (see container_env); raises ContainerConfigError."""
+        host_ips = [self.settings.node_ip] if self.settings.node_ip else []
+        if not pod_ips and pod["spec"].get("hostNetwork"):
+            pod_ips = host_ips  # the pod's IPs are the node's, as its status says
+        return container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
+                             allocatable=self.allocatable, warn=warn, services=self.service_env(pod))
+
+    def service_env(self, pod: dict) -> dict[str, str]:
+        if self.services is None:
+            return {}
+        services = self.services()
+        if services is None:  # as the kubelet: no env at all rather than one that misses services
+            raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
+        return service_env(services, pod["metadata"]["namespace"],
+                           pod["spec"].get("enableServiceLinks", True) is not False)

@@ -42,11 +42,12 @@ from pykubelet.pods.actions import (
 )
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, log_directory, sandbox_config
-from pykubelet.pods.podspec import find_container, is_finished, is_init
+from pykubelet.pods.podspec import find_container, is_finished, is_init, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
 if TYPE_CHECKING:
+    from pykubelet.pods.env import EnvSource
     from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
@@ -80,11 +81,12 @@ class PodSyncer:
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
                  image_backoff: Backoff | None = None, events: EventRecorder | None = None,
-                 probes: Probes | None = None,
-                 volumes: VolumeManager | None = None) -> None:
+                 probes: Probes | None = None, volumes: VolumeManager | None = None,
+                 env: EnvSource | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
         self.probes = probes  # None: no probes, every running container is started and healthy
-        self.volumes = volumes  # None: no volumes, plain env only
+        self.volumes = volumes  # None: no volumes
+        self.env = env  # None: the env's plain values only
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
@@ -370,13 +372,17 @@ class PodSyncer:
 
     def _container_options(self, pod: dict, container: dict,
                            sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
+        """The container's resolved env (None: its plain values) and its volume mounts."""
+        env = None
+        if self.env is not None:
+            network = self.runtime.pod_sandbox_status(sandbox_id).status.network
+            ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
+            env = self.env.resolve(
+                pod, container, pod_ips=ips,
+                warn=lambda reason, message: self.event(pod, container["name"], WARNING, reason, message))
         if self.volumes is None:
-            return None, []
-        network = self.runtime.pod_sandbox_status(sandbox_id).status.network
-        ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
-        return self.volumes.container_options(
-            pod, container, pod_ips=ips,
-            warn=lambda reason, message: self.event(pod, container["name"], WARNING, reason, message))
+            return env, []
+        return env, self.volumes.mounts(pod, container, plain_env(container) if env is None else env)
 
     def _remove(self, container_id: str) -> None:
         try:

@@ -36,6 +36,7 @@ from pykubelet.eviction.policy import evicted_status
 from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.backoff import Backoff
+from pykubelet.pods.env import EnvSource
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.status import StatusManager, now, pod_status
@@ -65,9 +66,11 @@ class PodWorkers:
         self.backoff = Backoff()
         self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
         self.services = services
-        self.volumes = VolumeManager(client, settings, services=None if services is None else self._services)
+        self.volumes = VolumeManager(client, settings)
+        self.env = EnvSource(client, settings, self.volumes.allocatable,
+                             services=None if services is None else self._services)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
-                                volumes=self.volumes)
+                                volumes=self.volumes, env=self.env)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"

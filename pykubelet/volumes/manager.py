@@ -75,11 +75,8 @@ def remove_pod(root_dir: Path, uid: str) -> None:
 
 
 class VolumeManager:
-    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None,
-                 services: Callable[[], list[dict] | None] | None = None) -> None:
-        # services: every Service (dicts) for the service env vars, None until first listed; without it
-        # (standalone mode) there are none
-        self.client, self.settings, self.services = client, settings, services
+    def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None) -> None:
+        self.client, self.settings = client, settings
         self.tokens = objects.TokenManager(client)
         self._allocatable = allocatable
 
@@ -206,28 +203,11 @@ class VolumeManager:
             payload[item["path"]] = (value.encode(), item.get("mode", default))
         return payload
 
-    # --- a container's mounts and env ---------------------------------------------------------------------
-
-    def container_options(self, pod: dict, container: dict, *, pod_ips: list[str],
-                          warn: Callable[[str, str], None]) -> tuple[dict[str, str], list[api_pb2.Mount]]:
-        """The container's resolved env and its CRI mounts; raises ContainerConfigError."""
-        host_ips = [self.settings.node_ip] if self.settings.node_ip else []
-        if not pod_ips and pod["spec"].get("hostNetwork"):
-            pod_ips = host_ips  # the pod's IPs are the node's, as its status says
-        env = envs.container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
-                                 allocatable=self.allocatable, warn=warn, services=self.service_env(pod))
-        return env, self.mounts(pod, container, env)
-
-    def service_env(self, pod: dict) -> dict[str, str]:
-        if self.services is None:
-            return {}
-        services = self.services()
-        if services is None:  # as the kubelet: no env at all rather than one that misses services
-            raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
-        return envs.service_env(services, pod["metadata"]["namespace"],
-                                pod["spec"].get("enableServiceLinks", True) is not False)
+    # --- a container's mounts ---------------------------------------------------------------------------
 
     def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
+        """The container's CRI mounts (`env`, its resolved env, expands subPathExpr); raises
+        ContainerConfigError."""
         spec = pod["spec"]
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         field = _container_field(pod, container)

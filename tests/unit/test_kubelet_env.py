@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pykubelet.pods.env import container_env, field_value, resource_value, service_env, valid_name
+from pykubelet.config import Settings
+from pykubelet.pods.env import EnvSource, container_env, field_value, resource_value, service_env, valid_name
 from pykubelet.volumes.errors import ContainerConfigError
 from tests.unit.test_kubelet_volumes import POD, FakeClient, cm, sec
 
@@ -141,3 +142,24 @@ def test_explicit_env_wins_over_service_env_and_can_reference_it():
                         FakeClient(None), host_ips=[], pod_ips=[], allocatable=lambda: ALLOCATABLE, services=services)
     assert env["KUBERNETES_SERVICE_HOST"] == "mine" and env["DB"] == "10.96.0.9:5432"
     assert env["KUBERNETES_SERVICE_PORT"] == "443" and list(env)[:2] == ["KUBERNETES_SERVICE_HOST", "DB"]
+
+
+def test_env_source_resolves_with_the_nodes_ips_and_services():
+    """What the pod sync asks: the node's IP as status.hostIP, and a hostNetwork pod's IPs are the node's."""
+    source = EnvSource(FakeClient(None), Settings(node_ip="10.0.0.1"), lambda: ALLOCATABLE, services=lambda: SERVICES)
+    c = {"name": "c", "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"status.{n}"}}}
+                              for n in ("hostIP", "podIP")]}
+    app = {**POD, "metadata": {**POD["metadata"], "namespace": "app"}}
+    env = source.resolve(app, c, pod_ips=["10.1.0.5"], warn=lambda reason, message: None)
+    assert (env["hostIP"], env["podIP"], env["MY_DB_SERVICE_HOST"]) == ("10.0.0.1", "10.1.0.5", "10.96.0.9")
+    host = {**app, "spec": {**POD["spec"], "hostNetwork": True}}
+    assert source.resolve(host, c, pod_ips=[], warn=lambda reason, message: None)["podIP"] == "10.0.0.1"
+
+
+def test_env_source_refuses_an_env_without_the_services_until_they_are_listed():
+    unlisted = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE, services=lambda: None)
+    with pytest.raises(ContainerConfigError, match="services have not yet been read at least once"):
+        unlisted.resolve(POD, {"name": "c"}, pod_ips=[], warn=lambda reason, message: None)
+    standalone = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE)  # no API server: no services
+    assert standalone.resolve(POD, {"name": "c", "env": [{"name": "A", "value": "1"}]}, pod_ips=[],
+                              warn=lambda reason, message: None) == {"A": "1"}
