@@ -21,12 +21,14 @@ thread finds no reader becomes the reader until its own reply arrives, handing t
 
 Children: a pause (pause.py), a supervisor (pyruntime.cri.supervisor.supervise(runtime, job, report_fd),
 which calls setsid itself and writes one JSON line, {"pid": init_pid} or {"error": kind, "message"}),
-an exec helper (below), or a puller (an image pull, PullJob). Each starts with only fds 0-2 and its report
-socket open.
+an exec helper (below), and the puller (_puller), forked at start, which forks a child per image pull
+(PullJob) that reports to the launcher as the others do. Each starts with only fds 0-2 and its report
+socket open. Everything they run is imported at start (PRELOAD, PULL_PRELOAD), never after: a child forked
+after an upgrade runs the code the launcher started with.
 
 Lifetime: the server reaps its children (SIGCHLD, WNOHANG) so none stays a zombie, and exits when the
-daemon's end closes (close(), or the daemon died). Its children stay: the pause processes and the
-supervisors are in sessions of their own and are found again by a restarted daemon from the records.
+daemon's end closes (close(), or the daemon died), once the puller has. Its other children stay: the pause processes
+and the supervisors are in sessions of their own and are found again by a restarted daemon from the records.
 An exec helper reports its process's exit code on a pipe of its own, passed to the daemon, so waiting
 for an exec needs neither the launcher nor a thread, and the exec'd process is killed through a pidfd
 the helper opened while the process was its unreaped child (no pid reuse can redirect the kill).
@@ -34,6 +36,7 @@ the helper opened while the process was its unreaped child (no pid reuse can red
 from __future__ import annotations
 
 import array
+import importlib
 import itertools
 import json
 import os
@@ -71,6 +74,21 @@ __all__ = ["ContainerJob", "ExecHandle", "ExecJob", "Launcher", "PauseInfo", "Pa
 
 MAX_MESSAGE = 1 << 20  # a job's JSON (an exec's argv and env) stays far below this
 MAX_FDS = 8
+# What the launcher and its children import lazily (tests/unit/test_preload.py checks the lists): the container
+# code, loaded once here rather than once per child, so every child starts warm and shares its pages. And so a
+# supervisor or exec helper forked weeks later runs the code the launcher started with: loaded then, a module
+# would come from whatever is installed by then, newer than the rest or gone.
+PRELOAD = (
+    "pyruntime.container.console", "pyruntime.container.control", "pyruntime.container.create",
+    "pyruntime.container.exec", "pyruntime.cri.model", "pyruntime.cri.seccomp_default", "pyruntime.cri.supervisor",
+    "pyruntime.linux.capabilities", "pyruntime.linux.cgroups", "pyruntime.linux.cgroups.devicefilter",
+    "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2", "pyruntime.linux.seccomp.compiler",
+    "pyruntime.linux.seccomp.loader", "pyruntime.linux.seccomp.profile", "pyruntime.linux.syscalls",
+    "pyruntime.logline", "pyruntime.oci.spec", "pyruntime.runtime", "pyruntime.settings",
+)
+# The puller's, on top of PRELOAD: the registry client and the unpacking, which the launcher does not load itself
+# (their modules' at-fork hooks and pages would make each of its forks slower).
+PULL_PRELOAD = ("pyruntime.images.pull", "pyruntime.images.request", "pyruntime.images.store", "zstandard")
 
 
 @dataclass
@@ -409,20 +427,21 @@ def serve(fd: str) -> None:
         os._exit(code)
 
 
+def preload(names: Sequence[str]) -> None:
+    for name in names:
+        importlib.import_module(name)
+
+
 class _Server:
+    puller: socket.socket | None = None  # the puller's socket, None until it is forked and once it is gone
+    puller_pid = 0
+
     def __init__(self, sock: socket.socket, settings: Settings, layout: Layout) -> None:
         self.sock = sock
         self.exec_dir = os.path.join(layout.state, "exec")  # exec helpers' console sockets
         self.pending: dict[int, _Pending] = {}  # by report fd
         os.setsid()  # the daemon's terminal signals (^C) don't reach the launcher or its children
-        # the container code every child needs, loaded once here rather than once per child
-        import pyruntime.container.console
-        import pyruntime.container.control
-        import pyruntime.container.create
-        import pyruntime.container.exec
-        import pyruntime.linux.capabilities
-        import pyruntime.linux.cgroups
-        import pyruntime.oci.spec  # noqa: F401
+        preload(PRELOAD)
         from pyruntime.cri import seccomp_default, supervisor
         seccomp_default.precompile()
         from pyruntime.linux.syscalls import LinuxSyscalls
@@ -435,10 +454,22 @@ class _Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w)
         _close_fds_except({0, 1, 2, sock.fileno(), self.wake_r, self.wake_w})
+        self._fork_puller()
         import gc
         gc.freeze()  # the children's GC leaves these objects' pages shared
 
     def serve(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self.puller is not None:  # it exits at the end of its socket: wait, so none outlives the launcher
+                self.puller.close()
+                try:
+                    os.waitpid(self.puller_pid, 0)
+                except ChildProcessError:
+                    pass
+
+    def _serve(self) -> None:
         while True:
             poller = select.poll()
             for fd in (self.sock.fileno(), self.wake_r, *self.pending):
@@ -467,10 +498,35 @@ class _Server:
 
     def _reap(self) -> None:
         try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
+            while (pid := os.waitpid(-1, os.WNOHANG)[0]) > 0:
+                if pid == self.puller_pid and self.puller is not None:
+                    print(f"pyruntime-cri launcher: the puller (pid {pid}) exited; the next pull forks another",
+                          file=sys.stderr, flush=True)
+                    self.puller.close()
+                    self.puller = None
         except ChildProcessError:
             pass
+
+    def _fork_puller(self) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                ours.close()
+                signal.set_wakeup_fd(-1)
+                _close_fds_except({0, 1, 2, theirs.fileno()})
+                _puller(theirs, self.settings, self.kernel)
+                code = 0
+            except BaseException:
+                import traceback
+                traceback.print_exc()  # to the daemon's stderr: its log
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.puller, self.puller_pid = ours, pid
+        return ours
 
     def _reply(self, rid: int, message: dict, fds: Sequence[int] = ()) -> None:
         try:
@@ -561,8 +617,18 @@ class _Server:
             os.close(exit_w)
 
     def _start_pull(self, rid: int, raw: dict, _stdio) -> None:
+        """Hands the pull to the puller with a report socket whose other end is registered here, as a child's."""
         job = PullJob(**raw)
-        self._fork(rid, "pull", job, lambda report: _pull(self.settings, self.kernel, job, report))
+        puller = self.puller or self._fork_puller()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            send_message(puller, {"job": raw}, [theirs.fileno()])
+        except OSError as e:
+            ours.close()
+            raise UnavailableError(f"launcher: the puller (pid {self.puller_pid}): {e.strerror}") from e
+        finally:
+            theirs.close()
+        self.pending[ours.fileno()] = _Pending(rid, "pull", self.puller_pid, ours, job, {})
 
     # -- reports
 
@@ -620,6 +686,43 @@ class _Server:
 
 TITLES = {"pause": "pyruntime-pause", "create": "pyruntime-supervisor", "exec": "pyruntime-exec",
           "pull": "pyruntime-pull"}
+
+
+def _puller(sock: socket.socket, settings: Settings, kernel: Syscalls) -> None:
+    """The puller: a fork server for image pulls, forked by the launcher at its start. It imports the registry
+    client and the unpacking (PULL_PRELOAD) then, as the launcher does the container code, and keeps them out of
+    the launcher, whose every fork they would slow. A request is {"job": a PullJob} with the report socket
+    beside it; a child per pull runs it and reports there. It exits when the launcher's end closes."""
+    preload(PULL_PRELOAD)
+    set_title(kernel, "pyruntime-puller")
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the pulls' children: nobody waits for them
+    while True:
+        got = recv_message(sock)
+        if got is None:
+            return
+        message, fds = got
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            continue  # the launcher sends one report socket with each job
+        report = socket.socket(fileno=fds[0])
+        try:
+            job = PullJob(**message["job"])
+            pid = os.fork()
+        except BaseException as e:
+            send_error(report, e)
+            report.close()
+            continue
+        if pid == 0:
+            try:
+                sock.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                set_title(kernel, f"{TITLES['pull']} {job.ref}")
+                _pull(settings, kernel, job, report)
+            except BaseException as e:
+                send_error(report, e)
+            os._exit(1)
+        report.close()
 
 
 def _job_name(job) -> str:
@@ -696,8 +799,8 @@ def _exec_helper(runtime: Runtime, job: ExecJob, stdio: list[int | None], report
 
 
 def _pull(settings: Settings, kernel: Syscalls, job: PullJob, report: socket.socket) -> None:
-    """The puller: the image store the daemon reads (same root, registry hosts and snapshotter), pulled into
-    here. Reports {"id"}; the registry client is imported in this child only."""
+    """A pull, in a child of the puller: the image store the daemon reads (same root, registry hosts and
+    snapshotter), pulled into here. Reports {"id"}."""
     from pathlib import Path
 
     from pyruntime.images.request import Credentials

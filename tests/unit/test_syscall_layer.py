@@ -142,7 +142,9 @@ DIRECT_ALLOWED: dict[str, tuple[str, str]] = {  # "file function": (calls, why)
                                                                "checked once the pidfd pins it"),
     "cri/launcher.py ExecHandle.kill": ("signal.pidfd_send_signal", "through the exec'd process's pidfd, which "
                                                                    "names no other process"),
-    "cri/launcher.py _Server._fork": ("os.fork", f"one child per request (a supervisor, a pause, a pull); {FORK}"),
+    "cri/launcher.py _Server._fork": ("os.fork", f"one child per request (a supervisor, a pause, an exec); {FORK}"),
+    "cri/launcher.py _Server._fork_puller": ("os.fork", f"the puller, at start (again once it died); {FORK}"),
+    "cri/launcher.py _puller": ("os.fork", f"one child per image pull; {FORK}"),
     "cri/launcher.py _start_exec": ("os.kill os.makedirs os.pidfd_open shutil.rmtree",
                                     "the process Runtime.exec has just started and not yet handed over (its "
                                     "pidfd for the supervisor), and a directory of its own for its console socket"),
