@@ -35,6 +35,7 @@ SKEW = "skew"  # the helper runs other plugin code than ours: it has exited, sta
 FOREIGN = "foreign"  # the helper found the caller of another user, mount namespace, netns or executable
 RESTART = (ABSENT, SKEW)
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
+FLOOR = os.path.join(os.path.dirname(PACKAGE), "pynode_os")  # the plugins' code too, installed beside them
 SO_PEERPIDFD = 77  # Linux 6.5; the constant is not in Python 3.11's _socket
 S_IFMT, S_IFDIR, S_IFSOCK = 0o170000, 0o040000, 0o140000
 
@@ -117,13 +118,14 @@ def peer_refusal(sock: _socket.socket, started_by: float | None = None) -> str:
 
 
 def code_version() -> str:
-    """Identifies the plugin code installed now: path, inode, size and mtime of every module, folded.
+    """Identifies the plugin code installed now (cni_plugins and the pynode_os modules they import): path,
+    inode, size and mtime of every module, folded.
 
     A stat per module and no hashing module to import, so every call can afford it. An upgrade or an edit
     changes it; the helper takes it before loading the plugins, so it never claims newer code than it has.
     """
     entries = []
-    dirs = [PACKAGE]
+    dirs = [PACKAGE, FLOOR]
     while dirs:
         with os.scandir(dirs.pop()) as it:
             for entry in it:

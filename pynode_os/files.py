@@ -29,14 +29,21 @@ Three levels (`sync`), each for one kind of record:
 A file's mode is `mode` narrowed by the umask, as open(2) makes it, unless `exact`: then it is `mode`
 whatever the umask and whatever a leftover temporary file had (a launcher every user must run, a private
 key that must be 0600 even under umask 000). The temporary file is never followed through a symlink.
+
+Directories get their modes from make_dirs, never from the umask: mkdir(2) applies the umask, so a root shell
+with umask 000 would leave state world-writable and one with 022 made every level os.makedirs adds 0755,
+which is how a host user once reached every container's rootfs (CVE-2021-41103's class). make_dirs changes
+a mode only through the `chmod` it is handed: the runtime's Syscalls.chmod, os.chmod elsewhere.
 """
 from __future__ import annotations
 
 import io
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
 
 FULL, DATA, NONE = "full", "data", "none"  # atomic_file's `sync` (see the module doc)
@@ -49,6 +56,38 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(path: str | os.PathLike[str], mode: int, *, chmod: Callable[[str, int], object],
+              narrow: bool = True) -> None:
+    """mkdir -p, as Go's MkdirAll: every level it makes gets `mode` exactly, whatever the umask (mkdir(2)
+    applies it; the chmod after it sets the bits it cleared and never opens a wider window). An existing
+    `path` with bits beyond `mode`, made by an older version or under another umask, is narrowed to `mode`
+    unless `narrow` is False (a directory that may be the host's, as a socket's); its existing parents are the
+    host's and stay as they are. `chmod` has no default, so that a runtime module cannot forget its kernel's."""
+    path = os.fspath(path)
+    try:
+        current = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        _make_missing(path, mode, chmod)
+        return
+    if narrow and current & ~mode:
+        chmod(path, current & mode)
+
+
+def _make_missing(path: str, mode: int, chmod: Callable[[str, int], object]) -> None:
+    try:
+        os.mkdir(path, mode)
+    except FileNotFoundError:
+        parent = os.path.dirname(path.rstrip("/"))
+        if not parent or parent == path:
+            raise
+        _make_missing(parent, mode, chmod)
+        _make_missing(path, mode, chmod)
+        return
+    except FileExistsError:  # made meanwhile by a concurrent caller, with the same mode
+        return
+    chmod(path, mode)
 
 
 class atomic_file:

@@ -133,10 +133,10 @@ class OwnConsole:
     pty master itself and relays it to its own stdin and stdout."""
 
     def __init__(self, root: str, kernel: Syscalls) -> None:
+        from pynode_os.files import make_dirs
         from pyruntime.container.console import listen
         from pyruntime.container.store import ROOT_MODE
-        from pyruntime.fsutil import make_dirs
-        make_dirs(kernel, root, ROOT_MODE)
+        make_dirs(root, ROOT_MODE, chmod=kernel.chmod)
         self.path = os.path.join(root, f".console-{os.getpid()}.sock")
         self.server = listen(self.path)
 

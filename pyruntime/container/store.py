@@ -7,7 +7,7 @@ needs none). Commands that change a container hold an flock on its directory, be
 two runtime processes (a shim's delete and a user's kill, say) may touch it at once.
 
 The root is 0711, set whatever the umask and narrowed when an older version or another umask left it wider
-(fsutil.make_dirs): a host user who could write it could plant or swap a container's directory, its
+(pynode_os.files.make_dirs): a host user who could write it could plant or swap a container's directory, its
 state.json and exec fifo, which root's later commands trust. Only `create` and a foreground terminal make
 it, so the commands that only read or signal stat nothing more.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from pynode_os.files import NONE, atomic_write
+from pynode_os.files import NONE, atomic_write, make_dirs
 from pyruntime import fastjson
 from pyruntime.errors import (
     AlreadyExistsError,
@@ -25,7 +25,6 @@ from pyruntime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from pyruntime.fsutil import make_dirs
 from pyruntime.oci.state import ContainerState
 
 TYPE_CHECKING = False
@@ -70,7 +69,7 @@ class ContainerStore:
     def reserve(self, cid: str, kernel: Syscalls) -> None:
         """Claims an id, failing if a container with it exists."""
         validate_id(cid)
-        make_dirs(kernel, self.root, ROOT_MODE)
+        make_dirs(self.root, ROOT_MODE, chmod=kernel.chmod)
         try:
             os.mkdir(self.path(cid), ROOT_MODE)
         except FileExistsError as e:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from proto import api_pb2
-from pynode_os.files import DATA, NONE, atomic_write
+from pynode_os.files import DATA, NONE, atomic_write, make_dirs
 from pyruntime.cri import stats
 from pyruntime.cri.events import EventHub
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, decode_pb, encode_pb
@@ -39,7 +39,6 @@ from pyruntime.errors import (
     NotFoundError,
     UnavailableError,
 )
-from pyruntime.fsutil import make_dirs
 from pyruntime.images.mount import IdMap, mount_all, unmount
 from pyruntime.runtime import parse_signal
 
@@ -138,7 +137,7 @@ class Containers:
         # containerd's bundle mode since CVE-2021-41103: below is the container's whole filesystem, setuid
         # files included, which a host user must not reach; 0710 to the group of a user namespace's root, as
         # containerd's, whose init names the rootfs from the bundle after it entered that namespace
-        make_dirs(self.kernel, bundle, 0o700)
+        make_dirs(bundle, 0o700, chmod=self.kernel.chmod)
         if userns is not None:
             self.kernel.chown(bundle, -1, userns.root_gid)
             self.kernel.chmod(bundle, 0o710)

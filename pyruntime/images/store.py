@@ -20,7 +20,7 @@ import builtins
 from collections.abc import Iterable
 from pathlib import Path
 
-from pyruntime.fsutil import make_dirs
+from pynode_os.files import make_dirs
 from pyruntime.images.content import ContentStore
 from pyruntime.images.gc import GarbageCollector, PruneReport
 from pyruntime.images.metadata import Image, ImageDB
@@ -42,7 +42,7 @@ class ImageStore:
         self.kernel = kernel or LinuxSyscalls()
         # containerd's snapshotter root mode (CVE-2021-41103): layers and upper dirs hold setuid files and the
         # secrets of private images; narrowed when an older version left it wider
-        make_dirs(self.kernel, self.root, 0o700)
+        make_dirs(self.root, 0o700, chmod=self.kernel.chmod)
         self.content = ContentStore(self.root)
         self.snapshots = SnapshotStore(self.root, self.kernel, snapshotter)
         self.db = ImageDB(self.root, self.content, self.snapshots)

@@ -138,7 +138,8 @@ def test_helper_refuses_other_plugin_code_and_makes_way(running, tmp_path: Path)
 def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) -> None:
     """An upgrade in place: the launcher's next call is served in-process and starts a helper of the new code."""
     pkg = tmp_path / "pkg"
-    shutil.copytree(REPO / "cni_plugins", pkg / "cni_plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("cni_plugins", "pynode_os"):
+        shutil.copytree(REPO / package, pkg / package, ignore=shutil.ignore_patterns("__pycache__"))
     exe = tmp_path / "pyhost-local"
     exe.write_text(TEMPLATE.format(python=sys.executable, repo=str(pkg), site=sysconfig.get_paths()["purelib"],
                                    func="host_local"))
@@ -171,6 +172,18 @@ def test_changed_installed_code_is_not_served_by_the_old_helper(tmp_path: Path) 
         assert "plugin code changed" in log.read_text()
     finally:
         helper.stop(name)
+
+
+def test_the_code_version_covers_the_os_floor_the_plugins_import(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for package in ("cni_plugins", "pynode_os"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    monkeypatch.setattr(launch, "PACKAGE", str(tmp_path / "cni_plugins"))
+    monkeypatch.setattr(launch, "FLOOR", str(tmp_path / "pynode_os"))
+    before = launch.code_version()
+    (tmp_path / "pynode_os" / "files.py").write_text("# upgraded\n")
+    assert launch.code_version() != before
 
 
 def test_stop_without_a_helper(tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
-"""The one atomic replace (pynode_os.files): a reader sees the old file or the new, and a failed write leaves
-no trace."""
+"""pynode_os.files: the one atomic replace (a reader sees the old file or the new, and a failed write leaves
+no trace) and the one mkdir -p with exact modes."""
 from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
-from pynode_os.files import DATA, FULL, NONE, atomic_file, atomic_write
+from pynode_os.files import DATA, FULL, NONE, atomic_file, atomic_write, make_dirs
+from tests.unit.test_state_modes import mode, umask
 
 
 def test_replaces_the_file_with_its_mode(tmp_path):
@@ -72,6 +74,41 @@ def test_the_temporary_file_is_never_followed_through_a_symlink(tmp_path):
     with pytest.raises(OSError):
         atomic_write(tmp_path / "state.json", b"x")
     assert elsewhere.read_text() == "untouched" and not (tmp_path / "state.json").exists()
+
+
+def test_make_dirs_sets_every_level_it_makes_whatever_the_umask(tmp_path: Path) -> None:
+    for mask in (0o000, 0o077):
+        top = tmp_path / f"mask{mask:o}"
+        with umask(mask):
+            make_dirs(top / "a" / "b", 0o711, chmod=os.chmod)
+        assert [mode(top), mode(top / "a"), mode(top / "a" / "b")] == [0o711] * 3
+
+
+def test_make_dirs_narrows_the_directory_but_never_its_parents_nor_widens(tmp_path: Path) -> None:
+    parent = tmp_path / "var"
+    (parent / "lib").mkdir(parents=True)
+    os.chmod(parent, 0o755)
+    os.chmod(parent / "lib", 0o777)  # an older version's, under umask 000
+    make_dirs(parent / "lib", 0o700, chmod=os.chmod)
+    make_dirs(parent / "lib" / "x", 0o700, chmod=os.chmod)
+    assert (mode(parent), mode(parent / "lib"), mode(parent / "lib" / "x")) == (0o755, 0o700, 0o700)
+    os.chmod(parent / "lib", 0o750)
+    make_dirs(parent / "lib", 0o711, chmod=os.chmod)
+    assert mode(parent / "lib") == 0o710  # narrowed to what both allow, not opened
+    socket_dir = tmp_path / "run"
+    socket_dir.mkdir()
+    os.chmod(socket_dir, 0o1777)  # the host's
+    make_dirs(socket_dir, 0o711, chmod=os.chmod, narrow=False)
+    assert mode(socket_dir) == 0o1777
+
+
+def test_make_dirs_changes_modes_only_through_the_chmod_it_is_handed(tmp_path: Path) -> None:
+    """The runtime hands its Syscalls.chmod: a FakeSyscalls records the calls and makes none."""
+    calls: list[tuple[str, int]] = []
+    with umask(0o077):
+        make_dirs(tmp_path / "a" / "b", 0o711, chmod=lambda path, mode: calls.append((path, mode)))
+    assert calls == [(str(tmp_path / "a"), 0o711), (str(tmp_path / "a" / "b"), 0o711)]
+    assert mode(tmp_path / "a") == 0o700  # what mkdir(2) left under the umask: nothing else touched it
 
 
 def _umask() -> int:

@@ -12,7 +12,6 @@ from pathlib import Path
 from cni_plugins.ipam.host_local.store import DiskAllocationStore
 from pykubelet import dirs
 from pykubelet.volumes import atomic
-from pyruntime.fsutil import make_dirs
 from pyruntime.linux.syscalls import LinuxSyscalls
 
 
@@ -27,32 +26,6 @@ def umask(mask: int) -> Iterator[None]:
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
-
-
-def test_make_dirs_sets_every_level_it_makes_whatever_the_umask(tmp_path: Path) -> None:
-    for mask in (0o000, 0o077):
-        top = tmp_path / f"mask{mask:o}"
-        with umask(mask):
-            make_dirs(LinuxSyscalls(), top / "a" / "b", 0o711)
-        assert [mode(top), mode(top / "a"), mode(top / "a" / "b")] == [0o711] * 3
-
-
-def test_make_dirs_narrows_the_directory_but_never_its_parents_nor_widens(tmp_path: Path) -> None:
-    parent = tmp_path / "var"
-    (parent / "lib").mkdir(parents=True)
-    os.chmod(parent, 0o755)
-    os.chmod(parent / "lib", 0o777)  # an older version's, under umask 000
-    make_dirs(LinuxSyscalls(), parent / "lib", 0o700)
-    make_dirs(LinuxSyscalls(), parent / "lib" / "x", 0o700)
-    assert (mode(parent), mode(parent / "lib"), mode(parent / "lib" / "x")) == (0o755, 0o700, 0o700)
-    os.chmod(parent / "lib", 0o750)
-    make_dirs(LinuxSyscalls(), parent / "lib", 0o711)
-    assert mode(parent / "lib") == 0o710  # narrowed to what both allow, not opened
-    socket_dir = tmp_path / "run"
-    socket_dir.mkdir()
-    os.chmod(socket_dir, 0o1777)  # the host's
-    make_dirs(LinuxSyscalls(), socket_dir, 0o711, narrow=False)
-    assert mode(socket_dir) == 0o1777
 
 
 def test_the_kubelets_root_and_pods_dirs_are_0750_and_narrowed_at_start(tmp_path: Path) -> None:

@@ -176,7 +176,6 @@ DIRECT_ALLOWED: dict[str, tuple[str, str]] = {  # "file function": (calls, why)
     "cri/supervisor.py _Supervisor._create": ("os.fork", f"Runtime.create in a child that exits once done; {FORK}"),
     "cri/supervisor.py _Supervisor._create_with_terminal": ("os.unlink", "the console socket in the supervisor's "
                                                                          "own directory"),
-    "fsutil.py _make_missing": ("os.mkdir", "make_dirs' levels, each given its mode through Syscalls.chmod"),
     "images/content.py _Locks.hold": ("os.unlink", "a lock file, removed while held once what it guards is gone"),
     "images/content.py ContentStore.__init__": ("Path.mkdir", CONTENT),
     "images/content.py ContentStore.delete": ("Path.unlink", CONTENT),
@@ -208,6 +207,8 @@ DIRECT_ALLOWED: dict[str, tuple[str, str]] = {  # "file function": (calls, why)
     "linux/userns.py fork_mapped": ("os.fork", f"a child that unshares a user namespace and runs `then` in it; "
                                                f"{FORK}"),
     "pynode_os/files.py atomic_file._discard": ("os.unlink", "the temporary file of a write that failed"),
+    "pynode_os/files.py _make_missing": ("os.mkdir", "make_dirs' levels, each given its mode through the chmod its "
+                                                     "caller hands (the runtime's Syscalls.chmod)"),
 }
 
 

@@ -19,13 +19,13 @@ import errno
 import fcntl
 import ipaddress
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from cni_plugins.result import IPAddress
 from cni_plugins.skel import ERR_IO_FAILURE, CNIError
+from pynode_os.files import make_dirs
 
 LAST_RESERVED_PREFIX = "last_reserved_ip."
 LOCK_NAME = "lock"
@@ -44,7 +44,7 @@ class DiskAllocationStore:
     @contextmanager
     def locked(self) -> Iterator[DiskAllocationStore]:
         try:
-            _make_dirs(self.dir)
+            make_dirs(self.dir, DIR_MODE, chmod=os.chmod)
             fd = os.open(self.dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)
         except OSError as exc:
             raise CNIError(ERR_IO_FAILURE, f"cannot open the IPAM store {self.dir}: {exc.strerror}") from exc
@@ -139,23 +139,6 @@ def _unlink(path: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise CNIError(ERR_IO_FAILURE, f"cannot release {path.name}: {exc.strerror}") from exc
-
-
-def _make_dirs(directory: Path) -> None:
-    """mkdir -p with DIR_MODE for every level it makes, as Go's MkdirAll (os.makedirs gives parents 0777), and
-    whatever the umask; an existing store dir wider than DIR_MODE is narrowed to it."""
-    missing = []
-    while not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(path, DIR_MODE)
-    if not missing and stat.S_IMODE(os.stat(directory).st_mode) & ~DIR_MODE:
-        os.chmod(directory, DIR_MODE)
 
 
 def _write_new(path: Path, data: bytes) -> None:
