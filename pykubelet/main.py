@@ -12,6 +12,7 @@ touch them).
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -25,6 +26,30 @@ import click
 from pykubelet import config
 
 log = logging.getLogger("pykubelet")
+# What the kubelet's code imports lazily (tests/unit/test_preload.py checks the list): the parts main() wires up
+# (imported there, so that --help and a bad flag answer at once) and the API client's resources and models.
+PRELOAD = (
+    "cryptography.hazmat.primitives.asymmetric.ec", "cryptography.hazmat.primitives.hashes",
+    "cryptography.hazmat.primitives.serialization", "cryptography.x509", "cryptography.x509.oid", "grpc", "httpx2",
+    "lightkube", "lightkube.core.decoders", "lightkube.core.exceptions", "lightkube.core.resource",
+    "lightkube.core.selector", "lightkube.models.authentication_v1", "lightkube.models.authorization_v1",
+    "lightkube.models.meta_v1", "lightkube.resources.authentication_v1", "lightkube.resources.authorization_v1",
+    "lightkube.resources.coordination_v1", "lightkube.resources.core_v1", "lightkube.resources.node_v1",
+    "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer", "pykubelet.api.workqueue",
+    "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager", "pykubelet.eviction.policy",
+    "pykubelet.images.gc", "pykubelet.logs.rotation", "pykubelet.node.lease", "pykubelet.node.podcidr",
+    "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission", "pykubelet.pods.criconfig",
+    "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources", "pykubelet.pods.static",
+    "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime", "pykubelet.server.app",
+    "pykubelet.server.metrics", "pykubelet.volumes.manager", "yaml",
+)
+
+
+def preload() -> None:
+    """Imports what the kubelet's code imports lazily: loaded later, it would come from whatever code is
+    installed by then, newer than the rest or gone (tests/unit/test_preload.py checks this list)."""
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def wait_for_runtime(runtime, stop: threading.Event) -> bool:
@@ -215,6 +240,7 @@ def main(config_file: Path | None, **flags) -> None:
     except config.ConfigError as e:
         click.echo(f"pykubelet: {e}", err=True)
         sys.exit(2)
+    preload()  # before anything is made: a module that can't load stops the start, not a pod's sync
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("starting pykubelet for node %s", settings.node_name)

@@ -8,20 +8,41 @@ processes outlive the daemon, and the next start finds them again.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
 import socket
 import threading
+from concurrent import futures
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import click
+import grpc
 
-from pynode_os.files import make_dirs
-from pyruntime.cri import config
+from proto import api_pb2_grpc
+from pyruntime.cri import attach, config, ocispec, stats
+from pyruntime.cri import launcher as launcher_module
+from pyruntime.cri.containers import Containers
+from pyruntime.cri.events import EventHub, SupervisorWatcher
+from pyruntime.cri.images import ImageService
+from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.model import Layout
+from pyruntime.cri.network import DEFAULT_ENV, Network
+from pyruntime.cri.pause_image import Pauses
+from pyruntime.cri.sandbox import Sandboxes
+from pyruntime.cri.service.image import ImageServicer
+from pyruntime.cri.service.runtime import RuntimeServicer
+from pyruntime.cri.store import RecordStore
+from pyruntime.cri.streaming.backend import RuntimeStreamBackend
+from pyruntime.cri.streaming.server import StreamingServer
 from pyruntime.errors import FailedPreconditionError, PyRuntimeError
+from pyruntime.fsutil import make_dirs
+from pyruntime.images.store import ImageStore
 from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
+from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings, cni_plugin_env
 
 log = logging.getLogger("pyruntime.cri")
@@ -30,6 +51,12 @@ GRPC_WORKERS = 64  # each GetContainerEvents subscriber holds one for as long as
 MESSAGE_MAX = 16 * 1024 * 1024  # ExecSync output and big lists (the kubelet's own limit)
 STOP_GRACE = 5.0  # seconds in-flight RPCs get at shut-down
 SOCKET_MODE = 0o660  # containerd's: root and the socket's group (root's) connect, whatever the umask
+# What the daemon's code imports lazily, for the runtime CLI's lean start (tests/unit/test_preload.py checks it)
+PRELOAD = (
+    "pyruntime.container.control", "pyruntime.fieldreader", "pyruntime.linux.capabilities",
+    "pyruntime.linux.cgroups.devicefilter", "pyruntime.linux.cgroups.resources", "pyruntime.linux.cgroups.v1",
+    "pyruntime.linux.cgroups.v2", "pyruntime.linux.seccomp.profile", "pyruntime.oci.spec",
+)
 
 
 def _options(f: Any) -> Any:
@@ -75,13 +102,22 @@ def make_state_dirs(kernel: Syscalls, layout: Layout, socket_path: str) -> None:
     directory is only made when missing: it may be the host's /run."""
     for path in (layout.root, layout.state, layout.runtime_root, os.path.join(layout.root, "sandboxes"),
                  os.path.join(layout.root, "containers"), os.path.join(layout.state, "sandboxes")):
-        make_dirs(path, 0o711, chmod=kernel.chmod)
+        make_dirs(kernel, path, 0o711)
     for path in (layout.images, layout.cni_cache, os.path.join(layout.state, "containers")):
-        make_dirs(path, 0o700, chmod=kernel.chmod)
-    make_dirs(os.path.dirname(socket_path), 0o711, chmod=kernel.chmod, narrow=False)
+        make_dirs(kernel, path, 0o700)
+    make_dirs(kernel, os.path.dirname(socket_path), 0o711, narrow=False)
+
+
+def preload() -> None:
+    """Imports what the daemon's code imports lazily (the runtime's, for the CLI's lean start): loaded later,
+    it would come from whatever code is installed by then, newer than the rest or gone (tests/unit/
+    test_preload.py lists what each process may import and checks this list)."""
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def serve(cfg: config.Config) -> None:
+    preload()  # before anything is made: a module that can't load stops the start, not a pod's stop
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Modes are the daemon's to choose, not the shell's it was started from: under a hardened umask (077, 027)
     # the pod files its containers read as any user (resolv.conf, hosts, hostname) came out 0600 or 0640.
@@ -91,7 +127,6 @@ def serve(cfg: config.Config) -> None:
     make_state_dirs(LinuxSyscalls(), layout, cfg.socket_path)
     claim_socket(cfg.socket_path)
     settings = cfg.runtime_settings(layout.runtime_root, layout.images)
-    from pyruntime.cri.launcher import Launcher
     launcher = Launcher.spawn(settings, layout)
     try:
         _serve(cfg, layout, settings, launcher)
@@ -100,27 +135,6 @@ def serve(cfg: config.Config) -> None:
 
 
 def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any) -> None:
-    from concurrent import futures
-    from importlib.metadata import version
-    from pathlib import Path
-
-    import grpc
-
-    from proto import api_pb2_grpc
-    from pyruntime.cri import attach, ocispec, stats
-    from pyruntime.cri import launcher as launcher_module
-    from pyruntime.cri.containers import Containers
-    from pyruntime.cri.events import EventHub, SupervisorWatcher
-    from pyruntime.cri.images import ImageService
-    from pyruntime.cri.network import DEFAULT_ENV, Network
-    from pyruntime.cri.pause_image import Pauses
-    from pyruntime.cri.sandbox import Sandboxes
-    from pyruntime.cri.service.image import ImageServicer
-    from pyruntime.cri.service.runtime import RuntimeServicer
-    from pyruntime.cri.store import RecordStore
-    from pyruntime.images.store import ImageStore
-    from pyruntime.runtime import Runtime
-
     kernel = LinuxSyscalls()
     # glibc gives each thread that allocates an arena of its own, and every gRPC pool thread keeps its
     # arena's pages (bench/README.md, bench.cri's memory); the GIL serialises them anyway
@@ -197,8 +211,6 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
 def _streaming_server(cfg: config.Config, launcher: Any, layout: Layout, store: Any, kernel: Any) -> Any:
     """cri-streaming's server over its backend: exec through the launcher, attach through the supervisors'
     sockets, port-forward into the pod's pinned netns (None: a hostNetwork pod)."""
-    from pyruntime.cri.streaming.backend import RuntimeStreamBackend
-    from pyruntime.cri.streaming.server import StreamingServer
     backend = RuntimeStreamBackend(launcher, layout, lambda sandbox_id: store.sandbox(sandbox_id).namespaces.get("net"),
                                    kernel)
     return StreamingServer(cfg.stream_address, backend, idle_timeout=config.parse_duration(cfg.stream_idle_timeout))
