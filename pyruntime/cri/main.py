@@ -23,6 +23,7 @@ import click
 import grpc
 
 from proto import api_pb2_grpc
+from pynode_os.files import make_dirs
 from pyruntime.cri import attach, config, ocispec, stats
 from pyruntime.cri import launcher as launcher_module
 from pyruntime.cri.containers import Containers
@@ -39,7 +40,6 @@ from pyruntime.cri.store import RecordStore
 from pyruntime.cri.streaming.backend import RuntimeStreamBackend
 from pyruntime.cri.streaming.server import StreamingServer
 from pyruntime.errors import FailedPreconditionError, PyRuntimeError
-from pyruntime.fsutil import make_dirs
 from pyruntime.images.store import ImageStore
 from pyruntime.linux.syscalls import LinuxSyscalls, Syscalls
 from pyruntime.runtime import Runtime
@@ -102,10 +102,10 @@ def make_state_dirs(kernel: Syscalls, layout: Layout, socket_path: str) -> None:
     directory is only made when missing: it may be the host's /run."""
     for path in (layout.root, layout.state, layout.runtime_root, os.path.join(layout.root, "sandboxes"),
                  os.path.join(layout.root, "containers"), os.path.join(layout.state, "sandboxes")):
-        make_dirs(kernel, path, 0o711)
+        make_dirs(path, 0o711, chmod=kernel.chmod)
     for path in (layout.images, layout.cni_cache, os.path.join(layout.state, "containers")):
-        make_dirs(kernel, path, 0o700)
-    make_dirs(kernel, os.path.dirname(socket_path), 0o711, narrow=False)
+        make_dirs(path, 0o700, chmod=kernel.chmod)
+    make_dirs(os.path.dirname(socket_path), 0o711, chmod=kernel.chmod, narrow=False)
 
 
 def preload() -> None:
