@@ -133,19 +133,19 @@ def test_finished_pod_succeeds_and_gives_back_its_ip(control_plane, kubelet, run
 
 def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, cri, kubepods, tmp_path):
     script = "trap 'echo got SIGTERM; exit 0' TERM; echo ready; while true; do sleep 0.2; done"
+    # a grace period delete's 60 s wait can't see the end of: the deletion completes only if the container's
+    # exit on SIGTERM ends it
     apply(control_plane, tmp_path, pod_spec("term", {"name": "term", "image": BUSYBOX,
-                                                    "command": ["sh", "-c", script]}))
+                                                    "command": ["sh", "-c", script]},
+                                            terminationGracePeriodSeconds=600))
     pod = wait_for("term Running", lambda: (lambda p: p if p.get("status", {}).get("phase") == "Running" else None)(
         get_pod(control_plane, "term")), timeout=60)
     uid, ip = pod["metadata"]["uid"], pod["status"]["podIP"]
     log_file = kubelet.pods_dir / f"default_term_{uid}" / "term" / "0.log"
     wait_for("the container's first line", lambda: "ready" in log_file.read_text())
     with open(log_file) as log:  # read after deletion: the open file outlives its directory
-        started = time.monotonic()
         delete(control_plane, "term")
-        took = time.monotonic() - started
         assert "got SIGTERM" in log.read(), "the container did not see SIGTERM"
-    assert took < 8, f"deletion took {took:.1f} s: the container did not end on SIGTERM"
     assert on_node(runtime, uid) == ([], [])
     assert not (kubelet.pods_dir / f"default_term_{uid}").exists()
     reservations = cri.work / "ipam"

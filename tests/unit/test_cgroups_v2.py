@@ -6,13 +6,13 @@ import errno
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from pyruntime.fieldreader import SpecError
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V2Manager
+from pyruntime.linux.cgroups import base as cgroups_base
 from pyruntime.linux.cgroups.devicefilter import compile_rules
 from pyruntime.linux.cgroups.resources import UINT64_MAX
 from pyruntime.linux.cgroups.v2 import blkio_to_io_weight, shares_to_weight, swap_to_v2
@@ -292,8 +292,24 @@ def test_destroy_keeps_parent_in_use(tree):
     assert not (tree / "pyruntime").exists()
 
 
+class _Clock:
+    """time for the cgroup code: sleeping only moves the clock on, so a test sees every wait and takes none."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
 def test_destroy_retries_busy_then_reports(tree, monkeypatch):
-    monkeypatch.setattr("pyruntime.linux.cgroups.base.RMDIR_TIMEOUT", 0.05)
+    clock = _Clock()
+    monkeypatch.setattr(cgroups_base, "time", clock)
     mgr = manager(tree)
     mgr.create()
     calls = []
@@ -306,13 +322,18 @@ def test_destroy_retries_busy_then_reports(tree, monkeypatch):
         real_rmdir(path)
 
     monkeypatch.setattr(os, "rmdir", busy)
-    start = time.monotonic()
     mgr.destroy()
-    assert calls[:3] == [mgr.path] * 3 and time.monotonic() - start < 1
+    # retried after a short wait, and done as soon as the cgroup was free, not at the timeout
+    assert calls[:3] == [mgr.path] * 3 and not os.path.exists(mgr.path)
+    assert clock.sleeps and clock.now < cgroups_base.RMDIR_TIMEOUT
     monkeypatch.setattr(os, "rmdir", lambda p: (_ for _ in ()).throw(OSError(errno.EBUSY, "busy")))
     mgr.create()
+    began, clock.sleeps = clock.now, []
     with pytest.raises(CgroupError, match=rf"^rmdir {mgr.path}: Device or resource busy$"):
         mgr.destroy()
+    # still busy: retried until the timeout, with waits that stay short, and reported right after it
+    assert len(clock.sleeps) > 2 and max(clock.sleeps) < cgroups_base.RMDIR_TIMEOUT / 2
+    assert cgroups_base.RMDIR_TIMEOUT < clock.now - began <= cgroups_base.RMDIR_TIMEOUT + max(clock.sleeps)
     monkeypatch.setattr(os, "rmdir", real_rmdir)
     mgr.destroy()
 

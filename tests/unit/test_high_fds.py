@@ -31,17 +31,15 @@ pytestmark = pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 
 
 
 def test_wait_gone_waits_on_a_pidfd_past_fd_setsize():
-    done = _run("import subprocess, time\n"
+    done = _run("import subprocess\n"
                 "from pyruntime.container.control import wait_gone\n"
                 "from pyruntime.oci.state import process_start_time\n"
                 "p = subprocess.Popen(['sleep', '0.3'])\n"
                 "start = process_start_time(p.pid)\n"
                 "assert os.pidfd_open(p.pid) > 1100\n"
-                "t = time.monotonic()\n"
-                "print(wait_gone(p.pid, start, 5), time.monotonic() - t < 4)\n"
-                "p.wait()\n")
+                "print(wait_gone(p.pid, start, 20), p.poll())\n")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "True"]
+    assert done.stdout.split() == ["True", "0"]  # returned once the sleep had exited (a zombie), not at the timeout
 
 
 def test_console_proxy_copies_a_pty_past_fd_setsize():

@@ -304,12 +304,13 @@ def test_initial_delay_and_result_for_a_replaced_container():
     rt = FakeRuntime()
     c = {"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}, "initialDelaySeconds": 30}}
     m, _ = manager(rt)
-    m.sync_pod(pod(c), running(("c", "c1")))
+    started = time.time()
+    m.sync_pod(pod(c), running(("c", "c1"), started_at=started))
     (w,) = m._workers.values()
     assert m.probe_once(w) is None and not rt.calls  # 30 s not over
-    assert w.due >= time.time() + 29
+    assert w.due == pytest.approx(started + 30, abs=1e-3)  # the initial delay, from the container's start
     m.sync_pod(pod(c), running(("c", "c1"), started_at=time.time() - 31))  # same container: no reset
-    assert w.started_at > time.time() - 5
+    assert w.started_at == pytest.approx(started, abs=1e-3)
     m2, _ = manager(rt)
     m2.sync_pod(pod(c), running(("c", "c1"), started_at=time.time() - 31))
     (w2,) = m2._workers.values()
