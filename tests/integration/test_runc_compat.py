@@ -312,7 +312,7 @@ def test_update_takes_runcs_units_and_flag_names(runtime, make_bundle):
         try:
             _cgroup_file(pid, "cpu", burst)
         except FileNotFoundError:
-            return  # a kernel without CFS burst
+            pytest.skip(f"the kernel has no CFS burst ({burst}); the rest of the update was checked")
         runtime("update", "c1", "--cpu-burst", "20000")
         assert _cgroup_file(pid, "cpu", burst) == "20000"
     finally:
