@@ -373,7 +373,7 @@ def _remove_cgroups(root: str) -> list[str]:
 
 
 def _unmount_under(*dirs: Path) -> list[str]:
-    from pyruntime.linux import mountinfo
+    from pynode_os import mountinfo
     prefixes = tuple(f"{p}/" for p in dirs)
     for m in sorted(mountinfo.read(), key=lambda m: len(m.mount_point), reverse=True):
         if m.mount_point.startswith(prefixes) or m.mount_point in map(str, dirs):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # /run/pycni/helper by its files: each CNI helper's socket and lock (cni_plugins/helper.py) is a leak of its own

@@ -12,10 +12,11 @@ import ctypes.util
 import os
 from pathlib import Path
 
+from pynode_os import mountinfo
+
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MNT_DETACH = 0x2
-MOUNTINFO = Path("/proc/self/mountinfo")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
@@ -47,29 +48,11 @@ def unmount(target: Path) -> None:
     _check(_libc.umount2(os.fsencode(target), MNT_DETACH), f"umount {target}")
 
 
-def _unescape(field: str) -> str:
-    """mountinfo's octal escapes (\\040 for a space...)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def mounts_under(path: Path) -> list[tuple[Path, str]]:
     """The mount points at or below `path` with their file system types, deepest first."""
     base = os.path.realpath(path)
-    found: list[tuple[Path, str]] = []
-    for line in MOUNTINFO.read_text().splitlines():
-        fields = line.split()
-        point = _unescape(fields[4])
-        fstype = fields[fields.index("-") + 1]
-        if point == base or point.startswith(base.rstrip("/") + "/"):
-            found.append((Path(point), fstype))
+    found = [(Path(m.mount_point), m.fstype) for m in mountinfo.read()
+             if m.mount_point == base or m.mount_point.startswith(base.rstrip("/") + "/")]
     return sorted(found, key=lambda m: -len(m[0].parts))
 
 

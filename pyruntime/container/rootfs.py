@@ -14,8 +14,8 @@ import errno
 import os
 import stat
 
+from pynode_os import mountinfo
 from pyruntime.container import paths
-from pyruntime.linux import mountinfo
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.cgroups.base import read_file
 from pyruntime.linux.cgroups.paths import Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup

@@ -467,7 +467,7 @@ def _pod_mounts(config: api_pb2.ContainerConfig, sandbox_dir: str, ipc_host: boo
 def _check_propagation(source: str, want: str, where: str) -> None:
     """rshared needs a shared source mount and rslave a shared or slave one, or the container would not see
     (or make) the mounts it asks to."""
-    from pyruntime.linux import mountinfo
+    from pynode_os import mountinfo
     m = mountinfo.mount_of(source, mountinfo.read())
     tags = m.optional if m else ()
     shared = any(t.startswith("shared:") for t in tags)

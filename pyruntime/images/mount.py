@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pynode_os import mountinfo
 from pyruntime.errors import InvalidArgumentError
-from pyruntime.linux import mountinfo
 from pyruntime.linux.syscalls import MNT_DETACH, MS_BIND, MS_REC, Syscalls
 
 OVERLAY_OPTIONS_MAX = 4000  # mount(2)'s data is one page, less headroom

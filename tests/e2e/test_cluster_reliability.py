@@ -31,7 +31,7 @@ from pykubelet.pods.termination import cgroup_hierarchies
 from pykubelet.runtime import CRIRuntime, Unavailable
 from pynode_cluster import cluster, components, hosts
 from pynode_cluster.node import Node
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 from tests.kit import cluster_registry
 from tests.kit.cluster_admin import get, http, kubectl
 from tests.kit.kubelet_node import BUSYBOX, HTTPD, wait_for

@@ -23,7 +23,7 @@ import pytest
 
 from proto import api_pb2
 from pynode_cluster import hosts
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 from tests.conformance.critest import CRICTL, critest_registry
 from tests.integration.cni_helpers import FORWARDING
 from tests.kit.controlplane import free_port, peer

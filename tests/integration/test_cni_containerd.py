@@ -23,7 +23,7 @@ import pytest
 from cni_plugins import helper
 from cni_plugins.install import install
 from pynode_cluster.node import containerd_config
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 from tests.integration.cni_helpers import ping
 from tests.kit.busybox import build_rootfs, tar_directory, write_oci_layout
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from pynode_os import mountinfo
 from pyruntime.images.mount import is_mountpoint
-from pyruntime.linux import mountinfo
 from pyruntime.linux.syscalls import MNT_DETACH, LinuxSyscalls
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")

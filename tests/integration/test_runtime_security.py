@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 from tests.kit.busybox import build_rootfs
 
 

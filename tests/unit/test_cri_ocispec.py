@@ -488,7 +488,7 @@ def test_image_volume_and_relative_paths_refused(rootfs, layout):
 
 
 def test_propagation_follows_the_source_mount(rootfs, layout, tmp_path):
-    from pyruntime.linux import mountinfo
+    from pynode_os import mountinfo
     info = mountinfo.mount_of(os.path.realpath(str(tmp_path)), mountinfo.read())
     assert info is not None
     shared = any(t.startswith("shared:") for t in info.optional)

@@ -20,6 +20,7 @@ from pykubelet.config import Settings
 from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.manager import VolumeManager, plugin_of
+from pynode_os import mountinfo
 
 
 class FakeClient:
@@ -175,14 +176,13 @@ def test_subpath_symlink_swapped_in_is_refused(tmp_path):
 # --- mountinfo ------------------------------------------------------------------------------------------
 
 def test_mounts_under_reads_mountinfo(tmp_path, monkeypatch):
-    info = tmp_path / "mountinfo"
     base = tmp_path / "root dir"
-    info.write_text(
+    info = (
         f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
         f"2 1 0:5 / {str(base).replace(' ', chr(92) + '040')}/pods/u/v rw shared:1 - tmpfs tmpfs rw\n"
         f"3 2 0:6 / {str(base).replace(' ', chr(92) + '040')}/pods/u/v/sub rw - tmpfs tmpfs rw\n"
-        f"4 1 0:7 / {tmp_path}/root dirx rw - tmpfs tmpfs rw\n")
-    monkeypatch.setattr(mount, "MOUNTINFO", info)
+        f"4 1 0:7 / {str(tmp_path).replace(' ', chr(92) + '040')}/root\\040dirx rw - tmpfs tmpfs rw\n")
+    monkeypatch.setattr(mountinfo, "read", lambda: mountinfo.parse(info))
     found = mount.mounts_under(base)
     assert found == [(base / "pods/u/v/sub", "tmpfs"), (base / "pods/u/v", "tmpfs")]
     assert mount.fs_type(base / "pods/u/v") == "tmpfs" and mount.fs_type(base / "pods") is None

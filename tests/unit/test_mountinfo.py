@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 
 SAMPLE = (
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw,errors=remount-ro\n"

@@ -6,7 +6,7 @@ container a hierarchy's mount root is not the hierarchy root.
 """
 from __future__ import annotations
 
-from pyruntime.linux import mountinfo
+from pynode_os import mountinfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -4,8 +4,9 @@ The kernel writes paths with space, tab, newline and backslash octal-escaped (\\
 so that a line is always one mount and a field never holds a space. A reader that forgets this (or
 undoes only \\040) misses a mount point such as `/run/my dir` or takes `/a\\134b` for a different path:
 the cgroup driver would pick the wrong hierarchy, pivot_root would keep a shared parent, a snapshot
-would be deleted while still mounted. Every caller uses `parse`/`read` here, and `escape` is the
-exact inverse of `unescape`, so a path round-trips.
+would be deleted while still mounted, the kubelet would leave a volume's tmpfs behind and remove the
+directory under it. Every caller, in every package, uses `parse`/`read` here, and `escape` is the exact
+inverse of `unescape`, so a path round-trips.
 
 Only the stdlib's str is used: cgroups read this on every container start.
 """
