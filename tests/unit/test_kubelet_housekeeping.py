@@ -5,16 +5,15 @@ from __future__ import annotations
 import calendar
 import gzip
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
 
+import grpc
 import pytest
 
-from proto import api_pb2
 from pykubelet import config
 from pykubelet import runtime as cri
 from pykubelet.images.gc import ImageGC, ImageRecord, amount_to_free, select
 from pykubelet.logs.rotation import LogRotator, plan
+from tests.kit.fake_cri import FakeCRI
 
 GiB = 1 << 30
 
@@ -43,44 +42,8 @@ def test_select_takes_unused_old_images_least_recently_used_first():
     assert [i.id for i in select(images, 10**9, now=100, min_age=0)] == ["never", "young", "a", "b", "c"]
 
 
-class FakeRuntime:
-    """The few CRI calls image GC and log rotation make, over in-memory state."""
-
-    def __init__(self, images=(), containers=(), mountpoint: str = "/", sandbox_image: str = "") -> None:
-        self.images = list(images)
-        self.containers = list(containers)
-        self.mountpoint, self.sandbox = mountpoint, sandbox_image
-        self.removed: list[str] = []
-        self.reopened: list[str] = []
-        self.log_paths: dict[str, str] = {}
-
-    def status(self, verbose=False):
-        return SimpleNamespace(info={"config": f'{{"sandboxImage": "{self.sandbox}"}}'})
-
-    def list_images(self, filter=None):
-        return [i for i in self.images if i.id not in self.removed]
-
-    def list_containers(self, filter=None):
-        return self.containers
-
-    def image_fs_info(self):
-        return api_pb2.ImageFsInfoResponse(image_filesystems=[api_pb2.FilesystemUsage(
-            fs_id=api_pb2.FilesystemIdentifier(mountpoint=self.mountpoint))])
-
-    def remove_image(self, id_):
-        self.removed.append(id_)
-
-    def container_status(self, id_):
-        return SimpleNamespace(status=SimpleNamespace(log_path=self.log_paths[id_]))
-
-    def reopen_container_log(self, id_):
-        self.reopened.append(id_)
-        Path(self.log_paths[id_]).touch()
-
-
-def fake(runtime: FakeRuntime) -> cri.CRIRuntime:
-    """The stand-in where the code takes a CRI client (it makes only the calls FakeRuntime has)."""
-    return cast(cri.CRIRuntime, runtime)
+def removed(rt: FakeCRI) -> list[str]:
+    return [c[1] for c in rt.calls if c[0] == "RemoveImage"]
 
 
 def settings(**values) -> config.Settings:
@@ -88,27 +51,31 @@ def settings(**values) -> config.Settings:
 
 
 def test_image_gc_keeps_images_in_use_pinned_and_the_pause_image(tmp_path):
-    images = [api_pb2.Image(id="sha256:busybox", repo_tags=["busybox:1"], size=100),
-              api_pb2.Image(id="sha256:httpd", repo_tags=["httpd:2"], size=200),
-              api_pb2.Image(id="sha256:pause", repo_tags=["pause:3.6"], size=1),
-              api_pb2.Image(id="sha256:pinned", size=1, pinned=True)]
-    containers = [api_pb2.Container(id="c1", image=api_pb2.ImageSpec(image="busybox:1"), image_ref="sha256:busybox")]
-    rt = FakeRuntime(images, containers, str(tmp_path), "pause:3.6")
+    rt = FakeCRI()
+    rt.add_image("sha256:busybox", "busybox:1", size=100)
+    rt.add_image("sha256:httpd", "httpd:2", size=200)
+    rt.add_image("sha256:pause", "pause:3.6", size=1)
+    rt.add_image("sha256:pinned", size=1, pinned=True)
+    rt.image_fs_mountpoint = str(tmp_path)
+    rt.sandbox_image("pause:3.6")
+    rt.add_container("c1", "app", image="busybox:1", image_ref="sha256:busybox")
     clock = [1000.0]
-    gc = ImageGC(fake(rt), settings(image_gc_high_threshold_percent=1, image_gc_low_threshold_percent=0,
+    gc = ImageGC(rt, settings(image_gc_high_threshold_percent=1, image_gc_low_threshold_percent=0,
                               image_minimum_gc_age=60), clock=lambda: clock[0])
     assert gc.collect() == []  # everything just seen: younger than the minimum age
     clock[0] += 60
     assert gc.collect() == ["sha256:httpd"]
-    assert rt.removed == ["sha256:httpd"]
+    assert removed(rt) == ["sha256:httpd"]
     assert gc.records["sha256:busybox"].last_used == clock[0]
 
 
 def test_image_gc_does_nothing_below_the_high_threshold(tmp_path):
-    rt = FakeRuntime([api_pb2.Image(id="sha256:x", size=1)], mountpoint=str(tmp_path))
-    gc = ImageGC(fake(rt), settings(image_minimum_gc_age=0))
+    rt = FakeCRI()
+    rt.add_image("sha256:x", size=1)
+    rt.image_fs_mountpoint = str(tmp_path)
+    gc = ImageGC(rt, settings(image_minimum_gc_age=0))
     assert gc.collect() == []  # the default 85 %: this test machine's disk is not that full
-    assert rt.removed == []
+    assert removed(rt) == []
 
 
 def test_plan_keeps_max_files_minus_two_rotated_newest_first_and_compresses_them():
@@ -131,13 +98,13 @@ def test_rotate_renames_compresses_and_reopens(tmp_path):
     old = write(tmp_path / "0.log.20261203-100000", "old lines\n")
     write(tmp_path / "0.log.20261203-090000.gz", "")
     write(tmp_path / "1.log", "another container's log")
-    rt = FakeRuntime()
-    rt.log_paths["c1"] = str(live)
+    rt = FakeCRI()
+    rt.add_container("c1", "app", log_path=str(live))
     clock = calendar.timegm((2026, 12, 3, 11, 0, 0))
-    rotator = LogRotator(fake(rt), settings(container_log_max_size=1024, container_log_max_files=3),
+    rotator = LogRotator(rt, settings(container_log_max_size=1024, container_log_max_files=3),
                          clock=lambda: clock)
     assert rotator.rotate("c1", live) is True
-    assert rt.reopened == ["c1"]
+    assert [c for c in rt.calls if c[0] == "ReopenContainerLog"] == [("ReopenContainerLog", "c1")]
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["0.log", "0.log.20261203-100000.gz", "0.log.20261203-110000", "1.log"]
     assert gzip.decompress((tmp_path / "0.log.20261203-100000.gz").read_bytes()) == b"old lines\n"
@@ -148,12 +115,9 @@ def test_rotate_renames_compresses_and_reopens(tmp_path):
 
 def test_rotate_undoes_the_rename_when_the_runtime_cannot_reopen(tmp_path):
     live = write(tmp_path / "0.log", "x" * 2048)
-
-    class Refusing(FakeRuntime):
-        def reopen_container_log(self, id_):
-            raise cri.Unimplemented("ReopenContainerLog", cri.grpc.StatusCode.UNIMPLEMENTED, "no")
-
-    rotator = LogRotator(fake(Refusing()), settings(container_log_max_size=1024))
+    refusing = FakeCRI()
+    refusing.errors["ReopenContainerLog"] = cri.Unimplemented("ReopenContainerLog", grpc.StatusCode.UNIMPLEMENTED, "no")
+    rotator = LogRotator(refusing, settings(container_log_max_size=1024))
     with pytest.raises(cri.Unimplemented):
         rotator.rotate("c1", live)
     assert [p.name for p in tmp_path.iterdir()] == ["0.log"]

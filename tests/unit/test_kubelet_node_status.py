@@ -7,26 +7,14 @@ from types import SimpleNamespace
 
 import grpc
 
-from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.node import status as node_status
+from tests.kit.fake_cri import FakeCRI
 
 
-class FakeRuntime:
-    def __init__(self) -> None:
-        self.ready = {"RuntimeReady": True, "NetworkReady": True}
-        self.down = False
-
-    def status(self) -> api_pb2.StatusResponse:
-        if self.down:
-            raise cri.Unavailable("Status", grpc.StatusCode.UNAVAILABLE, "connection refused")
-        return api_pb2.StatusResponse(status=api_pb2.RuntimeStatus(conditions=[
-            api_pb2.RuntimeCondition(type=k, status=v, reason="" if v else "NetworkPluginNotReady",
-                                     message="" if v else "cni config uninitialized") for k, v in self.ready.items()]))
-
-    def version(self) -> api_pb2.VersionResponse:
-        return api_pb2.VersionResponse(runtime_name="containerd", runtime_version="1.6.20", runtime_api_version="v1")
+def down(runtime: FakeCRI) -> None:
+    runtime.errors["Status"] = cri.Unavailable("Status", grpc.StatusCode.UNAVAILABLE, "connection refused")
 
 
 class FakeClient:
@@ -39,8 +27,9 @@ class FakeClient:
 
 def reporter(tmp_path, clock):
     settings = Settings(node_name="node-a", node_ip="10.201.0.20", root_dir=tmp_path, max_pods=42)
-    client, runtime = FakeClient(), FakeRuntime()
-    return node_status.NodeStatus(client, runtime, settings, clock=clock), client, runtime  # type: ignore[arg-type]  # fakes
+    client, runtime = FakeClient(), FakeCRI()
+    runtime.runtime_name, runtime.runtime_version = "containerd", "1.6.20"
+    return node_status.NodeStatus(client, runtime, settings, clock=clock), client, runtime
 
 
 def ready(status: dict) -> dict:
@@ -65,11 +54,11 @@ def test_allocatable_is_capacity_less_eviction_thresholds():
 
 def test_not_ready_names_what_failed(tmp_path):
     ns, _, runtime = reporter(tmp_path, lambda: 0.0)
-    runtime.ready["NetworkReady"] = False
+    runtime.set_condition("NetworkReady", False, "NetworkPluginNotReady", "cni config uninitialized")
     r = ready(ns.build())
     assert r["status"] == "False" and r["reason"] == "KubeletNotReady"
     assert "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady" in r["message"]
-    runtime.down = True
+    down(runtime)
     r = ready(ns.build())
     assert r["message"].startswith("container runtime is down: unix:///run/containerd/containerd.sock: CRI Status")
 
@@ -80,7 +69,7 @@ def test_transition_time_holds_until_the_status_flips(tmp_path, monkeypatch):
     ns, _, runtime = reporter(tmp_path, lambda: 0.0)
     assert ready(ns.build())["lastTransitionTime"] == "T1"
     assert ready(ns.build())["lastTransitionTime"] == "T1"
-    runtime.down = True
+    down(runtime)
     assert ready(ns.build())["lastTransitionTime"] == "T3"
     assert ready(ns.build())["lastHeartbeatTime"] == "T4"
 
@@ -91,7 +80,7 @@ def test_sent_on_change_or_when_the_report_period_is_over(tmp_path):
     assert ns.update() is True
     clock.now += 10
     assert ns.update() is False and len(client.patches) == 1
-    runtime.down = True
+    down(runtime)
     assert ns.update() is True
     clock.now += 299
     assert ns.update() is False
@@ -113,6 +102,6 @@ def test_condition_flips_are_node_events(tmp_path):
     recorded.clear()
     ns.build()
     assert recorded == []
-    runtime.down = True
+    down(runtime)
     ns.build()
     assert [r for _, _, r, _ in recorded] == ["NodeNotReady"]

@@ -9,6 +9,7 @@ import grpc
 
 from pykubelet.node.podcidr import PodCIDR, pod_cidrs
 from pykubelet.runtime import CRIError
+from tests.kit.fake_cri import FakeCRI
 
 
 class NodeCache:
@@ -30,50 +31,44 @@ class NodeCache:
             handler("MODIFIED", old, self.node)
 
 
-class Runtime:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-        self.down = False
-
-    def update_runtime_config(self, pod_cidr: str) -> None:
-        if self.down:
-            raise CRIError("UpdateRuntimeConfig", grpc.StatusCode.UNAVAILABLE, "connection refused")
-        self.sent.append(pod_cidr)
+def sent(runtime: FakeCRI) -> list[str]:
+    return [c[1] for c in runtime.calls if c[0] == "UpdateRuntimeConfig"]
 
 
 def test_sent_once_per_change_and_not_before_there_is_one() -> None:
-    cache, runtime = NodeCache(), Runtime()
-    pod_cidr = PodCIDR(cache, runtime, "node-1")  # type: ignore[arg-type]  # the stand-in runtime
+    cache, runtime = NodeCache(), FakeCRI()
+    pod_cidr = PodCIDR(cache, runtime, "node-1")
     pod_cidr.sync()
     cache.set(None)
     pod_cidr.sync()
-    assert runtime.sent == []  # no Node yet, then a Node without CIDRs: nothing to say
+    assert sent(runtime) == []  # no Node yet, then a Node without CIDRs: nothing to say
     cache.set(["10.244.1.0/24", "fd00:10:244:1::/64"])
     pod_cidr.sync()
     pod_cidr.sync()
-    assert runtime.sent == ["10.244.1.0/24,fd00:10:244:1::/64"]  # dual-stack as one string, once
+    assert sent(runtime) == ["10.244.1.0/24,fd00:10:244:1::/64"]  # dual-stack as one string, once
     cache.set(["10.244.2.0/24"])
     pod_cidr.sync()
-    assert runtime.sent[-1] == "10.244.2.0/24" and len(runtime.sent) == 2
+    assert sent(runtime) == ["10.244.1.0/24,fd00:10:244:1::/64", "10.244.2.0/24"]
 
 
 def test_a_failed_call_is_made_again() -> None:
-    cache, runtime = NodeCache(), Runtime()
-    pod_cidr = PodCIDR(cache, runtime, "node-1", retry=0.01)  # type: ignore[arg-type]  # the stand-in runtime
-    runtime.down = True
+    cache, runtime = NodeCache(), FakeCRI()
+    pod_cidr = PodCIDR(cache, runtime, "node-1", retry=0.01)
+    runtime.errors["UpdateRuntimeConfig"] = CRIError("UpdateRuntimeConfig", grpc.StatusCode.UNAVAILABLE,
+                                                     "connection refused")
     cache.set(["10.244.1.0/24"])
     stop = threading.Event()
     loop = threading.Thread(target=pod_cidr.run, args=(stop,))
     loop.start()
     try:
         threading.Event().wait(0.05)
-        assert runtime.sent == [] and pod_cidr.applied == ""
-        runtime.down = False
+        assert runtime.pod_cidr == "" and pod_cidr.applied == ""
+        del runtime.errors["UpdateRuntimeConfig"]
         for _ in range(200):
-            if runtime.sent:
+            if runtime.pod_cidr:
                 break
             threading.Event().wait(0.01)
-        assert runtime.sent == ["10.244.1.0/24"] and pod_cidr.applied == "10.244.1.0/24"
+        assert runtime.pod_cidr == "10.244.1.0/24" and pod_cidr.applied == "10.244.1.0/24"
     finally:
         stop.set()
         loop.join(5)

@@ -14,6 +14,7 @@ from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.sync import SyncResult, network_problem
+from tests.kit.fake_cri import FakeCRI
 
 UID = "0b5d2e3c-1111-2222-3333-444455556666"
 
@@ -189,22 +190,37 @@ def test_status_manager_patches_only_changes_and_keeps_transition_times():
     assert all(times.values())
 
 
-class NetworkRuntime:
-    """A CRI runtime whose network is ready or not."""
-
-    def __init__(self, ready: bool) -> None:
-        self.ready = ready
-
-    def status(self) -> api_pb2.StatusResponse:
-        return api_pb2.StatusResponse(status=api_pb2.RuntimeStatus(conditions=[
-            api_pb2.RuntimeCondition(type="RuntimeReady", status=True),
-            api_pb2.RuntimeCondition(type="NetworkReady", status=self.ready, reason="NetworkPluginNotReady",
-                                     message="cni plugin not initialized")]))
-
-
 def test_network_problem_in_the_kubelets_words():
     """What keeps the kubelet from making a sandbox (and says why in the pod's status and event)."""
-    assert network_problem(NetworkRuntime(True)) == ""  # type: ignore[arg-type]  # a fake with status() only
-    assert network_problem(NetworkRuntime(False)) == (  # type: ignore[arg-type]  # a fake with status() only
+    runtime = FakeCRI()
+    assert network_problem(runtime) == ""
+    runtime.set_condition("NetworkReady", False, "NetworkPluginNotReady", "cni plugin not initialized")
+    assert network_problem(runtime) == (
         "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
         "message:cni plugin not initialized")
+
+
+def test_a_pass_makes_the_sandbox_then_starts_what_is_due_in_it(tmp_path):
+    """The executor against the shared fake runtime: a new pod's first pass makes its sandbox and, in it,
+    starts its init container; the next pass, once that one ended, its regular containers; a dead sandbox
+    is stopped and the pod made again in a new one, restart counts going on."""
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+
+    rt = FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    p = pod(initContainers=[{"name": "init", "image": "img:1"}])
+    syncer = PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"))
+    result = syncer.sync(p, observe(rt, UID))
+    (sandbox,) = rt.sandboxes.values()
+    assert rt.started == ["init-0"] and rt.sandbox_of["init-0"] == sandbox.id and not result.waiting
+    assert (tmp_path / "logs" / f"ns_web_{UID}").is_dir()
+    syncer.sync(p, observe(rt, UID))
+    assert rt.started == ["init-0"]  # it still runs
+    rt.exit("init-0", 0)
+    syncer.sync(p, observe(rt, UID))
+    assert rt.started == ["init-0", "c-0"]
+    rt.stop_pod_sandbox(sandbox.id)
+    syncer.sync(p, observe(rt, UID))
+    assert [s.metadata.attempt for s in rt.sandboxes.values()] == [0, 1]
+    assert rt.started == ["init-0", "c-0", "init-1"] and rt.statuses["c-0"].state == api_pb2.CONTAINER_EXITED

@@ -23,6 +23,7 @@ from pykubelet.pods.sync import SyncResult
 from pykubelet.prober import handlers
 from pykubelet.prober.handlers import Outcome, Result
 from pykubelet.prober.manager import LIVENESS, READINESS, STARTUP, ProbeManager, Worker
+from tests.kit.fake_cri import FakeCRI
 
 UID = "uid-1"
 
@@ -205,34 +206,15 @@ def test_grpc_health_check(health_server):
     assert handlers.run_grpc("127.0.0.1", free, "", 0.5).result is Result.FAILURE
 
 
-class FakeRuntime:
-    """exec_sync answers from `answers` (cmd[0] -> exit code or exception); records stops."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, object] = {}
-        self.calls: list[tuple] = []
-
-    def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
-        self.calls.append(("exec", container_id, tuple(cmd), timeout))
-        answer = self.answers.get(cmd[0], 0)
-        if isinstance(answer, Exception):
-            raise answer
-        assert isinstance(answer, int)
-        return b"out", b"", answer
-
-    def stop_container(self, container_id: str, timeout: int) -> None:
-        self.calls.append(("stop", container_id, timeout))
-
-
 def test_exec_results():
-    rt = FakeRuntime()
-    rt.answers = {"bad": 1, "slow": cri.DeadlineExceeded("ExecSync", grpc.StatusCode.DEADLINE_EXCEEDED, "x"),
+    rt = FakeCRI()
+    rt.exec_answers = {"bad": 1, "slow": cri.DeadlineExceeded("ExecSync", grpc.StatusCode.DEADLINE_EXCEEDED, "x"),
                   "gone": cri.NotFound("ExecSync", grpc.StatusCode.NOT_FOUND, "no such container")}
-    assert handlers.run_exec(rt, "c1", ["ok"], 3) == Outcome(Result.SUCCESS, "out")  # type: ignore[arg-type] # a fake
-    assert handlers.run_exec(rt, "c1", ["bad"], 3).result is Result.FAILURE  # type: ignore[arg-type] # a fake
-    assert "timed out" in handlers.run_exec(rt, "c1", ["slow"], 3).message  # type: ignore[arg-type] # a fake
-    assert handlers.run_exec(rt, "c1", ["gone"], 3).result is Result.UNKNOWN  # type: ignore[arg-type] # a fake
-    assert rt.calls[0] == ("exec", "c1", ("ok",), 3)
+    assert handlers.run_exec(rt, "c1", ["ok"], 3) == Outcome(Result.SUCCESS, "out")
+    assert handlers.run_exec(rt, "c1", ["bad"], 3).result is Result.FAILURE
+    assert "timed out" in handlers.run_exec(rt, "c1", ["slow"], 3).message
+    assert handlers.run_exec(rt, "c1", ["gone"], 3).result is Result.UNKNOWN
+    assert rt.calls[0] == ("ExecSync", "c1", ("ok",), 3)
 
 
 def test_worker_thresholds_and_hold():
@@ -265,14 +247,14 @@ def running(*names_ids: tuple[str, str], started_at: float | None = None) -> Run
     return state
 
 
-def manager(rt: FakeRuntime) -> tuple[ProbeManager, list[str]]:
+def manager(rt: FakeCRI) -> tuple[ProbeManager, list[str]]:
     changed: list[str] = []
-    return ProbeManager(rt, changed.append), changed  # type: ignore[arg-type] # a fake runtime
+    return ProbeManager(rt, changed.append), changed
 
 
 def test_startup_gates_liveness_and_readiness_and_liveness_kills():
-    rt = FakeRuntime()
-    rt.answers = {"starting": 1, "alive": 1}
+    rt = FakeCRI()
+    rt.exec_answers = {"starting": 1, "alive": 1}
     c = {"name": "c", "startupProbe": {"exec": {"command": ["starting"]}, "failureThreshold": 5},
          "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1,
                            "terminationGracePeriodSeconds": 3},
@@ -284,7 +266,7 @@ def test_startup_gates_liveness_and_readiness_and_liveness_kills():
     assert m.probe_once(workers[LIVENESS]) is None and m.probe_once(workers[READINESS]) is None  # gated
     assert m.probe_once(workers[STARTUP]).result is Result.FAILURE  # type: ignore[union-attr] # it ran
     assert not changed and m.kill_reason(UID, "c", "c1") is None  # 1 of 5 failures
-    rt.answers["starting"] = 0
+    rt.exec_answers["starting"] = 0
     m.probe_once(workers[STARTUP])
     assert changed == [UID] and m.started(UID, "c", "c1") and not m.ready(UID, "c", "c1")
     assert m.probe_once(workers[STARTUP]) is None  # done for this container
@@ -301,7 +283,7 @@ def test_startup_gates_liveness_and_readiness_and_liveness_kills():
 
 
 def test_initial_delay_and_result_for_a_replaced_container():
-    rt = FakeRuntime()
+    rt = FakeCRI()
     c = {"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}, "initialDelaySeconds": 30}}
     m, _ = manager(rt)
     started = time.time()
@@ -315,11 +297,11 @@ def test_initial_delay_and_result_for_a_replaced_container():
     m2.sync_pod(pod(c), running(("c", "c1"), started_at=time.time() - 31))
     (w2,) = m2._workers.values()
     assert m2.probe_once(w2).ok  # type: ignore[union-attr] # it ran
-    assert rt.calls[-1] == ("exec", "c1", ("ready",), 1)  # timeoutSeconds' default
+    assert rt.calls[-1] == ("ExecSync", "c1", ("ready",), 1)  # timeoutSeconds' default
 
 
 def test_probes_run_on_their_own(web):
-    rt = FakeRuntime()
+    rt = FakeCRI()
     c = {"name": "c", "readinessProbe": {"httpGet": {"port": web, "path": "/ok"}, "periodSeconds": 1}}
     m, changed = manager(rt)
     state = running(("c", "c1"))
@@ -340,35 +322,35 @@ def test_probes_run_on_their_own(web):
 
 
 def test_pre_stop_runs_first_and_its_time_comes_off_the_grace():
-    rt = FakeRuntime()
+    rt = FakeCRI()
     c = {"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 1}}}}
     began = time.monotonic()
-    lifecycle.stop_container(rt, pod(c), "c", "c1", 10)  # type: ignore[arg-type] # a fake runtime
+    lifecycle.stop_container(rt, pod(c), "c", "c1", 10)
     assert time.monotonic() - began >= 1
-    assert rt.calls == [("stop", "c1", 9)]
+    assert rt.calls == [("StopContainer", "c1", 9)]
     rt.calls.clear()
     c["lifecycle"] = {"preStop": {"exec": {"command": ["save", "state"]}}}
-    lifecycle.stop_container(rt, pod(c), "c", "c1", 1)  # type: ignore[arg-type] # a fake runtime
-    assert rt.calls == [("exec", "c1", ("save", "state"), 1), ("stop", "c1", lifecycle.MIN_GRACE)]
+    lifecycle.stop_container(rt, pod(c), "c", "c1", 1)
+    assert rt.calls == [("ExecSync", "c1", ("save", "state"), 1), ("StopContainer", "c1", lifecycle.MIN_GRACE)]
     rt.calls.clear()
-    lifecycle.stop_container(rt, None, "c", "c1", 5)  # type: ignore[arg-type] # a fake runtime
-    assert rt.calls == [("stop", "c1", 5)]
+    lifecycle.stop_container(rt, None, "c", "c1", 5)
+    assert rt.calls == [("StopContainer", "c1", 5)]
 
 
 def test_failed_post_start_kills_the_container():
-    rt = FakeRuntime()
-    rt.answers = {"setup": 2}
+    rt = FakeCRI()
+    rt.exec_answers = {"setup": 2}
     seen: list[tuple] = []
     c = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["setup"]}}}}
-    failed = lifecycle.post_start(rt, pod(c), c, "c1", "10.0.0.9", lambda *a: seen.append(a))  # type: ignore[arg-type] # a fake runtime
+    failed = lifecycle.post_start(rt, pod(c), c, "c1", "10.0.0.9", lambda *a: seen.append(a))
     assert failed == "PostStartHook failed: out"
     assert seen[0][1:4] == ("c", "Warning", "FailedPostStartHook")
-    assert rt.calls[-1] == ("stop", "c1", 7)
-    assert lifecycle.post_start(rt, pod({"name": "d"}), {"name": "d"}, "d1", "", None) is None  # type: ignore[arg-type] # a fake runtime
+    assert rt.calls[-1] == ("StopContainer", "c1", 7)
+    assert lifecycle.post_start(rt, pod({"name": "d"}), {"name": "d"}, "d1", "", None) is None
 
 
 def test_sidecar_status_initialized_once_started_and_gates_ready():
-    rt = FakeRuntime()
+    rt = FakeCRI()
     side = {"name": "side", "image": "i", "restartPolicy": "Always", "readinessProbe": {"exec": {"command": ["ready"]}}}
     main = {"name": "main", "image": "i"}
     p = pod(main, init=(side,))
@@ -390,77 +372,28 @@ def test_sidecar_status_initialized_once_started_and_gates_ready():
     assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "True"
 
 
-class FakeCRI(FakeRuntime):
-    """Just enough of a CRI runtime, in memory, for PodSyncer passes: containers start running and stay so
-    until stopped (exit code 0)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sandbox = api_pb2.PodSandbox(id="s", state=api_pb2.SANDBOX_READY, labels={"io.kubernetes.pod.uid": UID},
-                                          metadata=api_pb2.PodSandboxMetadata(name="p", namespace="ns", uid=UID))
-        self.statuses: dict[str, api_pb2.ContainerStatus] = {}
-        self.started: list[str] = []
-
-    def list_pod_sandbox(self, _filter=None):
-        return [self.sandbox]
-
-    def pod_sandbox_status(self, _id):
-        return api_pb2.PodSandboxStatusResponse(status=api_pb2.PodSandboxStatus(
-            id="s", network=api_pb2.PodSandboxNetworkStatus(ip="10.0.0.9")))
-
-    def list_containers(self, _filter=None):
-        return [api_pb2.Container(id=s.id, pod_sandbox_id="s", labels=s.labels, created_at=s.created_at)
-                for s in self.statuses.values()]
-
-    def container_status(self, cid):
-        return api_pb2.ContainerStatusResponse(status=self.statuses[cid])
-
-    def image_status(self, image):
-        return api_pb2.ImageStatusResponse(image=api_pb2.Image(id="sha256:" + image))
-
-    def create_container(self, _sandbox, config, _sandbox_config):
-        cid = f"{config.metadata.name}-{config.metadata.attempt}"
-        self.statuses[cid] = api_pb2.ContainerStatus(
-            id=cid, state=api_pb2.CONTAINER_CREATED, created_at=time.time_ns() + len(self.statuses),
-            labels=config.labels, annotations=config.annotations)
-        return cid
-
-    def start_container(self, cid):
-        self.statuses[cid].state = api_pb2.CONTAINER_RUNNING
-        self.statuses[cid].started_at = time.time_ns()
-        self.started.append(cid)
-
-    def stop_container(self, cid, timeout):
-        super().stop_container(cid, timeout)
-        self.statuses[cid].state = api_pb2.CONTAINER_EXITED
-        self.statuses[cid].finished_at = time.time_ns()
-
-    def remove_container(self, cid):
-        del self.statuses[cid]
-
-    def exit(self, cid: str, code: int) -> None:
-        self.statuses[cid].state, self.statuses[cid].exit_code = api_pb2.CONTAINER_EXITED, code
-        self.statuses[cid].finished_at = time.time_ns()
-
-
 def syncer(rt: FakeCRI):
+    """PodSyncer passes, each followed by the probe manager's look at the pod, against pod p's sandbox
+    in `rt`, which has image i:1."""
     from pykubelet.config import Settings
     from pykubelet.pods.runtimepod import observe
     from pykubelet.pods.sync import PodSyncer
 
+    rt.add_sandbox("s", "p", "ns", UID)
+    rt.add_image("sha256:i", "i:1")
     m, _ = manager(rt)
-    s = PodSyncer(rt, Settings(), probes=m)  # type: ignore[arg-type] # a fake runtime
+    s = PodSyncer(rt, Settings(), probes=m)
 
     def sync(p: dict) -> None:
-        s.sync(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
-        m.sync_pod(p, observe(rt, UID))  # type: ignore[arg-type] # a fake runtime
+        s.sync(p, observe(rt, UID))
+        m.sync_pod(p, observe(rt, UID))
 
     return m, sync
 
 
 def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers():
     rt = FakeCRI()
-    rt.answers = {"side-up": 1}
+    rt.exec_answers = {"side-up": 1}
     side = {"name": "side", "image": "i:1", "restartPolicy": "Always",
             "startupProbe": {"exec": {"command": ["side-up"]}, "failureThreshold": 10}}
     setup = {"name": "setup", "image": "i:1"}
@@ -472,7 +405,7 @@ def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers
     assert rt.started == ["side-0"]
     sync(p)
     assert rt.started == ["side-0"]  # setup waits for side's startup probe
-    rt.answers["side-up"] = 0
+    rt.exec_answers["side-up"] = 0
     m.probe_once(m._workers[(UID, "side", STARTUP)])
     sync(p)
     assert rt.started == ["side-0", "setup-0"]
@@ -481,30 +414,31 @@ def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers
     assert rt.started == ["side-0", "setup-0", "main-0"]
     rt.exit("side-0", 1)  # a sidecar that dies is restarted, whatever the pod's restart policy
     sync(p)
-    assert rt.started[-1] == "side-1" and "main-0" not in [c[1] for c in rt.calls if c[0] == "stop"]
+    assert rt.started[-1] == "side-1" and "main-0" not in [c[1] for c in rt.calls if c[0] == "StopContainer"]
     rt.exit("main-0", 0)
     sync(p)  # the main container is done: the sidecar is stopped, with the pod's grace
-    assert ("stop", "side-1", 7) in rt.calls and rt.statuses["side-1"].state == api_pb2.CONTAINER_EXITED
+    assert ("StopContainer", "side-1", 7) in rt.calls and rt.statuses["side-1"].state == api_pb2.CONTAINER_EXITED
     sync(p)
     assert rt.started[-1] == "side-1"  # and not restarted
 
 
 def test_liveness_failure_kills_and_the_restart_policy_restarts():
     rt = FakeCRI()
-    rt.answers = {"alive": 1}
+    rt.exec_answers = {"alive": 1}
     main = {"name": "main", "image": "i:1", "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1},
             "lifecycle": {"preStop": {"exec": {"command": ["bye"]}}}}
     m, sync = syncer(rt)
     sync(pod(main))
     m.probe_once(m._workers[(UID, "main", LIVENESS)])
     sync(pod(main))
-    stops = [c for c in rt.calls if c[0] in ("stop", "exec") and c[1] == "main-0"]
-    assert stops == [("exec", "main-0", ("alive",), 1), ("exec", "main-0", ("bye",), 7), ("stop", "main-0", 7)]
+    stops = [c for c in rt.calls if c[0] in ("StopContainer", "ExecSync") and c[1] == "main-0"]
+    assert stops == [("ExecSync", "main-0", ("alive",), 1), ("ExecSync", "main-0", ("bye",), 7),
+                     ("StopContainer", "main-0", 7)]
     assert rt.started == ["main-0", "main-1"] and m.kill_reason(UID, "main", "main-1") is None
 
 
 def test_a_restarted_kubelet_keeps_the_reported_readiness():
-    rt = FakeRuntime()
+    rt = FakeCRI()
     c = {"name": "c", "startupProbe": {"exec": {"command": ["up"]}}, "readinessProbe": {"exec": {"command": ["r"]}}}
     p = pod(c)
     p["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://c1", "ready": True,
@@ -518,7 +452,7 @@ def test_a_restarted_kubelet_keeps_the_reported_readiness():
 
 
 def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
-    outcome = handlers.run_action(FakeRuntime(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",  # type: ignore[arg-type] # a fake runtime
+    outcome = handlers.run_action(FakeCRI(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",
                                   "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
     assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
                                               "has no port named 'db'")
@@ -533,8 +467,8 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
 
     release = threading.Event()
 
-    class HangingHooks(FakeRuntime):
-        def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
+    class HangingHooks(FakeCRI):
+        def exec_sync(self, container_id: str, cmd: list[str], timeout: int = 0) -> tuple[bytes, bytes, int]:
             release.wait(60)  # the hook's command never ends
             return b"", b"", 0
 
@@ -550,7 +484,7 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
     hanging = pod(hooked)
     hanging["spec"]["terminationGracePeriodSeconds"] = 10 ** 6
     other_started = threading.Event()
-    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), Synced())  # type: ignore[arg-type] # a fake runtime
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), Synced())
     def idle(stop: threading.Event) -> None:
         stop.wait()
 
@@ -558,7 +492,7 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
 
     def sync(uid: str) -> None:
         if uid.startswith("hanging"):
-            lifecycle.post_start(rt, hanging, hooked, uid, "10.0.0.9")  # type: ignore[arg-type] # a fake runtime
+            lifecycle.post_start(rt, hanging, hooked, uid, "10.0.0.9")
         else:
             other_started.set()
 
@@ -584,8 +518,8 @@ def test_probes_that_hang_hold_none_but_their_own_thread():
     pod's probes ran (its readiness never came, its liveness was never checked)."""
     release = threading.Event()
 
-    class HangingExec(FakeRuntime):
-        def exec_sync(self, container_id: str, cmd: list[str], timeout: int) -> tuple[bytes, bytes, int]:
+    class HangingExec(FakeCRI):
+        def exec_sync(self, container_id: str, cmd: list[str], timeout: int = 0) -> tuple[bytes, bytes, int]:
             if cmd[0] == "hang":
                 release.wait(60)
             return super().exec_sync(container_id, cmd, timeout)

@@ -9,36 +9,28 @@ import base64
 import json
 from types import SimpleNamespace
 
-import grpc
 import pytest
 from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 
 from proto import api_pb2
-from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.pods.sync import PodSyncer, SyncError
+from tests.kit.fake_cri import FakeCRI
 
 IMAGE = "registry.example:5000/team/app:1"
 
 
-class FakeRuntime:
-    """Pulls succeed only with a password in `accepted` (or with no AuthConfig when `anonymous`)."""
+def registry(*passwords: str, anonymous: bool = False) -> FakeCRI:
+    """A runtime whose pulls succeed only with one of `passwords` (or with no AuthConfig when `anonymous`)."""
+    runtime = FakeCRI()
+    runtime.registry_passwords, runtime.anonymous_pulls = set(passwords), anonymous
+    return runtime
 
-    def __init__(self, accepted: frozenset[str] | set[str] = frozenset(), anonymous: bool = False) -> None:
-        self.accepted, self.anonymous = accepted, anonymous
-        self.pulls: list[tuple[str, str | None]] = []
 
-    def pull_image(self, image: str, auth: api_pb2.AuthConfig | None = None,
-                   sandbox_config: api_pb2.PodSandboxConfig | None = None) -> str:
-        self.pulls.append((image, None if auth is None else auth.password))
-        if (auth is None and self.anonymous) or (auth is not None and auth.password in self.accepted):
-            return "sha256:" + "a" * 64
-        who = "anonymous" if auth is None else auth.username
-        raise cri.CRIError("PullImage", grpc.StatusCode.UNKNOWN, f"{who}: 401 Unauthorized")
-
-    def image_status(self, image: str) -> api_pb2.ImageStatusResponse:
-        return api_pb2.ImageStatusResponse()
+def pulls(runtime: FakeCRI) -> list[tuple[str, str | None]]:
+    """The pulls made: (image, the password sent or None)."""
+    return [(c[1], c[2]) for c in runtime.calls if c[0] == "PullImage"]
 
 
 class FakeSecrets:
@@ -67,9 +59,9 @@ def creds(user: str, password: str) -> dict:
     return {"username": user, "password": password}
 
 
-def syncer(runtime: FakeRuntime, secrets: FakeSecrets) -> tuple[PodSyncer, Events]:
+def syncer(runtime: FakeCRI, secrets: FakeSecrets) -> tuple[PodSyncer, Events]:
     events = Events()
-    s = PodSyncer(runtime, Settings(), events=events,  # type: ignore[arg-type] # fakes of the runtime and recorder
+    s = PodSyncer(runtime, Settings(), events=events,  # type: ignore[arg-type] # a fake of the recorder
                   volumes=SimpleNamespace(client=secrets))  # type: ignore[arg-type] # only .client is read
     return s, events
 
@@ -92,10 +84,10 @@ def test_each_matching_credential_in_turn_most_specific_first_until_one_pulls():
         ("ns", "good"): {"https://registry.example:5000/v2/": creds("u3", "right")},
         ("ns", "other"): {"other.example:5000": creds("u4", "for-another-registry")},
     })
-    runtime = FakeRuntime(accepted={"right"})
+    runtime = registry("right")
     s, _ = syncer(runtime, secrets)
     assert ensure(s, pod("1", "ns", "other", "broad", "good", "narrow")).startswith("sha256:")
-    tried = [password for _, password in runtime.pulls]
+    tried = [password for _, password in pulls(runtime)]
     assert tried[0] == "also-stale" and set(tried[1:]) == {"stale", "right"}  # the path prefix first
     assert "for-another-registry" not in tried  # a secret for another registry never goes to this one
 
@@ -103,32 +95,32 @@ def test_each_matching_credential_in_turn_most_specific_first_until_one_pulls():
 def test_every_failure_is_in_the_error_when_no_credential_pulls():
     secrets = FakeSecrets({("ns", "a"): {"registry.example:5000": creds("alice", "x")},
                            ("ns", "b"): {"registry.example:5000/team/app": creds("bob", "y")}})
-    runtime = FakeRuntime()
+    runtime = registry()
     s, _ = syncer(runtime, secrets)
     with pytest.raises(SyncError) as e:
         ensure(s, pod("1", "ns", "a", "b"))
     assert e.value.reason == "ErrImagePull"
     assert "[bob: 401 Unauthorized, alice: 401 Unauthorized]" in str(e.value)
-    assert [password for _, password in runtime.pulls] == ["y", "x"]  # no anonymous try after them
+    assert [password for _, password in pulls(runtime)] == ["y", "x"]  # no anonymous try after them
 
 
 def test_no_matching_secret_pulls_without_an_auth_config():
     """The runtime then uses its own node-wide credentials, which it keeps per registry host."""
-    runtime = FakeRuntime(anonymous=True)
+    runtime = registry(anonymous=True)
     s, events = syncer(runtime, FakeSecrets({("ns", "other"): {"other.example": creds("u", "p")}}))
     ensure(s, pod("1", "ns", "other"))
-    assert runtime.pulls == [(IMAGE, None)]
+    assert pulls(runtime) == [(IMAGE, None)]
     assert not [r for r, _ in events.seen if r == "FailedToRetrieveImagePullSecret"]
 
 
 def test_a_secret_of_another_namespace_is_never_read():
     secrets = FakeSecrets({("team-x", "regcred"): {"registry.example:5000": creds("robot", "x-only")}})
-    runtime = FakeRuntime(accepted={"x-only"})
+    runtime = registry("x-only")
     s, events = syncer(runtime, secrets)
     with pytest.raises(SyncError, match="anonymous: 401"):
         ensure(s, pod("1", "team-y", "regcred"))
     assert secrets.reads == [("team-y", "regcred")]
-    assert runtime.pulls == [(IMAGE, None)]
+    assert pulls(runtime) == [(IMAGE, None)]
     warning = [m for r, m in events.seen if r == "FailedToRetrieveImagePullSecret"]
     assert warning and "regcred" in warning[0]
 
@@ -137,7 +129,7 @@ def test_one_pods_failed_pull_does_not_back_off_another_pods_pull_of_the_image()
     """The kubelet's back-off is per pod and image: a pod without the secret (or an attacker's pod naming a
     victim's image) must not put the image in ImagePullBackOff for the pod that has the secret."""
     secrets = FakeSecrets({("x", "regcred"): {"registry.example:5000": creds("robot", "x-only")}})
-    runtime = FakeRuntime(accepted={"x-only"})
+    runtime = registry("x-only")
     s, _ = syncer(runtime, secrets)
     with pytest.raises(SyncError, match="anonymous: 401"):
         ensure(s, pod("attacker", "y"))

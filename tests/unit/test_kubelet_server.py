@@ -23,6 +23,7 @@ from pykubelet.server.authz import Attributes, Authorizer, attributes
 from pykubelet.server.stats import Summary
 from pykubelet.server.tls import self_signed
 from pynode_cluster.pki import CA
+from tests.kit.fake_cri import FakeCRI
 
 T0 = "2026-12-03T10:00:00.000000001Z"
 T1 = "2026-12-03T10:00:01.5Z"
@@ -301,30 +302,14 @@ def test_self_signed_key_and_pki_closed_whatever_the_umask_and_an_older_file(tmp
 
 # --- the server on loopback ----------------------------------------------------------------------------
 
-class FakeRuntime:
-    """The CRI calls the server makes, for one pod with one container whose exec URL is `stream_url`."""
-
-    def __init__(self, log_path: Path, stream_url: str = "") -> None:
-        self.log_path, self.stream_url = log_path, stream_url
-        meta = api_pb2.PodSandboxMetadata(name="web", namespace="default", uid="u1")
-        self.sandbox = api_pb2.PodSandbox(id="s1", metadata=meta, state=api_pb2.SANDBOX_READY, created_at=1)
-        self.ctr = api_pb2.Container(id="c1", pod_sandbox_id="s1", state=api_pb2.CONTAINER_RUNNING,
-                                     metadata=api_pb2.ContainerMetadata(name="app"), created_at=2)
-        self.execs: list[api_pb2.ExecRequest] = []
-
-    def list_pod_sandbox(self, filter=None):
-        return [self.sandbox]
-
-    def list_containers(self, filter=None):
-        return [self.ctr]
-
-    def container_status(self, cid):
-        return api_pb2.ContainerStatusResponse(status=api_pb2.ContainerStatus(
-            id=cid, state=api_pb2.CONTAINER_RUNNING, log_path=str(self.log_path)))
-
-    def exec(self, req):
-        self.execs.append(req)
-        return self.stream_url
+def one_pod(log_path: Path, stream_url: str = "") -> FakeCRI:
+    """A runtime with one pod (default/web) of one running container (app, c1) logging to `log_path`, whose
+    exec URL is `stream_url`."""
+    runtime = FakeCRI()
+    runtime.add_sandbox("s1", "web", "default", "u1")
+    runtime.add_container("c1", "app", "s1", log_path=str(log_path))
+    runtime.stream_url = stream_url
+    return runtime
 
 
 @pytest.fixture
@@ -346,7 +331,7 @@ def start_server(tmp_path, pki, runtime, pod_list=None, **settings) -> KubeletSe
 def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file):
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
            "status": {"phase": "Running"}}
-    server = start_server(tmp_path, pki, FakeRuntime(log_file), pod_list=lambda: [pod])
+    server = start_server(tmp_path, pki, one_pod(log_file), pod_list=lambda: [pod])
     base, ca = f"https://127.0.0.1:{server.port}", str(pki.ca.pair.cert)
     as_apiserver = (str(pki.apiserver.cert), str(pki.apiserver.key))
     try:
@@ -394,7 +379,7 @@ def test_an_upgraded_stream_is_spliced_to_the_runtime(tmp_path, pki, log_file):
                 conn.sendall(data.upper())
 
     threading.Thread(target=serve, daemon=True).start()
-    runtime = FakeRuntime(log_file, f"http://127.0.0.1:{backend.getsockname()[1]}/exec/TOKEN")
+    runtime = one_pod(log_file, f"http://127.0.0.1:{backend.getsockname()[1]}/exec/TOKEN")
     server = start_server(tmp_path, pki, runtime)
     ctx = ssl.create_default_context(cafile=str(pki.ca.pair.cert))
     ctx.load_cert_chain(pki.apiserver.cert, pki.apiserver.key)
@@ -424,14 +409,13 @@ def test_an_upgraded_stream_is_spliced_to_the_runtime(tmp_path, pki, log_file):
 
 
 def test_summary_shape(tmp_path, log_file):
-    runtime = FakeRuntime(log_file)
+    runtime = one_pod(log_file)
     stats = api_pb2.ContainerStats(
         attributes=api_pb2.ContainerAttributes(id="c1", metadata=api_pb2.ContainerMetadata(name="app")),
         cpu=api_pb2.CpuUsage(timestamp=2_000_000_000, usage_core_nano_seconds=api_pb2.UInt64Value(value=5)),
         memory=api_pb2.MemoryUsage(timestamp=2_000_000_000, working_set_bytes=api_pb2.UInt64Value(value=7),
                                    usage_bytes=api_pb2.UInt64Value(value=9)))
-    runtime.list_container_stats = lambda filter=None: [stats]  # type: ignore[attr-defined]  # the fake grows it
-    runtime.image_fs_info = lambda: api_pb2.ImageFsInfoResponse()  # type: ignore[attr-defined]  # the fake grows it
+    runtime.stats = [stats]
     settings = Settings(node_name="node-a", root_dir=tmp_path, pod_logs_dir=tmp_path)
     summary = Summary(runtime, settings)
     first = summary.summary()

@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
@@ -27,7 +26,7 @@ from pykubelet.server.app import KubeletServer, Limits
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Attributes, Authorizer
 from pynode_cluster.pki import CA
-from tests.unit.test_kubelet_server import FakeReviews, FakeRuntime, cri_log
+from tests.unit.test_kubelet_server import FakeReviews, cri_log, one_pod
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = "2026-12-03T10:00:00.000000001Z"
@@ -61,8 +60,7 @@ def settings(tmp_path: Path, serving_cert: str, serving_key: str, ca_cert: str) 
 def server(tmp_path, pki, log_file, request):
     limits = getattr(request, "param", FAST)
     s = settings(tmp_path, pki.serving.cert, pki.serving.key, pki.ca.pair.cert)
-    runtime: Any = FakeRuntime(log_file)  # the CRI calls the server makes, not a CRIRuntime
-    k = KubeletServer(s, runtime, client=FakeReviews(allowed=True), limits=limits).start()
+    k = KubeletServer(s, one_pod(log_file), client=FakeReviews(allowed=True), limits=limits).start()
     yield k
     k.stop()
 
@@ -329,11 +327,11 @@ from pathlib import Path
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
 held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
-from tests.unit.test_kubelet_server import FakeReviews, FakeRuntime
+from tests.unit.test_kubelet_server import FakeReviews, one_pod
 from tests.unit.test_kubelet_server_framing import settings
 from pykubelet.server.app import KubeletServer
 args = json.loads(sys.argv[1])
-runtime = FakeRuntime(Path(args["log"]), args["stream_url"])
+runtime = one_pod(Path(args["log"]), args["stream_url"])
 server = KubeletServer(settings(Path(args["tmp"]), *args["pki"]), runtime, client=FakeReviews(allowed=True)).start()
 print(server.port, flush=True)
 sys.stdin.read()
