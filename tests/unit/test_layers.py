@@ -61,6 +61,13 @@ CONTRACTS = (
     Contract("pyruntime", ("pynode_cluster",), "the cluster is built from the node's parts, never the other way round"),
     Contract("cni_plugins", ("pynode_cluster",), "the cluster is built from the node's parts"),
     Contract("pykubelet", ("pynode_cluster",), "the cluster is built from the node's parts"),
+    Contract("pykubelet.pods.actions", ("pykubelet.runtime", "grpc", "pykubelet.pods.sync"),
+             "compute_pod_actions decides and never acts: it holds no CRI client and calls no executor, so its "
+             "table test is all of its behaviour"),
+    Contract("pykubelet.pods.podspec", ("pykubelet",),
+             "the pod-spec readers are below the rest of the kubelet: eviction's policy, which the settings read, "
+             "reads them"),
+    Contract("pykubelet.durations", ("pykubelet",), "the settings and eviction's policy both read durations"),
     Contract("pyruntime.cri", ("pyruntime.cri.service",),
              "the CRI domain modules take protobuf messages and know nothing of the gRPC servicers over them",
              exempt=("pyruntime.cri.service", "pyruntime.cri.main")),
@@ -297,6 +304,8 @@ def test_clean_tree_passes(tree: Path) -> None:
     ("pyruntime/container/exec.py", "import grpc.aio\n", "pyruntime/container/exec.py:1 grpc.aio / pyruntime"),
     ("pyruntime/cri/sandbox.py", "from pyruntime.cri.service import instrument\n",
      "pyruntime/cri/sandbox.py:1 pyruntime.cri.service / pyruntime.cri"),
+    ("pykubelet/pods/actions.py", "def f():\n    from pykubelet.pods.sync import PodSyncer\n",
+     "pykubelet/pods/actions.py:2 pykubelet.pods.sync / pykubelet.pods.actions"),
 ])
 def test_checker_catches(tree: Path, name: str, text: str, expected: str) -> None:
     write(tree, {name: text})
