@@ -11,27 +11,45 @@ export PATH := $(VENV)/bin:$(PATH)
 
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
-.PHONY: apt busybox peers base setup run stop lint test unit integration bench conformance conformance-runc proto clean \
-	cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
+.PHONY: apt apt-test busybox peers base setup run stop lint test unit integration bench conformance conformance-runc \
+	proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
 
-# What a node needs (`make run`): the apt packages, the venv and the busybox of its sample pod's image.
+# What a node needs (`make run`): the node's Debian packages, the venv with the package and the busybox of its
+# sample pod's image.
 base: apt $(STAMPS)/venv busybox
 
-# And the Go-built peers (scripts/peers/*.sh into $(PEERS_BIN)) that the tests, `make cluster`, the conformance
-# suites, the bench and the lab run against: every target that runs one depends on `setup`.
-setup: base peers
+# And what the tests, `make cluster`, the conformance suites, the bench and the lab run with: their Debian
+# packages, the venv's test extra and the Go-built peers (scripts/peers/*.sh into $(PEERS_BIN)); every target
+# that runs a peer depends on `setup`.
+setup: base apt-test $(STAMPS)/venv-test peers
 
-# No stamp: a package removed since the last set-up must come back, and the check costs one dpkg-query.
+# No stamps: a package removed since the last set-up must come back, and the check costs one dpkg-query.
 apt:
-	scripts/install-apt.sh
+	scripts/install-apt.sh scripts/node-packages.txt
 
-$(STAMPS)/venv: setup.cfg pyproject.toml scripts/install-launchers.py | apt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+# after `apt`: one apt at a time
+apt-test: apt
+	scripts/install-apt.sh scripts/test-packages.txt
+
+# pip rewrites the package's console scripts at each `install -e`: the lean launchers go back over them.
+define pip-install
+	$(PY) -m pip install -q --disable-pip-version-check -e '.$(1)'
 	$(PY) scripts/install-launchers.py $(VENV)
 	@mkdir -p $(STAMPS) && touch $@
+endef
 
-peers: apt
+# One venv, a stamp per extra: the package alone (setup.cfg's install_requires) for `make run`, ...
+$(STAMPS)/venv: setup.cfg pyproject.toml scripts/install-launchers.py | apt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(call pip-install,)
+
+# ... the test extra (pytest, ruff, mypy, grpcio-tools) added by the targets that test, lint or generate, so
+# that `make test` after `make run` adds it and `make run` after `make test` changes nothing ...
+$(STAMPS)/venv-test: $(STAMPS)/venv
+	$(call pip-install,[test])
+
+# runc's build is cgo with seccomp (gcc, libseccomp-dev: test-packages.txt)
+peers: apt-test
 	scripts/build-peers.sh
 
 # The static busybox of `make run`'s image and the test images, from the busybox-static .deb (cached in
@@ -40,7 +58,7 @@ busybox: $(STAMPS)/venv
 	$(PY) -m pynode_cluster.busybox
 
 # ruff and mypy over the whole tree (configured in pyproject.toml), and a `# type: ignore` says why on its line.
-lint: $(STAMPS)/venv
+lint: $(STAMPS)/venv-test
 	$(PY) -m ruff check --quiet .
 	$(PY) -m mypy
 	@! git grep --untracked -nE '# type: ignore(\[[a-z, -]+\])? *$$' -- '*.py' || \
@@ -58,7 +76,7 @@ stop: $(STAMPS)/venv
 test: setup lint
 	$(PY) -m pytest -p no:cacheprovider -ra tests
 
-unit: base
+unit: base $(STAMPS)/venv-test
 	$(PY) -m pytest -p no:cacheprovider tests/unit
 
 integration: setup
@@ -118,16 +136,15 @@ test-lab: setup lab-setup
 test-lab-full: setup lab-setup
 	PYNODE_TEST_LAB=1 PYNODE_TEST_LAB_FULL=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab/test_lab_full.py
 
-proto: $(STAMPS)/venv
+proto: $(STAMPS)/venv-test
 	scripts/gen-proto.sh
 
 bench: setup $(STAMPS)/bench
 	$(PY) -m bench
 
-# the bench's own extra (matplotlib for bench.cluster's plot), from PyPI, once per change of setup.cfg
-$(STAMPS)/bench: setup.cfg $(STAMPS)/venv
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	@mkdir -p $(STAMPS) && touch $@
+# ... and the bench's own extra (matplotlib for bench.cluster's plot), each once per change of setup.cfg
+$(STAMPS)/bench: $(STAMPS)/venv-test
+	$(call pip-install,[test,bench])
 
 clean:
 	rm -rf $(VENV) $(STAMPS)

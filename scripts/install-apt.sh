@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages listed in apt-packages.txt (or in the list given) that are missing. `make setup`
-# runs it every time, so a package removed since the last set-up comes back; with everything installed it is
-# one dpkg-query call and apt does not run. `make lab-setup` gives it lab-packages.txt.
+# Installs the Debian packages of the lists given (scripts/*-packages.txt) that are missing: `make run`'s
+# node-packages.txt, `make setup`'s test-packages.txt, `make lab-setup`'s lab-packages.txt. The targets run it
+# every time, so a package removed since the last set-up comes back; with everything installed it is one
+# dpkg-query call and apt does not run.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-list=${1:-$here/apt-packages.txt}
-mapfile -t pkgs < <(grep -v '^\s*#' "$list" | grep -v '^\s*$')
+[ $# -gt 0 ] || { echo "usage: $0 LIST..." >&2; exit 2; }
+for list; do [ -r "$list" ] || { echo "$0: no package list $list" >&2; exit 2; }; done
+mapfile -t pkgs < <(cat "$@" | grep -v '^\s*#' | grep -v '^\s*$')
 mapfile -t installed < <(dpkg-query -W -f='${db:Status-Status} ${Package}\n' "${pkgs[@]}" 2>/dev/null \
   | awk '$1 == "installed" {print $2}')
 missing=()
