@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from cni_plugins.skel import ERR_INVALID_ENVIRONMENT, ERR_UNKNOWN_CONTAINER, CNIError
+from pynode_os.libc import libc
 
 CLONE_NEWNET = 0x40000000
 NS_GET_NSTYPE = 0xB703
 T = TypeVar("T")
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class NetNSGone(CNIError):
@@ -59,7 +59,7 @@ def start_in(nsfd: int, fn: Callable[..., T], *args: object) -> Callable[[], T]:
     error: list[BaseException] = []
 
     def target() -> None:
-        if _libc.setns(nsfd, CLONE_NEWNET) != 0:
+        if libc.setns(nsfd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
             error.append(CNIError(ERR_INVALID_ENVIRONMENT,
                                   f"setns into the container netns failed: {os.strerror(err)}"))

@@ -2,18 +2,26 @@
 
 pyruntime, cni_plugins, pykubelet and pynode_cluster are kept apart by the import contracts
 (tests/unit/test_layers.py), so the few things they all need from the host were copied into each of them,
-and the copies drifted (four atomic writes, each with its own durability and modes; three ways to make
-directories with exact modes). This package sits below all of them: every package may import it, and it
-imports none of them, only the standard library.
+and the copies drifted. This package sits below all of them: every package may import it, and it imports
+none of them, only the standard library.
 
-One module per job:
-- files: replacing a file atomically, at one of three durability levels, and making directories with
-  exact modes whatever the umask.
+One module per job, each the one implementation there is:
+- files: replacing a file atomically, at one of three durability levels (there were four writers, each
+  with its own durability and modes), and making directories with exact modes whatever the umask (three);
+- mountinfo: /proc/PID/mountinfo parsed, its escapes undone (the kubelet's copy failed on a path with \\089);
+- libc: the one ctypes handle on the C library (there were three);
+- mounts: mount(2), umount2(2) and statfs(2), with errors that name the call and the path (the kubelet had
+  its own libc binding for its volumes' mounts).
 
-Where a floor function changes the system on its way (make_dirs' chmod), it takes that call from its
-caller instead of making it: pyruntime hands its Syscalls object's, so the runtime's syscall layer stays
-its only way to the kernel (pyruntime/linux/syscalls.py); the other packages hand the os module's.
+The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
+statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls
+calls `mounts` here, so that a unit test's FakeSyscalls records every mount and nothing reaches the host
+behind it; tests/unit/test_syscall_layer.py keeps `mounts` and `libc` out of every other runtime module.
+The layer calls the floor, never the floor the layer: the layer is the runtime's seam for its tests, while
+the call itself and the wording of its errors are one for every package. Where a floor
+function changes the system on its way (make_dirs' chmod), it takes that call from its caller instead of
+making it: pyruntime hands its Syscalls object's, the other packages the os module's.
 
 Every module here is on the runtime CLI's start path or may be: they import the stdlib's cheapest modules
-only (tests/unit/test_start_path_imports.py).
+only, and ctypes only in libc and mounts (tests/unit/test_start_path_imports.py).
 """

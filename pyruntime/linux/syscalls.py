@@ -18,38 +18,39 @@ import errno
 import os
 from _signal import SIGCHLD  # not `signal`, which builds enums at import
 
+from pynode_os import mounts
+from pynode_os.libc import libc
+
+# mount(2)'s flags, which the runtime's modules name sc.MS_* (re-exported)
+from pynode_os.mounts import MNT_DETACH as MNT_DETACH
+from pynode_os.mounts import MS_BIND as MS_BIND
+from pynode_os.mounts import MS_DIRSYNC as MS_DIRSYNC
+from pynode_os.mounts import MS_LAZYTIME as MS_LAZYTIME
+from pynode_os.mounts import MS_MANDLOCK as MS_MANDLOCK
+from pynode_os.mounts import MS_MOVE as MS_MOVE
+from pynode_os.mounts import MS_NOATIME as MS_NOATIME
+from pynode_os.mounts import MS_NODEV as MS_NODEV
+from pynode_os.mounts import MS_NODIRATIME as MS_NODIRATIME
+from pynode_os.mounts import MS_NOEXEC as MS_NOEXEC
+from pynode_os.mounts import MS_NOSUID as MS_NOSUID
+from pynode_os.mounts import MS_NOSYMFOLLOW as MS_NOSYMFOLLOW
+from pynode_os.mounts import MS_PRIVATE as MS_PRIVATE
+from pynode_os.mounts import MS_RDONLY as MS_RDONLY
+from pynode_os.mounts import MS_REC as MS_REC
+from pynode_os.mounts import MS_RELATIME as MS_RELATIME
+from pynode_os.mounts import MS_REMOUNT as MS_REMOUNT
+from pynode_os.mounts import MS_SHARED as MS_SHARED
+from pynode_os.mounts import MS_SILENT as MS_SILENT
+from pynode_os.mounts import MS_SLAVE as MS_SLAVE
+from pynode_os.mounts import MS_STRICTATIME as MS_STRICTATIME
+from pynode_os.mounts import MS_SYNCHRONOUS as MS_SYNCHRONOUS
+from pynode_os.mounts import MS_UNBINDABLE as MS_UNBINDABLE
 from pyruntime.errors import InternalError
-from pyruntime.linux._libc import libc
 
 libc.syscall.restype = ctypes.c_long
 # typed once: the init reads and drops every capability bit through prctl, and would otherwise make four
 # c_ulong objects per call
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-
-# mount(2) flags
-MS_RDONLY = 0x1
-MS_NOSUID = 0x2
-MS_NODEV = 0x4
-MS_NOEXEC = 0x8
-MS_SYNCHRONOUS = 0x10
-MS_REMOUNT = 0x20
-MS_MANDLOCK = 0x40
-MS_DIRSYNC = 0x80
-MS_NOSYMFOLLOW = 0x100
-MS_NOATIME = 0x400
-MS_NODIRATIME = 0x800
-MS_BIND = 0x1000
-MS_MOVE = 0x2000
-MS_REC = 0x4000
-MS_SILENT = 0x8000
-MS_UNBINDABLE = 1 << 17
-MS_PRIVATE = 1 << 18
-MS_SLAVE = 1 << 19
-MS_SHARED = 1 << 20
-MS_RELATIME = 1 << 21
-MS_STRICTATIME = 1 << 24
-MS_LAZYTIME = 1 << 25
-MNT_DETACH = 2
 
 # the new mount API (fsopen/fsconfig/fsmount/move_mount)
 FSOPEN_CLOEXEC = FSMOUNT_CLOEXEC = 1
@@ -370,13 +371,16 @@ class Syscalls:
 
 class LinuxSyscalls(Syscalls):
     def mount(self, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-        if libc.mount(_b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data)) != 0:
-            raise _fail(f"mount({source or 'none'}, type={fstype or 'none'}, flags={flags:#x}, data={data or ''}) on",
-                        target)
+        try:
+            mounts.mount(source, target, fstype, flags, data)
+        except mounts.MountError as e:
+            raise SyscallError(e.errno, e.strerror) from None
 
     def umount(self, target: str, flags: int = 0) -> None:
-        if libc.umount2(_b(target), flags) != 0:
-            raise _fail("umount2", target)
+        try:
+            mounts.umount(target, flags)
+        except mounts.MountError as e:
+            raise SyscallError(e.errno, e.strerror) from None
 
     def pivot_root(self, new_root: str, put_old: str) -> None:
         if libc.syscall(_SYSCALL_NR["pivot_root"], _b(new_root), _b(put_old)) != 0:
@@ -434,10 +438,10 @@ class LinuxSyscalls(Syscalls):
 
     def statfs_type(self, path: str) -> int:
         """The filesystem's magic number (f_type), which os.statvfs does not report."""
-        buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit Linux; f_type comes first
-        if libc.statfs(_b(path), buf) != 0:
-            raise _fail("statfs", path)
-        return ctypes.c_long.from_buffer(buf).value
+        try:
+            return mounts.statfs_type(path)
+        except mounts.MountError as e:
+            raise SyscallError(e.errno, e.strerror) from None
 
     def statvfs_flags(self, path: str) -> int:
         return self.statvfs(path).f_flag

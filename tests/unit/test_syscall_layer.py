@@ -24,9 +24,12 @@ PACKAGE = Path(pyruntime.__file__).parent
 RAW_OS_CALLS = {"mknod", "chown", "lchown", "fchown", "chmod", "lchmod", "fchmod", "symlink", "statvfs",
                 "setns", "unshare", "setresuid", "setresgid", "setgroups", "setuid", "setgid", "seteuid", "setegid",
                 "setreuid", "setregid"}
-# bindings themselves: the syscall layer with its libc handle, and libseccomp's binding (a library
-# that builds a BPF program; its one kernel call is seccomp(2) loading it)
-BINDINGS = {"linux/syscalls.py", "linux/_libc.py", "linux/seccomp/compiler.py", "linux/seccomp/loader.py"}
+# bindings themselves: the syscall layer, and libseccomp's binding (a library that builds a BPF program; its
+# one kernel call is seccomp(2) loading it)
+BINDINGS = {"linux/syscalls.py", "linux/seccomp/compiler.py", "linux/seccomp/loader.py"}
+# the OS floor's raw calls: the libc handle, and mount(2), umount2(2) and statfs(2), which only the syscall
+# layer makes for the runtime (pynode_os/__init__.py)
+FLOOR_RAW = {"pynode_os.libc", "pynode_os.mounts"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls, the CRI server's main and fork server, and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",
@@ -46,9 +49,11 @@ def _raw_calls(tree: ast.Module) -> list[str]:
             if node.value.id == "libc":
                 found.append(f"libc.{node.attr} (line {node.lineno})")
         elif isinstance(node, ast.Import):
-            found += [f"import {a.name} (line {node.lineno})" for a in node.names if a.name == "ctypes"]
+            found += [f"import {a.name} (line {node.lineno})" for a in node.names
+                      if a.name == "ctypes" or a.name in FLOOR_RAW]
         elif isinstance(node, ast.ImportFrom) and (
-                node.module in ("ctypes", "pyruntime.linux._libc")
+                node.module == "ctypes" or node.module in FLOOR_RAW
+                or (node.module == "pynode_os" and any(f"pynode_os.{a.name}" in FLOOR_RAW for a in node.names))
                 or (node.module == "os" and any(a.name in RAW_OS_CALLS for a in node.names))):
             found.append(f"from {node.module} import ... (line {node.lineno})")
     return found
@@ -78,10 +83,11 @@ def test_no_module_holds_a_syscall_object_to_fall_back_on():
 
 
 def test_the_checks_catch_a_forgetful_module():
-    tree = ast.parse("import os\nfrom pyruntime.linux._libc import libc\n"
+    tree = ast.parse("import os\nfrom pynode_os.libc import libc\nfrom pynode_os import mounts, files\n"
+                     "import pynode_os.mounts\n"
                      "def make(name):\n    os.mknod(name)\n    libc.mount(None)\n")
-    assert _raw_calls(tree) == ["from pyruntime.linux._libc import ... (line 2)", "os.mknod (line 4)",
-                                "libc.mount (line 5)"]
+    assert _raw_calls(tree) == ["from pynode_os.libc import ... (line 2)", "from pynode_os import ... (line 3)",
+                                "import pynode_os.mounts (line 4)", "os.mknod (line 6)", "libc.mount (line 7)"]
 
 
 # Forks, signals, and the making and removal of directory entries are made directly, not through Syscalls:

@@ -30,7 +30,7 @@ class _SockFprog(ctypes.Structure):
 def _install(program: Program) -> int:
     """Loads the program into the calling thread with seccomp(2); returns its result (the listener fd with
     SECCOMP_FILTER_FLAG_NEW_LISTENER)."""
-    from pyruntime.linux._libc import libc
+    from pynode_os.libc import libc
 
     buf = ctypes.create_string_buffer(program.bpf, len(program.bpf))
     fprog = _SockFprog(len(program.bpf) // 8, ctypes.addressof(buf))
