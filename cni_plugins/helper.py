@@ -39,6 +39,7 @@ from collections import defaultdict
 
 from cni_plugins import launch, plugins
 from cni_plugins.skel import ERR_DECODING_FAILURE, error_reply
+from pynode_os.proc import process_start_time
 
 STOP = "__stop__"
 IDLE_ENV = "PYCNI_HELPER_IDLE"
@@ -370,8 +371,4 @@ def stop(name: str, timeout: float = 10.0) -> bool:
 
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie waiting for its reaper counts as exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return process_start_time(pid) is not None

@@ -21,6 +21,8 @@ import errno
 import os
 import sys
 
+from pynode_os.proc import stat_fields
+
 DEFAULT_NAME = "pycni-helper"
 HELPER_ENV = "PYCNI_HELPER"
 SOCKET_ENV = "PYCNI_HELPER_SOCKET"
@@ -99,8 +101,7 @@ def peer_refusal(sock: _socket.socket, started_by: float | None = None) -> str:
                 raise
             pidfd = os.pidfd_open(pid)
             if started_by is not None:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+                ticks = int(stat_fields(pid)[19])  # the start time, proc(5)'s field 22
                 if ticks / os.sysconf("SC_CLK_TCK") > started_by:
                     return f"pid {pid} started after the connection: the peer's pid was reused"
         for what in ("ns/mnt", "ns/net", "exe"):

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from pyruntime.oci.state import process_start_time
+from pynode_os.proc import process_start_time
 
 NETNS_DIR = Path("/run/netns")
 

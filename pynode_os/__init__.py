@@ -11,7 +11,8 @@ One module per job, each the one implementation there is:
 - mountinfo: /proc/PID/mountinfo parsed, its escapes undone (the kubelet's copy failed on a path with \\089);
 - libc: the one ctypes handle on the C library (there were three);
 - mounts: mount(2), umount2(2) and statfs(2), with errors that name the call and the path (the kubelet had
-  its own libc binding for its volumes' mounts).
+  its own libc binding for its volumes' mounts);
+- proc: a process named for good by its pid and its start time (/proc/PID/stat was parsed four ways).
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls

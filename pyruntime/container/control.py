@@ -12,11 +12,12 @@ import os
 import select
 import time
 
+from pynode_os.proc import process_alive
 from pyruntime.container.hooks import HookError, run_hooks
 from pyruntime.container.store import FIFO, ContainerError, ContainerStore
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux.cgroups.base import FROZEN, CgroupError, CgroupManager
-from pyruntime.oci.state import CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state, process_alive
+from pyruntime.oci.state import CREATED, CREATING, PAUSED, RUNNING, STOPPED, ContainerState, oci_state
 
 
 def _cgroup(state: ContainerState) -> CgroupManager:

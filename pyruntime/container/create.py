@@ -14,6 +14,7 @@ import time
 from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, signal
 
 from pynode_os.files import NONE, atomic_write
+from pynode_os.proc import process_start_time
 from pyruntime.container import init, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, ContainerStore, validate_id
@@ -23,7 +24,7 @@ from pyruntime.linux import cgroups, userns
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
 from pyruntime.linux.syscalls import PR_SET_CHILD_SUBREAPER, LinuxSyscalls, Syscalls
 from pyruntime.oci.spec import IDMapping, Spec, load_bundle
-from pyruntime.oci.state import ContainerState, oci_state, process_start_time
+from pyruntime.oci.state import ContainerState, oci_state
 from pyruntime.oci.validate import validate
 
 TYPE_CHECKING = False

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from proto import api_pb2
-from pyruntime.oci.state import process_alive
+from pynode_os.proc import process_alive
 
 log = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from pynode_os.proc import process_start_time, stat_fields
 from pyruntime import errors
 from pyruntime.cri.pause import (
     PauseInfo,
@@ -59,7 +60,6 @@ from pyruntime.cri.pause import (
     unpin,
 )
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError
-from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -738,8 +738,7 @@ def set_title(kernel: Syscalls, title: str) -> None:
     encoded = title.encode()
     try:
         kernel.set_process_name(encoded)
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+        fields = stat_fields("self")
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end: proc(5) fields 48 and 49
         data = encoded.replace(b" ", b"\0")[:end - start - 1]
         with open("/proc/self/mem", "r+b", buffering=0) as mem:

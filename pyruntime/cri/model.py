@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from pynode_os.files import FULL, atomic_write
+from pynode_os.proc import process_alive
 from pyruntime.errors import InternalError
-from pyruntime.oci.state import process_alive
 
 T = TypeVar("T", bound="Record")
 

@@ -34,11 +34,11 @@ import socket
 from dataclasses import dataclass, field
 
 from pynode_os.files import NONE, atomic_write
+from pynode_os.proc import process_start_time
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
 from pyruntime.linux.cgroups.paths import DEFAULT_PARENT
-from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -35,6 +35,7 @@ from typing import Any
 
 from proto import api_pb2
 from pynode_os.files import atomic_write
+from pynode_os.proc import process_alive, process_start_time
 from pyruntime.cri.launcher import ContainerJob, PauseInfo, PauseJob, SupervisorInfo, release_pause
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_path
@@ -42,7 +43,6 @@ from pyruntime.cri.pause import check_sysctls, pin, unpin
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.images.mount import IdMap
 from pyruntime.oci.default import MASKED, READONLY
-from pyruntime.oci.state import process_alive, process_start_time
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import threading
 import time
 
 from proto import api_pb2
+from pynode_os.proc import process_start_time
 from pyruntime.cri.model import ContainerRecord, Layout, SandboxRecord, decode_pb
 from pyruntime.errors import PyRuntimeError
 from pyruntime.linux.syscalls import CLONE_NEWNET, Syscalls
-from pyruntime.oci.state import process_start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

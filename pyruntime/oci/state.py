@@ -14,7 +14,7 @@ whole config or the bundle.
 """
 from __future__ import annotations
 
-import os
+from pynode_os.proc import process_start_time as process_start_time  # vagrant/host.py imports it here
 
 OCI_VERSION = "1.2.1"
 # bumped whenever the record's fields change meaning; a record of another version is refused by name
@@ -131,28 +131,6 @@ class ContainerState:
             return cls(**{k: raw[k] for k in cls.FIELDS if k in raw})
         except TypeError as e:
             raise ValueError(str(e)) from e
-
-
-def process_start_time(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat; with the pid it names one process for good, since pids are reused."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)  # not open(): its buffered layers
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)  # the whole line: a comm of 16 bytes at most, then numbers
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    rest = data[data.rindex(b")") + 2:].split()
-    if rest[0] in (b"Z", b"X"):
-        return None
-    return int(rest[19])
-
-
-def process_alive(pid: int, start: int) -> bool:
-    return pid > 0 and process_start_time(pid) == start
 
 
 def oci_state(state: ContainerState, status: str) -> dict:

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from pynode_os.proc import process_start_time
 from pyruntime.cri.launcher import ContainerJob, ExecJob, Launcher, PauseJob, release_pause
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.pause import pidfile
 from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls
-from pyruntime.oci.state import process_start_time
 from pyruntime.settings import Settings
 
 KERNEL = LinuxSyscalls()

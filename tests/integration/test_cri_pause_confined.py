@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pynode_os.proc import process_start_time
 from pyruntime.cri.launcher import Launcher, PauseJob, release_pause
 from pyruntime.cri.model import Layout
 from pyruntime.linux.syscalls import LinuxSyscalls
-from pyruntime.oci.state import process_start_time
 from pyruntime.settings import Settings
 from tests.kit import cri_server as kit
 from tests.kit.kubelet_node import wait_for

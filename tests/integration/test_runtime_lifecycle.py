@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pyruntime.oci.state import process_start_time
+from pynode_os.proc import process_start_time
 
 
 def test_run_reports_exit_status_and_output(runtime, make_bundle):

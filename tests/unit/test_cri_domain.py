@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from proto import api_pb2
+from pynode_os.proc import process_start_time
 from pyruntime.cri.containers import SUPERVISOR_DIED, Containers, ExecTimeoutError
 from pyruntime.cri.events import EventHub, SupervisorWatcher
 from pyruntime.cri.launcher import ContainerJob, ExecJob, PauseJob
@@ -32,7 +33,6 @@ from pyruntime.errors import (
     UnavailableError,
 )
 from pyruntime.linux.syscalls import LinuxSyscalls
-from pyruntime.oci.state import process_start_time
 
 # ---- fakes ------------------------------------------------------------------------------------------------
 

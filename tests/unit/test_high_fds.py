@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 
 def test_wait_gone_waits_on_a_pidfd_past_fd_setsize():
     done = _run("import subprocess\n"
                 "from pyruntime.container.control import wait_gone\n"
-                "from pyruntime.oci.state import process_start_time\n"
+                "from pynode_os.proc import process_start_time\n"
                 "p = subprocess.Popen(['sleep', '0.3'])\n"
                 "start = process_start_time(p.pid)\n"
                 "assert os.pidfd_open(p.pid) > 1100\n"

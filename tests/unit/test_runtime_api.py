@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from pynode_os.proc import process_start_time
 from pyruntime.container.create import require_single_thread
 from pyruntime.container.store import FIFO
 from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, PyRuntimeError
@@ -17,7 +18,7 @@ from pyruntime.linux import cgroups
 from pyruntime.linux.syscalls import FakeSyscalls, LinuxSyscalls
 from pyruntime.oci.default import default_spec
 from pyruntime.oci.spec import parse
-from pyruntime.oci.state import RECORD_VERSION, ContainerState, process_start_time
+from pyruntime.oci.state import RECORD_VERSION, ContainerState
 from pyruntime.runtime import Runtime, parse_signal
 from pyruntime.settings import Settings
 
