@@ -1,6 +1,6 @@
 """`pynode run`'s node (pynode_cluster.node.StandaloneNode, standalone.py): the command lines and files it is
 wired with, as pykubelet reads them; what a wheel must carry for it to run without a checkout (its command,
-its static pod); and that `make run` builds none of the tests' Go peers."""
+its static pod); and that `make run` builds none of the tests' Go peers and installs none of their packages."""
 from __future__ import annotations
 
 import configparser
@@ -84,3 +84,29 @@ def test_make_run_builds_no_peer_and_make_test_builds_them() -> None:
         return subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert "build-peers.sh" not in commands("run")
     assert "build-peers.sh" in commands("test")
+
+
+def test_make_run_installs_the_node_alone_and_make_test_adds_the_rest_once(tmp_path: Path) -> None:
+    """`make run` on a fresh machine installs the node's Debian packages and the package without its test extra;
+    `make test` adds both; each after the other redoes nothing that the first did (a stamp per extra)."""
+    for name in ("Makefile", "setup.cfg", "pyproject.toml", "scripts/install-launchers.py", "scripts/node-packages.txt",
+                 "scripts/test-packages.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes((REPO / name).read_bytes())
+
+    def commands(target: str) -> str:
+        return subprocess.run(["make", "-n", target], cwd=tmp_path, capture_output=True, text=True,
+                              check=True).stdout
+
+    def pip_installs(target: str) -> list[str]:
+        return [line.split(" -e ", 1)[1] for line in commands(target).splitlines() if " -m pip install " in line]
+
+    assert "node-packages.txt" in commands("run") and "test-packages.txt" not in commands("run")
+    assert pip_installs("run") == ["'.'"]
+    assert "test-packages.txt" in commands("test") and pip_installs("test") == ["'.'", "'.[test]'"]
+    stamps = tmp_path / ".stamps"
+    stamps.mkdir()
+    (stamps / "venv").touch()  # as `make run` leaves it
+    assert pip_installs("run") == [] and pip_installs("test") == ["'.[test]'"]
+    (stamps / "venv-test").touch()  # and `make test`
+    assert pip_installs("run") == [] and pip_installs("test") == []
