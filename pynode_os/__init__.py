@@ -12,16 +12,19 @@ One module per job, each the one implementation there is:
 - libc: the one ctypes handle on the C library (there were three);
 - mounts: mount(2), umount2(2) and statfs(2), with errors that name the call and the path (the kubelet had
   its own libc binding for its volumes' mounts);
-- proc: a process named for good by its pid and its start time (/proc/PID/stat was parsed four ways).
+- proc: a process named for good by its pid and its start time (/proc/PID/stat was parsed four ways);
+- cgroups: the host's cgroup version and where its hierarchies are mounted (the kubelet detected v2 by a
+  file of its own, in two places).
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls
 calls `mounts` here, so that a unit test's FakeSyscalls records every mount and nothing reaches the host
 behind it; tests/unit/test_syscall_layer.py keeps `mounts` and `libc` out of every other runtime module.
 The layer calls the floor, never the floor the layer: the layer is the runtime's seam for its tests, while
-the call itself and the wording of its errors are one for every package. Where a floor
-function changes the system on its way (make_dirs' chmod), it takes that call from its caller instead of
-making it: pyruntime hands its Syscalls object's, the other packages the os module's.
+the call itself and the wording of its errors are one for every package. Where a floor function changes
+the system or asks the kernel on its way (make_dirs' chmod, cgroups' statfs), it takes that call from its
+caller instead of making it: pyruntime hands its Syscalls object's, the other packages the os module's or
+`mounts`'.
 
 Every module here is on the runtime CLI's start path or may be: they import the stdlib's cheapest modules
 only, and ctypes only in libc and mounts (tests/unit/test_start_path_imports.py).

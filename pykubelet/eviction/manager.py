@@ -28,12 +28,12 @@ from pykubelet import runtime as cri
 from pykubelet.config import Settings, eviction_thresholds
 from pykubelet.events import WARNING, EventRecorder, node_ref
 from pykubelet.eviction import policy
+from pynode_os import cgroups, mounts
 
 log = logging.getLogger(__name__)
 
 MONITORING_PERIOD = 10.0  # the kubelet's evictionMonitoringPeriod (its housekeeping interval)
 CLEANUP_TIMEOUT = 30.0  # the kubelet's podCleanupTimeout: how long an eviction is waited for
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -202,8 +202,12 @@ class EvictionManager:
         parent = cgroup_parent(pod, self.settings)
         if self.settings.cgroup_driver == "systemd":
             parent = slice_path(parent)
-        v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
-        path = (CGROUP_ROOT if v2 else CGROUP_ROOT / "pids") / parent.strip("/") / "pids.current"
+        try:
+            v2 = cgroups.version(mounts.statfs_type) == cgroups.V2
+        except OSError:
+            return None
+        root = Path(cgroups.CGROUP_ROOT)
+        path = (root if v2 else root / "pids") / parent.strip("/") / "pids.current"
         try:
             return int(path.read_text())
         except (OSError, ValueError):

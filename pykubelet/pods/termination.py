@@ -23,9 +23,9 @@ from pykubelet.pods.criconfig import log_directory
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, POD_NAME, POD_NAMESPACE
 from pykubelet.pods.podspec import is_sidecar
 from pykubelet.pods.runtimepod import RuntimePod
+from pynode_os import cgroups, mounts
 
 log = logging.getLogger(__name__)
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def grace_period(pod: dict | None, state: RuntimePod) -> int:
@@ -92,9 +92,7 @@ def kill_pod_sandbox(runtime: cri.CRIRuntime, state: RuntimePod) -> None:
 
 def cgroup_hierarchies() -> list[Path]:
     """The cgroup v2 root, or each v1 hierarchy (the runtime makes the pod's cgroup in all of them)."""
-    if (CGROUP_ROOT / "cgroup.controllers").exists():
-        return [CGROUP_ROOT]
-    return [h for h in CGROUP_ROOT.iterdir() if h.is_dir() and not h.is_symlink()]
+    return [Path(h) for h in cgroups.hierarchy_roots(mounts.statfs_type)]
 
 
 def clean_node(pod: dict, settings: Settings) -> None:

@@ -24,7 +24,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyruntime.linux.cgroups.paths import HostMounts
+    from pynode_os.cgroups import HostMounts
 
 NS_FLAGS = {
     "user": sc.CLONE_NEWUSER, "mount": sc.CLONE_NEWNS, "pid": sc.CLONE_NEWPID, "network": sc.CLONE_NEWNET,

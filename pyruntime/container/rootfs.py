@@ -15,10 +15,11 @@ import os
 import stat
 
 from pynode_os import mountinfo
+from pynode_os.cgroups import Hierarchy, parse_mountinfo, parse_proc_cgroup
 from pyruntime.container import paths
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.cgroups.base import read_file
-from pyruntime.linux.cgroups.paths import Hierarchy, base_dir, parse_mountinfo, parse_proc_cgroup
+from pyruntime.linux.cgroups.paths import base_dir
 from pyruntime.linux.mount_options import FLAG_OPTIONS, IGNORED_OPTIONS, PROPAGATION_OPTIONS, RECURSIVE_OPTIONS
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Device, Mount, Spec
@@ -28,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pyruntime.linux.cgroups.paths import HostMounts
+    from pynode_os.cgroups import HostMounts
 
 # statvfs flags a bind remount must keep: in a user namespace they are locked and dropping one is EPERM
 _LOCKED = ((os.ST_RDONLY, sc.MS_RDONLY), (os.ST_NOSUID, sc.MS_NOSUID), (os.ST_NODEV, sc.MS_NODEV),

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
+from pynode_os.cgroups import parse_mountinfo
 from pyruntime.linux.cgroups import FROZEN, THAWED, CgroupError, Resources, V2Manager
-from pyruntime.linux.cgroups.paths import parse_mountinfo
 from tests.kit.busybox import static_busybox
 
 

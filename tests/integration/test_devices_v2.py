@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pyruntime.linux.cgroups.paths import parse_mountinfo
+from pynode_os.cgroups import parse_mountinfo
 from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, DeviceRule, Resources
 from pyruntime.linux.cgroups.v1 import V1Manager
 from pyruntime.linux.cgroups.v2 import V2Manager

@@ -1,23 +1,17 @@
 """Container cgroups behind one interface, with the v1 or v2 driver chosen by what the host mounts.
 
 `manager(cgroups_path, container_id, kernel)` is all the runtime calls; `kernel` is the caller's
-syscall layer, through which the filesystem type of the cgroup root is probed. Only the stdlib is imported and no
-process is spawned, because this sits on the container start path whose latency is compared with runc.
+syscall layer, through which the filesystem type of the cgroup root is probed (the host's layout is read as
+every package reads it: pynode_os.cgroups). Only the stdlib is imported and no process is spawned, because
+this sits on the container start path whose latency is compared with runc.
 """
 from __future__ import annotations
 
 import errno
 
+from pynode_os.cgroups import CGROUP_ROOT, Hierarchy, parse_mountinfo, parse_proc_cgroup, version
 from pyruntime.linux.cgroups.base import FROZEN, THAWED, CgroupError, CgroupManager, read
-from pyruntime.linux.cgroups.paths import (
-    Hierarchy,
-    base_dir,
-    parent_of_own,
-    parse_mountinfo,
-    parse_proc_cgroup,
-    removable_parents,
-    split_path,
-)
+from pyruntime.linux.cgroups.paths import base_dir, parent_of_own, removable_parents, split_path
 
 __all__ = [
     "DEFAULT_ALLOWED_DEVICES",
@@ -33,11 +27,9 @@ __all__ = [
     "mounts",
 ]
 
-CGROUP_ROOT = "/sys/fs/cgroup"
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # what __getattr__ below loads, as a type checker should see it
-    from pyruntime.linux.cgroups.paths import HostMounts
+    from pynode_os.cgroups import HostMounts
     from pyruntime.linux.cgroups.resources import DEFAULT_ALLOWED_DEVICES, Resources
     from pyruntime.linux.cgroups.v1 import V1Manager
     from pyruntime.linux.cgroups.v2 import V2Manager
@@ -58,16 +50,14 @@ def __getattr__(name: str) -> object:
         from pyruntime.linux.cgroups.v2 import V2Manager
         return V2Manager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-CGROUP2_SUPER_MAGIC = 0x63677270
 
 
 def detect(kernel: Syscalls, root: str = CGROUP_ROOT) -> str:
     """"v2" when the cgroup root itself is a cgroup2 mount (unified host), else "v1" (legacy or hybrid)."""
     try:
-        magic = kernel.statfs_type(root)
+        return version(kernel.statfs_type, root)
     except OSError as e:
         raise CgroupError(e.errno or 0, str(e)) from e
-    return "v2" if magic == CGROUP2_SUPER_MAGIC else "v1"
 
 
 def _own_cgroups(absolute: bool) -> dict[str, str]:

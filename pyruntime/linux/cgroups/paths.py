@@ -1,82 +1,11 @@
-"""Where the hierarchies are mounted and where in them a container's cgroupsPath lands.
-
-Mount points are read from mountinfo rather than assumed, because hosts differ: controllers may be
-co-mounted ("cpu,cpuacct") or split, a hybrid host adds a cgroup2 mount beside the v1 ones, and inside a
-container a hierarchy's mount root is not the hierarchy root.
-"""
+"""Where in the hierarchies a container's cgroupsPath lands (where they are mounted: pynode_os.cgroups)."""
 from __future__ import annotations
-
-from pynode_os import mountinfo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    # the host's hierarchies as parse_mountinfo gives them: the v1 ones, and the first cgroup2 mount
-    HostMounts = tuple[list["Hierarchy"], "Hierarchy | None"]
+    from pynode_os.cgroups import Hierarchy
 
 DEFAULT_PARENT = "pyruntime"
-
-
-class Hierarchy:
-    """One mounted hierarchy. `key` names it as /proc/<pid>/cgroup does ("cpu,cpuacct", "name=systemd", "").
-
-    A plain value class, not a dataclass: every command that touches a cgroup loads this module, and
-    importing dataclasses costs more than the whole mountinfo parse.
-    """
-
-    __slots__ = ("controllers", "key", "mountpoint", "root")
-
-    def __init__(self, key: str, controllers: frozenset[str], mountpoint: str, root: str) -> None:
-        self.key = key
-        self.controllers = controllers
-        self.mountpoint = mountpoint
-        self.root = root
-
-    def _fields(self) -> tuple[str, frozenset[str], str, str]:
-        return self.key, self.controllers, self.mountpoint, self.root
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return "Hierarchy(key={!r}, controllers={!r}, mountpoint={!r}, root={!r})".format(*self._fields())
-
-
-def parse_mountinfo(text: str) -> HostMounts:
-    """The v1 hierarchies (one per distinct controller set) and the first cgroup2 mount, if any. Only the
-    cgroup lines are parsed: mountinfo grows with every pod (its rootfs, /dev/shm, namespace pins), and a
-    container's create reads it twice. " - " ends a line's optional fields; in a path it is escaped."""
-    v1: dict[str, Hierarchy] = {}
-    v2: Hierarchy | None = None
-    for m in mountinfo.parse("\n".join(line for line in text.splitlines() if " - cgroup" in line)):
-        fstype, opts, root, mountpoint = m.fstype, m.super_options, m.root, m.mount_point
-        if fstype == "cgroup2":
-            if v2 is None:
-                v2 = Hierarchy("", frozenset(), mountpoint, root)
-        elif fstype == "cgroup":
-            names = [o for o in opts if o.startswith("name=")]
-            controllers = [o for o in opts if o not in ("rw", "ro") and "=" not in o
-                           and o not in ("noprefix", "clone_children", "xattr", "cpuset_v2_mode", "favordynmods")]
-            key = ",".join(sorted(controllers) + names)
-            if key and key not in v1:
-                v1[key] = Hierarchy(key, frozenset(controllers + names), mountpoint, root)
-    return list(v1.values()), v2
-
-
-def parse_proc_cgroup(text: str) -> dict[str, str]:
-    """Maps each hierarchy key ("" for cgroup2) to the process's path in it."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            key = ",".join(sorted(c for c in parts[1].split(",") if not c.startswith("name="))
-                           + [c for c in parts[1].split(",") if c.startswith("name=")])
-            out[key] = parts[2]
-    return out
 
 
 def split_path(cgroups_path: str, container_id: str) -> tuple[bool, tuple[str, ...]]:
