@@ -14,7 +14,9 @@ One module per job, each the one implementation there is:
   its own libc binding for its volumes' mounts);
 - proc: a process named for good by its pid and its start time (/proc/PID/stat was parsed four ways);
 - cgroups: the host's cgroup version and where its hierarchies are mounted (the kubelet detected v2 by a
-  file of its own, in two places).
+  file of its own, in two places);
+- sysctl: which namespace makes which sysctl private, and a sysctl's /proc/sys path (the table was kept
+  three times: the OCI validation, the CRI pause, the kubelet's admission).
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls

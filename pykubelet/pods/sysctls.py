@@ -14,12 +14,14 @@ nothing of it reaches the runtime.
 
 Names are compared in the dotted form: a name whose first separator is a slash (net/ipv4/ip_forward) has
 its dots and slashes swapped first (a dot inside an interface name stays a part of it), as the kubelet's
-NormalizeName.
+NormalizeName. Which namespace holds which sysctl is the node's one table, pynode_os.sysctl.
 """
 from __future__ import annotations
 
 import os
 import re
+
+from pynode_os.sysctl import IPC, NET, UTS, namespace_of, normalize
 
 FORBIDDEN_REASON = "SysctlForbidden"
 
@@ -31,9 +33,6 @@ SAFE = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_
 SAFE_FROM_KERNEL = (("net.ipv4.ip_local_reserved_ports", (3, 16)), ("net.ipv4.tcp_rmem", (4, 15)),
                     ("net.ipv4.tcp_wmem", (4, 15)))
 
-IPC, NET = "ipc", "net"
-_EXACT = {"kernel.sem": IPC}
-_PREFIXES = (("kernel.shm", IPC), ("kernel.msg", IPC), ("fs.mqueue.", IPC), ("net.", NET))
 _MAX_LENGTH = 253
 # the API's sysctl pattern (policy validation's IsValidSysctlPattern): dot or slash separated segments,
 # the last of which may end in (or be) *
@@ -41,17 +40,11 @@ _SEGMENT = r"[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
 _PATTERN = re.compile(rf"({_SEGMENT}[\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]")
 
 
-def normalize(name: str) -> str:
-    """The dotted form of a sysctl name (NormalizeName)."""
-    first = next((c for c in name if c in "./"), ".")
-    return name if first == "." else name.translate(str.maketrans("./", "/."))
-
-
 def namespaced_by(name: str) -> str:
-    """The namespace ("ipc", "net") a dotted sysctl name lives in, or "" when it is not namespaced."""
-    if name in _EXACT:
-        return _EXACT[name]
-    return next((ns for prefix, ns in _PREFIXES if name.startswith(prefix)), "")
+    """The namespace ("ipc", "net") a dotted sysctl name lives in, or "" when it is not namespaced. The UTS
+    namespace's sysctls count as not namespaced, as in the kubelet's list: a pod's host name is its spec's."""
+    ns = namespace_of(name)
+    return "" if ns == UTS else ns
 
 
 def kernel_version(release: str) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 
+from pynode_os.sysctl import proc_path
 from pyruntime.container import process, rootfs, sync
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.sync import Channel
@@ -84,7 +85,7 @@ def join_namespaces(kernel: Syscalls, spec: Spec) -> None:
 
 def write_sysctls(spec: Spec) -> None:
     for key, value in spec.linux.sysctl.items():
-        path = "/proc/sys/" + key.replace(".", "/")
+        path = proc_path(key)
         try:
             with open(path, "w") as f:
                 f.write(value)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from pynode_os.files import NONE, atomic_write
 from pynode_os.proc import process_start_time
+from pynode_os.sysctl import IPC, NET, namespace_of, normalize, proc_path
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 
 # kind as /proc/PID/ns names it -> clone flag; the order the pins are made in
 PINNED = (("net", sc.CLONE_NEWNET), ("ipc", sc.CLONE_NEWIPC), ("uts", sc.CLONE_NEWUTS))
-# sysctls a pod may set: namespaced by net or ipc (runc's validator, the kubelet's "safe + unsafe" set)
-IPC_SYSCTLS = ("kernel.shm", "kernel.msg", "fs.mqueue.")
 PAUSE_CGROUP = "pause"  # the pause's leaf below the pod's cgroup parent
 EXIT_WAIT = 5.0  # seconds release_pause waits for a killed pause to be gone
 PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
@@ -104,20 +103,16 @@ def pause_cgroup(cgroup_parent: str, sandbox_id: str) -> str:
     return f"{cgroup_parent.rstrip('/')}/{PAUSE_CGROUP}" if cgroup_parent else f"/{DEFAULT_PARENT}/{sandbox_id}"
 
 
-def sysctl_path(name: str) -> str:
-    """/proc/sys path of a sysctl named with dots (net.ipv4.ip_forward) or slashes (net/ipv4/ip_forward)."""
-    return "/proc/sys/" + (name if "/" in name else name.replace(".", "/"))
-
-
 def check_sysctls(sysctls: dict[str, str], *, new_net: bool, new_ipc: bool) -> None:
-    """Refuses, naming it, a sysctl that would change the host: one not namespaced, or one of a
-    namespace the pod shares with the host (hostNetwork, hostIPC)."""
+    """Refuses, naming it, a sysctl that would change the host: one not namespaced by net or ipc (a pod's host
+    name is its config's, so no UTS one either), or one of a namespace the pod shares with the host
+    (hostNetwork, hostIPC)."""
     for name in sysctls:
-        dotted = name.replace("/", ".")
-        if dotted.startswith("net."):
+        ns = namespace_of(normalize(name))
+        if ns == NET:
             if not new_net:
                 raise InvalidArgumentError(f"sysctls.{name}: not allowed in the host's network namespace")
-        elif dotted.startswith(IPC_SYSCTLS) or dotted == "kernel.sem":
+        elif ns == IPC:
             if not new_ipc:
                 raise InvalidArgumentError(f"sysctls.{name}: not allowed in the host's IPC namespace")
         else:
@@ -128,7 +123,7 @@ def check_sysctls(sysctls: dict[str, str], *, new_net: bool, new_ipc: bool) -> N
 
 
 def _write_sysctl(name: str, value: str) -> None:
-    path = sysctl_path(name)
+    path = proc_path(name)
     try:
         with open(path, "w") as f:
             f.write(value)

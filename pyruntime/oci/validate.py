@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from pynode_os import sysctl
 from pyruntime.fieldreader import SpecError, shown
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SyscallError, Syscalls
@@ -23,9 +24,8 @@ PROC_NS_NAMES = {"pid": "pid", "network": "net", "mount": "mnt", "ipc": "ipc", "
                  "cgroup": "cgroup", "time": "time"}
 NS_FLAGS = {"pid": sc.CLONE_NEWPID, "network": sc.CLONE_NEWNET, "mount": sc.CLONE_NEWNS, "ipc": sc.CLONE_NEWIPC,
             "uts": sc.CLONE_NEWUTS, "user": sc.CLONE_NEWUSER, "cgroup": sc.CLONE_NEWCGROUP, "time": sc.CLONE_NEWTIME}
-IPC_SYSCTLS = ("kernel.sem",)
-IPC_SYSCTL_PREFIXES = ("kernel.shm", "kernel.msg", "fs.mqueue.")
-UTS_SYSCTLS = ("kernel.hostname", "kernel.domainname")
+# the spec's namespace type of each namespace pynode_os.sysctl names
+SYSCTL_NAMESPACES = {sysctl.IPC: "ipc", sysctl.NET: "network", sysctl.UTS: "uts"}
 MAX_ID_MAP_LINES = 340  # the kernel's limit on lines in uid_map/gid_map (since 4.15)
 ID_MAX = 1 << 32
 
@@ -95,13 +95,8 @@ def _sysctls(linux: Linux) -> None:
     anything else would change the host for every process on it."""
     for key in linux.sysctl:
         where = f"linux.sysctl[{shown(key)}]"
-        if key in IPC_SYSCTLS or key.startswith(IPC_SYSCTL_PREFIXES):
-            need = "ipc"
-        elif key.startswith("net."):
-            need = "network"
-        elif key in UTS_SYSCTLS:
-            need = "uts"
-        else:
+        need = SYSCTL_NAMESPACES.get(sysctl.namespace_of(key))
+        if need is None:
             raise SpecError(f"{where}: not a namespaced sysctl: refusing to change the host")
         ns = linux.namespace(need)
         if ns is None:

@@ -95,19 +95,10 @@ def test_safe_set_by_kernel():
 @pytest.mark.parametrize(("name", "ns"), [
     ("kernel.sem", "ipc"), ("kernel.shmmax", "ipc"), ("kernel.msgmax", "ipc"), ("fs.mqueue.msg_max", "ipc"),
     ("net.core.somaxconn", "net"), ("kernel.semx", ""), ("kernel.pid_max", ""), ("fs.mqueue", ""),
-    ("vm.swappiness", ""),
+    ("vm.swappiness", ""), ("kernel.hostname", ""), ("kernel.domainname", ""),
 ])
 def test_namespaced_by(name, ns):
     assert sysctls.namespaced_by(name) == ns
-
-
-@pytest.mark.parametrize(("name", "dotted"), [
-    ("net.ipv4.ip_forward", "net.ipv4.ip_forward"), ("net/ipv4/ip_forward", "net.ipv4.ip_forward"),
-    ("net/ipv4/conf/eth0.100/forwarding", "net.ipv4.conf.eth0/100.forwarding"),
-    ("net.ipv4.conf.eth0/100.forwarding", "net.ipv4.conf.eth0/100.forwarding"),
-])
-def test_normalize(name, dotted):
-    assert sysctls.normalize(name) == dotted
 
 
 @pytest.mark.parametrize(("allowed", "sysctl", "host_net", "host_ipc", "why"), [
