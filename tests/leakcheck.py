@@ -20,8 +20,13 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 STATE_ROOTS = (Path("/run/pyruntime"), Path("/run/pynode"), Path("/var/lib/pynode"), Path("/run/pycni/helper"))
 
 
+# the mount the first `ip netns add` on a machine makes of /run/netns on itself, which stays for good: the
+# machine's, not a test's (the namespaces' own mounts below it are checked)
+HOST_MOUNTS = frozenset({"/run/netns"})
+
+
 def _mounts() -> set[str]:
-    return {m.mount_point for m in mountinfo.read()}
+    return {m.mount_point for m in mountinfo.read()} - HOST_MOUNTS
 
 
 def _netns() -> set[str]:
