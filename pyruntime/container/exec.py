@@ -153,8 +153,8 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
     # loaded now: stage 2 needs them after it joined the container's mount namespace, where the host's files are gone
     from pyruntime.linux import capabilities  # noqa: F401
     if seccomp is not None:
-        from pyruntime.linux.seccomp import compiler
-        compiler.preload()
+        from pyruntime.linux.seccomp import loader
+        loader.preload()
     # connected here: the socket's path is the caller's, which stage 2 can no longer reach
     console_sock = None
     if proc.terminal and console_socket:

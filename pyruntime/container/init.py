@@ -96,8 +96,8 @@ def write_sysctls(spec: Spec) -> None:
 def preload(spec: Spec) -> None:
     """Loads now what the steps after pivot_root need, because the host's files are gone by then."""
     if spec.linux.seccomp is not None:
-        from pyruntime.linux.seccomp import compiler
-        compiler.preload()
+        from pyruntime.linux.seccomp import loader
+        loader.preload()
     if spec.hooks.get("startContainer"):
         import subprocess  # noqa: F401  (run_hooks imports it after pivot_root)
 

@@ -327,11 +327,11 @@ def _confine(job: PauseJob, kernel: Syscalls) -> None:
     from pyruntime.container import rootfs
     from pyruntime.cri.seccomp_default import DEFAULT_CAPS, default_profile
     from pyruntime.linux import capabilities
-    from pyruntime.linux.seccomp import compiler, loader
+    from pyruntime.linux.seccomp import loader
     from pyruntime.linux.seccomp.profile import Seccomp
     capabilities.last_cap()  # read now: there is no /proc after the pivot
     profile = Seccomp.from_spec(default_profile(list(DEFAULT_CAPS)))  # the launcher's precompiled one
-    compiler.preload()
+    loader.preload()
     kernel.unshare(sc.CLONE_NEWNS)
     kernel.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE, None)  # nothing below reaches the host's mounts
     kernel.mount("tmpfs", EMPTY_ROOT_AT, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC,

@@ -23,6 +23,14 @@ _SECCOMP_SET_MODE_FILTER = 1
 _SCM_RIGHTS_NAME = "seccompFd"
 
 
+def preload() -> None:
+    """Imports the loader and opens libseccomp while the host's files are still visible: a container's
+    init (and an exec's stage 2) loads its filter after pivot_root or setns, where neither this package's
+    modules nor libseccomp can be found any more."""
+    from pyruntime.linux.seccomp import compiler
+    compiler.preload()
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
