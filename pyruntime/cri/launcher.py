@@ -508,12 +508,19 @@ class _Server:
             pass
 
     def _fork_puller(self) -> socket.socket:
+        from pyruntime.linux.syscalls import PR_SET_PDEATHSIG
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        launcher = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 ours.close()
+                # it dies with the launcher: stopped while the puller still imports (before it would read the
+                # launcher's end closing), a daemon would otherwise leave it running its imports out
+                self.kernel.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != launcher:
+                    os._exit(0)  # the launcher died before the line above
                 signal.set_wakeup_fd(-1)
                 _close_fds_except({0, 1, 2, theirs.fileno()})
                 _puller(theirs, self.settings, self.kernel)
@@ -693,8 +700,8 @@ def _puller(sock: socket.socket, settings: Settings, kernel: Syscalls) -> None:
     client and the unpacking (PULL_PRELOAD) then, as the launcher does the container code, and keeps them out of
     the launcher, whose every fork they would slow. A request is {"job": a PullJob} with the report socket
     beside it; a child per pull runs it and reports there. It exits when the launcher's end closes."""
+    set_title(kernel, "pyruntime-puller")  # first: ps tells it from the launcher while it imports
     preload(PULL_PRELOAD)
-    set_title(kernel, "pyruntime-puller")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the pulls' children: nobody waits for them
     while True:
         got = recv_message(sock)
