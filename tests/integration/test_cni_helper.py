@@ -159,17 +159,26 @@ def test_a_host_network_root_pod_cannot_get_the_helper_to_run_a_plugin(cni: CNIE
         assert "refused a caller: " in cni.helper_log.read_text() and "ns/mnt" in cni.helper_log.read_text()
 
 
+# Binds the helper's names of netns NETNS_INO (default its own) and listens there, as user LISTEN_AS when given
+# (the socket file stays root's: SO_PEERCRED names who called listen()); prints what each caller sent.
 SQUATTER = """
 import json, os, socket, sys, time
 name, directory, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+netns_ino = int(sys.argv[4]) if len(sys.argv) > 4 else os.stat('/proc/self/ns/net').st_ino
+listen_as = int(sys.argv[5]) if len(sys.argv) > 5 else None
 os.makedirs(directory, mode=0o700, exist_ok=True)
 listeners = []
-for address in (b"\\0" + name.encode(), f"{directory}/{name}.net-{os.stat('/proc/self/ns/net').st_ino}"):
+for address in (b"\\0" + name.encode(), f"{directory}/{name}.net-{netns_ino}"):
     s = socket.socket(socket.AF_UNIX)
     s.bind(address)
-    s.listen(8)
     s.settimeout(0.05)
     listeners.append(s)
+if listen_as is not None:
+    os.setgroups([])
+    os.setresgid(listen_as, listen_as, listen_as)
+    os.setresuid(listen_as, listen_as, listen_as)
+for s in listeners:
+    s.listen(8)
 print("ready", flush=True)
 received = []
 deadline = time.monotonic() + seconds
@@ -189,11 +198,12 @@ print(json.dumps(received), flush=True)
 """
 
 
-def test_a_host_network_root_pod_cannot_squat_the_helper_socket(cni: CNIEnv, tmp_path: Path) -> None:
-    """A pod with the node's /run in view binds the helper's name first: the launcher sends it nothing and
-    serves the call in-process."""
+def squatted_add(cni: CNIEnv, tmp_path: Path, prefix: list[str], *args: str) -> None:
+    """An ADD while SQUATTER (run under `prefix`, with `args` after its first three) holds the helper's socket
+    of our netns: the launcher sends the squatter nothing, serves the call in-process, and starts no helper
+    beside a socket it did not verify."""
     cni.use_helper = True
-    squatter = subprocess.Popen([*OWN_MOUNTS, sys.executable, "-c", SQUATTER, cni.helper_name, DEFAULT_DIR, "8"],
+    squatter = subprocess.Popen([*prefix, sys.executable, "-c", SQUATTER, cni.helper_name, DEFAULT_DIR, "8", *args],
                                 stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert squatter.stdout is not None and squatter.stdout.readline().strip() == "ready"
@@ -207,6 +217,23 @@ def test_a_host_network_root_pod_cannot_squat_the_helper_socket(cni: CNIEnv, tmp
         squatter.wait()
     assert json.loads(received) in ([], [""]), "the launcher sent its request to the squatter"
     assert not helper_listening(cni.helper_name), "the launcher started a helper beside an untrusted socket"
+
+
+def test_a_host_network_root_pod_cannot_squat_the_helper_socket(cni: CNIEnv, tmp_path: Path) -> None:
+    """A pod with the node's /run in view binds the helper's name first: refused for its mount namespace."""
+    squatted_add(cni, tmp_path, OWN_MOUNTS)
+
+
+def test_the_launcher_refuses_a_listener_of_another_netns(cni: CNIEnv, tmp_path: Path) -> None:
+    """A root process of another netns in our mount namespace binds the helper's socket of our netns (the
+    file is root's in the root 0700 directory, the listener our interpreter): refused for its netns."""
+    squatted_add(cni, tmp_path, ["nsenter", f"--net={cni.netns()}", "--"], str(os.stat("/proc/self/ns/net").st_ino))
+
+
+def test_the_launcher_refuses_a_listener_of_another_user(cni: CNIEnv, tmp_path: Path) -> None:
+    """The helper's socket file is root's, but the process listening on it runs as another user: refused for
+    its uid (the file's owner alone does not make the listener ours)."""
+    squatted_add(cni, tmp_path, [], str(os.stat("/proc/self/ns/net").st_ino), "65534")
 
 
 def test_the_helper_refuses_a_caller_of_another_netns(cni: CNIEnv, tmp_path: Path) -> None:
