@@ -35,7 +35,7 @@ from pynode_cluster.hosts import wait_for
 from tests.conformance.critest import critest_registry
 from tests.integration.cni_helpers import chains_for, hostport_chains, remove_hostport_chains
 from tests.kit.cri_server import BUSYBOX, HTTPD, Crictl, CriNode, Pod, remove_cgroup
-from tests.kit.kubelet_node import Kubelet, kubepods_dirs, node_level, remove_new_cgroups
+from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups
 
 pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
@@ -196,14 +196,11 @@ def static_pod(name: str) -> str:
             {"name": name, "image": BUSYBOX, "imagePullPolicy": "IfNotPresent", "command": SLEEPER}]}})
 
 
-def test_pykubelet_runs_and_removes_pods_once_its_code_is_removed(node: CodeNode, tmp_path: Path,
-                                                                  leak_check) -> None:
+def test_pykubelet_runs_and_removes_pods_once_its_code_is_removed(node: CodeNode, tmp_path: Path) -> None:
     """A standalone pykubelet and its pyruntime-cri, both from a copy of the code, run a static pod; with the
     copy gone, a new manifest still starts a pod, removing the manifests still stops and removes both, and the
     kubelet exits cleanly."""
-    before = kubepods_dirs()
-    leak_check.allow("cgroups", node_level)
-    leak_check.after(lambda: remove_new_cgroups(before))
+    before = kubepods_dirs()  # kubepods and its QoS levels, which the kubelet keeps, are the test's to remove
     code = node.code = copy_code(tmp_path / "code")
     node.start()
     Crictl(node).crictl("pull", BUSYBOX)
@@ -239,6 +236,7 @@ def test_pykubelet_runs_and_removes_pods_once_its_code_is_removed(node: CodeNode
     finally:
         kubelet.stop()
         runtime.close()
+        remove_new_cgroups(before)
 
 
 def _info(c: Crictl, cid: str) -> dict:
