@@ -125,6 +125,49 @@ def test_kill9_daemon_keeps_pods_and_reports_exits_meanwhile(node):
     assert node.allocated_ips() == set()
 
 
+def _log_lines(path: Path) -> list[str]:
+    """The messages of a CRI log file's whole lines (TIMESTAMP STREAM TAG MESSAGE), in order: the file is being
+    written while the test reads it."""
+    return [line.split(" ", 3)[3] for line in path.read_text().split("\n")[:-1]] if path.exists() else []
+
+
+def test_kill9_daemon_loses_no_container_log_line(node):
+    """The supervisors write the CRI logs, not the daemon: a container's lines written while the daemon is dead
+    are in its log, in order, none lost or twice; a container that ends meanwhile has its last words logged;
+    after the restart the logs go on and can still be reopened (the kubelet's rotation)."""
+    pod = node.run_pod("chatty")
+    counter = node.run_container(pod, "chatty", "counter", command=(
+        "sh", "-c", "i=0; while true; do echo line $i; i=$((i+1)); sleep 0.05; done"))
+    quitter = node.run_container(pod, "chatty", "quitter", command=(
+        "sh", "-c", "trap 'echo last words; exit 3' TERM; echo ready; while true; do sleep 0.05; done"))
+    logs = node.work / "logs" / "chatty"
+    counter_log = logs / "counter.log"
+    wait_for("the counter's first lines", lambda: len(_log_lines(counter_log)) >= 5, timeout=15, interval=0.1)
+    wait_for("the quitter's trap", lambda: _log_lines(logs / "quitter.log") == ["ready"], timeout=15, interval=0.1)
+    quitter_init = _info(node.rt.ContainerStatus(api_pb2.ContainerStatusRequest(
+        container_id=quitter, verbose=True)))["pid"]
+
+    node.kill()
+    at_kill = len(_log_lines(counter_log))
+    psutil.Process(quitter_init).terminate()  # it ends while the daemon is dead
+    wait_for("lines logged while the daemon is dead", lambda: len(_log_lines(counter_log)) >= at_kill + 20,
+             timeout=15, interval=0.1)
+    wait_for("the quitter's exit while the daemon is dead", lambda: _gone(quitter_init), timeout=15, interval=0.1)
+    node.start()
+    at_start = len(_log_lines(counter_log))
+    wait_for("lines logged after the restart", lambda: len(_log_lines(counter_log)) >= at_start + 5,
+             timeout=15, interval=0.1)
+    counter_log.rename(logs / "counter.log.1")
+    node.rt.ReopenContainerLog(api_pb2.ReopenContainerLogRequest(container_id=counter), timeout=10)
+    wait_for("lines in the reopened log", lambda: len(_log_lines(counter_log)) >= 5, timeout=15, interval=0.1)
+
+    lines = _log_lines(logs / "counter.log.1") + _log_lines(counter_log)
+    assert lines == [f"line {i}" for i in range(len(lines))], lines
+    assert _log_lines(logs / "quitter.log") == ["ready", "last words"]
+    assert node.container_status(quitter).exit_code == 3
+    node.remove_pod(pod)
+
+
 def test_kill9_supervisor_reports_the_container_exited(node):
     pod = node.run_pod("orphaned")
     cid = node.run_container(pod, "orphaned")
