@@ -1,0 +1,383 @@
+"""A Pod as the kubelet acts on it: frozen records, parsed once where a pod comes in, with the API server's
+defaults applied.
+
+The pod workers read a pod's desired state from the informer's cache (an API pod) or from a manifest (a
+static pod) and parse it here, once per sync; everything after reads fields, not dict keys, so a default
+(restartPolicy Always, terminationGracePeriodSeconds 30, protocol TCP, a probe's periodSeconds 10, ...)
+is written once, in this module, not at each reader. A field of the wrong type is a FieldError naming its
+path (`spec.containers[0].ports[1].containerPort: must be an integer, got "80"`), raised before anything
+is done for the pod.
+
+What the kubelet sends back or hashes stays the object as it came: `Pod.raw` (the pod as a dict, for the
+status manager's patches, the mirror pods, the server's /pods) and `Container.raw` (what
+pods/labels.py's container_hash hashes, so the hash of a running container's spec is the one it was
+started with, before and after an upgrade, and no container restarts for it). The nested objects the
+kubelet only passes on to another reader (a probe's or a hook's action, a volume's source, an env var's
+valueFrom, affinity, tolerations) are kept as their dicts, each read by its one module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pykubelet.api.fields import Obj
+
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+PROBE_ACTIONS = ("exec", "httpGet", "tcpSocket", "grpc")
+DEFAULT_GRACE = 30
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+def pull_policy(image: str) -> str:
+    """The API server's default: Always for :latest or no tag (a digest counts as a tag), else IfNotPresent."""
+    if "@" in image:
+        return "IfNotPresent"
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    name: str
+    namespace: str
+    uid: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    container_port: int
+    name: str = ""
+    host_port: int = 0
+    host_ip: str = ""
+    protocol: str = "TCP"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Requests and limits as the API writes their quantities ("100m", "64Mi"); requests default to the
+    limits, as the API server's defaulting does."""
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """`action`: the one of exec, httpGet, tcpSocket, grpc the probe has, as its dict (prober/handlers.py
+    runs it); `kind`: which."""
+    kind: str
+    action: dict[str, Any]
+    initial_delay_seconds: int = 0
+    period_seconds: int = 10
+    timeout_seconds: int = 1
+    success_threshold: int = 1
+    failure_threshold: int = 3
+    termination_grace_period_seconds: int | None = None
+
+    @property
+    def handler(self) -> dict[str, Any]:
+        """The action as the probe's JSON has it ({"httpGet": {...}}), what prober/handlers.py runs."""
+        return {self.kind: self.action}
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    name: str
+    mount_path: str
+    read_only: bool = False
+    sub_path: str = ""
+    sub_path_expr: str = ""
+    mount_propagation: str = "None"
+
+
+@dataclass(frozen=True)
+class SecurityContext:
+    """A container's securityContext, or the pod's fields of it (the pod's own are in PodSecurityContext)."""
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    privileged: bool = False
+    allow_privilege_escalation: bool | None = None
+    read_only_root_filesystem: bool = False
+    capabilities_add: tuple[str, ...] = ()
+    capabilities_drop: tuple[str, ...] = ()
+    proc_mount: str = "Default"
+    seccomp_profile: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PodSecurityContext:
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    run_as_non_root: bool | None = None
+    fs_group: int | None = None
+    fs_group_change_policy: str = "Always"
+    supplemental_groups: tuple[int, ...] = ()
+    sysctls: tuple[tuple[str, str], ...] = ()
+    seccomp_profile: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str = ""
+    value_from: dict[str, Any] | None = None  # read by pods/env.py
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    image: str
+    raw: dict[str, Any] = field(repr=False, compare=False)  # the container as it came: what the hash hashes
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str = ""
+    env: tuple[EnvVar, ...] = ()
+    env_from: tuple[dict[str, Any], ...] = ()
+    ports: tuple[ContainerPort, ...] = ()
+    resources: Resources = Resources()
+    volume_mounts: tuple[VolumeMount, ...] = ()
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+    lifecycle: dict[str, Any] = field(default_factory=dict)  # postStart, preStop: read by pods/lifecycle.py
+    termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
+    termination_message_policy: str = "File"
+    image_pull_policy: str = "IfNotPresent"
+    security_context: SecurityContext = SecurityContext()
+    restart_policy: str | None = None  # an init container's "Always": a sidecar
+    stdin: bool = False
+    stdin_once: bool = False
+    tty: bool = False
+
+    @property
+    def is_sidecar(self) -> bool:
+        """An init container that keeps running beside the regular ones (restartPolicy: Always)."""
+        return self.restart_policy == "Always"
+
+
+@dataclass(frozen=True)
+class DNSConfig:
+    nameservers: tuple[str, ...] = ()
+    searches: tuple[str, ...] = ()
+    options: tuple[tuple[str, str | None], ...] = ()  # (name, value)
+
+
+@dataclass(frozen=True)
+class Volume:
+    """One of the pod's volumes: `kind` names its source (emptyDir, hostPath, configMap, ...), `source` is
+    that source's dict (read by pykubelet/volumes)."""
+    name: str
+    kind: str
+    source: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    containers: tuple[Container, ...]
+    init_containers: tuple[Container, ...] = ()
+    volumes: tuple[Volume, ...] = ()
+    restart_policy: str = "Always"
+    termination_grace_period_seconds: int = DEFAULT_GRACE
+    active_deadline_seconds: int | None = None
+    dns_policy: str = "ClusterFirst"
+    dns_config: DNSConfig | None = None
+    node_name: str = ""
+    service_account_name: str = ""
+    host_network: bool = False
+    host_pid: bool = False
+    host_ipc: bool = False
+    share_process_namespace: bool = False
+    host_users: bool = True
+    hostname: str = ""
+    subdomain: str = ""
+    security_context: PodSecurityContext = PodSecurityContext()
+    image_pull_secrets: tuple[str, ...] = ()
+    priority: int = 0
+    enable_service_links: bool = True
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def all_containers(self) -> tuple[Container, ...]:
+        """The init containers, then the regular ones."""
+        return self.init_containers + self.containers
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    """What the kubelet reads back of a pod's status: its phase (a finished pod is not started again) and
+    its IPs; the rest it writes, and never reads."""
+    phase: str = "Pending"
+    pod_ip: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    metadata: ObjectMeta
+    spec: PodSpec
+    status: PodStatus
+    raw: dict[str, Any] = field(repr=False, compare=False)  # the pod as it came, for what is sent back
+
+    @property
+    def uid(self) -> str:
+        return self.metadata.uid
+
+    @property
+    def key(self) -> str:
+        """"namespace/name", the informer's key."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    def container(self, name: str) -> Container:
+        """Container `name`, regular or init (the API keeps their names apart)."""
+        return next(c for c in self.spec.all_containers if c.name == name)
+
+    def is_init(self, name: str) -> bool:
+        return any(c.name == name for c in self.spec.init_containers)
+
+
+# --- parsing -----------------------------------------------------------------------------------------
+
+
+def parse_pod(raw: Any) -> Pod:
+    """The Pod of `raw` (the API's JSON of a Pod, as a dict), defaults applied; FieldError names the field
+    that is missing or of the wrong type."""
+    doc = Obj(raw, "")
+    status = doc.obj("status")
+    return Pod(metadata=_meta(doc.child("metadata")), spec=_spec(doc.child("spec")),
+               status=PodStatus() if status is None else PodStatus(
+                   phase=status.str("phase", "Pending"), pod_ip=status.str("podIP", ""),
+                   reason=status.str("reason", "")),
+               raw=raw)
+
+
+def _meta(m: Obj) -> ObjectMeta:
+    return ObjectMeta(name=m.str("name", required=True), namespace=m.str("namespace", "default"),
+                      uid=m.str("uid", required=True), labels=m.str_map("labels"),
+                      annotations=m.str_map("annotations"), resource_version=m.str("resourceVersion", ""),
+                      deletion_timestamp=m.str("deletionTimestamp"),
+                      deletion_grace_period_seconds=m.int("deletionGracePeriodSeconds", lo=0))
+
+
+def _spec(s: Obj) -> PodSpec:
+    dns = s.obj("dnsConfig")
+    sc = s.obj("securityContext")
+    return PodSpec(
+        containers=tuple(_container(c) for c in s.objs("containers")),
+        init_containers=tuple(_container(c) for c in s.objs("initContainers")),
+        volumes=tuple(_volume(v) for v in s.objs("volumes")),
+        restart_policy=s.choice("restartPolicy", RESTART_POLICIES, "restart policy", "Always"),
+        termination_grace_period_seconds=s.int("terminationGracePeriodSeconds", DEFAULT_GRACE, lo=0),
+        active_deadline_seconds=s.int("activeDeadlineSeconds", lo=1),
+        dns_policy=s.choice("dnsPolicy", DNS_POLICIES, "DNS policy", "ClusterFirst"),
+        dns_config=None if dns is None else DNSConfig(
+            nameservers=dns.strings("nameservers"), searches=dns.strings("searches"),
+            options=tuple((o.str("name", required=True), o.str("value")) for o in dns.objs("options"))),
+        node_name=s.str("nodeName", ""), service_account_name=s.str("serviceAccountName", ""),
+        host_network=s.bool("hostNetwork"), host_pid=s.bool("hostPID"), host_ipc=s.bool("hostIPC"),
+        share_process_namespace=s.bool("shareProcessNamespace"), host_users=s.bool("hostUsers", True),
+        hostname=s.str("hostname", ""), subdomain=s.str("subdomain", ""),
+        security_context=PodSecurityContext() if sc is None else _pod_security(sc),
+        image_pull_secrets=tuple(r.str("name", "") for r in s.objs("imagePullSecrets")),
+        priority=s.int("priority", 0), enable_service_links=s.bool("enableServiceLinks", True),
+        tolerations=tuple(t.raw for t in s.objs("tolerations")))
+
+
+def _pod_security(sc: Obj) -> PodSecurityContext:
+    return PodSecurityContext(
+        run_as_user=sc.int("runAsUser", lo=0), run_as_group=sc.int("runAsGroup", lo=0),
+        run_as_non_root=sc.bool("runAsNonRoot", None), fs_group=sc.int("fsGroup", lo=0),
+        fs_group_change_policy=sc.choice("fsGroupChangePolicy", ("Always", "OnRootMismatch"),
+                                         "fsGroupChangePolicy", "Always"),
+        supplemental_groups=sc.ints("supplementalGroups"),
+        sysctls=tuple((o.str("name", required=True), o.str("value", "")) for o in sc.objs("sysctls")),
+        seccomp_profile=_seccomp(sc))
+
+
+def _seccomp(sc: Obj) -> dict[str, Any] | None:
+    profile = sc.obj("seccompProfile")
+    if profile is None:
+        return None
+    profile.choice("type", ("RuntimeDefault", "Unconfined", "Localhost"), "seccomp profile type")
+    return profile.raw
+
+
+def _security(sc: Obj) -> SecurityContext:
+    caps = sc.obj("capabilities")
+    return SecurityContext(
+        run_as_user=sc.int("runAsUser", lo=0), run_as_group=sc.int("runAsGroup", lo=0),
+        run_as_non_root=sc.bool("runAsNonRoot", None), privileged=sc.bool("privileged"),
+        allow_privilege_escalation=sc.bool("allowPrivilegeEscalation", None),
+        read_only_root_filesystem=sc.bool("readOnlyRootFilesystem"),
+        capabilities_add=() if caps is None else caps.strings("add"),
+        capabilities_drop=() if caps is None else caps.strings("drop"),
+        proc_mount=sc.choice("procMount", ("Default", "Unmasked"), "procMount", "Default"),
+        seccomp_profile=_seccomp(sc))
+
+
+def _container(c: Obj) -> Container:
+    image = c.str("image", required=True)
+    res = c.obj("resources")
+    limits = {} if res is None else res.quantities("limits")
+    requests = {**limits, **({} if res is None else res.quantities("requests"))}
+    sc = c.obj("securityContext")
+    return Container(
+        name=c.str("name", required=True), image=image, raw=c.raw,
+        command=c.strings("command"), args=c.strings("args"), working_dir=c.str("workingDir", ""),
+        env=tuple(EnvVar(e.str("name", required=True), e.str("value", ""),
+                         None if (vf := e.obj("valueFrom")) is None else vf.raw) for e in c.objs("env")),
+        env_from=tuple(e.raw for e in c.objs("envFrom")),
+        ports=tuple(ContainerPort(container_port=p.int("containerPort", required=True, lo=1, hi=65535),
+                                  name=p.str("name", ""), host_port=p.int("hostPort", 0, lo=0, hi=65535),
+                                  host_ip=p.str("hostIP", ""),
+                                  protocol=p.choice("protocol", PROTOCOLS, "protocol", "TCP"))
+                    for p in c.objs("ports")),
+        resources=Resources(requests=requests, limits=limits),
+        volume_mounts=tuple(VolumeMount(name=m.str("name", required=True), mount_path=m.str("mountPath", required=True),
+                                        read_only=m.bool("readOnly"), sub_path=m.str("subPath", ""),
+                                        sub_path_expr=m.str("subPathExpr", ""),
+                                        mount_propagation=m.choice("mountPropagation",
+                                                                   ("None", "HostToContainer", "Bidirectional"),
+                                                                   "mount propagation", "None"))
+                            for m in c.objs("volumeMounts")),
+        liveness_probe=_probe(c.obj("livenessProbe")), readiness_probe=_probe(c.obj("readinessProbe")),
+        startup_probe=_probe(c.obj("startupProbe")),
+        lifecycle=c.get("lifecycle", dict, {}),
+        termination_message_path=c.str("terminationMessagePath", DEFAULT_TERMINATION_MESSAGE_PATH),
+        termination_message_policy=c.choice("terminationMessagePolicy", ("File", "FallbackToLogsOnError"),
+                                            "termination message policy", "File"),
+        image_pull_policy=c.choice("imagePullPolicy", PULL_POLICIES, "image pull policy", pull_policy(image)),
+        security_context=SecurityContext() if sc is None else _security(sc),
+        restart_policy=c.choice("restartPolicy", ("Always",), "container restart policy"),
+        stdin=c.bool("stdin"), stdin_once=c.bool("stdinOnce"), tty=c.bool("tty"))
+
+
+def _probe(p: Obj | None) -> Probe | None:
+    if p is None:
+        return None
+    kinds = [k for k in PROBE_ACTIONS if p.raw.get(k) is not None]
+    if len(kinds) != 1:
+        raise p.error(f"must have exactly one of {', '.join(PROBE_ACTIONS)}, got {len(kinds)}")
+    return Probe(kind=kinds[0], action=p.child(kinds[0]).raw,
+                 initial_delay_seconds=p.int("initialDelaySeconds", 0, lo=0),
+                 # 0 is the default, as the API server's defaulting reads it
+                 period_seconds=p.int("periodSeconds", 0, lo=0) or 10,
+                 timeout_seconds=p.int("timeoutSeconds", 0, lo=0) or 1,
+                 success_threshold=p.int("successThreshold", 0, lo=0) or 1,
+                 failure_threshold=p.int("failureThreshold", 0, lo=0) or 3,
+                 termination_grace_period_seconds=p.int("terminationGracePeriodSeconds", lo=0))
+
+
+def _volume(v: Obj) -> Volume:
+    name = v.str("name", required=True)
+    kinds = [k for k, value in v.raw.items() if k != "name" and value is not None]
+    if len(kinds) != 1:
+        raise v.error(f"must have exactly one volume source, got {', '.join(kinds) or 'none'}")
+    return Volume(name=name, kind=kinds[0], source=v.child(kinds[0]).raw)
