@@ -158,6 +158,7 @@ class EvictionManager:
     def usage(self, pods: list[dict]) -> dict[str, policy.PodUsage]:
         """Each pod's use of memory (its containers' working sets), disk (writable layers, logs, local
         volumes) and pids (its cgroup's count), for the pods that have containers."""
+        from pykubelet.api.podmodel import parse_pod
         from pykubelet.pods.criconfig import log_directory
         from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
         from pykubelet.volumes.manager import PLUGIN_DIRS, pod_dir
@@ -181,7 +182,7 @@ class EvictionManager:
                 cu.disk = (cu.disk or 0) + s.writable_layer.used_bytes.value
         for uid, usage in out.items():
             pod = by_uid[uid]
-            logs = log_directory(pod, self.settings)
+            logs = log_directory(parse_pod(pod), self.settings)
             for c in pod["spec"].get("initContainers", []) + pod["spec"].get("containers", []):
                 cu = usage.containers.setdefault(c["name"], policy.ContainerUsage())
                 cu.disk = (cu.disk or 0) + du(logs / c["name"])
@@ -197,9 +198,10 @@ class EvictionManager:
         return out
 
     def _pids(self, pod: dict) -> int | None:
+        from pykubelet.api.podmodel import parse_pod
         from pykubelet.pods.criconfig import cgroup_parent
 
-        parent = cgroup_parent(pod, self.settings)
+        parent = cgroup_parent(parse_pod(pod), self.settings)
         if self.settings.cgroup_driver == "systemd":
             parent = slice_path(parent)
         try:

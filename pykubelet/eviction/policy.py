@@ -374,11 +374,12 @@ def admit(pod: dict, conditions: list[str]) -> str | None:
     """The kubelet's eviction admit handler: None to admit, else the rejection's message. Under memory
     pressure alone only BestEffort pods (unless they tolerate it) are turned away; under any other
     pressure every pod; a critical pod never."""
+    from pykubelet.api.podmodel import parse_pod
     from pykubelet.pods.podspec import qos_class
 
     if not conditions or is_critical(pod):
         return None
-    if conditions == [MEMORY] and (qos_class(pod) != "BestEffort" or _tolerates_memory_pressure(pod)):
+    if conditions == [MEMORY] and (qos_class(parse_pod(pod)) != "BestEffort" or _tolerates_memory_pressure(pod)):
         return None
     return f"The node had condition: [{' '.join(conditions)}]. "
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from pykubelet.api.podmodel import Pod
 from pykubelet.pods.podspec import parse_quantity
 from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
@@ -237,7 +238,7 @@ class Admission:
             self._rejected.pop(uid, None)
 
 
-def rejected_status(pod: dict, verdict: Verdict) -> dict[str, Any]:
+def rejected_status(pod: Pod, verdict: Verdict) -> dict[str, Any]:
     """The status of a rejected pod, as the kubelet's rejectPod sets it."""
     from pykubelet.pods.podspec import qos_class
 

@@ -19,6 +19,7 @@ import json
 import threading
 from pathlib import Path
 
+from pykubelet.api.podmodel import Pod
 from pykubelet.dirs import make_dirs
 from pynode_os.files import atomic_write
 
@@ -37,12 +38,12 @@ class UserNamespaces:
         self.pods_dir = pods_dir
         self._lock = threading.Lock()
 
-    def host_range(self, pod: dict) -> int | None:
+    def host_range(self, pod: Pod) -> int | None:
         """The first host id of the pod's range (LENGTH ids), allocating it on first use; None for a pod
         in the host's user namespace (hostUsers absent or true)."""
-        if pod["spec"].get("hostUsers", True) is not False:
+        if pod.spec.host_users:
             return None
-        uid = pod["metadata"]["uid"]
+        uid = pod.uid
         with self._lock:
             known = self._recorded(uid)
             if known is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from lightkube.resources.core_v1 import Pod
 
+from pykubelet.api.podmodel import parse_pod
 from pykubelet.pods import admission, static
 from pykubelet.pods.sources import PodSources
 
@@ -73,6 +74,11 @@ def test_uid_stable_for_same_content_and_new_for_a_change():
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, ports: [{containerPort: "
      "abc}]}]}\n", "spec.containers[0].ports[0].containerPort: Expected `int"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x\nspec: {}\n", "not YAML or JSON"),
+    # what the typed pod refuses, as the pod workers would (the API server's validation, which no file has)
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {restartPolicy: Sometimes, containers: [{name: c, "
+     "image: i}]}\n", 'spec.restartPolicy: unknown restart policy "Sometimes"'),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, ports: [{containerPort: "
+     "0}]}]}\n", "spec.containers[0].ports[0].containerPort: 0 is out of range [1, 65535]"),
 ])
 def test_bad_manifest_names_file_and_field(text, where):
     with pytest.raises(static.ManifestError) as e:
@@ -259,7 +265,7 @@ def test_admission_is_stable_and_counts_pods_already_on_the_node():
     assert v.reason == "OutOfcpu" and "used: 1900" in v.message
     assert adm.admit(pods[0], has_runtime_state=True).admit  # already on the node: never rejected
     assert adm.admit(pods[2], has_runtime_state=False) == v  # a decision is final
-    status = admission.rejected_status(pods[2], v)
+    status = admission.rejected_status(parse_pod(pods[2]), v)
     assert status["phase"] == "Failed" and status["reason"] == "OutOfcpu"
     assert status["message"].startswith("Pod was rejected: Node didn't have enough resource: cpu")
     adm.forget("uid-new2")
@@ -290,5 +296,5 @@ def test_status_manager_and_events_without_api_client(caplog):
                                        namespace="default", name="web")
     assert statuses.last("u1")["phase"] == "Running"
     with caplog.at_level(logging.INFO):
-        EventRecorder(None, NODE).event(pod_ref(parse()), WARNING, "OutOfcpu", "no room")
+        EventRecorder(None, NODE).event(pod_ref(parse_pod(parse())), WARNING, "OutOfcpu", "no room")
     assert any("OutOfcpu" in r.message and "web-node-a" in r.message for r in caplog.records)
