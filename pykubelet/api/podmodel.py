@@ -202,7 +202,12 @@ class PodSpec:
     image_pull_secrets: tuple[str, ...] = ()
     priority: int = 0
     enable_service_links: bool = True
-    tolerations: tuple[dict[str, Any], ...] = ()
+    tolerations: tuple[dict[str, Any], ...] = ()  # read by eviction's policy
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: dict[str, Any] = field(default_factory=dict)  # read by admission
+    runtime_class_name: str = ""
+    os_name: str | None = None
+    overhead: dict[str, str] = field(default_factory=dict)
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -287,7 +292,10 @@ def _spec(s: Obj) -> PodSpec:
         security_context=PodSecurityContext() if sc is None else _pod_security(sc),
         image_pull_secrets=tuple(r.str("name", "") for r in s.objs("imagePullSecrets")),
         priority=s.int("priority", 0), enable_service_links=s.bool("enableServiceLinks", True),
-        tolerations=tuple(t.raw for t in s.objs("tolerations")))
+        tolerations=tuple(t.raw for t in s.objs("tolerations")), node_selector=s.str_map("nodeSelector"),
+        affinity=s.get("affinity", dict, {}), runtime_class_name=s.str("runtimeClassName", ""),
+        os_name=None if (os_ := s.obj("os")) is None else os_.str("name", required=True),
+        overhead=s.quantities("overhead"))
 
 
 def _pod_security(sc: Obj) -> PodSecurityContext:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -148,8 +148,8 @@ class PodWorkers:
         return result.requeue_after
 
     def pods(self) -> list[dict]:
-        """The pods this kubelet runs (API and static pods), each with the status it last reported: the
-        kubelet server's /pods."""
+        """The pods this kubelet runs (API and static pods), each with the status it last reported, as the
+        API's JSON: the kubelet server's /pods."""
         out = []
         for obj in self.informer.objects():
             pod = obj.to_dict()
@@ -159,6 +159,10 @@ class PodWorkers:
             out.append(pod)
         return out
 
+    def reported_pods(self) -> list[Pod]:
+        """pods(), parsed: what eviction weighs (the phase each last reported, not the informer's)."""
+        return runnable(self.pods())
+
     def _admit(self, uid: str, pod: Pod, state) -> bool:
         """False for a pod the node does not run: rejected now (its status and a Warning event say why), or
         finished before the kubelet started with nothing of it left on the node."""
@@ -166,7 +170,7 @@ class PodWorkers:
         on_node = bool(state.sandboxes or state.containers)
         if not on_node and pod.status.phase in TERMINAL:
             return False
-        verdict = self.admission.admit(pod.raw, on_node)
+        verdict = self.admission.admit(pod, on_node)
         if verdict.admit:
             return True
         meta = pod.metadata
@@ -195,7 +199,7 @@ class PodWorkers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
         meta, current = pod.metadata, pod.raw.get("status")
-        status = evicted_status(pod.raw, self.statuses.last(uid) or current or {}, message, now())
+        status = evicted_status(self.statuses.last(uid) or current or {}, message, now())
         self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
         if self.events is not None:
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)
@@ -285,3 +289,15 @@ class PodWorkers:
         deadline = time.monotonic() + 10
         for t in threads:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def runnable(raws: Iterable[dict]) -> list[Pod]:
+    """The pods of `raws` that the kubelet can read; one it cannot is run nowhere (its sync says why), so it
+    takes no room on the node either."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(parse_pod(raw))
+        except FieldError:
+            continue
+    return out

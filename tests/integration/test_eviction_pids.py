@@ -58,11 +58,12 @@ def test_a_forking_pod_is_the_one_evicted_for_pid_pressure(cri_server, tmp_path:
             def evict(uid: str, message: str, grace: int) -> bool:
                 evicted.append((uid, message, grace))
                 return True
-            manager.bind(lambda: [forker, quiet], evict)
+            typed = [parse_pod(forker), parse_pod(quiet)]
+            manager.bind(lambda: typed, evict)
             usage: dict = {}
 
             def counted() -> bool:
-                usage.update(manager.usage([forker, quiet]))
+                usage.update(manager.usage(typed))
                 found = usage.get(forker["metadata"]["uid"])
                 return found is not None and (found.pids or 0) > FORKS
             wait_for("the forker's processes in its pod cgroup", counted)

@@ -149,7 +149,7 @@ def test_admission_rejects_a_forbidden_sysctl_first():
                                  {"name": "kernel.msgmax", "value": "65536"}]})
 
     def check(p: dict, allowlist: sysctls.Allowlist | None = None) -> admission.Verdict:
-        return admission.check(p, [], allocatable={"pods": "110", "cpu": "2", "memory": "1Gi"}, labels={},
+        return admission.check(parse_pod(p), [], allocatable={"pods": "110", "cpu": "2", "memory": "1Gi"}, labels={},
                                node_name="n", sysctls=allowlist)
 
     verdict = check(unsafe)
