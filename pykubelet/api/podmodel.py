@@ -386,6 +386,8 @@ def _probe(p: Obj | None) -> Probe | None:
 def _volume(v: Obj) -> Volume:
     name = v.str("name", required=True)
     kinds = [k for k, value in v.raw.items() if k != "name" and value is not None]
-    if len(kinds) != 1:
-        raise v.error(f"must have exactly one volume source, got {', '.join(kinds) or 'none'}")
+    if not kinds:  # the API server's default source
+        return Volume(name=name, kind="emptyDir", source={})
+    if len(kinds) > 1:
+        raise v.error(f"must have exactly one volume source, got {', '.join(kinds)}")
     return Volume(name=name, kind=kinds[0], source=v.child(kinds[0]).raw)

@@ -358,7 +358,7 @@ class PodSyncer:
         if self.volumes is None:
             return True
         try:
-            self.volumes.mount_pod(pod.raw)
+            self.volumes.mount_pod(pod)
             return True
         except VolumeError as e:
             self.event(pod, None, WARNING, "FailedMount", str(e))
@@ -376,11 +376,11 @@ class PodSyncer:
             network = self.runtime.pod_sandbox_status(sandbox_id).status.network
             ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
             env = self.env.resolve(
-                pod.raw, container.raw, pod_ips=ips,
+                pod, container, pod_ips=ips,
                 warn=lambda reason, message: self.event(pod, container.name, WARNING, reason, message))
         if self.volumes is None:
             return env, []
-        return env, self.volumes.mounts(pod.raw, container.raw, plain_env(container) if env is None else env)
+        return env, self.volumes.mounts(pod, container, plain_env(container) if env is None else env)
 
     def _remove(self, container_id: str) -> None:
         try:

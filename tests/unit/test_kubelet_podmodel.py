@@ -65,7 +65,9 @@ def test_pull_policy_by_tag(image: str, policy: str):
     (pod(terminationGracePeriodSeconds=True), "spec.terminationGracePeriodSeconds: must be an integer, got true"),
     (pod(initContainers=[{"name": "s", "image": "i", "livenessProbe": {"periodSeconds": 3}}]),
      "spec.initContainers[0].livenessProbe: must have exactly one of exec, httpGet, tcpSocket, grpc, got 0"),
-    (pod(volumes=[{"name": "v"}]), "spec.volumes[0]: must have exactly one volume source, got none"),
+    (pod(volumes=[{"name": "v", "emptyDir": {}, "hostPath": {"path": "/"}}]),
+     "spec.volumes[0]: must have exactly one volume source, got emptyDir, hostPath"),
+    (pod(volumes=[{"name": "v", "hostPath": "/"}]), 'spec.volumes[0].hostPath: must be an object, got "/"'),
     (pod(securityContext={"sysctls": [{"value": "1"}]}), "spec.securityContext.sysctls[0].name: required"),
 ])
 def test_errors_name_the_field_path(raw: dict, message: str):
@@ -80,6 +82,11 @@ def test_the_raw_dicts_are_kept_for_what_is_sent_back_and_hashed():
     p = parse_pod(raw)
     assert p.raw is raw and p.spec.containers[0].raw is raw["spec"]["containers"][0]
     assert "protocol" not in p.spec.containers[0].raw["ports"][0]  # the default is the record's, not the dict's
+
+
+def test_a_volume_without_a_source_is_an_empty_dir():
+    volume = parse_pod(pod(volumes=[{"name": "scratch"}])).spec.volumes[0]
+    assert (volume.name, volume.kind, volume.source) == ("scratch", "emptyDir", {})
 
 
 def test_records_are_frozen_and_compare_by_their_fields():
