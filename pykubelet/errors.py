@@ -35,8 +35,9 @@ class UnavailableError(KubeletError):
     """A dependency could not be reached and a retry may succeed (the runtime, the API server)."""
 
 
-class DeadlineExceededError(KubeletError, TimeoutError):
-    """A bounded wait ran out (a probe, a hook). Also a TimeoutError."""
+class DeadlineExceededError(KubeletError):
+    """A bounded wait ran out (a probe, a CRI call). Not a TimeoutError, which is an OSError: code that
+    catches OSError for the host's failures must not catch the runtime's deadline with them."""
 
 
 class InternalError(KubeletError):

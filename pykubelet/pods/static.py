@@ -38,6 +38,7 @@ from typing import Any
 from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import ADDED, DELETED, Handler, key_of
 from pykubelet.api.podmodel import parse_pod, pull_policy
+from pykubelet.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STAT_INTERVAL = 1.0
 
 
-class ManifestError(Exception):
+class ManifestError(InvalidArgumentError):
     """A static pod manifest the kubelet cannot run; the message names the file and the field."""
 
 

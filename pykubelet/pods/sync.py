@@ -25,6 +25,7 @@ from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
+from pykubelet.errors import FailedPreconditionError
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SyncError(Exception):
+class SyncError(FailedPreconditionError):
     """A step failed in a way the pod's status shows: `reason` is the container's waiting reason."""
 
     def __init__(self, reason: str, message: str) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pykubelet.api.podmodel import Pod
 from pykubelet.dirs import make_dirs
+from pykubelet.errors import FailedPreconditionError
 from pynode_os.files import atomic_write
 
 RECORD = "userns"
@@ -29,7 +30,7 @@ FIRST = LENGTH  # the first range: past the host's own system ids
 RANGES = (1 << 32) // LENGTH - 2  # ranges below 2^32 - 1, the first one left out
 
 
-class UserNamespaceError(Exception):
+class UserNamespaceError(FailedPreconditionError):
     """The pod can't have a user namespace: why, naming the pod's field or record."""
 
 

@@ -21,6 +21,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from pykubelet import runtime as cri
+from pykubelet.errors import DeadlineExceededError, InvalidArgumentError
 
 USER_AGENT = "kube-probe/1.37"
 MAX_BODY = 10 * 1024
@@ -43,7 +44,7 @@ class Outcome:
         return self.result is Result.SUCCESS
 
 
-class ProbeSpecError(ValueError):
+class ProbeSpecError(InvalidArgumentError):
     """A probe or hook that names something the container does not have (a port name)."""
 
 
@@ -102,8 +103,8 @@ def http_url(action: dict, default_host: str, container: dict, field_path: str) 
     return f"{scheme}://{host_port(host, port)}{path}", headers
 
 
-class ProbeTimeout(TimeoutError):
-    """The probe's deadline passed."""
+class ProbeTimeout(DeadlineExceededError, TimeoutError):
+    """The probe's deadline passed; a TimeoutError too, as the socket's own timeouts it stands for."""
 
 
 def _connect(host: str, port: int, deadline: float) -> socket.socket:

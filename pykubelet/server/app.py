@@ -51,7 +51,7 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
-from pykubelet.errors import InvalidArgumentError
+from pykubelet.errors import InvalidArgumentError, KubeletError
 from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
@@ -87,7 +87,10 @@ class Limits:
     body_bytes: int = 256 << 10  # an unexpected body drained before the answer (Go drains as much)
 
 
-class HTTPError(Exception):
+class HTTPError(KubeletError):
+    """An answer other than 200 to a request of the kubelet's API; its kind is its HTTP status, the one
+    thing the client acts on, so it derives from no kind of its own."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

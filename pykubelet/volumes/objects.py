@@ -16,12 +16,14 @@ import time
 from dataclasses import dataclass
 
 from pykubelet.api.podmodel import ObjectMeta, Pod
+from pykubelet.errors import FailedPreconditionError
 
 MAX_TOKEN_AGE = 24 * 3600
 
 
-class ObjectError(Exception):
-    """A configMap, secret or token could not be read; the message names it as the kubelet does."""
+class ObjectError(FailedPreconditionError):
+    """A configMap, secret or token could not be read (missing, refused, no API server): the pod waits
+    until it can be; the message names it as the kubelet does."""
 
 
 def _get(client, kind, kind_name: str, namespace: str, name: str):
