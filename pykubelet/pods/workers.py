@@ -77,6 +77,8 @@ class PodWorkers:
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
+        # pod uid -> (the informer's object, its parse): a change is a new object, parsed once
+        self._parsed: dict[str, tuple[Any, Pod]] = {}
         self._evictions: dict[str, tuple[str, int, threading.Event]] = {}  # uid -> (message, grace, done)
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
@@ -96,12 +98,21 @@ class PodWorkers:
         self.queue.add(uid)
 
     def pod(self, uid: str) -> Pod | None:
-        """The desired pod of `uid` from the informer's cache, parsed (FieldError names a field the kubelet
-        cannot act on); None if the API server has none."""
+        """The desired pod of `uid` from the informer's cache, parsed once per change of it (FieldError names
+        a field the kubelet cannot act on); None if the API server has none."""
         with self._lock:
             key = self._keys.get(uid)
+            parsed = self._parsed.get(uid)
         obj = self.informer.get(key) if key else None
-        return parse_pod(obj.to_dict()) if obj is not None and obj.metadata.uid == uid else None
+        if obj is None or obj.metadata.uid != uid:
+            return None
+        if parsed is not None and parsed[0] is obj:
+            return parsed[1]
+        pod = parse_pod(obj.to_dict())
+        with self._lock:
+            if uid in self._keys:  # not forgotten meanwhile
+                self._parsed[uid] = (obj, pod)
+        return pod
 
     # --- one sync ---------------------------------------------------------------------------------
 
@@ -227,6 +238,7 @@ class PodWorkers:
         else:
             with self._lock:
                 self._keys.pop(uid, None)
+                self._parsed.pop(uid, None)
                 self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
             self.backoff.forget_prefix(uid + "/")

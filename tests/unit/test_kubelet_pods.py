@@ -3,7 +3,10 @@ pod (labels, annotations, resources, DNS, cgroup parent), and the phase/status c
 runtime reports."""
 from __future__ import annotations
 
+import copy
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 from proto import api_pb2
 from pykubelet.api.podmodel import Pod, parse_pod
@@ -243,3 +246,44 @@ def test_a_pass_makes_the_sandbox_then_starts_what_is_due_in_it(tmp_path):
     syncer.sync(p, observe(rt, UID))
     assert [s.metadata.attempt for s in rt.sandboxes.values()] == [0, 1]
     assert rt.started == ["init-0", "c-0", "init-1"] and rt.statuses["c-0"].state == api_pb2.CONTAINER_EXITED
+
+
+class Cache:
+    """The pod informer's reading side, over objects shaped as its lightkube models."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, SimpleNamespace] = {}
+
+    def add_handler(self, _handler) -> None:
+        pass
+
+    def get(self, key: str) -> SimpleNamespace | None:
+        return self.objects.get(key)
+
+    def put(self, raw: dict) -> SimpleNamespace:
+        meta = raw["metadata"]
+        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"]),
+                              to_dict=lambda: copy.deepcopy(raw))
+        self.objects[f"{meta['namespace']}/{meta['name']}"] = obj
+        return obj
+
+
+def test_the_workers_parse_a_pod_once_per_change_and_run_none_they_cannot_read(tmp_path, caplog):
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    first = workers.pod(UID)
+    assert first is not None and first is workers.pod(UID)  # the same object: not parsed again
+    workers._on_pod("MODIFIED", None, cache.put({**raw, "spec": {"restartPolicy": "Never", **raw["spec"]}}))
+    changed = workers.pod(UID)
+    assert changed is not None and changed is not first and changed.spec.restart_policy == "Never"
+    bad = {**raw, "spec": {"containers": [{"name": "c", "image": "img:1", "ports": [{"containerPort": "80"}]}]}}
+    workers._on_pod("MODIFIED", None, cache.put(bad))
+    with caplog.at_level(logging.WARNING):
+        assert workers.sync(UID) is None
+    assert rt.calls == []  # nothing of it made, nothing stopped
+    assert 'not run: spec.containers[0].ports[0].containerPort: must be an integer, got "80"' in caplog.text
