@@ -11,13 +11,15 @@ is done for the pod.
 What the kubelet sends back or hashes stays the object as it came: `Pod.raw` (the pod as a dict, for the
 status manager's patches, the mirror pods, the server's /pods) and `Container.raw` (what
 pods/labels.py's container_hash hashes, so the hash of a running container's spec is the one it was
-started with, before and after an upgrade, and no container restarts for it). The nested objects the
-kubelet only passes on to another reader (a probe's or a hook's action, a volume's source, an env var's
-valueFrom, affinity, tolerations) are kept as their dicts, each read by its one module.
+started with, before and after an upgrade, and no container restarts for it). Volumes are a union of the
+sources this node supports (UnsupportedSource for the rest, which the volume manager refuses as the
+kubelet does a plugin it lacks). The nested objects the kubelet only passes on to one reader (a probe's or
+a hook's action, an env var's valueFrom, a resourceFieldRef, affinity, tolerations) are kept as their
+dicts, each read by its one module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pykubelet.api.fields import Obj
@@ -170,13 +172,93 @@ class DNSConfig:
     options: tuple[tuple[str, str | None], ...] = ()  # (name, value)
 
 
+DEFAULT_MODE = 0o644  # a volume file's mode when neither its item nor its source gives one
+DEFAULT_TOKEN_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class EmptyDirSource:
+    medium: str = ""  # "Memory": a tmpfs
+    size_limit: str | None = None  # a quantity
+
+
+@dataclass(frozen=True)
+class HostPathSource:
+    path: str
+    type: str = ""  # "": no check
+
+
+@dataclass(frozen=True)
+class KeyToPath:
+    key: str
+    path: str
+    mode: int | None = None  # None: the source's defaultMode
+
+
+@dataclass(frozen=True)
+class ConfigMapSource:
+    """A configMap volume or projection; a secret's too (`kind` "secret", `name` its secretName)."""
+    kind: str  # "configmap" or "secret", as the kubelet's messages name them
+    name: str
+    items: tuple[KeyToPath, ...] = ()  # none: every key, at its own name
+    default_mode: int = DEFAULT_MODE
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class DownwardAPIFile:
+    """One file of a downwardAPI volume: `field_path` (a fieldRef) or `resource` (a resourceFieldRef's
+    dict, read by pods/env.py); neither is the volume manager's error, as a pod's missing volume is."""
+    path: str
+    field_path: str | None = None
+    resource: dict[str, Any] | None = None
+    mode: int | None = None
+
+
+@dataclass(frozen=True)
+class DownwardAPISource:
+    items: tuple[DownwardAPIFile, ...] = ()
+    default_mode: int = DEFAULT_MODE
+
+
+@dataclass(frozen=True)
+class ServiceAccountTokenProjection:
+    path: str
+    audience: str = ""
+    expiration_seconds: int = DEFAULT_TOKEN_SECONDS
+
+
+@dataclass(frozen=True)
+class UnsupportedProjection:
+    kinds: tuple[str, ...]  # what the projection has (clusterTrustBundle, ...)
+
+
+Projection = ConfigMapSource | DownwardAPISource | ServiceAccountTokenProjection | UnsupportedProjection
+
+
+@dataclass(frozen=True)
+class ProjectedSource:
+    sources: tuple[Projection, ...] = ()
+    default_mode: int = DEFAULT_MODE
+
+
+@dataclass(frozen=True)
+class UnsupportedSource:
+    """A volume kind this node has no plugin for (persistentVolumeClaim, nfs, ...): its pod waits with the
+    volume manager's error, as the kubelet's does for a plugin it lacks."""
+
+
+VolumeSource = (EmptyDirSource | HostPathSource | ConfigMapSource | DownwardAPISource | ProjectedSource
+                | UnsupportedSource)
+
+
 @dataclass(frozen=True)
 class Volume:
-    """One of the pod's volumes: `kind` names its source (emptyDir, hostPath, configMap, ...), `source` is
-    that source's dict (read by pykubelet/volumes)."""
+    """One of the pod's volumes: `kind` names its source as the API does (emptyDir, hostPath, configMap,
+    secret, downwardAPI, projected, or one this node does not support)."""
     name: str
     kind: str
-    source: dict[str, Any]
+    source: VolumeSource
 
 
 @dataclass(frozen=True)
@@ -387,7 +469,60 @@ def _volume(v: Obj) -> Volume:
     name = v.str("name", required=True)
     kinds = [k for k, value in v.raw.items() if k != "name" and value is not None]
     if not kinds:  # the API server's default source
-        return Volume(name=name, kind="emptyDir", source={})
+        return Volume(name=name, kind="emptyDir", source=EmptyDirSource())
     if len(kinds) > 1:
         raise v.error(f"must have exactly one volume source, got {', '.join(kinds)}")
-    return Volume(name=name, kind=kinds[0], source=v.child(kinds[0]).raw)
+    kind = kinds[0]
+    source = v.child(kind)
+    return Volume(name=name, kind=kind, source=_source(kind, source))
+
+
+def _source(kind: str, s: Obj) -> VolumeSource:
+    if kind == "emptyDir":
+        limit = s.get("sizeLimit", (str, int), None)
+        return EmptyDirSource(medium=s.str("medium", ""), size_limit=None if limit is None else str(limit))
+    if kind == "hostPath":
+        return HostPathSource(path=s.str("path", required=True), type=s.str("type", ""))
+    if kind in ("configMap", "secret"):
+        return _keyed(kind, s, s.int("defaultMode", DEFAULT_MODE, lo=0, hi=0o777))
+    if kind == "downwardAPI":
+        return _downward(s, s.int("defaultMode", DEFAULT_MODE, lo=0, hi=0o777))
+    if kind == "projected":
+        mode = s.int("defaultMode", DEFAULT_MODE, lo=0, hi=0o777)
+        return ProjectedSource(sources=tuple(_projection(p, mode) for p in s.objs("sources")), default_mode=mode)
+    return UnsupportedSource()
+
+
+def _keyed(kind: str, s: Obj, default_mode: int) -> ConfigMapSource:
+    return ConfigMapSource(
+        kind="configmap" if kind == "configMap" else "secret",
+        name=s.str("name" if kind == "configMap" else "secretName", ""),
+        items=tuple(KeyToPath(key=i.str("key", required=True), path=i.str("path", required=True),
+                              mode=i.int("mode", lo=0, hi=0o777)) for i in s.objs("items")),
+        default_mode=default_mode, optional=s.bool("optional"))
+
+
+def _downward(s: Obj, default_mode: int) -> DownwardAPISource:
+    files = []
+    for item in s.objs("items"):
+        ref = item.obj("fieldRef")
+        files.append(DownwardAPIFile(path=item.str("path", required=True),
+                                     field_path=None if ref is None else ref.str("fieldPath", required=True),
+                                     resource=item.get("resourceFieldRef", dict),
+                                     mode=item.int("mode", lo=0, hi=0o777)))
+    return DownwardAPISource(items=tuple(files), default_mode=default_mode)
+
+
+def _projection(p: Obj, default_mode: int) -> Projection:
+    """One source of a projected volume; its items' modes default to the volume's defaultMode."""
+    if (cm := p.obj("configMap")) is not None:
+        return _keyed("configMap", cm, default_mode)
+    if (secret := p.obj("secret")) is not None:  # a projection names its secret `name`, not `secretName`
+        return replace(_keyed("configMap", secret, default_mode), kind="secret")
+    if (downward := p.obj("downwardAPI")) is not None:
+        return _downward(downward, default_mode)
+    if (token := p.obj("serviceAccountToken")) is not None:
+        return ServiceAccountTokenProjection(
+            path=token.str("path", required=True), audience=token.str("audience", ""),
+            expiration_seconds=token.int("expirationSeconds", 0, lo=0) or DEFAULT_TOKEN_SECONDS)
+    return UnsupportedProjection(kinds=tuple(sorted(p.raw)))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pykubelet import runtime as cri
-from pykubelet.api.podmodel import Pod
+from pykubelet.api.podmodel import EmptyDirSource, Pod
 from pykubelet.config import Settings, eviction_thresholds
 from pykubelet.events import WARNING, EventRecorder, node_ref
 from pykubelet.eviction import policy
@@ -188,7 +188,7 @@ class EvictionManager:
                 cu.disk = (cu.disk or 0) + du(logs / spec.name)
             base = pod_dir(self.settings.root_dir, uid) / "volumes"
             for v in pod.spec.volumes:  # the kubelet's local ephemeral volumes
-                if v.kind == "configMap" or (v.kind == "emptyDir" and v.source.get("medium") != "Memory"):
+                if v.kind == "configMap" or (isinstance(v.source, EmptyDirSource) and v.source.medium != "Memory"):
                     usage.volumes[v.name] = du(base / PLUGIN_DIRS[v.kind] / v.name)
             memories = [cu.memory for cu in usage.containers.values() if cu.memory is not None]
             usage.memory = sum(memories) if memories else None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from pykubelet.api.podmodel import Container, Pod
+from pykubelet.api.podmodel import Container, EmptyDirSource, Pod
 
 REASON = "Evicted"
 MEMORY, DISK, PIDS = "MemoryPressure", "DiskPressure", "PIDPressure"
@@ -318,7 +318,7 @@ def local_storage_violation(pod: Pod, usage: PodUsage) -> str | None:
     pod past the sum of its containers' ephemeral-storage limits, or a container past its own (the
     kubelet's localStorageEviction, in its order); None if it is within all of them."""
     for volume in pod.spec.volumes:
-        limit = volume.source.get("sizeLimit") if volume.kind == "emptyDir" else None
+        limit = volume.source.size_limit if isinstance(volume.source, EmptyDirSource) else None
         if limit is None or quantity(limit) <= 0:
             continue
         used = usage.volumes.get(volume.name)

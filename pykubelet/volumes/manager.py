@@ -26,7 +26,18 @@ from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import dirs
-from pykubelet.api.podmodel import Container, Pod, Volume
+from pykubelet.api.podmodel import (
+    ConfigMapSource,
+    Container,
+    DownwardAPISource,
+    EmptyDirSource,
+    HostPathSource,
+    Pod,
+    ProjectedSource,
+    ServiceAccountTokenProjection,
+    Volume,
+    VolumeSource,
+)
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
 from pykubelet.pods.podspec import expand, parse_quantity
@@ -41,8 +52,6 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 API_DATA = ("configMap", "secret", "downwardAPI", "projected")  # mounted read-only
 MEMORY_BACKED = ("secret", "projected")
-DEFAULT_MODE = 0o644
-DEFAULT_TOKEN_SECONDS = 3600
 PROPAGATION = {"HostToContainer": api_pb2.PROPAGATION_HOST_TO_CONTAINER,
                "Bidirectional": api_pb2.PROPAGATION_BIDIRECTIONAL}
 
@@ -87,8 +96,8 @@ class VolumeManager:
     # --- volumes --------------------------------------------------------------------------------------
 
     def volume_path(self, pod: Pod, volume: Volume) -> Path:
-        if volume.kind == "hostPath":
-            return Path(volume.source["path"])
+        if isinstance(volume.source, HostPathSource):
+            return Path(volume.source.path)
         if volume.kind not in PLUGIN_DIRS:
             raise VolumeError(f'volume "{volume.name}": {volume.kind} volumes are not supported by this node')
         return pod_dir(self.settings.root_dir, pod.uid) / "volumes" / PLUGIN_DIRS[volume.kind] / volume.name
@@ -106,18 +115,18 @@ class VolumeManager:
             raise VolumeError("; ".join(errors))
 
     def _set_up(self, pod: Pod, volume: Volume, field: str) -> None:
-        kind, source = volume.kind, volume.source
-        if kind == "hostPath":
-            hostpath.check(f"{field}.hostPath", source["path"], source.get("type"))
+        source = volume.source
+        if isinstance(source, HostPathSource):
+            hostpath.check(f"{field}.hostPath", source.path, source.type)
             return
         path = self.volume_path(pod, volume)
         dirs.make_dirs(path.parent)  # pods/UID/volumes/PLUGIN, closed (pykubelet/dirs.py)
         dirs.make_dirs(path, atomic.VOLUME_MODE, narrow=False)  # the container's; an emptyDir opens it wider below
         sc = pod.spec.security_context
         fs_group = sc.fs_group
-        if kind == "emptyDir":
-            if source.get("medium") == "Memory" and mount.fs_type(path) is None:
-                limit = source.get("sizeLimit")
+        if isinstance(source, EmptyDirSource):
+            if source.medium == "Memory" and mount.fs_type(path) is None:
+                limit = source.size_limit
                 mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
             if fs_group is None:
                 os.chmod(path, 0o777)
@@ -125,74 +134,68 @@ class VolumeManager:
                 os.chmod(path, 0o777)
                 ownership.set_ownership(path, fs_group, False, sc.fs_group_change_policy)
             return
-        if kind in MEMORY_BACKED and mount.fs_type(path) is None:
+        if volume.kind in MEMORY_BACKED and mount.fs_type(path) is None:
             mount.mount_tmpfs(path, mode=0o755)
-        payload = self._payload(pod, kind, source, f"{field}.{kind}")
+        payload = self._payload(pod, source, f"{field}.{volume.kind}")
         wrote = atomic.write(path, payload)
         if wrote:
             log.info("pod %s: volume %s written (%d files)", pod.key, volume.name, len(payload))
         if fs_group is not None and (wrote or ownership.requires_change(path, fs_group, readonly=True)):
             ownership.set_ownership(path, fs_group, readonly=True)
 
-    def _payload(self, pod: Pod, kind: str, source: dict, field: str) -> Payload:
-        default = source.get("defaultMode", DEFAULT_MODE)
-        if kind == "configMap":
-            return self._keyed(pod, "configmap", source, default)
-        if kind == "secret":
-            return self._keyed(pod, "secret", {**source, "name": source.get("secretName", "")}, default)
-        if kind == "downwardAPI":
-            return self._downward(pod, source.get("items", []), default, field)
+    def _payload(self, pod: Pod, source: VolumeSource, field: str) -> Payload:
+        """The files of an API-data volume: a configMap's or secret's keys, the downward API's values, or
+        the projected sources' in order."""
+        if isinstance(source, ConfigMapSource):
+            return self._keyed(pod, source)
+        if isinstance(source, DownwardAPISource):
+            return self._downward(pod, source, field)
+        assert isinstance(source, ProjectedSource), source  # the rest have no files, or no path (volume_path)
         payload: Payload = {}
-        for i, projection in enumerate(source.get("sources", [])):
-            if "configMap" in projection:
-                payload.update(self._keyed(pod, "configmap", projection["configMap"], default))
-            elif "secret" in projection:
-                payload.update(self._keyed(pod, "secret", projection["secret"], default))
-            elif "downwardAPI" in projection:
-                payload.update(self._downward(pod, projection["downwardAPI"].get("items", []), default,
-                                              f"{field}.sources[{i}].downwardAPI"))
-            elif "serviceAccountToken" in projection:
-                tp = projection["serviceAccountToken"]
+        for i, projection in enumerate(source.sources):
+            if isinstance(projection, ConfigMapSource):
+                payload.update(self._keyed(pod, projection))
+            elif isinstance(projection, DownwardAPISource):
+                payload.update(self._downward(pod, projection, f"{field}.sources[{i}].downwardAPI"))
+            elif isinstance(projection, ServiceAccountTokenProjection):
                 account = pod.spec.service_account_name or "default"
-                token = self.tokens.get(pod, account, tp.get("audience", ""),
-                                        int(tp.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS))
-                payload[tp["path"]] = (token.encode(), default)
+                token = self.tokens.get(pod, account, projection.audience, projection.expiration_seconds)
+                payload[projection.path] = (token.encode(), source.default_mode)
             else:
-                raise VolumeError(f"{field}.sources[{i}]: {sorted(projection)} projections are not supported "
+                raise VolumeError(f"{field}.sources[{i}]: {list(projection.kinds)} projections are not supported "
                                   "by this node")
         return payload
 
-    def _keyed(self, pod: Pod, kind: str, source: dict, default: int) -> Payload:
-        name, optional = source.get("name", ""), bool(source.get("optional"))
+    def _keyed(self, pod: Pod, source: ConfigMapSource) -> Payload:
+        kind, name, default = source.kind, source.name, source.default_mode
         fetch = objects.config_map if kind == "configmap" else objects.secret
         data = fetch(self.client, pod.metadata.namespace, name)
         if data is None:
-            if optional:
+            if source.optional:
                 return {}
             raise objects.not_found(kind, name)
-        items = source.get("items")
-        if not items:
+        if not source.items:
             return {key: (value, default) for key, value in data.items()}
         payload: Payload = {}
-        for item in items:
-            if item["key"] not in data:
-                if optional:
+        for item in source.items:
+            if item.key not in data:
+                if source.optional:
                     continue
                 raise VolumeError(f"{kind} references non-existent {'config' if kind == 'configmap' else 'secret'} "
-                                  f"key: {item['key']}")
-            payload[item["path"]] = (data[item["key"]], item.get("mode", default))
+                                  f"key: {item.key}")
+            payload[item.path] = (data[item.key], default if item.mode is None else item.mode)
         return payload
 
-    def _downward(self, pod: Pod, items: list[dict], default: int, field: str) -> Payload:
+    def _downward(self, pod: Pod, source: DownwardAPISource, field: str) -> Payload:
         payload: Payload = {}
-        for i, item in enumerate(items):
-            if "fieldRef" in item:
-                value = envs.field_value(pod, item["fieldRef"]["fieldPath"])
-            elif "resourceFieldRef" in item:
-                value = envs.resource_value(pod, None, item["resourceFieldRef"], self.allocatable)
+        for i, item in enumerate(source.items):
+            if item.field_path is not None:
+                value = envs.field_value(pod, item.field_path)
+            elif item.resource is not None:
+                value = envs.resource_value(pod, None, item.resource, self.allocatable)
             else:
                 raise VolumeError(f"{field}.items[{i}]: needs fieldRef or resourceFieldRef")
-            payload[item["path"]] = (value.encode(), item.get("mode", default))
+            payload[item.path] = (value.encode(), source.default_mode if item.mode is None else item.mode)
         return payload
 
     # --- a container's mounts ---------------------------------------------------------------------------

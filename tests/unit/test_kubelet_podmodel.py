@@ -5,7 +5,22 @@ from __future__ import annotations
 import pytest
 
 from pykubelet.api.fields import FieldError
-from pykubelet.api.podmodel import Container, Pod, Probe, parse_pod, pull_policy
+from pykubelet.api.podmodel import (
+    ConfigMapSource,
+    Container,
+    DownwardAPIFile,
+    DownwardAPISource,
+    EmptyDirSource,
+    KeyToPath,
+    Pod,
+    Probe,
+    ProjectedSource,
+    ServiceAccountTokenProjection,
+    UnsupportedProjection,
+    UnsupportedSource,
+    parse_pod,
+    pull_policy,
+)
 from pykubelet.errors import InvalidArgumentError, kind_of
 
 
@@ -69,6 +84,10 @@ def test_pull_policy_by_tag(image: str, policy: str):
      "spec.volumes[0]: must have exactly one volume source, got emptyDir, hostPath"),
     (pod(volumes=[{"name": "v", "hostPath": "/"}]), 'spec.volumes[0].hostPath: must be an object, got "/"'),
     (pod(securityContext={"sysctls": [{"value": "1"}]}), "spec.securityContext.sysctls[0].name: required"),
+    (pod(volumes=[{"name": "v", "configMap": {"name": "c", "items": [{"key": "k"}]}}]),
+     "spec.volumes[0].configMap.items[0].path: required"),
+    (pod(volumes=[{"name": "v", "secret": {"defaultMode": 0o1777}}]),
+     "spec.volumes[0].secret.defaultMode: 1023 is out of range [0, 511]"),
 ])
 def test_errors_name_the_field_path(raw: dict, message: str):
     with pytest.raises(FieldError) as err:
@@ -86,7 +105,29 @@ def test_the_raw_dicts_are_kept_for_what_is_sent_back_and_hashed():
 
 def test_a_volume_without_a_source_is_an_empty_dir():
     volume = parse_pod(pod(volumes=[{"name": "scratch"}])).spec.volumes[0]
-    assert (volume.name, volume.kind, volume.source) == ("scratch", "emptyDir", {})
+    assert (volume.name, volume.kind, volume.source) == ("scratch", "emptyDir", EmptyDirSource())
+
+
+def test_volume_sources_are_typed_with_their_defaults():
+    volumes = parse_pod(pod(volumes=[
+        {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+        {"name": "cfg", "configMap": {"name": "c", "items": [{"key": "k", "path": "p", "mode": 0o400}]}},
+        {"name": "sec", "secret": {"secretName": "s", "defaultMode": 0o600, "optional": True}},
+        {"name": "down", "downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"name": "sa", "projected": {"defaultMode": 0o640, "sources": [
+            {"serviceAccountToken": {"path": "token"}}, {"secret": {"name": "s2"}},
+            {"clusterTrustBundle": {"name": "b"}}]}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "c"}}])).spec.volumes
+    assert [v.source for v in volumes] == [
+        EmptyDirSource("Memory", "64Mi"),
+        ConfigMapSource("configmap", "c", (KeyToPath("k", "p", 0o400),)),
+        ConfigMapSource("secret", "s", default_mode=0o600, optional=True),
+        DownwardAPISource((DownwardAPIFile("l", field_path="metadata.labels"),)),
+        ProjectedSource((ServiceAccountTokenProjection("token", expiration_seconds=3600),
+                         ConfigMapSource("secret", "s2", default_mode=0o640),
+                         UnsupportedProjection(("clusterTrustBundle",))), default_mode=0o640),
+        UnsupportedSource()]
+    assert [v.kind for v in volumes][-1] == "persistentVolumeClaim"
 
 
 def test_records_are_frozen_and_compare_by_their_fields():

@@ -16,7 +16,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
-from pykubelet.api.podmodel import Pod, Volume, parse_pod
+from pykubelet.api.podmodel import Pod, Volume, VolumeSource, parse_pod
 from pykubelet.config import Settings
 from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
@@ -70,6 +70,10 @@ def pod_with(*containers: dict, **spec) -> Pod:
 
 def volume(raw: dict) -> Volume:
     return pod_with(volumes=[raw]).spec.volumes[0]
+
+
+def source(kind: str, raw: dict) -> VolumeSource:
+    return volume({"name": "v", kind: raw}).source
 
 
 # --- AtomicWriter ----------------------------------------------------------------------------------------
@@ -211,39 +215,39 @@ def manager(tmp_path, objs=None, **kw) -> VolumeManager:
 
 def test_configmap_payload_items_modes_optional(tmp_path):
     m = manager(tmp_path, {**cm("c", {"k1": "v1", "k2": "v2"}, {"bin": base64.b64encode(b"\0\1").decode()})})
-    assert m._payload(POD, "configMap", {"name": "c", "defaultMode": 0o640}, "f") == {
+    assert m._payload(POD, source("configMap", {"name": "c", "defaultMode": 0o640}), "f") == {
         "k1": (b"v1", 0o640), "k2": (b"v2", 0o640), "bin": (b"\0\1", 0o640)}
-    assert m._payload(POD, "configMap", {"name": "c", "items": [{"key": "k2", "path": "x/y", "mode": 0o400}]},
+    assert m._payload(POD, source("configMap", {"name": "c", "items": [{"key": "k2", "path": "x/y", "mode": 0o400}]}),
                       "f") == {"x/y": (b"v2", 0o400)}
     with pytest.raises(VolumeError, match="configmap references non-existent config key: nope"):
-        m._payload(POD, "configMap", {"name": "c", "items": [{"key": "nope", "path": "p"}]}, "f")
-    assert m._payload(POD, "configMap", {"name": "c", "optional": True,
-                                         "items": [{"key": "nope", "path": "p"}]}, "f") == {}
+        m._payload(POD, source("configMap", {"name": "c", "items": [{"key": "nope", "path": "p"}]}), "f")
+    assert m._payload(POD, source("configMap", {"name": "c", "optional": True,
+                                         "items": [{"key": "nope", "path": "p"}]}), "f") == {}
     with pytest.raises(objects.ObjectError, match='configmap "gone" not found'):
-        m._payload(POD, "configMap", {"name": "gone"}, "f")
-    assert m._payload(POD, "configMap", {"name": "gone", "optional": True}, "f") == {}
+        m._payload(POD, source("configMap", {"name": "gone"}), "f")
+    assert m._payload(POD, source("configMap", {"name": "gone", "optional": True}), "f") == {}
 
 
 def test_secret_downward_and_projected_payloads(tmp_path):
     m = manager(tmp_path, {**sec("s", {"pw": b"x"}), **cm("kube-root-ca.crt", {"ca.crt": "CA"})})
-    assert m._payload(POD, "secret", {"secretName": "s", "defaultMode": 0o400}, "f") == {"pw": (b"x", 0o400)}
+    assert m._payload(POD, source("secret", {"secretName": "s", "defaultMode": 0o400}), "f") == {"pw": (b"x", 0o400)}
     items = [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
              {"path": "mem", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory",
                                                   "divisor": "1Mi"}},
              {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "requests.cpu",
                                                   "divisor": "1m"}}]
-    assert m._payload(POD, "downwardAPI", {"items": items}, "f") == {
+    assert m._payload(POD, source("downwardAPI", {"items": items}), "f") == {
         "labels": (b'a="q\\"x"\nb="2"', 0o644), "mem": (b"64", 0o644), "cpu": (b"250", 0o644)}
     sources = [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]
-    assert m._payload(POD, "projected", {"sources": sources, "defaultMode": 0o644}, "f") == {
+    assert m._payload(POD, source("projected", {"sources": sources, "defaultMode": 0o644}), "f") == {
         "token": (b"token-1", 0o644), "ca.crt": (b"CA", 0o644), "namespace": (b"ns", 0o644)}
     request, account, namespace = m.client.last_request
     assert (account, namespace) == ("sa", "ns") and request.spec.expirationSeconds == 3607
     assert request.spec.boundObjectRef.kind == "Pod" and request.spec.boundObjectRef.uid == "u-1"
     with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['clusterTrustBundle'\] projections are not"):
-        m._payload(POD, "projected", {"sources": [{"clusterTrustBundle": {}}]}, "f")
+        m._payload(POD, source("projected", {"sources": [{"clusterTrustBundle": {}}]}), "f")
 
 
 def test_volume_paths_follow_the_kubelet_layout(tmp_path):
