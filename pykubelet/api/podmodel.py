@@ -13,9 +13,9 @@ status manager's patches, the mirror pods, the server's /pods) and `Container.ra
 pods/labels.py's container_hash hashes, so the hash of a running container's spec is the one it was
 started with, before and after an upgrade, and no container restarts for it). Volumes are a union of the
 sources this node supports (UnsupportedSource for the rest, which the volume manager refuses as the
-kubelet does a plugin it lacks). The nested objects the kubelet only passes on to one reader (a probe's or
-a hook's action, an env var's valueFrom, a resourceFieldRef, affinity, tolerations) are kept as their
-dicts, each read by its one module.
+kubelet does a plugin it lacks), and a probe's or hook's action one of the actions it can run. The nested
+objects the kubelet only passes on to one reader (an env var's valueFrom, a resourceFieldRef, affinity,
+tolerations) are kept as their dicts, each read by its one module.
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ RESTART_POLICIES = ("Always", "OnFailure", "Never")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-PROBE_ACTIONS = ("exec", "httpGet", "tcpSocket", "grpc")
 DEFAULT_GRACE = 30
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
@@ -71,22 +70,49 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class ExecAction:
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HTTPGetAction:
+    port: int | str = 80  # a number or the name of a container port
+    host: str = ""  # "": the pod's IP
+    scheme: str = "HTTP"
+    path: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class TCPSocketAction:
+    port: int | str = 0
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class GRPCAction:
+    port: int = 0
+    service: str = ""
+
+
+@dataclass(frozen=True)
+class SleepAction:
+    seconds: int = 0
+
+
+Action = ExecAction | HTTPGetAction | TCPSocketAction | GRPCAction  # what a probe runs (prober/handlers.py)
+HookAction = Action | SleepAction  # what a lifecycle hook runs (pods/lifecycle.py)
+
+
+@dataclass(frozen=True)
 class Probe:
-    """`action`: the one of exec, httpGet, tcpSocket, grpc the probe has, as its dict (prober/handlers.py
-    runs it); `kind`: which."""
-    kind: str
-    action: dict[str, Any]
+    action: Action
     initial_delay_seconds: int = 0
     period_seconds: int = 10
     timeout_seconds: int = 1
     success_threshold: int = 1
     failure_threshold: int = 3
     termination_grace_period_seconds: int | None = None
-
-    @property
-    def handler(self) -> dict[str, Any]:
-        """The action as the probe's JSON has it ({"httpGet": {...}}), what prober/handlers.py runs."""
-        return {self.kind: self.action}
 
 
 @dataclass(frozen=True)
@@ -149,7 +175,8 @@ class Container:
     liveness_probe: Probe | None = None
     readiness_probe: Probe | None = None
     startup_probe: Probe | None = None
-    lifecycle: dict[str, Any] = field(default_factory=dict)  # postStart, preStop: read by pods/lifecycle.py
+    post_start: HookAction | None = None
+    pre_stop: HookAction | None = None
     termination_message_path: str = DEFAULT_TERMINATION_MESSAGE_PATH
     termination_message_policy: str = "File"
     image_pull_policy: str = "IfNotPresent"
@@ -298,12 +325,23 @@ class PodSpec:
 
 
 @dataclass(frozen=True)
+class ContainerStatus:
+    """What the kubelet reads back of a container's status it reported: whether it was ready and started
+    (a restarted kubelet's probes start from there)."""
+    name: str
+    container_id: str = ""  # RUNTIME://ID
+    ready: bool = False
+    started: bool = False
+
+
+@dataclass(frozen=True)
 class PodStatus:
-    """What the kubelet reads back of a pod's status: its phase (a finished pod is not started again) and
-    its IPs; the rest it writes, and never reads."""
+    """What the kubelet reads back of a pod's status: its phase (a finished pod is not started again), its
+    IP and its containers' readiness; the rest it only writes."""
     phase: str = "Pending"
     pod_ip: str = ""
     reason: str = ""
+    container_statuses: tuple[ContainerStatus, ...] = ()  # regular and init containers'
 
 
 @dataclass(frozen=True)
@@ -339,10 +377,16 @@ def parse_pod(raw: Any) -> Pod:
     doc = Obj(raw, "")
     status = doc.obj("status")
     return Pod(metadata=_meta(doc.child("metadata")), spec=_spec(doc.child("spec")),
-               status=PodStatus() if status is None else PodStatus(
-                   phase=status.str("phase", "Pending"), pod_ip=status.str("podIP", ""),
-                   reason=status.str("reason", "")),
+               status=PodStatus() if status is None else _status(status),
                raw=raw)
+
+
+def _status(s: Obj) -> PodStatus:
+    return PodStatus(phase=s.str("phase", "Pending"), pod_ip=s.str("podIP", ""), reason=s.str("reason", ""),
+                     container_statuses=tuple(
+                         ContainerStatus(name=c.str("name", ""), container_id=c.str("containerID", ""),
+                                         ready=c.bool("ready"), started=c.bool("started"))
+                         for c in s.objs("containerStatuses") + s.objs("initContainerStatuses")))
 
 
 def _meta(m: Obj) -> ObjectMeta:
@@ -439,7 +483,8 @@ def _container(c: Obj) -> Container:
                             for m in c.objs("volumeMounts")),
         liveness_probe=_probe(c.obj("livenessProbe")), readiness_probe=_probe(c.obj("readinessProbe")),
         startup_probe=_probe(c.obj("startupProbe")),
-        lifecycle=c.get("lifecycle", dict, {}),
+        post_start=_hook(lc.obj("postStart")) if (lc := c.obj("lifecycle")) is not None else None,
+        pre_stop=_hook(lc.obj("preStop")) if lc is not None else None,
         termination_message_path=c.str("terminationMessagePath", DEFAULT_TERMINATION_MESSAGE_PATH),
         termination_message_policy=c.choice("terminationMessagePolicy", ("File", "FallbackToLogsOnError"),
                                             "termination message policy", "File"),
@@ -449,13 +494,40 @@ def _container(c: Obj) -> Container:
         stdin=c.bool("stdin"), stdin_once=c.bool("stdinOnce"), tty=c.bool("tty"))
 
 
+PROBE_ACTIONS = ("exec", "httpGet", "tcpSocket", "grpc")
+HOOK_ACTIONS = ("exec", "httpGet", "tcpSocket", "sleep")
+
+
+def _action(o: Obj, known: tuple[str, ...]) -> HookAction:
+    """The one action of a probe or hook (`known`: the kinds it may have)."""
+    kinds = [k for k in known if o.raw.get(k) is not None]
+    if len(kinds) != 1:
+        raise o.error(f"must have exactly one of {', '.join(known)}, got {len(kinds)}")
+    a = o.child(kinds[0])
+    if kinds[0] == "exec":
+        return ExecAction(command=a.strings("command"))
+    if kinds[0] == "httpGet":
+        return HTTPGetAction(port=a.get("port", (int, str), 80), host=a.str("host", ""),
+                             scheme=a.choice("scheme", ("HTTP", "HTTPS"), "scheme", "HTTP"), path=a.str("path", ""),
+                             headers=tuple((h.str("name", required=True), h.str("value", ""))
+                                           for h in a.objs("httpHeaders")))
+    if kinds[0] == "tcpSocket":
+        return TCPSocketAction(port=a.get("port", (int, str), 0), host=a.str("host", ""))
+    if kinds[0] == "grpc":
+        return GRPCAction(port=a.int("port", 0), service=a.str("service", ""))
+    return SleepAction(seconds=a.int("seconds", 0, lo=0))
+
+
+def _hook(h: Obj | None) -> HookAction | None:
+    return None if h is None else _action(h, HOOK_ACTIONS)
+
+
 def _probe(p: Obj | None) -> Probe | None:
     if p is None:
         return None
-    kinds = [k for k in PROBE_ACTIONS if p.raw.get(k) is not None]
-    if len(kinds) != 1:
-        raise p.error(f"must have exactly one of {', '.join(PROBE_ACTIONS)}, got {len(kinds)}")
-    return Probe(kind=kinds[0], action=p.child(kinds[0]).raw,
+    action = _action(p, PROBE_ACTIONS)
+    assert not isinstance(action, SleepAction)  # not among PROBE_ACTIONS
+    return Probe(action=action,
                  initial_delay_seconds=p.int("initialDelaySeconds", 0, lo=0),
                  # 0 is the default, as the API server's defaulting reads it
                  period_seconds=p.int("periodSeconds", 0, lo=0) or 10,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from pykubelet import runtime as cri
-from pykubelet.api.podmodel import Container, Pod
+from pykubelet.api.podmodel import Container, HookAction, Pod, SleepAction, TCPSocketAction
 from pykubelet.pods.podspec import termination_grace
 from pykubelet.prober.handlers import Outcome, Result, run_action
 
@@ -29,24 +29,23 @@ MIN_GRACE = 2
 EventFn = Callable[[Pod, str, str, str, str], None]
 
 
-def hook_handler(container: Container, hook: str) -> dict | None:
-    return container.lifecycle.get(hook) or None
+def hook_action(container: Container, hook: str) -> HookAction | None:
+    return container.post_start if hook == "postStart" else container.pre_stop
 
 
 def run_hook(runtime: cri.CRIRuntime, container: Container, container_id: str, hook: str, pod_ip: str,
              timeout: float, field_path: str) -> Outcome:
     """Runs the container's `hook` ("postStart" or "preStop"); SUCCESS if it has none."""
-    handler = hook_handler(container, hook)
-    if handler is None:
+    action = hook_action(container, hook)
+    if action is None:
         return Outcome(Result.SUCCESS)
     path = f"{field_path}.lifecycle.{hook}"
-    if "sleep" in handler:
-        seconds = float(handler["sleep"].get("seconds", 0))
-        time.sleep(max(0.0, min(seconds, timeout)))
+    if isinstance(action, SleepAction):
+        time.sleep(max(0.0, min(action.seconds, timeout)))
         return Outcome(Result.SUCCESS)
-    if "tcpSocket" in handler:  # deprecated for hooks and never run by the kubelet
+    if isinstance(action, TCPSocketAction):  # deprecated for hooks and never run by the kubelet
         return Outcome(Result.SUCCESS, f"{path}.tcpSocket is not supported")
-    outcome = run_action(runtime, handler, container.raw, container_id, pod_ip, timeout, path)
+    outcome = run_action(runtime, action, container, container_id, pod_ip, timeout, path)
     if outcome.result is Result.UNKNOWN:  # the exec could not run: the hook failed
         return Outcome(Result.FAILURE, outcome.message)
     return outcome
@@ -64,7 +63,7 @@ def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, containe
     if pod is not None and event is not None:
         event(pod, name, "Normal", "Killing", why or f"Stopping container {name}")
     container = None if pod is None else next((c for c in pod.spec.all_containers if c.name == name), None)
-    if pod is not None and container is not None and hook_handler(container, "preStop") is not None and grace > 0:
+    if pod is not None and container is not None and container.pre_stop is not None and grace > 0:
         began = time.monotonic()
         outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, grace,
                            container_field_path(pod, name))
@@ -83,7 +82,7 @@ def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, containe
 def post_start(runtime: cri.CRIRuntime, pod: Pod, container: Container, container_id: str, pod_ip: str,
                event: EventFn | None = None) -> str | None:
     """Runs the container's postStart hook; on failure kills the container and returns why."""
-    if hook_handler(container, "postStart") is None:
+    if container.post_start is None:
         return None
     grace = termination_grace(pod)
     outcome = run_hook(runtime, container, container_id, "postStart", pod_ip, grace,

@@ -100,10 +100,9 @@ def reported(pod: Pod, name: str, container_id: str, kind: str) -> bool:
     """Whether the pod's status in the API server says container `container_id` is ready (readiness) or
     started (startup): after a kubelet restart, its probes start from there, not from "not ready", so that
     a restart does not flap every pod's Ready condition."""
-    status = pod.raw.get("status") or {}  # written by the kubelet, read back here only
-    for s in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
-        if s.get("name") == name and (s.get("containerID") or "").endswith("://" + container_id):
-            return bool(s.get("ready" if kind == READINESS else "started"))
+    for s in pod.status.container_statuses:
+        if s.name == name and s.container_id.endswith("://" + container_id):
+            return s.ready if kind == READINESS else s.started
     return False
 
 
@@ -250,7 +249,7 @@ class ProbeManager:
         if time.time() < started_at + w.probe.initial_delay_seconds:
             return None
         field_path = f"spec.containers{{{w.name}}}.{FIELDS[w.kind]}"
-        outcome = run_action(self.runtime, w.probe.handler, w.container.raw, cid, w.pod_ip, w.probe.timeout_seconds,
+        outcome = run_action(self.runtime, w.probe.action, w.container, cid, w.pod_ip, w.probe.timeout_seconds,
                              field_path)
         if outcome.result is Result.UNKNOWN:  # not run: no verdict, but said, as the kubelet's
             log.debug("%s probe of %s/%s: %s", w.kind, w.pod.metadata.name, w.name, outcome.message)

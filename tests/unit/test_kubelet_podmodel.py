@@ -11,11 +11,14 @@ from pykubelet.api.podmodel import (
     DownwardAPIFile,
     DownwardAPISource,
     EmptyDirSource,
+    ExecAction,
+    HTTPGetAction,
     KeyToPath,
     Pod,
     Probe,
     ProjectedSource,
     ServiceAccountTokenProjection,
+    SleepAction,
     UnsupportedProjection,
     UnsupportedSource,
     parse_pod,
@@ -49,8 +52,8 @@ def test_ports_probes_and_resources_get_their_defaults():
         "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 0, "failureThreshold": 5},
         "resources": {"limits": {"cpu": "1", "memory": 64}, "requests": {"cpu": "500m"}}}])).spec.containers[0]
     assert [(p.container_port, p.protocol, p.host_port) for p in c.ports] == [(80, "TCP", 0), (53, "UDP", 0)]
-    assert c.liveness_probe == Probe("httpGet", {"path": "/", "port": 80})
-    assert c.liveness_probe.handler == {"httpGet": {"path": "/", "port": 80}}
+    assert c.liveness_probe == Probe(HTTPGetAction(port=80, path="/"))
+    assert c.readiness_probe == Probe(ExecAction(("true",)), failure_threshold=5)
     assert c.readiness_probe is not None and c.readiness_probe.period_seconds == 10
     assert c.readiness_probe.failure_threshold == 5 and c.readiness_probe.timeout_seconds == 1
     assert c.startup_probe is None
@@ -106,6 +109,15 @@ def test_the_raw_dicts_are_kept_for_what_is_sent_back_and_hashed():
 def test_a_volume_without_a_source_is_an_empty_dir():
     volume = parse_pod(pod(volumes=[{"name": "scratch"}])).spec.volumes[0]
     assert (volume.name, volume.kind, volume.source) == ("scratch", "emptyDir", EmptyDirSource())
+
+
+def test_hooks_are_typed_and_may_sleep():
+    c = parse_pod(pod(containers=[{"name": "c", "image": "i", "lifecycle": {
+        "postStart": {"httpGet": {"port": "web", "httpHeaders": [{"name": "X", "value": "1"}]}},
+        "preStop": {"sleep": {"seconds": 5}}}}])).spec.containers[0]
+    assert c.post_start == HTTPGetAction(port="web", headers=(("X", "1"),)) and c.pre_stop == SleepAction(5)
+    with pytest.raises(FieldError, match=r"spec.containers\[0\].livenessProbe: must have exactly one of exec, "):
+        parse_pod(pod(containers=[{"name": "c", "image": "i", "livenessProbe": {"sleep": {"seconds": 1}}}]))
 
 
 def test_volume_sources_are_typed_with_their_defaults():

@@ -16,7 +16,7 @@ import pytest
 
 from proto import api_pb2
 from pykubelet import runtime as cri
-from pykubelet.api.podmodel import Pod, Probe, parse_pod
+from pykubelet.api.podmodel import ExecAction, HTTPGetAction, Pod, Probe, TCPSocketAction, parse_pod
 from pykubelet.pods import lifecycle
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.runtimepod import RuntimePod
@@ -140,18 +140,18 @@ def test_http_probe_timeout_bounds_the_whole_probe(body):
 
 
 def test_http_url_headers_and_named_ports(web):
-    container = {"name": "c", "ports": [{"name": "http", "containerPort": web}]}
-    url, headers = handlers.http_url({"port": "http", "path": "ok", "httpHeaders": [
-        {"name": "user-agent", "value": "mine"}, {"name": "X-A", "value": "1"}]}, "127.0.0.1", container, "p")
+    container = pod({"name": "c", "ports": [{"name": "http", "containerPort": web}]}).spec.containers[0]
+    url, headers = handlers.http_url(HTTPGetAction(port="http", path="ok", headers=(
+        ("user-agent", "mine"), ("X-A", "1"))), "127.0.0.1", container, "p")
     assert url == f"http://127.0.0.1:{web}/ok"
     assert headers == {"Accept": "*/*", "user-agent": "mine", "X-A": "1"}
     Handler.seen.clear()
     assert handlers.run_http(url, headers, 1).ok
     assert Handler.seen[0]["user-agent"] == "mine" and Handler.seen[0]["X-A"] == "1"
-    url, _ = handlers.http_url({"port": 8443, "scheme": "HTTPS", "host": "fd00::1"}, "10.0.0.1", container, "p")
+    url, _ = handlers.http_url(HTTPGetAction(port=8443, scheme="HTTPS", host="fd00::1"), "10.0.0.1", container, "p")
     assert url == "https://[fd00::1]:8443/"
     with pytest.raises(handlers.ProbeSpecError, match=r"p.port: container 'c' has no port named 'nope'"):
-        handlers.http_url({"port": "nope"}, "10.0.0.1", container, "p")
+        handlers.http_url(HTTPGetAction(port="nope"), "10.0.0.1", container, "p")
 
 
 def test_tcp():
@@ -220,7 +220,7 @@ def test_exec_results():
 
 def test_worker_thresholds_and_hold():
     p = pod({"name": "c"})
-    w = Worker(UID, "c", READINESS, Probe("exec", {}, success_threshold=2, failure_threshold=3), p,
+    w = Worker(UID, "c", READINESS, Probe(ExecAction(), success_threshold=2, failure_threshold=3), p,
                p.spec.containers[0])
     w.reset("c1", 0)
     assert w.result_for("c1") is Result.FAILURE and w.result_for("other") is Result.FAILURE
@@ -228,7 +228,7 @@ def test_worker_thresholds_and_hold():
     assert not w.record(ok) and w.record(ok) and w.result is Result.SUCCESS
     assert not w.record(bad) and not w.record(bad) and not w.record(ok) and w.result is Result.SUCCESS
     assert not w.record(bad) and not w.record(bad) and w.record(bad) and w.result is Result.FAILURE
-    live = Worker(UID, "c", LIVENESS, Probe("exec", {}, failure_threshold=1), p, p.spec.containers[0])
+    live = Worker(UID, "c", LIVENESS, Probe(ExecAction(), failure_threshold=1), p, p.spec.containers[0])
     live.reset("c1", 0)
     assert live.result is Result.SUCCESS and live.record(bad) and live.on_hold
 
@@ -458,7 +458,7 @@ def test_a_restarted_kubelet_keeps_the_reported_readiness():
 
 
 def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
-    outcome = handlers.run_action(FakeCRI(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",
+    outcome = handlers.run_action(FakeCRI(), TCPSocketAction(port="db"), pod({"name": "c"}).spec.containers[0], "c1",
                                   "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
     assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
                                               "has no port named 'db'")
