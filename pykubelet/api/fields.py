@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from typing import Any
+from typing import Any, Literal, overload
 
 from pykubelet.errors import InvalidArgumentError
 
@@ -63,11 +63,30 @@ class Obj:
             return default
         return check_type(value, self.name(key), kind)
 
-    def str(self, key: builtins.str, default: Any = None, required: builtins.bool = False) -> Any:
+    # The overloads tell a type checker that a required field, or one with a default, is never None.
+    @overload
+    def str(self, key: builtins.str, default: builtins.str) -> builtins.str: ...
+    @overload
+    def str(self, key: builtins.str, *, required: Literal[True]) -> builtins.str: ...
+    @overload
+    def str(self, key: builtins.str) -> builtins.str | None: ...
+
+    def str(self, key: builtins.str, default: builtins.str | None = None,
+            required: builtins.bool = False) -> builtins.str | None:
         return self.get(key, builtins.str, default, required)
 
-    def int(self, key: builtins.str, default: Any = None, *, lo: builtins.int | None = None,
-            hi: builtins.int | None = None, required: builtins.bool = False) -> Any:
+    @overload
+    def int(self, key: builtins.str, default: builtins.int, *, lo: builtins.int | None = ...,
+            hi: builtins.int | None = ...) -> builtins.int: ...
+    @overload
+    def int(self, key: builtins.str, *, lo: builtins.int | None = ..., hi: builtins.int | None = ...,
+            required: Literal[True]) -> builtins.int: ...
+    @overload
+    def int(self, key: builtins.str, *, lo: builtins.int | None = ...,
+            hi: builtins.int | None = ...) -> builtins.int | None: ...
+
+    def int(self, key: builtins.str, default: builtins.int | None = None, *, lo: builtins.int | None = None,
+            hi: builtins.int | None = None, required: builtins.bool = False) -> builtins.int | None:
         value = self.get(key, builtins.int, default, required)
         if value is None or ((lo is None or value >= lo) and (hi is None or value <= hi)):
             return value
@@ -77,13 +96,25 @@ class Obj:
             raise FieldError(f"{self.name(key)}: {value} is above the maximum {hi}")
         raise FieldError(f"{self.name(key)}: {value} is out of range [{lo}, {hi}]")
 
-    def bool(self, key: builtins.str, default: Any = False) -> Any:
+    @overload
+    def bool(self, key: builtins.str, default: builtins.bool = ...) -> builtins.bool: ...
+    @overload
+    def bool(self, key: builtins.str, default: None) -> builtins.bool | None: ...
+
+    def bool(self, key: builtins.str, default: builtins.bool | None = False) -> builtins.bool | None:
         return self.get(key, builtins.bool, default)
 
+    @overload
     def choice(self, key: builtins.str, known: tuple[builtins.str, ...], what: builtins.str,
-               default: Any = None) -> Any:
+               default: builtins.str) -> builtins.str: ...
+    @overload
+    def choice(self, key: builtins.str, known: tuple[builtins.str, ...],
+               what: builtins.str) -> builtins.str | None: ...
+
+    def choice(self, key: builtins.str, known: tuple[builtins.str, ...], what: builtins.str,
+               default: builtins.str | None = None) -> builtins.str | None:
         """A string that must be one of `known`; `what` names the kind of value in the error."""
-        value = self.str(key, default)
+        value = self.get(key, builtins.str, default)
         if value is not None and value not in known:
             raise FieldError(f"{self.name(key)}: unknown {what} {shown(value)}")
         return value
