@@ -1,8 +1,9 @@
 """A Pod as the kubelet acts on it: frozen records, parsed once where a pod comes in, with the API server's
 defaults applied.
 
-The pod workers read a pod's desired state from the informer's cache (an API pod) or from a manifest (a
-static pod) and parse it here, once per sync; everything after reads fields, not dict keys, so a default
+The pod workers read a pod's desired state from the informer's cache (an API pod, or a static pod, whose
+manifest was checked by this parser when read) and parse it here once per change of it (PodWorkers.pod);
+admission and eviction read the same records. Everything after reads fields, not dict keys, so a default
 (restartPolicy Always, terminationGracePeriodSeconds 30, protocol TCP, a probe's periodSeconds 10, ...)
 is written once, in this module, not at each reader. A field of the wrong type is a FieldError naming its
 path (`spec.containers[0].ports[1].containerPort: must be an integer, got "80"`), raised before anything
