@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from pykubelet.durations import duration
+from pykubelet.errors import InvalidArgumentError
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
 
 
-class ConfigError(Exception):
+class ConfigError(InvalidArgumentError):
     """A setting is unknown or invalid; the message names it (flag or file field path)."""
 
 

@@ -17,6 +17,8 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+from pykubelet.api.podmodel import Pod
+
 log = logging.getLogger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -41,13 +43,12 @@ class _Seen:
     last: datetime.datetime
 
 
-def pod_ref(pod: dict, container: str | None = None, init: bool = False) -> dict:
-    """The involvedObject of an event about `pod` (a Pod dict), or about one of its containers."""
-    meta = pod["metadata"]
-    ref = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
-           "uid": meta["uid"]}
-    if meta.get("resourceVersion"):
-        ref["resourceVersion"] = meta["resourceVersion"]
+def pod_ref(pod: Pod, container: str | None = None, init: bool = False) -> dict:
+    """The involvedObject of an event about `pod`, or about one of its containers."""
+    meta = pod.metadata
+    ref = {"apiVersion": "v1", "kind": "Pod", "name": meta.name, "namespace": meta.namespace, "uid": meta.uid}
+    if meta.resource_version:
+        ref["resourceVersion"] = meta.resource_version
     if container is not None:
         ref["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
     return ref

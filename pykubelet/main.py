@@ -109,9 +109,10 @@ def _admission(client, runtime, settings: config.Settings, sources):
     from pykubelet.pods.admission import Admission, Cached
     from pykubelet.pods.labels import POD_UID
     from pykubelet.pods.sysctls import Allowlist
+    from pykubelet.pods.workers import runnable
 
     return Admission(
-        settings.node_name, pods=lambda: [p.to_dict() for p in sources.objects()],
+        settings.node_name, pods=lambda: runnable(p.to_dict() for p in sources.objects()),
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
         allocatable=Cached(lambda: allocatable(machine_capacity(settings), settings.eviction_hard)),
         labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
@@ -183,7 +184,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                              events=events, admission=_admission(client, runtime, settings, sources),
                              services=services, on_started=metrics.pod_start_duration.observe)
         evictions.events = events
-        evictions.bind(workers.pods, workers.evict)
+        evictions.bind(workers.reported_pods, workers.evict)
         if workers.admission is not None:
             workers.admission.pressure = evictions.admit
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),

@@ -18,45 +18,56 @@ from collections.abc import Iterator
 import grpc
 
 from proto import api_pb2, api_pb2_grpc
+from pykubelet.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    KubeletError,
+    NotFoundError,
+    UnavailableError,
+)
 
 
-class CRIError(Exception):
-    """A CRI call failed; `rpc` names the call, `code` is the gRPC status code."""
+class CRIError(KubeletError):
+    """A CRI call failed; `rpc` names the call, `code` is the gRPC status code. Each subclass is the one
+    kind its code is (pykubelet/errors.py)."""
 
     def __init__(self, rpc: str, code: grpc.StatusCode, details: str) -> None:
         super().__init__(f"CRI {rpc}: {code.name}: {details}")
         self.rpc, self.code, self.details = rpc, code, details
 
 
-class NotFound(CRIError):
+class NotFound(CRIError, NotFoundError):
     pass
 
 
-class AlreadyExists(CRIError):
+class AlreadyExists(CRIError, AlreadyExistsError):
     pass
 
 
-class InvalidArgument(CRIError):
+class InvalidArgument(CRIError, InvalidArgumentError):
     pass
 
 
-class FailedPrecondition(CRIError):
+class FailedPrecondition(CRIError, FailedPreconditionError):
     pass
 
 
-class Unavailable(CRIError):
+class Unavailable(CRIError, UnavailableError):
     """The runtime cannot be reached (not started, crashed, socket gone)."""
 
 
-class DeadlineExceeded(CRIError):
+class DeadlineExceeded(CRIError, DeadlineExceededError):
     pass
 
 
-class Unimplemented(CRIError):
-    """The runtime lacks this call (containerd 1.6: GetContainerEvents)."""
+class Unimplemented(CRIError, FailedPreconditionError):
+    """The runtime lacks this call (containerd 1.6: GetContainerEvents): a runtime without the feature."""
 
 
-class Internal(CRIError):
+class Internal(CRIError, InternalError):
     """Any other code: the runtime's own failure."""
 
 

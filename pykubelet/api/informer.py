@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+from pykubelet.errors import FailedPreconditionError
+
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
@@ -42,7 +44,7 @@ ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
 WATCH_READ_TIMEOUT = 120.0
 
 
-class Gone(Exception):
+class Gone(FailedPreconditionError):
     """The watch's resourceVersion is older than the server keeps (HTTP 410): list again."""
 
 

@@ -15,8 +15,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 
+from pykubelet.errors import FailedPreconditionError
 
-class ShutDown(Exception):
+
+class ShutDown(FailedPreconditionError):
     """get() on a queue that has been shut down and drained."""
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import EmptyDirSource, Pod
 from pykubelet.config import Settings, eviction_thresholds
 from pykubelet.events import WARNING, EventRecorder, node_ref
 from pykubelet.eviction import policy
@@ -111,7 +112,7 @@ def slice_path(name: str) -> str:
 
 
 class EvictionManager:
-    """`bind(pods, evict)` before run(): `pods()` the kubelet's pods with their last status (dicts),
+    """`bind(pods, evict)` before run(): `pods()` the kubelet's pods with the phase they last reported,
     `evict(uid, message, grace)` kills one and marks it Evicted, True once done."""
 
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, events: EventRecorder | None = None,
@@ -122,17 +123,17 @@ class EvictionManager:
         self.state = policy.PressureState()
         self._conditions: list[str] = []
         self._lock = threading.Lock()
-        self._pods: Callable[[], list[dict]] = list
+        self._pods: Callable[[], list[Pod]] = list
         self._evict: Callable[[str, str, int], bool] = lambda _uid, _message, _grace: False
 
-    def bind(self, pods: Callable[[], list[dict]], evict: Callable[[str, str, int], bool]) -> None:
+    def bind(self, pods: Callable[[], list[Pod]], evict: Callable[[str, str, int], bool]) -> None:
         self._pods, self._evict = pods, evict
 
     def conditions(self) -> list[str]:
         with self._lock:
             return list(self._conditions)
 
-    def admit(self, pod: dict) -> str | None:
+    def admit(self, pod: Pod) -> str | None:
         """The admission's eviction handler: the rejection message, or None."""
         return policy.admit(pod, self.conditions())
 
@@ -155,14 +156,14 @@ class EvictionManager:
         out["pid.available"] = pid_observation(pid_max, tasks)
         return out
 
-    def usage(self, pods: list[dict]) -> dict[str, policy.PodUsage]:
+    def usage(self, pods: list[Pod]) -> dict[str, policy.PodUsage]:
         """Each pod's use of memory (its containers' working sets), disk (writable layers, logs, local
         volumes) and pids (its cgroup's count), for the pods that have containers."""
         from pykubelet.pods.criconfig import log_directory
         from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
         from pykubelet.volumes.manager import PLUGIN_DIRS, pod_dir
 
-        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        by_uid = {p.uid: p for p in pods}
         out: dict[str, policy.PodUsage] = {}
         names: dict[str, tuple[str, str]] = {}
         for c in self.runtime.list_containers():
@@ -182,21 +183,20 @@ class EvictionManager:
         for uid, usage in out.items():
             pod = by_uid[uid]
             logs = log_directory(pod, self.settings)
-            for c in pod["spec"].get("initContainers", []) + pod["spec"].get("containers", []):
-                cu = usage.containers.setdefault(c["name"], policy.ContainerUsage())
-                cu.disk = (cu.disk or 0) + du(logs / c["name"])
+            for spec in pod.spec.all_containers:
+                cu = usage.containers.setdefault(spec.name, policy.ContainerUsage())
+                cu.disk = (cu.disk or 0) + du(logs / spec.name)
             base = pod_dir(self.settings.root_dir, uid) / "volumes"
-            for v in pod["spec"].get("volumes") or []:
-                for kind in ("emptyDir", "configMap"):  # the kubelet's local ephemeral volumes
-                    if kind in v and not (kind == "emptyDir" and (v[kind] or {}).get("medium") == "Memory"):
-                        usage.volumes[v["name"]] = du(base / PLUGIN_DIRS[kind] / v["name"])
+            for v in pod.spec.volumes:  # the kubelet's local ephemeral volumes
+                if v.kind == "configMap" or (isinstance(v.source, EmptyDirSource) and v.source.medium != "Memory"):
+                    usage.volumes[v.name] = du(base / PLUGIN_DIRS[v.kind] / v.name)
             memories = [cu.memory for cu in usage.containers.values() if cu.memory is not None]
             usage.memory = sum(memories) if memories else None
             usage.disk = sum(cu.disk or 0 for cu in usage.containers.values()) + sum(usage.volumes.values())
             usage.pids = self._pids(pod)
         return out
 
-    def _pids(self, pod: dict) -> int | None:
+    def _pids(self, pod: Pod) -> int | None:
         from pykubelet.pods.criconfig import cgroup_parent
 
         parent = cgroup_parent(pod, self.settings)
@@ -215,21 +215,19 @@ class EvictionManager:
 
     # --- acting ---------------------------------------------------------------------------------
 
-    def _active(self) -> list[dict]:
-        return [p for p in self._pods() if (p.get("status") or {}).get("phase") not in TERMINAL
-                and not p["metadata"].get("deletionTimestamp")]
+    def _active(self) -> list[Pod]:
+        return [p for p in self._pods() if p.status.phase not in TERMINAL and not p.metadata.deletion_timestamp]
 
-    def _evict_pod(self, pod: dict, message: str, grace: int) -> bool:
-        meta = pod["metadata"]
+    def _evict_pod(self, pod: Pod, message: str, grace: int) -> bool:
         if policy.is_critical(pod):
-            log.warning("eviction: cannot evict the critical pod %s/%s", meta["namespace"], meta["name"])
+            log.warning("eviction: cannot evict the critical pod %s", pod.key)
             return False
-        log.info("eviction: evicting pod %s/%s (grace %d s): %s", meta["namespace"], meta["name"], grace, message)
-        if not self._evict(meta["uid"], message, grace):
-            log.warning("eviction: pod %s/%s not gone after %.0f s", meta["namespace"], meta["name"], CLEANUP_TIMEOUT)
+        log.info("eviction: evicting pod %s (grace %d s): %s", pod.key, grace, message)
+        if not self._evict(pod.uid, message, grace):
+            log.warning("eviction: pod %s not gone after %.0f s", pod.key, CLEANUP_TIMEOUT)
         return True
 
-    def synchronize(self) -> dict | None:
+    def synchronize(self) -> Pod | None:
         """One cycle; returns the pod it evicted for a node threshold, if any."""
         observations = self.observe()
         decision = self.state.step(self.thresholds, observations, self.clock(),
@@ -243,7 +241,7 @@ class EvictionManager:
         usage = self.usage(active)
         evicted = False
         for pod in active:  # local storage: each pod against its own limits, whatever the node's
-            u = usage.get(pod["metadata"]["uid"])
+            u = usage.get(pod.uid)
             message = policy.local_storage_violation(pod, u) if u is not None else None
             if message is not None:
                 evicted = self._evict_pod(pod, message, 0) or evicted
@@ -254,8 +252,8 @@ class EvictionManager:
         if self.events is not None and obs is not None:
             self.events.event(node_ref(self.settings.node_name), WARNING, "EvictionThresholdMet",
                               f"Attempting to reclaim {threshold.resource}")
-        for pod in policy.rank([p for p in active if p["metadata"]["uid"] in usage], usage, threshold.resource):
-            message = policy.eviction_message(pod, threshold, obs, usage.get(pod["metadata"]["uid"]))
+        for pod in policy.rank([p for p in active if p.uid in usage], usage, threshold.resource):
+            message = policy.eviction_message(pod, threshold, obs, usage.get(pod.uid))
             if self._evict_pod(pod, message, policy.grace_period(threshold, pod,
                                                                  self.settings.eviction_max_pod_grace_period)):
                 return pod

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pykubelet.api.podmodel import Container, EmptyDirSource, Pod
+
 REASON = "Evicted"
 MEMORY, DISK, PIDS = "MemoryPressure", "DiskPressure", "PIDPressure"
 # signal -> (the node condition it raises, the resource a pod is evicted for)
@@ -227,33 +229,24 @@ class PodUsage:
     volumes: dict[str, int] = field(default_factory=dict)  # disk-backed emptyDir name -> bytes
 
 
-def _limits_or_requests(container: dict, kind: str) -> dict:
-    return (container.get("resources") or {}).get(kind) or {}
-
-
-def container_request(container: dict, resource: str) -> Decimal:
-    value = _limits_or_requests(container, "requests").get(resource)
+def container_request(container: Container, resource: str) -> Decimal:
+    value = container.resources.requests.get(resource)
     return quantity(value) if value is not None else Decimal(0)
 
 
-def pod_request(pod: dict, resource: str) -> Decimal:
+def pod_request(pod: Pod, resource: str) -> Decimal:
     """The pod's request of `resource`: its containers' sum, or its largest init container's if more."""
-    spec = pod.get("spec") or {}
-    regular = sum((container_request(c, resource) for c in spec.get("containers") or []), Decimal(0))
-    init = max((container_request(c, resource) for c in spec.get("initContainers") or []), default=Decimal(0))
+    regular = sum((container_request(c, resource) for c in pod.spec.containers), Decimal(0))
+    init = max((container_request(c, resource) for c in pod.spec.init_containers), default=Decimal(0))
     return max(regular, init)
 
 
-def priority(pod: dict) -> int:
-    return int((pod.get("spec") or {}).get("priority") or 0)
-
-
-def is_critical(pod: dict) -> bool:
+def is_critical(pod: Pod) -> bool:
     """The kubelet's IsCriticalPod: a static pod, a mirror pod, or one of system-critical priority."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = pod.metadata.annotations
     source = annotations.get(CONFIG_SOURCE)
     return (source is not None and source != "api") or CONFIG_MIRROR in annotations \
-        or priority(pod) >= SYSTEM_CRITICAL_PRIORITY
+        or pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
 
 
 def _usage_of(usage: PodUsage | None, resource: str) -> int | None:
@@ -262,26 +255,23 @@ def _usage_of(usage: PodUsage | None, resource: str) -> int | None:
     return usage.memory if resource == "memory" else usage.disk
 
 
-def rank(pods: list[dict], usage: Mapping[str, PodUsage], resource: str) -> list[dict]:
+def rank(pods: list[Pod], usage: Mapping[str, PodUsage], resource: str) -> list[Pod]:
     """The pods in the order they go. memory and disk: those using more than they requested first, then
     lower priority, then more usage above the request; pids: lower priority, then more processes. A pod
     with no stats goes first, as the kubelet's orderings put it."""
-    def uid(p: dict) -> str:
-        return p["metadata"]["uid"]
-
     if resource == "pids":
-        def pid_key(p: dict) -> tuple:
-            n = (usage.get(uid(p)) or PodUsage()).pids
-            return (priority(p), n is not None, -(n or 0))
+        def pid_key(p: Pod) -> tuple:
+            n = (usage.get(p.uid) or PodUsage()).pids
+            return (p.spec.priority, n is not None, -(n or 0))
         return sorted(pods, key=pid_key)
     request_of = "ephemeral-storage" if resource in ("ephemeral-storage", "inodes") else resource
 
-    def key(p: dict) -> tuple:
-        used = _usage_of(usage.get(uid(p)), resource if resource != "inodes" else "ephemeral-storage")
+    def key(p: Pod) -> tuple:
+        used = _usage_of(usage.get(p.uid), resource if resource != "inodes" else "ephemeral-storage")
         if used is None:
-            return (False, False, priority(p), 0)
+            return (False, False, p.spec.priority, 0)
         above = Decimal(used) - pod_request(p, request_of)
-        return (True, not above > 0, priority(p), -above)
+        return (True, not above > 0, p.spec.priority, -above)
     return sorted(pods, key=key)
 
 
@@ -300,7 +290,7 @@ def format_quantity(n: int) -> str:
     return str(n)
 
 
-def eviction_message(pod: dict, threshold: Threshold, observation: Observation | None,
+def eviction_message(pod: Pod, threshold: Threshold, observation: Observation | None,
                      usage: PodUsage | None) -> str:
     """The kubelet's evictionMessage: the resource, the threshold and what was available, then each
     container using more than it requested."""
@@ -311,56 +301,53 @@ def eviction_message(pod: dict, threshold: Threshold, observation: Observation |
                     f"available: {format_quantity(max(observation.available, 0))}. ")
     if usage is None or resource not in ("memory", "ephemeral-storage"):
         return message
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        cu = usage.containers.get(c["name"])
+    for c in pod.spec.containers:
+        cu = usage.containers.get(c.name)
         used = None if cu is None else (cu.memory if resource == "memory" else cu.disk)
         if used is None:
             continue
-        request = _limits_or_requests(c, "requests").get(resource)
+        request = c.resources.requests.get(resource)
         if Decimal(used) > (quantity(request) if request is not None else 0):
-            message += (f"Container {c['name']} was using {format_quantity(used)}, request is "
+            message += (f"Container {c.name} was using {format_quantity(used)}, request is "
                         f"{request if request is not None else '0'}, has larger consumption of {resource}. ")
     return message
 
 
-def local_storage_violation(pod: dict, usage: PodUsage) -> str | None:
+def local_storage_violation(pod: Pod, usage: PodUsage) -> str | None:
     """Why the pod goes for its own local storage, whatever the node's: an emptyDir past its sizeLimit, the
     pod past the sum of its containers' ephemeral-storage limits, or a container past its own (the
     kubelet's localStorageEviction, in its order); None if it is within all of them."""
-    spec = pod.get("spec") or {}
-    for volume in spec.get("volumes") or []:
-        source = volume.get("emptyDir")
-        limit = (source or {}).get("sizeLimit")
+    for volume in pod.spec.volumes:
+        limit = volume.source.size_limit if isinstance(volume.source, EmptyDirSource) else None
         if limit is None or quantity(limit) <= 0:
             continue
-        used = usage.volumes.get(volume["name"])
+        used = usage.volumes.get(volume.name)
         if used is not None and used > quantity(limit):
-            return f"Usage of EmptyDir volume {json.dumps(volume['name'])} exceeds the limit {json.dumps(str(limit))}. "
-    containers = spec.get("containers") or []
-    limits = [_limits_or_requests(c, "limits").get("ephemeral-storage") for c in containers]
+            return f"Usage of EmptyDir volume {json.dumps(volume.name)} exceeds the limit {json.dumps(str(limit))}. "
+    containers = pod.spec.containers
+    limits = [c.resources.limits.get("ephemeral-storage") for c in containers]
     if usage.disk is not None and any(v is not None for v in limits):
         total = sum((quantity(v) for v in limits if v is not None), Decimal(0))
         if usage.disk > total:
             return (f"Pod ephemeral local storage usage exceeds the total limit of containers "
                     f"{format_quantity(int(total))}. ")
     for c, limit in zip(containers, limits, strict=True):
-        cu = usage.containers.get(c["name"])
+        cu = usage.containers.get(c.name)
         if limit is not None and cu is not None and cu.disk is not None and cu.disk > quantity(limit):
-            return f"Container {c['name']} exceeded its local ephemeral storage limit {json.dumps(str(limit))}. "
+            return f"Container {c.name} exceeded its local ephemeral storage limit {json.dumps(str(limit))}. "
     return None
 
 
-def grace_period(threshold: Threshold | None, pod: dict, max_pod_grace_period: int) -> int:
+def grace_period(threshold: Threshold | None, pod: Pod, max_pod_grace_period: int) -> int:
     """0 for a hard threshold (and for a local-storage limit: `threshold` None); for a soft one,
     evictionMaxPodGracePeriod, or the pod's own grace if shorter."""
     if threshold is None or threshold.hard:
         return 0
-    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return min(max_pod_grace_period, int(own)) if own is not None else max_pod_grace_period
+    return min(max_pod_grace_period, pod.spec.termination_grace_period_seconds)
 
 
-def _tolerates_memory_pressure(pod: dict) -> bool:
-    for t in (pod.get("spec") or {}).get("tolerations") or []:
+def _tolerates_memory_pressure(pod: Pod) -> bool:
+    for t in pod.spec.tolerations:
         key, op = t.get("key", ""), t.get("operator", "Equal")
         if t.get("effect", "") not in ("", "NoSchedule"):
             continue
@@ -370,7 +357,7 @@ def _tolerates_memory_pressure(pod: dict) -> bool:
     return False
 
 
-def admit(pod: dict, conditions: list[str]) -> str | None:
+def admit(pod: Pod, conditions: list[str]) -> str | None:
     """The kubelet's eviction admit handler: None to admit, else the rejection's message. Under memory
     pressure alone only BestEffort pods (unless they tolerate it) are turned away; under any other
     pressure every pod; a critical pod never."""
@@ -383,7 +370,7 @@ def admit(pod: dict, conditions: list[str]) -> str | None:
     return f"The node had condition: [{' '.join(conditions)}]. "
 
 
-def evicted_status(pod: dict, last: dict, message: str, now: str) -> dict:
+def evicted_status(last: dict, message: str, now: str) -> dict:
     """The status of an evicted pod, once its containers are killed, as the kubelet's: phase Failed, reason
     Evicted, a DisruptionTarget condition, not ready, and every container terminated (`last`: the status
     last sent, for the containers' ids and start times)."""

@@ -21,12 +21,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from pykubelet.errors import InvalidArgumentError
+
 DOCKER_CONFIG_JSON = ("kubernetes.io/dockerconfigjson", ".dockerconfigjson")
 DOCKER_CFG = ("kubernetes.io/dockercfg", ".dockercfg")
 DEFAULT_REGISTRY_HOST = "index.docker.io"  # the key `https://index.docker.io/v1/` becomes
 
 
-class PullSecretError(ValueError):
+class PullSecretError(InvalidArgumentError):
     """A pull secret of a docker config type whose content is not a docker config; names the secret."""
 
 

@@ -13,6 +13,7 @@ import base64
 from dataclasses import dataclass, field
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Pod
 from pykubelet.images.keyring import Keyring, RegistryAuth, parse_secret, repository
 
 
@@ -45,13 +46,12 @@ def auth_config(auth: RegistryAuth) -> api_pb2.AuthConfig:
                               identity_token=auth.identity_token, registry_token=auth.registry_token)
 
 
-def for_image(client, pod: dict, image: str) -> PullCredentials:
+def for_image(client, pod: Pod, image: str) -> PullCredentials:
     """Raises keyring.PullSecretError for a docker config secret that is not one."""
-    namespace = pod["metadata"].get("namespace") or "default"
+    namespace = pod.metadata.namespace
     out = PullCredentials()
     configs = []
-    for ref in pod["spec"].get("imagePullSecrets") or []:
-        name = (ref or {}).get("name") or ""
+    for name in pod.spec.image_pull_secrets:
         if not name:
             continue  # the API accepted empty names once (kubernetes#99454); the kubelet skips them too
         found = _read(client, namespace, name)

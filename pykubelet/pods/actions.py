@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from proto import api_pb2
+from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import find_container, is_finished, is_init, is_sidecar, restart_policy, termination_grace
+from pykubelet.pods.podspec import is_finished, termination_grace
 from pykubelet.pods.runtimepod import RuntimePod
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -101,8 +102,8 @@ class PodActions:
         return {s.name: (CRASH_LOOP, s.message) for s in self.steps if isinstance(s, BackOff)}
 
 
-def compute_pod_actions(pod: dict, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> PodActions:
-    """What this sync of `pod` (a dict of the Pod) does, given what the runtime has of it (`state`)."""
+def compute_pod_actions(pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> PodActions:
+    """What this sync of `pod` does, given what the runtime has of it (`state`)."""
     if state.sandbox is None:
         if is_finished(pod):
             return PodActions()  # a finished pod is not brought back
@@ -111,17 +112,17 @@ def compute_pod_actions(pod: dict, state: RuntimePod, probes: Probes | None, bac
     return _Planner(pod, state, probes, backoffs).actions()
 
 
-def after_kill(pod: dict, state: RuntimePod, kill: KillContainer, status: api_pb2.ContainerStatus,
+def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2.ContainerStatus,
                probes: Probes | None, backoffs: Backoffs) -> tuple[list[Step], bool]:
     """The steps that follow `kill`, one of compute_pod_actions' steps, decided on the status the container
     has once killed (`state` is what the actions were computed from); and whether the steps after `kill`
     in the plan are dropped (a sidecar that must start before the next init container does not)."""
     planner = _Planner(pod, state, probes, backoffs)
-    container = find_container(pod, kill.name)
+    container = pod.container(kill.name)
     if kill.reason is KillReason.SPEC_CHANGED:
         return [planner.start(container, status)], False
     if kill.reason is KillReason.PROBE_FAILED:
-        if is_init(pod, kill.name):  # a sidecar: the init containers have no probes
+        if pod.is_init(kill.name):  # a sidecar: the init containers have no probes
             return planner.sidecar(container, status, probed=True)
         return planner.regular(container, status, probed=True), False
     return [], False
@@ -130,16 +131,16 @@ def after_kill(pod: dict, state: RuntimePod, kill: KillContainer, status: api_pb
 class _Planner:
     """One computation of a pod's actions against one ready sandbox."""
 
-    def __init__(self, pod: dict, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> None:
+    def __init__(self, pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> None:
         assert state.sandbox is not None
         self.pod, self.state, self.probes, self.backoffs = pod, state, probes, backoffs
         self.sandbox_id = state.sandbox.id
-        self.uid = pod["metadata"]["uid"]
-        self.policy = restart_policy(pod)
-        containers = pod["spec"].get("containers", [])
+        self.uid = pod.uid
+        self.policy = pod.spec.restart_policy
+        containers = pod.spec.containers
         # once a regular container ran in this sandbox, the init containers are done; once they all ended
         # for good, the sidecars go (they never keep a pod from completing)
-        self.initialized = any(self.current(c["name"]) is not None for c in containers)
+        self.initialized = any(self.current(c.name) is not None for c in containers)
         self.finished = self.initialized and self._regular_done()
 
     def actions(self) -> PodActions:
@@ -147,9 +148,9 @@ class _Planner:
         if self.finished:
             steps += self._stop_sidecars()
         # init containers, one at a time, in order; each must succeed (a sidecar: start) before the next starts
-        for container in self.pod["spec"].get("initContainers", []):
-            current = self.current(container["name"])
-            if is_sidecar(container):
+        for container in self.pod.spec.init_containers:
+            current = self.current(container.name)
+            if container.is_sidecar:
                 more, halt = self.sidecar(container, current)
                 steps += more
                 if halt:
@@ -163,8 +164,8 @@ class _Planner:
                 return PodActions(steps=tuple(steps), init_failed=True)
             steps.append(self.start(container, current))
             return PodActions(steps=tuple(steps))
-        for container in self.pod["spec"].get("containers", []):
-            steps += self.regular(container, self.current(container["name"]))
+        for container in self.pod.spec.containers:
+            steps += self.regular(container, self.current(container.name))
         dead = self._dead()
         if dead:
             steps.append(RemoveContainers(dead))
@@ -178,7 +179,7 @@ class _Planner:
             return history[0]
         return None
 
-    def sidecar(self, container: dict, current: api_pb2.ContainerStatus | None,
+    def sidecar(self, container: Container, current: api_pb2.ContainerStatus | None,
                 probed: bool = False) -> tuple[list[Step], bool]:
         """A sidecar's steps, and whether the init containers after it wait (`probed`: its probes' verdict
         was acted on already)."""
@@ -188,20 +189,22 @@ class _Planner:
             kill = None if probed else self._probe_kill(container, current)
             if kill is not None:
                 return [kill], False
-            return [], not (self.initialized or self._started(container["name"], current.id))
+            return [], not (self.initialized or self._started(container.name, current.id))
         step = self.start(container, current)
         if self.initialized:
             return [step], False
-        if isinstance(step, BackOff) or container.get("startupProbe"):
+        if isinstance(step, BackOff) or container.startup_probe is not None:
             return [step], True  # the next one waits until this one has started (its startup probe)
         return [replace(step, halt_unless_started=True)], False
 
-    def regular(self, container: dict, current: api_pb2.ContainerStatus | None, probed: bool = False) -> list[Step]:
+    def regular(self, container: Container, current: api_pb2.ContainerStatus | None,
+                probed: bool = False) -> list[Step]:
         if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
             if current.annotations.get(HASH) != container_hash(container):
-                return [KillContainer(container["name"], current.id, int(current.annotations.get(GRACE, "30") or 30),
+                return [KillContainer(container.name, current.id,
+                                      int(current.annotations.get(GRACE, "") or DEFAULT_GRACE),
                                       KillReason.SPEC_CHANGED,
-                                      f"Container {container['name']} definition changed, will be restarted")]
+                                      f"Container {container.name} definition changed, will be restarted")]
             kill = None if probed else self._probe_kill(container, current)
             return [kill] if kill is not None else []
         if current is not None and current.state != api_pb2.CONTAINER_CREATED and not self._restarts(current):
@@ -212,9 +215,9 @@ class _Planner:
         """Whether the restart policy restarts a regular container that ended so."""
         return not (self.policy == "Never" or (self.policy == "OnFailure" and ended.exit_code == 0))
 
-    def start(self, container: dict, current: api_pb2.ContainerStatus | None) -> StartContainer | BackOff:
+    def start(self, container: Container, current: api_pb2.ContainerStatus | None) -> StartContainer | BackOff:
         """Starts the container, unless it exited and its back-off is not over."""
-        name, meta = container["name"], self.pod["metadata"]
+        name, meta = container.name, self.pod.metadata
         history = self.state.history(name)
         attempt = restart_count(history[0]) + 1 if history else 0
         key = None
@@ -223,28 +226,28 @@ class _Planner:
             wait = self.backoffs.remaining(key, current.finished_at / 1e9)
             if wait > 0:
                 return BackOff(name, f"back-off {self.backoffs.current(key):g}s restarting failed container={name} "
-                                     f"pod={meta['name']}_{meta['namespace']}({meta['uid']})", wait)
+                                     f"pod={meta.name}_{meta.namespace}({meta.uid})", wait)
         created = current.id if current is not None and current.state == api_pb2.CONTAINER_CREATED else None
         return StartContainer(name, attempt, backoff_key=key, remove_first=created)
 
     def _started(self, name: str, container_id: str) -> bool:
         return self.probes is None or self.probes.started(self.uid, name, container_id)
 
-    def _probe_kill(self, container: dict, current: api_pb2.ContainerStatus) -> KillContainer | None:
+    def _probe_kill(self, container: Container, current: api_pb2.ContainerStatus) -> KillContainer | None:
         """A running container that failed its liveness or startup probe is killed."""
-        verdict = self.probes.kill_reason(self.uid, container["name"], current.id) if self.probes is not None else None
+        verdict = self.probes.kill_reason(self.uid, container.name, current.id) if self.probes is not None else None
         if verdict is None:
             return None
         message, grace = verdict
-        return KillContainer(container["name"], current.id, termination_grace(self.pod) if grace is None else grace,
+        return KillContainer(container.name, current.id, termination_grace(self.pod) if grace is None else grace,
                              KillReason.PROBE_FAILED, message)
 
     def _regular_done(self) -> bool:
         """Whether every regular container has ended and the restart policy restarts none of them."""
         if self.policy == "Always":
             return False
-        for c in self.pod["spec"].get("containers", []):
-            current = self.current(c["name"])
+        for c in self.pod.spec.containers:
+            current = self.current(c.name)
             if current is None or current.state != api_pb2.CONTAINER_EXITED:
                 return False
             if self.policy == "OnFailure" and current.exit_code != 0:
@@ -254,10 +257,10 @@ class _Planner:
     def _stop_sidecars(self) -> list[Step]:
         """The running sidecars of a pod whose regular containers are done: in reverse order, with preStop."""
         steps: list[Step] = []
-        for container in reversed([c for c in self.pod["spec"].get("initContainers", []) if is_sidecar(c)]):
-            current = self.current(container["name"])
+        for container in reversed([c for c in self.pod.spec.init_containers if c.is_sidecar]):
+            current = self.current(container.name)
             if current is not None and current.state == api_pb2.CONTAINER_RUNNING:
-                steps.append(KillContainer(container["name"], current.id, termination_grace(self.pod),
+                steps.append(KillContainer(container.name, current.id, termination_grace(self.pod),
                                            KillReason.POD_DONE))
         return steps
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pykubelet.pods.podspec import parse_quantity
+from pykubelet.api.podmodel import Container, Pod
+from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
 log = logging.getLogger(__name__)
@@ -45,28 +46,22 @@ class Verdict:
 ADMIT = Verdict(True)
 
 
-def _containers(pod: dict, kind: str) -> list[dict]:
-    return pod["spec"].get(kind) or []
-
-
-def _request(container: dict, resource: str) -> Decimal:
-    res = container.get("resources") or {}
-    value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+def _request(container: Container, resource: str) -> Decimal:
+    value = container.resources.requests.get(resource)  # the limit when no request: the parser's default
     return parse_quantity(value) if value is not None else Decimal(0)
 
 
-def pod_requests(pod: dict) -> dict[str, Decimal]:
+def pod_requests(pod: Pod) -> dict[str, Decimal]:
     """What the pod asks of the node, as the scheduler counts it: the sum over its containers and its
     restartable (sidecar) init containers, or the largest one-at-a-time init container if more, plus the
     pod overhead. cpu in cores, memory in bytes (a request defaults to the limit)."""
     out: dict[str, Decimal] = {}
-    overhead = pod["spec"].get("overhead") or {}
+    spec = pod.spec
+    overhead = spec.overhead
     for resource in ("cpu", "memory"):
-        sidecars = sum((_request(c, resource) for c in _containers(pod, "initContainers")
-                        if c.get("restartPolicy") == "Always"), Decimal(0))
-        regular = sum((_request(c, resource) for c in _containers(pod, "containers")), Decimal(0)) + sidecars
-        init = max((_request(c, resource) for c in _containers(pod, "initContainers")
-                    if c.get("restartPolicy") != "Always"), default=Decimal(0))
+        sidecars = sum((_request(c, resource) for c in spec.init_containers if c.is_sidecar), Decimal(0))
+        regular = sum((_request(c, resource) for c in spec.containers), Decimal(0)) + sidecars
+        init = max((_request(c, resource) for c in spec.init_containers if not c.is_sidecar), default=Decimal(0))
         extra = parse_quantity(overhead[resource]) if resource in overhead else Decimal(0)
         out[resource] = max(regular, init + sidecars) + extra
     return out
@@ -82,7 +77,7 @@ def _units(resource: str, value: Decimal) -> int:
     return int(value * 1000) if resource == "cpu" else int(value)
 
 
-def fits(pod: dict, others: list[dict], allocatable: dict[str, str]) -> Verdict:
+def fits(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> Verdict:
     """Pod count and cpu/memory requests against allocatable minus the `others` (the admitted pods)."""
     pods_cap = int(allocatable.get("pods", "110"))
     if len(others) + 1 > pods_cap:
@@ -126,26 +121,25 @@ def _term_matches(term: dict, labels: dict[str, str], node_name: str) -> bool:
             and all(e.get("key") == "metadata.name" and _expression_matches(e, node_name) for e in fields))
 
 
-def node_affinity_matches(pod: dict, labels: dict[str, str], node_name: str) -> bool:
+def node_affinity_matches(pod: Pod, labels: dict[str, str], node_name: str) -> bool:
     """spec.nodeSelector (every label equal) and the required node affinity (any term matches)."""
-    spec = pod["spec"]
-    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+    spec = pod.spec
+    if any(labels.get(k) != v for k, v in spec.node_selector.items()):
         return False
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+    required = (spec.affinity.get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution")
     if required is None:
         return True
     return any(_term_matches(t, labels, node_name) for t in required.get("nodeSelectorTerms") or [])
 
 
-def host_ports(pod: dict) -> list[tuple[str, str, int]]:
+def host_ports(pod: Pod) -> list[tuple[str, str, int]]:
     """(protocol, host IP, port) of every container port with a hostPort."""
-    return [(p.get("protocol", "TCP"), p.get("hostIP") or "0.0.0.0", p["hostPort"])
-            for kind in ("initContainers", "containers") for c in _containers(pod, kind)
-            for p in c.get("ports") or [] if p.get("hostPort")]
+    return [(p.protocol, p.host_ip or "0.0.0.0", p.host_port)
+            for c in pod.spec.all_containers for p in c.ports if p.host_port]
 
 
-def ports_conflict(pod: dict, others: list[dict]) -> bool:
+def ports_conflict(pod: Pod, others: list[Pod]) -> bool:
     taken = [hp for o in others for hp in host_ports(o)]
     for proto, ip, port in host_ports(pod):
         for t_proto, t_ip, t_port in taken:
@@ -154,7 +148,7 @@ def ports_conflict(pod: dict, others: list[dict]) -> bool:
     return False
 
 
-def check(pod: dict, others: list[dict], *, allocatable: dict[str, str], labels: dict[str, str], node_name: str,
+def check(pod: Pod, others: list[Pod], *, allocatable: dict[str, str], labels: dict[str, str], node_name: str,
           runtime_class_known: Callable[[str], bool] = lambda _name: False,
           sysctls: Allowlist | None = None) -> Verdict:
     """The kubelet's admission of `pod` next to the admitted `others`, first failure only (as the kubelet
@@ -163,19 +157,18 @@ def check(pod: dict, others: list[dict], *, allocatable: dict[str, str], labels:
     forbidden = (sysctls or Allowlist.for_node([])).admit(pod)
     if forbidden is not None:
         return Verdict(False, FORBIDDEN_REASON, forbidden)
-    os_name = (pod["spec"].get("os") or {}).get("name")
-    if os_name not in (None, "linux"):
+    if pod.spec.os_name not in (None, "linux"):
         return Verdict(False, "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
     verdict = fits(pod, others, allocatable)
     if not verdict.admit:
         return verdict
     if not node_affinity_matches(pod, labels, node_name):
         return Verdict(False, "NodeAffinity", f"Predicate NodeAffinity failed: {AFFINITY_DESC}")
-    if pod["spec"].get("nodeName") not in (None, "", node_name):
+    if pod.spec.node_name not in ("", node_name):
         return Verdict(False, "NodeName", "Predicate NodeName failed: node(s) didn't match the requested node name")
     if ports_conflict(pod, others):
         return Verdict(False, "NodePorts", f"Predicate NodePorts failed: {PORTS_DESC}")
-    rc = pod["spec"].get("runtimeClassName")
+    rc = pod.spec.runtime_class_name
     if rc and not runtime_class_known(rc):
         return Verdict(False, "UnknownRuntimeClass", f"RuntimeClass \"{rc}\" not found")
     return ADMIT
@@ -184,12 +177,12 @@ def check(pod: dict, others: list[dict], *, allocatable: dict[str, str], labels:
 class Admission:
     """Admission with memory: which pods were admitted (they count against the node), which rejected.
 
-    `pods()`: the desired pods (dicts); `on_node()`: the UIDs that have a sandbox on the node;
+    `pods()`: the desired pods; `on_node()`: the UIDs that have a sandbox on the node;
     `allocatable()` and `labels()`: the node's; `runtime_class_known(name)`: whether a RuntimeClass exists;
     `sysctls`: the sysctls pods may set (the safe set by default).
     One decision at a time, so two new pods never both take the same room."""
 
-    def __init__(self, node_name: str, *, pods: Callable[[], list[dict]], on_node: Callable[[], set[str]],
+    def __init__(self, node_name: str, *, pods: Callable[[], list[Pod]], on_node: Callable[[], set[str]],
                  allocatable: Callable[[], dict[str, str]], labels: Callable[[], dict[str, str]],
                  runtime_class_known: Callable[[str], bool] = lambda _name: False,
                  sysctls: Allowlist | None = None) -> None:
@@ -197,14 +190,14 @@ class Admission:
         self._pods, self._on_node, self._allocatable, self._labels = pods, on_node, allocatable, labels
         self._runtime_class_known = runtime_class_known
         # the eviction manager's admit handler (pykubelet/eviction): a rejection message under node pressure
-        self.pressure: Callable[[dict], str | None] = lambda _pod: None
+        self.pressure: Callable[[Pod], str | None] = lambda _pod: None
         self._sysctls = sysctls or Allowlist.for_node([])
         self._admitted: set[str] = set()
         self._rejected: dict[str, Verdict] = {}
         self._lock = threading.Lock()
 
-    def admit(self, pod: dict, has_runtime_state: bool) -> Verdict:
-        uid = pod["metadata"]["uid"]
+    def admit(self, pod: Pod, has_runtime_state: bool) -> Verdict:
+        uid = pod.uid
         with self._lock:
             if uid in self._admitted:
                 return ADMIT
@@ -214,9 +207,8 @@ class Admission:
                 self._admitted.add(uid)
                 return ADMIT
             on_node = self._on_node()
-            others = [p for p in self._pods() if p["metadata"]["uid"] != uid
-                      and (p["metadata"]["uid"] in self._admitted or p["metadata"]["uid"] in on_node)
-                      and (p.get("status") or {}).get("phase") not in TERMINAL]
+            others = [p for p in self._pods() if p.uid != uid and (p.uid in self._admitted or p.uid in on_node)
+                      and p.status.phase not in TERMINAL]
             verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
                             node_name=self.node_name, runtime_class_known=self._runtime_class_known,
                             sysctls=self._sysctls)
@@ -227,8 +219,7 @@ class Admission:
                 self._admitted.add(uid)
             else:
                 self._rejected[uid] = verdict
-                log.warning("pod %s/%s rejected: %s: %s", pod["metadata"].get("namespace"), pod["metadata"]["name"],
-                            verdict.reason, verdict.message)
+                log.warning("pod %s rejected: %s: %s", pod.key, verdict.reason, verdict.message)
             return verdict
 
     def forget(self, uid: str) -> None:
@@ -237,10 +228,8 @@ class Admission:
             self._rejected.pop(uid, None)
 
 
-def rejected_status(pod: dict, verdict: Verdict) -> dict[str, Any]:
+def rejected_status(pod: Pod, verdict: Verdict) -> dict[str, Any]:
     """The status of a rejected pod, as the kubelet's rejectPod sets it."""
-    from pykubelet.pods.podspec import qos_class
-
     return {"phase": "Failed", "reason": verdict.reason, "message": f"Pod was rejected: {verdict.message}",
             "qosClass": qos_class(pod)}
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Container, DNSConfig, Pod
 from pykubelet.config import Settings
 from pykubelet.pods import userns
 from pykubelet.pods.labels import (
@@ -37,9 +38,9 @@ CPU_PERIOD = 100_000
 MIN_SHARES = 2
 
 
-def cgroup_parent(pod: dict, settings: Settings) -> str:
+def cgroup_parent(pod: Pod, settings: Settings) -> str:
     """The pod's cgroup under kubepods, by QoS class, as the kubelet names it for each cgroup driver."""
-    qos, uid = qos_class(pod), pod["metadata"]["uid"]
+    qos, uid = qos_class(pod), pod.uid
     if settings.cgroup_driver == "systemd":
         uid_ = uid.replace("-", "_")
         if qos == "Guaranteed":
@@ -49,14 +50,13 @@ def cgroup_parent(pod: dict, settings: Settings) -> str:
     return "/".join(parts + [f"pod{uid}"])
 
 
-def log_directory(pod: dict, settings: Settings) -> Path:
-    m = pod["metadata"]
-    return settings.pod_logs_dir / f"{m['namespace']}_{m['name']}_{m['uid']}"
+def log_directory(pod: Pod, settings: Settings) -> Path:
+    m = pod.metadata
+    return settings.pod_logs_dir / f"{m.namespace}_{m.name}_{m.uid}"
 
 
-def linux_resources(container: dict) -> api_pb2.LinuxContainerResources:
-    res = container.get("resources", {})
-    requests, limits = res.get("requests", {}), res.get("limits", {})
+def linux_resources(container: Container) -> api_pb2.LinuxContainerResources:
+    requests, limits = container.resources.requests, container.resources.limits
     out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
     cpu_request = requests.get("cpu", limits.get("cpu"))
     out.cpu_shares = max(MIN_SHARES, int(parse_quantity(cpu_request) * 1024)) if cpu_request else MIN_SHARES
@@ -67,8 +67,7 @@ def linux_resources(container: dict) -> api_pb2.LinuxContainerResources:
     return out
 
 
-def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
-    profile = sc.get("seccompProfile")
+def seccomp(profile: dict | None) -> api_pb2.SecurityProfile | None:
     if not profile or profile.get("type") == "Unconfined":
         return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.Unconfined)
     if profile["type"] == "Localhost":
@@ -77,21 +76,20 @@ def seccomp(sc: dict) -> api_pb2.SecurityProfile | None:
     return api_pb2.SecurityProfile(profile_type=api_pb2.SecurityProfile.RuntimeDefault)
 
 
-def namespace_options(pod: dict) -> api_pb2.NamespaceOption:
-    spec = pod["spec"]
+def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
+    spec = pod.spec
     return api_pb2.NamespaceOption(
-        network=NAMESPACE_MODE[bool(spec.get("hostNetwork"))],
-        pid=api_pb2.NODE if spec.get("hostPID") else
-        (api_pb2.POD if spec.get("shareProcessNamespace") else api_pb2.CONTAINER),
-        ipc=NAMESPACE_MODE[bool(spec.get("hostIPC"))])
+        network=NAMESPACE_MODE[spec.host_network],
+        pid=api_pb2.NODE if spec.host_pid else (api_pb2.POD if spec.share_process_namespace else api_pb2.CONTAINER),
+        ipc=NAMESPACE_MODE[spec.host_ipc])
 
 
-def dns_config(pod: dict, settings: Settings) -> api_pb2.DNSConfig | None:
+def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
     """ClusterFirst: the cluster DNS and its search path; Default (or no cluster DNS): the runtime's (the
     host's); None: only the pod's dnsConfig, which is merged over the others as the kubelet does."""
-    spec = pod["spec"]
-    policy = spec.get("dnsPolicy", "ClusterFirst")
-    if policy == "ClusterFirst" and spec.get("hostNetwork"):
+    spec = pod.spec
+    policy = spec.dns_policy
+    if policy == "ClusterFirst" and spec.host_network:
         policy = "Default"
     if policy == "ClusterFirstWithHostNet":
         policy = "ClusterFirst"
@@ -99,99 +97,95 @@ def dns_config(pod: dict, settings: Settings) -> api_pb2.DNSConfig | None:
     searches: list[str] = []
     options: list[str] = []
     if policy == "ClusterFirst" and settings.cluster_dns:
-        domain, ns = settings.cluster_domain, pod["metadata"]["namespace"]
+        domain, ns = settings.cluster_domain, pod.metadata.namespace
         servers = list(settings.cluster_dns)
         searches = [f"{ns}.svc.{domain}", f"svc.{domain}", domain] if domain else []
         options = ["ndots:5"]
-    extra = spec.get("dnsConfig") or {}
-    servers += [s for s in extra.get("nameservers", []) if s not in servers]
-    searches += [s for s in extra.get("searches", []) if s not in searches]
-    for opt in extra.get("options", []):
-        text = f"{opt['name']}:{opt['value']}" if opt.get("value") is not None else opt["name"]
-        options = [o for o in options if o.split(":")[0] != opt["name"]] + [text]
+    extra = spec.dns_config or DNSConfig()
+    servers += [s for s in extra.nameservers if s not in servers]
+    searches += [s for s in extra.searches if s not in searches]
+    for name, value in extra.options:
+        text = f"{name}:{value}" if value is not None else name
+        options = [o for o in options if o.split(":")[0] != name] + [text]
     if not (servers or searches or options):
         return None
     return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
 
 
-def sandbox_config(pod: dict, settings: Settings, attempt: int = 0,
+def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
                    host_range: int | None = None) -> api_pb2.PodSandboxConfig:
     """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py)."""
-    meta, spec = pod["metadata"], pod["spec"]
-    hostname = settings.node_name if spec.get("hostNetwork") else (spec.get("hostname") or meta["name"])[:63]
-    ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.get("protocol", "TCP")),
-                                 container_port=p["containerPort"], host_port=p["hostPort"],
-                                 host_ip=p.get("hostIP", ""))
-             for c in spec.get("containers", []) for p in c.get("ports", []) if p.get("hostPort")]
-    sc = spec.get("securityContext", {})
-    privileged = any(c.get("securityContext", {}).get("privileged")
-                     for c in spec.get("containers", []) + spec.get("initContainers", []))
+    meta, spec = pod.metadata, pod.spec
+    hostname = settings.node_name if spec.host_network else (spec.hostname or meta.name)[:63]
+    ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
+                                 host_port=p.host_port, host_ip=p.host_ip)
+             for c in spec.containers for p in c.ports if p.host_port]
+    sc = spec.security_context
+    privileged = any(c.security_context.privileged for c in spec.containers + spec.init_containers)
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod), privileged=privileged,
-        supplemental_groups=supplemental_groups(pod), seccomp=seccomp(security_context(pod, None)))
+        supplemental_groups=supplemental_groups(pod), seccomp=seccomp(sc.seccomp_profile))
     if host_range is not None:
         ids = [api_pb2.IDMapping(container_id=0, host_id=host_range, length=userns.LENGTH)]
         security.namespace_options.userns_options.CopyFrom(
             api_pb2.UserNamespace(mode=api_pb2.NamespaceMode.POD, uids=ids, gids=ids))
-    if "runAsUser" in sc:
-        security.run_as_user.value = sc["runAsUser"]
-    if "runAsGroup" in sc:
-        security.run_as_group.value = sc["runAsGroup"]
+    if sc.run_as_user is not None:
+        security.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        security.run_as_group.value = sc.run_as_group
     linux = api_pb2.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent(pod, settings), security_context=security,
-                                          sysctls={s["name"]: s["value"] for s in sc.get("sysctls", [])})
+                                          sysctls=dict(sc.sysctls))
     config = api_pb2.PodSandboxConfig(
-        metadata=api_pb2.PodSandboxMetadata(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                                            attempt=attempt),
+        metadata=api_pb2.PodSandboxMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid, attempt=attempt),
         hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
-        labels={**meta.get("labels", {}), POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"],
-                POD_UID: meta["uid"]},
-        annotations=meta.get("annotations", {}), linux=linux)
+        labels={**meta.labels, POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid},
+        annotations=meta.annotations, linux=linux)
     dns = dns_config(pod, settings)
     if dns is not None:
         config.dns_config.CopyFrom(dns)
     return config
 
 
-def container_config(pod: dict, container: dict, image_ref: str, restart: int,
+def container_config(pod: Pod, container: Container, image_ref: str, restart: int,
                      sandbox: api_pb2.PodSandboxConfig, *, envs: dict[str, str] | None = None,
                      mounts: list[api_pb2.Mount] | None = None) -> api_pb2.ContainerConfig:
     """`envs` and `mounts`: the resolved env and the volume mounts (pykubelet/volumes/manager.py); not
     hashed, so a changed configMap does not restart the container."""
-    meta, spec = pod["metadata"], pod["spec"]
+    meta, own = pod.metadata, container.security_context
     sc = security_context(pod, container)
-    caps = sc.get("capabilities", {})
-    privileged = bool(sc.get("privileged"))
+    unmasked = own.privileged or own.proc_mount == "Unmasked"
     security = api_pb2.LinuxContainerSecurityContext(
-        capabilities=api_pb2.Capability(add_capabilities=caps.get("add", []), drop_capabilities=caps.get("drop", [])),
-        privileged=privileged, namespace_options=sandbox.linux.security_context.namespace_options,
-        readonly_rootfs=bool(sc.get("readOnlyRootFilesystem")),
+        capabilities=api_pb2.Capability(add_capabilities=own.capabilities_add,
+                                        drop_capabilities=own.capabilities_drop),
+        privileged=own.privileged, namespace_options=sandbox.linux.security_context.namespace_options,
+        readonly_rootfs=own.read_only_root_filesystem,
         supplemental_groups=supplemental_groups(pod),
-        no_new_privs=sc.get("allowPrivilegeEscalation") is False, seccomp=seccomp(sc),
-        masked_paths=[] if privileged or sc.get("procMount") == "Unmasked" else MASKED_PATHS,
-        readonly_paths=[] if privileged or sc.get("procMount") == "Unmasked" else READONLY_PATHS)
-    if "runAsUser" in sc:
-        security.run_as_user.value = sc["runAsUser"]
-    if "runAsGroup" in sc:
-        security.run_as_group.value = sc["runAsGroup"]
+        no_new_privs=own.allow_privilege_escalation is False, seccomp=seccomp(sc.seccomp_profile),
+        masked_paths=[] if unmasked else MASKED_PATHS, readonly_paths=[] if unmasked else READONLY_PATHS)
+    if sc.run_as_user is not None:
+        security.run_as_user.value = sc.run_as_user
+    if sc.run_as_group is not None:
+        security.run_as_group.value = sc.run_as_group
     env = plain_env(container) if envs is None else envs
-    grace = meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30))
+    grace = meta.deletion_grace_period_seconds
+    if grace is None:
+        grace = pod.spec.termination_grace_period_seconds
     userns_options = security.namespace_options.userns_options
     if userns_options.uids:  # as the stock kubelet: a pod with a user namespace gets its volumes idmapped
         mounts = [_idmapped(m, userns_options) for m in mounts or []]
     return api_pb2.ContainerConfig(
-        metadata=api_pb2.ContainerMetadata(name=container["name"], attempt=restart),
-        image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container["image"]),
-        command=[expand(a, env) for a in container.get("command", [])],
-        args=[expand(a, env) for a in container.get("args", [])],
-        working_dir=container.get("workingDir", ""),
+        metadata=api_pb2.ContainerMetadata(name=container.name, attempt=restart),
+        image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container.image),
+        command=[expand(a, env) for a in container.command], args=[expand(a, env) for a in container.args],
+        working_dir=container.working_dir,
         envs=[api_pb2.KeyValue(key=k, value=v.encode()) for k, v in env.items()],
-        labels={POD_NAME: meta["name"], POD_NAMESPACE: meta["namespace"], POD_UID: meta["uid"],
-                CONTAINER_NAME: container["name"]},
+        labels={POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid, CONTAINER_NAME: container.name},
         annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),
-                     TERMINATION_MESSAGE_PATH: container.get("terminationMessagePath", "/dev/termination-log"),
-                     **({PORTS: json.dumps(container["ports"])} if container.get("ports") else {})},
-        log_path=f"{container['name']}/{restart}.log", mounts=mounts or [],
-        stdin=bool(container.get("stdin")), stdin_once=bool(container.get("stdinOnce")), tty=bool(container.get("tty")),
+                     TERMINATION_MESSAGE_PATH: container.termination_message_path,
+                     # as the pod gave them (the stock kubelet's annotation is its JSON of the ports)
+                     **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
+        log_path=f"{container.name}/{restart}.log", mounts=mounts or [],
+        stdin=container.stdin, stdin_once=container.stdin_once, tty=container.tty,
         linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
 
 

@@ -19,6 +19,7 @@ from collections import ChainMap
 from collections.abc import Callable
 from decimal import Decimal
 
+from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.pods.podspec import expand, parse_quantity
 from pykubelet.volumes import objects
@@ -49,22 +50,22 @@ def _go_quote(s: str) -> str:
     return "".join(out)
 
 
-def field_value(pod: dict, path: str, *, host_ips: list[str] | None = None, pod_ips: list[str] | None = None) -> str:
+def field_value(pod: Pod, path: str, *, host_ips: list[str] | None = None, pod_ips: list[str] | None = None) -> str:
     """The downward API value of `path` (a fieldRef.fieldPath) for `pod`."""
-    meta, spec = pod["metadata"], pod["spec"]
+    meta, spec = pod.metadata, pod.spec
     if path.endswith("']") and "['" in path:
         base, key = path[:-2].split("['", 1)
         if base == "metadata.labels":
-            return meta.get("labels", {}).get(key, "")
+            return meta.labels.get(key, "")
         if base == "metadata.annotations":
-            return meta.get("annotations", {}).get(key, "")
+            return meta.annotations.get(key, "")
         raise ContainerConfigError(f"fieldPath {path!r} does not support subscript")
     host_ips, pod_ips = host_ips or [], pod_ips or []
-    simple = {"metadata.name": lambda: meta["name"], "metadata.namespace": lambda: meta["namespace"],
-              "metadata.uid": lambda: meta["uid"], "metadata.labels": lambda: _format_map(meta.get("labels", {})),
-              "metadata.annotations": lambda: _format_map(meta.get("annotations", {})),
-              "spec.nodeName": lambda: spec.get("nodeName", ""),
-              "spec.serviceAccountName": lambda: spec.get("serviceAccountName", ""),
+    simple = {"metadata.name": lambda: meta.name, "metadata.namespace": lambda: meta.namespace,
+              "metadata.uid": lambda: meta.uid, "metadata.labels": lambda: _format_map(meta.labels),
+              "metadata.annotations": lambda: _format_map(meta.annotations),
+              "spec.nodeName": lambda: spec.node_name,
+              "spec.serviceAccountName": lambda: spec.service_account_name,
               "status.hostIP": lambda: host_ips[0] if host_ips else "",
               "status.hostIPs": lambda: ",".join(host_ips),
               "status.podIP": lambda: pod_ips[0] if pod_ips else "",
@@ -74,27 +75,23 @@ def field_value(pod: dict, path: str, *, host_ips: list[str] | None = None, pod_
     return simple[path]()
 
 
-def resource_value(pod: dict, container: dict | None, ref: dict, allocatable: Callable[[], dict[str, str]]) -> str:
+def resource_value(pod: Pod, container: Container | None, ref: dict, allocatable: Callable[[], dict[str, str]]) -> str:
     """A resourceFieldRef's value: the container's request or limit (limits default to the node's
     allocatable, as the kubelet's), divided by `divisor` and rounded up."""
     name = ref.get("containerName")
     if name:
-        container = next((c for c in pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
-                          if c["name"] == name), None)
+        container = next((c for c in pod.spec.containers + pod.spec.init_containers if c.name == name), None)
         if container is None:
-            raise ContainerConfigError(f"container {name!r} not found in pod {pod['metadata']['name']}")
+            raise ContainerConfigError(f"container {name!r} not found in pod {pod.metadata.name}")
     if container is None:
         raise ContainerConfigError("resourceFieldRef.containerName is required here")
     resource = ref["resource"]
     kind, _, res = resource.partition(".")
     if kind not in ("limits", "requests") or res not in ("cpu", "memory", "ephemeral-storage"):
         raise ContainerConfigError(f"unsupported container resource : {resource}")
-    resources = container.get("resources", {})
-    value = resources.get(kind, {}).get(res)
+    value = (container.resources.limits if kind == "limits" else container.resources.requests).get(res)
     if value is None and kind == "limits":
         value = allocatable().get(res)
-    if value is None and kind == "requests":
-        value = resources.get("limits", {}).get(res)  # the API server defaults requests to limits
     amount = parse_quantity(value) if value is not None else Decimal(0)
     divisor = parse_quantity(ref.get("divisor") or "1")
     if divisor == 0:
@@ -148,14 +145,14 @@ def valid_name(name: str) -> bool:
     return bool(name) and all(32 <= ord(ch) <= 126 for ch in name) and "=" not in name
 
 
-def container_env(pod: dict, container: dict, client, *, host_ips: list[str], pod_ips: list[str],
+def container_env(pod: Pod, container: Container, client, *, host_ips: list[str], pod_ips: list[str],
                   allocatable: Callable[[], dict[str, str]],
                   warn: Callable[[str, str], None] = lambda reason, message: None,
                   services: dict[str, str] | None = None) -> dict[str, str]:
     """The container's env, resolved (insertion order: envFrom keys, then env entries, then the service
     variables (see service_env) that neither defines)."""
     services = services or {}
-    namespace = pod["metadata"]["namespace"]
+    namespace = pod.metadata.namespace
     cache: dict[tuple[str, str], dict[str, bytes] | None] = {}
 
     def read(kind: str, name: str) -> dict[str, bytes] | None:
@@ -168,9 +165,9 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
         return cache[kind, name]
 
     env: dict[str, str] = {}
-    for source in container.get("envFrom", []):
-        kind, ref = ("configmap", source["configMapRef"]) if "configMapRef" in source else \
-            ("secret", source.get("secretRef", {}))
+    for env_from in container.env_from:
+        kind, ref = ("configmap", env_from["configMapRef"]) if "configMapRef" in env_from else \
+            ("secret", env_from.get("secretRef", {}))
         data = read(kind, ref["name"])
         if data is None:
             if ref.get("optional"):
@@ -178,7 +175,7 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
             raise ContainerConfigError(str(objects.not_found(kind, ref["name"])))
         invalid = []
         for key, value in data.items():
-            name = source.get("prefix", "") + key
+            name = env_from.get("prefix", "") + key
             if not valid_name(name):
                 invalid.append(name)
                 continue
@@ -187,10 +184,10 @@ def container_env(pod: dict, container: dict, client, *, host_ips: list[str], po
             warn("InvalidEnvironmentVariableNames",
                  f"Keys [{', '.join(sorted(invalid))}] from the EnvFrom {kind} {namespace}/{ref['name']} were "
                  "skipped since they are considered invalid environment variable names.")
-    for var in container.get("env", []):
-        name, source = var["name"], var.get("valueFrom")
-        if var.get("value") or source is None:
-            env[name] = expand(var.get("value", ""), ChainMap(env, services))
+    for var in container.env:
+        name, source = var.name, var.value_from
+        if var.value or source is None:
+            env[name] = expand(var.value, ChainMap(env, services))
             continue
         if "fieldRef" in source:
             env[name] = field_value(pod, source["fieldRef"]["fieldPath"], host_ips=host_ips, pod_ips=pod_ips)
@@ -227,20 +224,19 @@ class EnvSource:
         # (standalone mode) there are none
         self.client, self.settings, self.allocatable, self.services = client, settings, allocatable, services
 
-    def resolve(self, pod: dict, container: dict, *, pod_ips: list[str],
+    def resolve(self, pod: Pod, container: Container, *, pod_ips: list[str],
                 warn: Callable[[str, str], None]) -> dict[str, str]:
         """The container's env (see container_env); raises ContainerConfigError."""
         host_ips = [self.settings.node_ip] if self.settings.node_ip else []
-        if not pod_ips and pod["spec"].get("hostNetwork"):
+        if not pod_ips and pod.spec.host_network:
             pod_ips = host_ips  # the pod's IPs are the node's, as its status says
         return container_env(pod, container, self.client, host_ips=host_ips, pod_ips=pod_ips,
                              allocatable=self.allocatable, warn=warn, services=self.service_env(pod))
 
-    def service_env(self, pod: dict) -> dict[str, str]:
+    def service_env(self, pod: Pod) -> dict[str, str]:
         if self.services is None:
             return {}
         services = self.services()
         if services is None:  # as the kubelet: no env at all rather than one that misses services
             raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
-        return service_env(services, pod["metadata"]["namespace"],
-                           pod["spec"].get("enableServiceLinks", True) is not False)
+        return service_env(services, pod.metadata.namespace, pod.spec.enable_service_links)

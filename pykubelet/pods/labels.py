@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Container
 
 POD_NAME = "io.kubernetes.pod.name"
 POD_NAMESPACE = "io.kubernetes.pod.namespace"
@@ -29,8 +30,11 @@ HASHED_FIELDS = ("name", "image", "command", "args", "workingDir", "env", "envFr
                  "volumeMounts", "stdin", "stdinOnce", "tty")
 
 
-def container_hash(container: dict) -> str:
-    spec = {k: container[k] for k in HASHED_FIELDS if container.get(k)}
+def container_hash(container: Container) -> str:
+    """Of the container as it came (its raw dict, not the parsed record): the hash a running container was
+    started with stays its spec's across kubelet versions, whatever the parser learns to default."""
+    raw = container.raw
+    spec = {k: raw[k] for k in HASHED_FIELDS if raw.get(k)}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -18,63 +18,58 @@ import time
 from collections.abc import Callable
 
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Container, HookAction, Pod, SleepAction, TCPSocketAction
+from pykubelet.pods.podspec import termination_grace
 from pykubelet.prober.handlers import Outcome, Result, run_action
 
 log = logging.getLogger(__name__)
 
 MIN_GRACE = 2
 # event(pod, container_name, type, reason, message): PodSyncer.event's signature
-EventFn = Callable[[dict, str, str, str, str], None]
+EventFn = Callable[[Pod, str, str, str, str], None]
 
 
-def hook_handler(container: dict, hook: str) -> dict | None:
-    return (container.get("lifecycle") or {}).get(hook) or None
+def hook_action(container: Container, hook: str) -> HookAction | None:
+    return container.post_start if hook == "postStart" else container.pre_stop
 
 
-def run_hook(runtime: cri.CRIRuntime, container: dict, container_id: str, hook: str, pod_ip: str,
+def run_hook(runtime: cri.CRIRuntime, container: Container, container_id: str, hook: str, pod_ip: str,
              timeout: float, field_path: str) -> Outcome:
     """Runs the container's `hook` ("postStart" or "preStop"); SUCCESS if it has none."""
-    handler = hook_handler(container, hook)
-    if handler is None:
+    action = hook_action(container, hook)
+    if action is None:
         return Outcome(Result.SUCCESS)
     path = f"{field_path}.lifecycle.{hook}"
-    if "sleep" in handler:
-        seconds = float(handler["sleep"].get("seconds", 0))
-        time.sleep(max(0.0, min(seconds, timeout)))
+    if isinstance(action, SleepAction):
+        time.sleep(max(0.0, min(action.seconds, timeout)))
         return Outcome(Result.SUCCESS)
-    if "tcpSocket" in handler:  # deprecated for hooks and never run by the kubelet
+    if isinstance(action, TCPSocketAction):  # deprecated for hooks and never run by the kubelet
         return Outcome(Result.SUCCESS, f"{path}.tcpSocket is not supported")
-    outcome = run_action(runtime, handler, container, container_id, pod_ip, timeout, path)
+    outcome = run_action(runtime, action, container, container_id, pod_ip, timeout, path)
     if outcome.result is Result.UNKNOWN:  # the exec could not run: the hook failed
         return Outcome(Result.FAILURE, outcome.message)
     return outcome
 
 
-def container_field_path(pod: dict, name: str) -> str:
-    init = any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
-    return f"spec.{'initContainers' if init else 'containers'}{{{name}}}"
+def container_field_path(pod: Pod, name: str) -> str:
+    return f"spec.{'initContainers' if pod.is_init(name) else 'containers'}{{{name}}}"
 
 
-def stop_container(runtime: cri.CRIRuntime, pod: dict | None, name: str, container_id: str, grace: int,
+def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, container_id: str, grace: int,
                    pod_ip: str = "", event: EventFn | None = None, why: str | None = None) -> None:
     """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds, then stops it
     with what is left of the grace (SIGTERM, then SIGKILL). The Killing event says `why` ("Stopping
     container NAME" by default), as the kubelet's killContainer."""
     if pod is not None and event is not None:
         event(pod, name, "Normal", "Killing", why or f"Stopping container {name}")
-    container = None
-    if pod is not None:
-        spec = pod.get("spec", {})
-        container = next((c for c in spec.get("containers", []) + spec.get("initContainers", [])
-                          if c.get("name") == name), None)
-    if pod is not None and container is not None and hook_handler(container, "preStop") is not None and grace > 0:
+    container = None if pod is None else next((c for c in pod.spec.all_containers if c.name == name), None)
+    if pod is not None and container is not None and container.pre_stop is not None and grace > 0:
         began = time.monotonic()
         outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, grace,
                            container_field_path(pod, name))
         if not outcome.ok:
-            meta = pod["metadata"]
             message = f"PreStopHook failed: {outcome.message}"
-            log.warning("pod %s/%s: container %s: %s", meta["namespace"], meta["name"], name, message)
+            log.warning("pod %s: container %s: %s", pod.key, name, message)
             if event is not None:
                 event(pod, name, "Warning", "FailedPreStopHook", message)
         grace = max(MIN_GRACE, grace - int(time.monotonic() - began))
@@ -84,18 +79,18 @@ def stop_container(runtime: cri.CRIRuntime, pod: dict | None, name: str, contain
         pass
 
 
-def post_start(runtime: cri.CRIRuntime, pod: dict, container: dict, container_id: str, pod_ip: str,
+def post_start(runtime: cri.CRIRuntime, pod: Pod, container: Container, container_id: str, pod_ip: str,
                event: EventFn | None = None) -> str | None:
     """Runs the container's postStart hook; on failure kills the container and returns why."""
-    if hook_handler(container, "postStart") is None:
+    if container.post_start is None:
         return None
-    grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30) or 30)
+    grace = termination_grace(pod)
     outcome = run_hook(runtime, container, container_id, "postStart", pod_ip, grace,
-                       container_field_path(pod, container["name"]))
+                       container_field_path(pod, container.name))
     if outcome.ok:
         return None
     message = f"PostStartHook failed: {outcome.message}".strip()
     if event is not None:
-        event(pod, container["name"], "Warning", "FailedPostStartHook", message)
-    stop_container(runtime, pod, container["name"], container_id, grace, pod_ip, event)
+        event(pod, container.name, "Warning", "FailedPostStartHook", message)
+    stop_container(runtime, pod, container.name, container_id, grace, pod_ip, event)
     return message

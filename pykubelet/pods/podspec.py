@@ -1,5 +1,5 @@
-"""A pod's spec read as the kubelet reads it: the API's defaults where a field is left out, and the values
-derived from it (QoS class, merged security context, expanded $(VAR) references).
+"""What the kubelet derives from a pod's spec (QoS class, merged security context, expanded $(VAR)
+references); the spec itself, with the API's defaults, is pykubelet/api/podmodel.py's Pod.
 
 Pure functions of the pod: the sync's decisions (pods/actions.py), the CRI configs (pods/criconfig.py),
 admission, eviction and env resolution all read the spec through here, so they agree on it. Nothing here
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-DEFAULT_GRACE = 30
+from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, SecurityContext
+
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -28,10 +30,10 @@ def parse_quantity(value: Any) -> Decimal:
     return Decimal(s)
 
 
-def qos_class(pod: dict) -> str:
-    containers = pod["spec"].get("containers", []) + pod["spec"].get("initContainers", [])
-    requests = [c.get("resources", {}).get("requests", {}) for c in containers]
-    limits = [c.get("resources", {}).get("limits", {}) for c in containers]
+def qos_class(pod: Pod) -> str:
+    containers = pod.spec.containers + pod.spec.init_containers
+    requests = [c.resources.requests for c in containers]
+    limits = [c.resources.limits for c in containers]
     if not any(requests) and not any(limits):
         return "BestEffort"
     if all(lim.get("cpu") and lim.get("memory") and req.get("cpu", lim["cpu"]) == lim["cpu"]
@@ -40,50 +42,43 @@ def qos_class(pod: dict) -> str:
     return "Burstable"
 
 
-def find_container(pod: dict, name: str) -> dict:
-    """The spec of container `name`, regular or init (the API keeps their names apart)."""
-    spec = pod["spec"]
-    return next(c for c in spec.get("containers", []) + spec.get("initContainers", []) if c["name"] == name)
+def termination_grace(pod: Pod) -> int:
+    """The spec's terminationGracePeriodSeconds (0: the default), what the kubelet's own stops of a running
+    pod's containers get: a failed probe, a finished pod's sidecars, a failed postStart."""
+    return pod.spec.termination_grace_period_seconds or DEFAULT_GRACE
 
 
-def is_init(pod: dict, name: str) -> bool:
-    return any(c.get("name") == name for c in pod["spec"].get("initContainers", []))
-
-
-def is_sidecar(container: dict) -> bool:
-    """An init container that keeps running beside the regular ones (restartPolicy: Always)."""
-    return container.get("restartPolicy") == "Always"
-
-
-def restart_policy(pod: dict) -> str:
-    return pod["spec"].get("restartPolicy", "Always")
-
-
-def termination_grace(pod: dict) -> int:
-    """The spec's terminationGracePeriodSeconds (0 or none: the default), what the kubelet's own stops of a
-    running pod's containers get: a failed probe, a finished pod's sidecars, a failed postStart."""
-    return int(pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE) or DEFAULT_GRACE)
-
-
-def is_finished(pod: dict) -> bool:
+def is_finished(pod: Pod) -> bool:
     """Whether the pod's phase is terminal: nothing of it starts again."""
-    return pod.get("status", {}).get("phase") in TERMINAL_PHASES
+    return pod.status.phase in TERMINAL_PHASES
 
 
-def security_context(pod: dict, container: dict | None) -> dict:
+@dataclass(frozen=True)
+class EffectiveSecurity:
+    """A container's securityContext over its pod's, for the fields both have."""
+    run_as_user: int | None
+    run_as_group: int | None
+    run_as_non_root: bool | None
+    seccomp_profile: dict[str, Any] | None
+
+
+def security_context(pod: Pod, container: Container | None) -> EffectiveSecurity:
     """The container's securityContext over the pod's (the fields both have)."""
-    merged = {k: v for k, v in pod["spec"].get("securityContext", {}).items()
-              if k in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile")}
-    merged.update((container or {}).get("securityContext", {}))
-    return merged
+    p = pod.spec.security_context
+    c = container.security_context if container is not None else SecurityContext()
+    return EffectiveSecurity(
+        run_as_user=p.run_as_user if c.run_as_user is None else c.run_as_user,
+        run_as_group=p.run_as_group if c.run_as_group is None else c.run_as_group,
+        run_as_non_root=p.run_as_non_root if c.run_as_non_root is None else c.run_as_non_root,
+        seccomp_profile=p.seccomp_profile if c.seccomp_profile is None else c.seccomp_profile)
 
 
-def supplemental_groups(pod: dict) -> list[int]:
+def supplemental_groups(pod: Pod) -> list[int]:
     """The groups the pod's processes get besides their own: fsGroup first (what gives them its volumes),
     then supplementalGroups, as the kubelet's security context."""
-    sc = pod["spec"].get("securityContext") or {}
-    fs_group = [sc["fsGroup"]] if sc.get("fsGroup") is not None else []
-    return fs_group + [g for g in sc.get("supplementalGroups") or [] if g not in fs_group]
+    sc = pod.spec.security_context
+    fs_group = [sc.fs_group] if sc.fs_group is not None else []
+    return fs_group + [g for g in sc.supplemental_groups if g not in fs_group]
 
 
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -94,11 +89,11 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
-def plain_env(container: dict) -> dict[str, str]:
+def plain_env(container: Container) -> dict[str, str]:
     """The container's env with plain values, each expanded against those before it (valueFrom is resolved
     by pykubelet/pods/env.py)."""
     env: dict[str, str] = {}
-    for e in container.get("env", []):
-        if "valueFrom" not in e:
-            env[e["name"]] = expand(e.get("value", ""), env)
+    for e in container.env:
+        if e.value_from is None:
+            env[e.name] = expand(e.value, env)
     return env

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Pod
 from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
 
 
@@ -47,9 +48,9 @@ def observe(runtime: cri.CRIRuntime, uid: str) -> RuntimePod:
     return state
 
 
-def pod_ip(pod: dict, state: RuntimePod, node_ip: str | None) -> str:
+def pod_ip(pod: Pod, state: RuntimePod, node_ip: str | None) -> str:
     """Where the pod's probes and HTTP hooks go: its sandbox's IP (the node's for hostNetwork)."""
     net = state.sandbox_status.network if state.sandbox_status is not None else None
     if net is not None and net.ip:
         return net.ip
-    return (node_ip or "") if pod["spec"].get("hostNetwork") else ""
+    return (node_ip or "") if pod.spec.host_network else ""

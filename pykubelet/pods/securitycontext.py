@@ -18,30 +18,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Container, Pod
+from pykubelet.pods.podspec import security_context
 from pykubelet.volumes.errors import ContainerConfigError
 
 MAX_USER_ID = 2**31 - 1  # the API's user ids: [0, MaxInt32]
 
 
-def pod_desc(pod: dict) -> str:
+def pod_desc(pod: Pod) -> str:
     """The kubelet's format.Pod: NAME_NAMESPACE(UID)."""
-    meta = pod["metadata"]
-    return f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+    meta = pod.metadata
+    return f"{meta.name}_{meta.namespace}({meta.uid})"
 
 
 def _go_quote(text: str) -> str:
     """Go's %q of a string (printable ASCII is kept, the rest escaped), as the kubelet's messages quote."""
     return json.dumps(text)
-
-
-def effective(pod: dict, container: dict, key: str) -> Any:
-    """A field of the effective security context: the container's if set, else the pod's
-    (DetermineEffectiveSecurityContext)."""
-    value = (container.get("securityContext") or {}).get(key)
-    return value if value is not None else (pod["spec"].get("securityContext") or {}).get(key)
 
 
 def image_user(image: api_pb2.Image | None) -> tuple[int | None, str]:
@@ -54,13 +48,14 @@ def image_user(image: api_pb2.Image | None) -> tuple[int | None, str]:
     return 0, ""
 
 
-def verify_run_as_non_root(pod: dict, container: dict, uid: int | None, username: str) -> str | None:
+def verify_run_as_non_root(pod: Pod, container: Container, uid: int | None, username: str) -> str | None:
     """The kubelet's verifyRunAsNonRoot: why `container` breaks runAsNonRoot, given the image's user
     (`uid`, else `username`), or None when it does not."""
-    if effective(pod, container, "runAsNonRoot") is not True:
+    sc = security_context(pod, container)  # the kubelet's DetermineEffectiveSecurityContext
+    if sc.run_as_non_root is not True:
         return None
-    pod_q, name = _go_quote(pod_desc(pod)), container["name"]
-    run_as_user = effective(pod, container, "runAsUser")
+    pod_q, name = _go_quote(pod_desc(pod)), container.name
+    run_as_user = sc.run_as_user
     if run_as_user is not None:
         if run_as_user == 0:
             return f"container's runAsUser breaks non-root policy (pod: {pod_q}, container: {name})"
@@ -78,13 +73,14 @@ def verify_run_as_non_root(pod: dict, container: dict, uid: int | None, username
     return None
 
 
-def check_run_as_non_root(pod: dict, container: dict, image: Callable[[], api_pb2.Image | None]) -> None:
+def check_run_as_non_root(pod: Pod, container: Container, image: Callable[[], api_pb2.Image | None]) -> None:
     """Raises ContainerConfigError when `container` may not start under runAsNonRoot. `image()` gives the
     image's ImageStatus (asked only when the answer depends on it; it raises ContainerConfigError when
     the runtime cannot say)."""
-    if effective(pod, container, "runAsNonRoot") is not True:
+    sc = security_context(pod, container)
+    if sc.run_as_non_root is not True:
         return
-    uid, username = (None, "") if effective(pod, container, "runAsUser") is not None else image_user(image())
+    uid, username = (None, "") if sc.run_as_user is not None else image_user(image())
     message = verify_run_as_non_root(pod, container, uid, username)
     if message is not None:
         raise ContainerConfigError(message)

@@ -35,7 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import ADDED, DELETED, Handler, key_of
+from pykubelet.api.podmodel import parse_pod, pull_policy
+from pykubelet.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STAT_INTERVAL = 1.0
 
 
-class ManifestError(Exception):
+class ManifestError(InvalidArgumentError):
     """A static pod manifest the kubelet cannot run; the message names the file and the field."""
 
 
@@ -61,14 +64,6 @@ def is_mirror(pod: Any) -> bool:
 
 def is_static(pod: dict) -> bool:
     return pod["metadata"].get("annotations", {}).get(CONFIG_SOURCE) == SOURCE_FILE
-
-
-def pull_policy(image: str) -> str:
-    """The API server's default: Always for :latest or no tag (a digest counts as a tag), else IfNotPresent."""
-    if "@" in image:
-        return "IfNotPresent"
-    tag = image.rsplit("/", 1)[-1].partition(":")[2]
-    return "Always" if tag in ("", "latest") else "IfNotPresent"
 
 
 def _default_container(c: dict) -> None:
@@ -169,6 +164,10 @@ def parse_manifest(text: str, source: Path, node_name: str) -> dict:
     pod["spec"]["tolerations"] = pod["spec"].get("tolerations", []) + [{"operator": "Exists",
                                                                         "effect": "NoExecute"}]
     pod["status"] = {"phase": "Pending"}
+    try:  # what the pod workers will read of it, checked now: a bad field skips this file, not a sync
+        parse_pod(pod)
+    except FieldError as e:
+        raise ManifestError(f"{source}: {e}") from e
     return pod
 
 

@@ -14,8 +14,8 @@ import threading
 from typing import Any
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Container, Pod
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import is_sidecar
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.sync import SyncResult
 
@@ -41,9 +41,9 @@ def _terminated(s: api_pb2.ContainerStatus, runtime_name: str) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def container_status(container: dict, history: list[api_pb2.ContainerStatus], waiting: tuple[str, str] | None,
+def container_status(container: Container, history: list[api_pb2.ContainerStatus], waiting: tuple[str, str] | None,
                      runtime_name: str, default_waiting: str) -> dict:
-    out: dict[str, Any] = {"name": container["name"], "image": container["image"], "imageID": "",
+    out: dict[str, Any] = {"name": container.name, "image": container.image, "imageID": "",
                            "restartCount": 0, "ready": False, "started": False}
     latest = history[0] if history else None
     previous = next((s for s in history[1:] if s.state == api_pb2.CONTAINER_EXITED), None)
@@ -69,9 +69,9 @@ def container_status(container: dict, history: list[api_pb2.ContainerStatus], wa
     return out
 
 
-def phase(pod: dict, init_done: bool, init_failed: bool, statuses: list[dict]) -> str:
+def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict]) -> str:
     """The kubelet's getPhase."""
-    policy = pod["spec"].get("restartPolicy", "Always")
+    policy = pod.spec.restart_policy
     if init_failed:
         return "Failed"
     if not init_done:
@@ -102,18 +102,19 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
         s["ready"] = probes.ready(uid, s["name"], history[0].id)
 
 
-def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
+def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
                probes=None) -> dict:
     """`probes` (a pykubelet.prober.manager.ProbeManager) says which running containers are started and ready."""
-    spec, previous, uid = pod["spec"], pod.get("status", {}), pod["metadata"]["uid"]
+    # the status as last written (the kubelet's own fields of it, kept: qosClass, startTime)
+    spec, previous, uid = pod.spec, pod.raw.get("status") or {}, pod.uid
     init_statuses = []
     init_done = True
-    regular_ran = any(state.history(c["name"]) for c in spec.get("containers", []))
+    regular_ran = any(state.history(c.name) for c in spec.containers)
     sidecars_ready = True
-    for c in spec.get("initContainers", []):
-        history = state.history(c["name"])
-        s = container_status(c, history, result.waiting.get(c["name"]), runtime_name, "PodInitializing")
-        if is_sidecar(c):  # initialized once started; ready by its probes while it runs
+    for c in spec.init_containers:
+        history = state.history(c.name)
+        s = container_status(c, history, result.waiting.get(c.name), runtime_name, "PodInitializing")
+        if c.is_sidecar:  # initialized once started; ready by its probes while it runs
             _gate_by_probes(s, uid, history, probes)
             sidecars_ready = sidecars_ready and s["ready"]
             init_done = init_done and (s["started"] or regular_ran)
@@ -123,9 +124,9 @@ def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str
         init_statuses.append(s)
     default = "ContainerCreating" if init_done else "PodInitializing"
     statuses = []
-    for c in spec.get("containers", []):
-        history = state.history(c["name"])
-        s = container_status(c, history, result.waiting.get(c["name"]), runtime_name, default)
+    for c in spec.containers:
+        history = state.history(c.name)
+        s = container_status(c, history, result.waiting.get(c.name), runtime_name, default)
         _gate_by_probes(s, uid, history, probes)
         statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
@@ -152,7 +153,7 @@ def pod_status(pod: dict, state: RuntimePod, result: SyncResult, *, host_ip: str
     if net is not None and net.ip:
         ips = [net.ip] + [a.ip for a in net.additional_ips]
         status["podIP"], status["podIPs"] = ips[0], [{"ip": ip} for ip in ips]
-    elif spec.get("hostNetwork") and host_ip:
+    elif spec.host_network and host_ip:
         status["podIP"], status["podIPs"] = host_ip, [{"ip": host_ip}]
     return {k: v for k, v in status.items() if v is not None}
 

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
+from pykubelet.errors import FailedPreconditionError
 from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
@@ -42,7 +44,7 @@ from pykubelet.pods.actions import (
 )
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, log_directory, sandbox_config
-from pykubelet.pods.podspec import find_container, is_finished, is_init, plain_env
+from pykubelet.pods.podspec import is_finished, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class SyncError(Exception):
+class SyncError(FailedPreconditionError):
     """A step failed in a way the pod's status shows: `reason` is the container's waiting reason."""
 
     def __init__(self, reason: str, message: str) -> None:
@@ -95,10 +97,10 @@ class PodSyncer:
         self._failed_pulls: dict[str, float] = {}
         self.userns = userns.UserNamespaces(settings.root_dir / "pods")
 
-    def _user_namespace(self, pod: dict) -> int | None:
+    def _user_namespace(self, pod: Pod) -> int | None:
         """The pod's host id range for hostUsers: false, once the runtime says it can make such a pod: the
         stock kubelet's check, so that the pod is never run in the host's user namespace instead."""
-        if pod["spec"].get("hostUsers", True) is not False:
+        if pod.spec.host_users:
             return None
         handlers = self.runtime.status().runtime_handlers
         if not any(h.name == "" and h.features.user_namespaces for h in handlers):
@@ -113,20 +115,18 @@ class PodSyncer:
             if key.startswith(uid + "/"):
                 self._failed_pulls.pop(key, None)
 
-    def event(self, pod: dict, container: str | None, type_: str, reason: str, message: str) -> None:
+    def event(self, pod: Pod, container: str | None, type_: str, reason: str, message: str) -> None:
         """An event about `pod`, or about its (init or regular) container `container`."""
         if self.events is not None:
-            init = container is not None and is_init(pod, container)
+            init = container is not None and pod.is_init(container)
             self.events.event(pod_ref(pod, container, init), type_, reason, message)
 
     # --- images -----------------------------------------------------------------------------------
 
-    def ensure_image(self, pod: dict, container: dict, sandbox: api_pb2.PodSandboxConfig) -> str:
+    def ensure_image(self, pod: Pod, container: Container, sandbox: api_pb2.PodSandboxConfig) -> str:
         """The image's reference, pulled if the pull policy says so, with the kubelet's Pulling / Pulled
         events; raises SyncError (ErrImagePull, ImagePullBackOff, ErrImageNeverPull)."""
-        image, name = container["image"], container["name"]
-        policy = container.get("imagePullPolicy") or (
-            "Always" if ":" not in image.rsplit("/", 1)[-1] or image.endswith(":latest") else "IfNotPresent")
+        image, name, policy = container.image, container.name, container.image_pull_policy
         if policy != "Always":
             present = self.runtime.image_status(image).image
             if present.ByteSize():
@@ -136,7 +136,7 @@ class PodSyncer:
             if policy == "Never":
                 raise SyncError("ErrImageNeverPull",
                                 f'Container image "{image}" is not present with pull policy of Never')
-        key = f"{pod['metadata']['uid']}/image/{image}"
+        key = f"{pod.uid}/image/{image}"
         wait = self.image_backoff.remaining(key, self._failed_pulls.get(key, 0.0))
         if wait > 0:
             raise SyncError("ImagePullBackOff", f'Back-off pulling image "{image}"')
@@ -186,8 +186,8 @@ class PodSyncer:
 
     # --- the pass ---------------------------------------------------------------------------------
 
-    def sync(self, pod: dict, state: RuntimePod) -> SyncResult:
-        """One pass over `pod` (a dict of the Pod), given what the runtime has of it: the volumes, then the
+    def sync(self, pod: Pod, state: RuntimePod) -> SyncResult:
+        """One pass over `pod`, given what the runtime has of it: the volumes, then the
         steps compute_pod_actions decides, carried out in order."""
         result = SyncResult()
         if not is_finished(pod) and not self._mount_volumes(pod, result, starting=state.sandbox is None) \
@@ -208,25 +208,25 @@ class PodSyncer:
         self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 
-    def _create_sandbox(self, pod: dict, state: RuntimePod, actions: PodActions,
+    def _create_sandbox(self, pod: Pod, state: RuntimePod, actions: PodActions,
                         result: SyncResult) -> tuple[RuntimePod, api_pb2.PodSandboxConfig] | None:
         """Stops the dead sandboxes and makes the new one; the runtime's state with it and its config, or None
         (and the containers' waiting reasons) when it was not made."""
-        spec = pod["spec"]
+        spec = pod.spec
         for old in actions.sandboxes_to_stop:  # a dead sandbox: its containers go with it
             self._stop_sandbox(old, state)
-        if not spec.get("hostNetwork") and (why := network_problem(self.runtime)):
+        if not spec.host_network and (why := network_problem(self.runtime)):
             # as the kubelet's: no sandbox is made (and undone, every pass) on a network that is not there
-            for c in spec.get("initContainers", []) + spec.get("containers", []):
-                result.waiting[c["name"]] = ("ContainerCreating", f"network is not ready: {why}")
+            for c in spec.all_containers:
+                result.waiting[c.name] = ("ContainerCreating", f"network is not ready: {why}")
             self.event(pod, None, WARNING, "NetworkNotReady", f"network is not ready: {why}")
             result.again_in(2.0)
             return None
         try:
             host_range = self._user_namespace(pod)
         except userns.UserNamespaceError as e:
-            for c in spec.get("containers", []):
-                result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
+            for c in spec.containers:
+                result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
             self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
             result.again_in(10.0)
             return None
@@ -235,19 +235,19 @@ class PodSyncer:
         try:
             sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
         except cri.CRIError as e:
-            log.warning("pod %s: RunPodSandbox: %s", pod["metadata"]["name"], e)
-            for c in spec.get("containers", []):
-                result.waiting[c["name"]] = ("ContainerCreating", f"failed to create the pod sandbox: {e.details}")
+            log.warning("pod %s: RunPodSandbox: %s", pod.metadata.name, e)
+            for c in spec.containers:
+                result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod sandbox: {e.details}")
             result.again_in(2.0)
             return None
-        log.info("pod %s/%s: sandbox %s", pod["metadata"]["namespace"], pod["metadata"]["name"], sandbox_id[:12])
-        state = observe(self.runtime, pod["metadata"]["uid"])
+        log.info("pod %s: sandbox %s", pod.key, sandbox_id[:12])
+        state = observe(self.runtime, pod.uid)
         if state.sandbox is None:
             result.again_in(1.0)
             return None
         return state, sandbox_cfg
 
-    def _carry_out(self, pod: dict, state: RuntimePod, actions: PodActions, sandbox_cfg: api_pb2.PodSandboxConfig,
+    def _carry_out(self, pod: Pod, state: RuntimePod, actions: PodActions, sandbox_cfg: api_pb2.PodSandboxConfig,
                    result: SyncResult) -> None:
         """The steps in order; a kill's follow-up is decided once it is done, and a start that failed, when the
         steps after it wait for it, ends the pass (and with it the plan's verdict on the init containers)."""
@@ -263,10 +263,10 @@ class PodSyncer:
                     steps = more if halt else more + steps
                     whole = whole and not halt
             elif isinstance(step, BackOff):
-                meta = pod["metadata"]
+                meta = pod.metadata
                 result.waiting[step.name] = (CRASH_LOOP, step.message)
                 self.event(pod, step.name, WARNING, "BackOff", "Back-off restarting failed container "
-                           f"{step.name} in pod {meta['name']}_{meta['namespace']}({meta['uid']})")
+                           f"{step.name} in pod {meta.name}_{meta.namespace}({meta.uid})")
                 result.again_in(step.wait)
             elif isinstance(step, StartContainer):
                 if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
@@ -276,9 +276,9 @@ class PodSyncer:
                     self._remove(container_id)
         result.init_failed = whole and actions.init_failed
 
-    def _kill(self, pod: dict, kill: KillContainer, state: RuntimePod) -> api_pb2.ContainerStatus | None:
+    def _kill(self, pod: Pod, kill: KillContainer, state: RuntimePod) -> api_pb2.ContainerStatus | None:
         """Stops the container (its preStop first); its status after, when what follows depends on it."""
-        name = pod["metadata"]["name"]
+        name = pod.metadata.name
         if kill.reason is KillReason.POD_DONE:
             log.info("pod %s: stopping sidecar %s", name, kill.name)
         elif kill.reason is KillReason.SPEC_CHANGED:
@@ -291,11 +291,11 @@ class PodSyncer:
             return None
         return self.runtime.container_status(kill.container_id).status
 
-    def _start(self, pod: dict, step: StartContainer, sandbox_id: str, sandbox_cfg: api_pb2.PodSandboxConfig,
+    def _start(self, pod: Pod, step: StartContainer, sandbox_id: str, sandbox_cfg: api_pb2.PodSandboxConfig,
                result: SyncResult, state: RuntimePod) -> bool:
         """Makes and starts the container; True if it started."""
-        name, meta = step.name, pod["metadata"]
-        container = find_container(pod, name)
+        name = step.name
+        container = pod.container(name)
         if step.backoff_key is not None:
             self.backoff.restarted(step.backoff_key)
         if step.remove_first is not None:
@@ -336,8 +336,7 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e.details}")
             result.again_in(self.backoff.initial)
             return False
-        log.info("pod %s/%s: started container %s (%s, restart %d)", meta["namespace"], meta["name"], name, cid[:12],
-                 step.attempt)
+        log.info("pod %s: started container %s (%s, restart %d)", pod.key, name, cid[:12], step.attempt)
         self.event(pod, name, NORMAL, "Started", f"Started container {name}")
         failed = lifecycle.post_start(self.runtime, pod, container, cid, pod_ip(pod, state, self.settings.node_ip),
                                       self.event)
@@ -354,7 +353,7 @@ class PodSyncer:
         except cri.CRIError as e:
             raise ContainerConfigError(f"failed to get the image's status: {e.details}") from e
 
-    def _mount_volumes(self, pod: dict, result: SyncResult, starting: bool) -> bool:
+    def _mount_volumes(self, pod: Pod, result: SyncResult, starting: bool) -> bool:
         """Sets up or refreshes the pod's volumes; on failure a FailedMount event, and a pod not started
         yet waits in ContainerCreating."""
         if self.volumes is None:
@@ -365,12 +364,12 @@ class PodSyncer:
         except VolumeError as e:
             self.event(pod, None, WARNING, "FailedMount", str(e))
             if starting:
-                for c in pod["spec"].get("initContainers", []) + pod["spec"].get("containers", []):
-                    result.waiting[c["name"]] = ("ContainerCreating", str(e))
+                for c in pod.spec.all_containers:
+                    result.waiting[c.name] = ("ContainerCreating", str(e))
             result.again_in(2.0)
             return False
 
-    def _container_options(self, pod: dict, container: dict,
+    def _container_options(self, pod: Pod, container: Container,
                            sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
         """The container's resolved env (None: its plain values) and its volume mounts."""
         env = None
@@ -379,7 +378,7 @@ class PodSyncer:
             ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
             env = self.env.resolve(
                 pod, container, pod_ips=ips,
-                warn=lambda reason, message: self.event(pod, container["name"], WARNING, reason, message))
+                warn=lambda reason, message: self.event(pod, container.name, WARNING, reason, message))
         if self.volumes is None:
             return env, []
         return env, self.volumes.mounts(pod, container, plain_env(container) if env is None else env)

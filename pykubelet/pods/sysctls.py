@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 
+from pykubelet.api.podmodel import Pod
 from pynode_os.sysctl import IPC, NET, UTS, namespace_of, normalize
 
 FORBIDDEN_REASON = "SysctlForbidden"
@@ -90,11 +91,11 @@ class Allowlist:
             return f'"{name}" not allowed with host {ns} enabled'
         return None
 
-    def admit(self, pod: dict) -> str | None:
+    def admit(self, pod: Pod) -> str | None:
         """The message a pod is rejected with for its first forbidden sysctl, or None to admit it."""
-        spec = pod["spec"]
-        for sysctl in (spec.get("securityContext") or {}).get("sysctls") or []:
-            why = self.refusal(sysctl.get("name", ""), bool(spec.get("hostNetwork")), bool(spec.get("hostIPC")))
+        spec = pod.spec
+        for name, _value in spec.security_context.sysctls:
+            why = self.refusal(name, spec.host_network, spec.host_ipc)
             if why is not None:
                 return f"forbidden sysctl: {why}"
         return None

@@ -17,25 +17,25 @@ from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import DEFAULT_GRACE, Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import lifecycle
 from pykubelet.pods.criconfig import log_directory
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, POD_NAME, POD_NAMESPACE
-from pykubelet.pods.podspec import is_sidecar
 from pykubelet.pods.runtimepod import RuntimePod
 from pynode_os import cgroups, mounts
 
 log = logging.getLogger(__name__)
 
 
-def grace_period(pod: dict | None, state: RuntimePod) -> int:
+def grace_period(pod: Pod | None, state: RuntimePod) -> int:
     """The pod's grace (what the API server set on deletion, else its spec); for a pod the API server no
     longer has, what its containers were started with."""
     if pod is not None:
-        meta, spec = pod["metadata"], pod["spec"]
-        return int(meta.get("deletionGracePeriodSeconds", spec.get("terminationGracePeriodSeconds", 30)))
-    graces = [int(c.annotations.get(GRACE, "30") or 30) for c in state.containers]
-    return max(graces, default=30)
+        grace = pod.metadata.deletion_grace_period_seconds
+        return pod.spec.termination_grace_period_seconds if grace is None else grace
+    graces = [int(c.annotations.get(GRACE, "") or DEFAULT_GRACE) for c in state.containers]
+    return max(graces, default=DEFAULT_GRACE)
 
 
 def _ignore_missing(call, *args) -> None:
@@ -45,13 +45,13 @@ def _ignore_missing(call, *args) -> None:
         pass
 
 
-def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: dict | None = None,
+def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | None = None,
              event: lifecycle.EventFn | None = None) -> None:
     """Stops every container of the pod (`grace` seconds in all, preStop hooks first: the regular ones in
     parallel, then the sidecars one by one in reverse order, as the kubelet's), then removes all of it
     from the runtime."""
     running = [c for c in state.containers if c.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED)]
-    sidecars = [c["name"] for c in (pod or {}).get("spec", {}).get("initContainers", []) if is_sidecar(c)]
+    sidecars = [] if pod is None else [c.name for c in pod.spec.init_containers if c.is_sidecar]
     net = state.sandbox_status.network if state.sandbox_status is not None else None
     pod_ip = net.ip if net is not None else ""
     deadline = time.monotonic() + grace
@@ -95,14 +95,14 @@ def cgroup_hierarchies() -> list[Path]:
     return [Path(h) for h in cgroups.hierarchy_roots(mounts.statfs_type)]
 
 
-def clean_node(pod: dict, settings: Settings) -> None:
+def clean_node(pod: Pod, settings: Settings) -> None:
     """What the kubelet itself made for the pod: its volumes (mounts and directory under --root-dir), its
     cgroup (cgroupfs driver) and its log directory."""
     from pykubelet.volumes.manager import remove_pod
 
-    remove_pod(settings.root_dir, pod["metadata"]["uid"])
+    remove_pod(settings.root_dir, pod.uid)
     if settings.cgroup_driver == "cgroupfs":
-        pod_dir = f"pod{pod['metadata']['uid']}"  # under any QoS class: a pod known only by its labels has no spec
+        pod_dir = f"pod{pod.uid}"  # under any QoS class: a pod known only by its labels has no spec
         for hierarchy in cgroup_hierarchies():
             kubepods = hierarchy / settings.cgroup_root.strip("/") / "kubepods"
             for cgroup in (kubepods / pod_dir, kubepods / "burstable" / pod_dir, kubepods / "besteffort" / pod_dir):
@@ -111,29 +111,30 @@ def clean_node(pod: dict, settings: Settings) -> None:
                 except FileNotFoundError:
                     pass
                 except OSError as e:
-                    log.warning("pod %s: removing cgroup %s: %s", pod["metadata"]["name"], cgroup, e)
+                    log.warning("pod %s: removing cgroup %s: %s", pod.metadata.name, cgroup, e)
     shutil.rmtree(log_directory(pod, settings), ignore_errors=True)
 
 
-def identity(state: RuntimePod, uid: str) -> dict | None:
+def identity(state: RuntimePod, uid: str) -> Pod | None:
     """A pod skeleton (name, namespace, uid, no resources) from the runtime's labels, for a pod the API
     server no longer has."""
     for item in list(state.sandboxes) + list(state.containers):
         if POD_NAME in item.labels:
-            return {"metadata": {"name": item.labels[POD_NAME], "namespace": item.labels.get(POD_NAMESPACE, ""),
-                                 "uid": uid}, "spec": {}}
+            return parse_pod({"metadata": {"name": item.labels[POD_NAME],
+                                           "namespace": item.labels.get(POD_NAMESPACE, ""), "uid": uid},
+                              "spec": {}})
     return None
 
 
-def delete_from_api(client, pod: dict) -> None:
+def delete_from_api(client, pod: Pod) -> None:
     """The last step: the pod object goes (grace 0), now that nothing of it runs."""
     from lightkube.core.exceptions import ApiError
-    from lightkube.resources.core_v1 import Pod
+    from lightkube.resources import core_v1
 
-    meta = pod["metadata"]
+    meta = pod.metadata
     try:
-        client.delete(Pod, meta["name"], namespace=meta["namespace"], grace_period=0)
+        client.delete(core_v1.Pod, meta.name, namespace=meta.namespace, grace_period=0)
     except ApiError as e:
         if e.status.code != 404:
             raise
-    log.info("pod %s/%s: terminated and deleted", meta["namespace"], meta["name"])
+    log.info("pod %s: terminated and deleted", pod.key)

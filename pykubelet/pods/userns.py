@@ -19,7 +19,9 @@ import json
 import threading
 from pathlib import Path
 
+from pykubelet.api.podmodel import Pod
 from pykubelet.dirs import make_dirs
+from pykubelet.errors import FailedPreconditionError
 from pynode_os.files import atomic_write
 
 RECORD = "userns"
@@ -28,7 +30,7 @@ FIRST = LENGTH  # the first range: past the host's own system ids
 RANGES = (1 << 32) // LENGTH - 2  # ranges below 2^32 - 1, the first one left out
 
 
-class UserNamespaceError(Exception):
+class UserNamespaceError(FailedPreconditionError):
     """The pod can't have a user namespace: why, naming the pod's field or record."""
 
 
@@ -37,12 +39,12 @@ class UserNamespaces:
         self.pods_dir = pods_dir
         self._lock = threading.Lock()
 
-    def host_range(self, pod: dict) -> int | None:
+    def host_range(self, pod: Pod) -> int | None:
         """The first host id of the pod's range (LENGTH ids), allocating it on first use; None for a pod
         in the host's user namespace (hostUsers absent or true)."""
-        if pod["spec"].get("hostUsers", True) is not False:
+        if pod.spec.host_users:
             return None
-        uid = pod["metadata"]["uid"]
+        uid = pod.uid
         with self._lock:
             known = self._recorded(uid)
             if known is not None:

@@ -23,11 +23,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from pykubelet import runtime as cri
+from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import key_of
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
 from pykubelet.events import WARNING, EventRecorder, pod_ref
@@ -74,6 +77,8 @@ class PodWorkers:
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
+        # pod uid -> (the informer's object, its parse): a change is a new object, parsed once
+        self._parsed: dict[str, tuple[Any, Pod]] = {}
         self._evictions: dict[str, tuple[str, int, threading.Event]] = {}  # uid -> (message, grace, done)
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
@@ -92,20 +97,34 @@ class PodWorkers:
             self._keys[uid] = key_of(pod)
         self.queue.add(uid)
 
-    def pod(self, uid: str) -> dict | None:
-        """The desired pod of `uid` from the informer's cache, as a dict; None if the API server has none."""
+    def pod(self, uid: str) -> Pod | None:
+        """The desired pod of `uid` from the informer's cache, parsed once per change of it (FieldError names
+        a field the kubelet cannot act on); None if the API server has none."""
         with self._lock:
             key = self._keys.get(uid)
+            parsed = self._parsed.get(uid)
         obj = self.informer.get(key) if key else None
-        return obj.to_dict() if obj is not None and obj.metadata.uid == uid else None
+        if obj is None or obj.metadata.uid != uid:
+            return None
+        if parsed is not None and parsed[0] is obj:
+            return parsed[1]
+        pod = parse_pod(obj.to_dict())
+        with self._lock:
+            if uid in self._keys:  # not forgotten meanwhile
+                self._parsed[uid] = (obj, pod)
+        return pod
 
     # --- one sync ---------------------------------------------------------------------------------
 
     def sync(self, uid: str) -> float | None:
         """Syncs pod `uid`; returns when to sync it again (None: when something changes)."""
-        pod = self.pod(uid)
+        try:
+            pod = self.pod(uid)
+        except FieldError as e:  # the pod's next change brings it back
+            log.warning("pod %s: not run: %s", self._keys.get(uid, uid), e)
+            return None
         state = observe(self.runtime, uid)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
+        if pod is None or pod.metadata.deletion_timestamp:
             self._terminate(uid, pod, state)
             return None
         sent = self.statuses.last(uid)
@@ -117,7 +136,7 @@ class PodWorkers:
         if sent.get("reason") == EVICTED:  # nothing of an evicted pod starts again
             return None
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
-            pod.setdefault("status", {})["phase"] = sent["phase"]
+            pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
         if self.admission is not None and not self._admit(uid, pod, state):
             return None
         result = self.syncer.sync(pod, state)
@@ -128,10 +147,10 @@ class PodWorkers:
         if status["phase"] in TERMINAL and state.sandbox is not None:
             # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
             termination.kill_pod_sandbox(self.runtime, state)
-        meta = pod["metadata"]
-        before = sent.get("phase") or (pod.get("status") or {}).get("phase") or "Pending"
-        if self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
-                                        current=pod.get("status")) and status["phase"] == "Running" \
+        meta = pod.metadata
+        before = sent.get("phase") or pod.status.phase
+        if self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name,
+                                        current=pod.raw.get("status")) and status["phase"] == "Running" \
                 and before == "Pending":
             with self._lock:
                 seen = self._first_seen.pop(uid, None)
@@ -140,8 +159,8 @@ class PodWorkers:
         return result.requeue_after
 
     def pods(self) -> list[dict]:
-        """The pods this kubelet runs (API and static pods), each with the status it last reported: the
-        kubelet server's /pods."""
+        """The pods this kubelet runs (API and static pods), each with the status it last reported, as the
+        API's JSON: the kubelet server's /pods."""
         out = []
         for obj in self.informer.objects():
             pod = obj.to_dict()
@@ -151,19 +170,23 @@ class PodWorkers:
             out.append(pod)
         return out
 
-    def _admit(self, uid: str, pod: dict, state) -> bool:
+    def reported_pods(self) -> list[Pod]:
+        """pods(), parsed: what eviction weighs (the phase each last reported, not the informer's)."""
+        return runnable(self.pods())
+
+    def _admit(self, uid: str, pod: Pod, state) -> bool:
         """False for a pod the node does not run: rejected now (its status and a Warning event say why), or
         finished before the kubelet started with nothing of it left on the node."""
         assert self.admission is not None
         on_node = bool(state.sandboxes or state.containers)
-        if not on_node and (pod.get("status") or {}).get("phase") in TERMINAL:
+        if not on_node and pod.status.phase in TERMINAL:
             return False
         verdict = self.admission.admit(pod, on_node)
         if verdict.admit:
             return True
-        meta = pod["metadata"]
-        if self.statuses.set_pod_status(uid, rejected_status(pod, verdict), namespace=meta["namespace"],
-                                        name=meta["name"], current=pod.get("status")) and self.events:
+        meta = pod.metadata
+        if self.statuses.set_pod_status(uid, rejected_status(pod, verdict), namespace=meta.namespace,
+                                        name=meta.name, current=pod.raw.get("status")) and self.events:
             self.events.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
@@ -181,15 +204,14 @@ class PodWorkers:
                 self._evictions.pop(uid)
         return finished
 
-    def _evict(self, uid: str, pod: dict, state, message: str, grace: int, done: threading.Event) -> None:
+    def _evict(self, uid: str, pod: Pod, state, message: str, grace: int, done: threading.Event) -> None:
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
-        meta = pod["metadata"]
-        status = evicted_status(pod, self.statuses.last(uid) or pod.get("status") or {}, message, now())
-        self.statuses.set_pod_status(uid, status, namespace=meta["namespace"], name=meta["name"],
-                                     current=pod.get("status"))
+        meta, current = pod.metadata, pod.raw.get("status")
+        status = evicted_status(self.statuses.last(uid) or current or {}, message, now())
+        self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
         if self.events is not None:
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)
         with self._lock:
@@ -201,12 +223,12 @@ class PodWorkers:
         self.statuses.forget(uid)
         self.queue.add(uid)
 
-    def _terminate(self, uid: str, pod: dict | None, state) -> None:
+    def _terminate(self, uid: str, pod: Pod | None, state) -> None:
         skeleton = pod or termination.identity(state, uid)
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
-            log.info("pod %s: stopping (grace %d s)", key_of_dict(skeleton) if skeleton else uid, grace)
+            log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings)
@@ -216,6 +238,7 @@ class PodWorkers:
         else:
             with self._lock:
                 self._keys.pop(uid, None)
+                self._parsed.pop(uid, None)
                 self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
             self.backoff.forget_prefix(uid + "/")
@@ -280,5 +303,13 @@ class PodWorkers:
             t.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def key_of_dict(pod: dict) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+def runnable(raws: Iterable[dict]) -> list[Pod]:
+    """The pods of `raws` that the kubelet can read; one it cannot is run nowhere (its sync says why), so it
+    takes no room on the node either."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(parse_pod(raw))
+        except FieldError:
+            continue
+    return out

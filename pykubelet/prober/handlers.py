@@ -21,6 +21,8 @@ import urllib.parse
 from dataclasses import dataclass
 
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Action, Container, ExecAction, HTTPGetAction, TCPSocketAction
+from pykubelet.errors import DeadlineExceededError, InvalidArgumentError
 
 USER_AGENT = "kube-probe/1.37"
 MAX_BODY = 10 * 1024
@@ -43,7 +45,7 @@ class Outcome:
         return self.result is Result.SUCCESS
 
 
-class ProbeSpecError(ValueError):
+class ProbeSpecError(InvalidArgumentError):
     """A probe or hook that names something the container does not have (a port name)."""
 
 
@@ -51,14 +53,14 @@ def _text(data: bytes) -> str:
     return data[:MAX_BODY].decode("utf-8", "replace").strip()
 
 
-def resolve_port(port: int | str, container: dict, field_path: str) -> int:
+def resolve_port(port: int | str, container: Container, field_path: str) -> int:
     """A port number, or the number of the container port with that name."""
-    if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+    if isinstance(port, int) or port.isdigit():
         number = int(port)
     else:
-        number = next((p["containerPort"] for p in container.get("ports", []) if p.get("name") == port), 0)
+        number = next((p.container_port for p in container.ports if p.name == port), 0)
         if not number:
-            raise ProbeSpecError(f"{field_path}: container {container.get('name')!r} has no port named {port!r}")
+            raise ProbeSpecError(f"{field_path}: container {container.name!r} has no port named {port!r}")
     if not 0 < number < 65536:
         raise ProbeSpecError(f"{field_path}: invalid port {port!r}")
     return number
@@ -84,26 +86,26 @@ def run_exec(runtime: cri.CRIRuntime, container_id: str, command: list[str], tim
     return Outcome(Result.FAILURE, output or f"command {command!r} exited with {code}")
 
 
-def http_url(action: dict, default_host: str, container: dict, field_path: str) -> tuple[str, dict[str, str]]:
+def http_url(action: HTTPGetAction, default_host: str, container: Container,
+             field_path: str) -> tuple[str, dict[str, str]]:
     """The URL and the headers of an httpGet action."""
-    port = resolve_port(action.get("port", 80), container, f"{field_path}.port")
-    host = action.get("host") or default_host
-    scheme = action.get("scheme", "HTTP").lower()
-    path = action.get("path", "") or "/"
+    port = resolve_port(action.port, container, f"{field_path}.port")
+    host = action.host or default_host
+    scheme = action.scheme.lower()
+    path = action.path or "/"
     if not path.startswith("/"):
         path = "/" + path
     headers = {"User-Agent": USER_AGENT, "Accept": "*/*"}
-    for h in action.get("httpHeaders", []):
-        name = h["name"]
+    for name, value in action.headers:
         for known in list(headers):  # a header given in the spec replaces the default, in any case
             if known.lower() == name.lower():
                 del headers[known]
-        headers[name] = h.get("value", "")
+        headers[name] = value
     return f"{scheme}://{host_port(host, port)}{path}", headers
 
 
-class ProbeTimeout(TimeoutError):
-    """The probe's deadline passed."""
+class ProbeTimeout(DeadlineExceededError, TimeoutError):
+    """The probe's deadline passed; a TimeoutError too, as the socket's own timeouts it stands for."""
 
 
 def _connect(host: str, port: int, deadline: float) -> socket.socket:
@@ -328,23 +330,19 @@ def run_grpc(host: str, port: int, service: str, timeout: float) -> Outcome:
     return Outcome(Result.SUCCESS)
 
 
-def run_action(runtime: cri.CRIRuntime, action: dict, container: dict, container_id: str, pod_ip: str,
+def run_action(runtime: cri.CRIRuntime, action: Action, container: Container, container_id: str, pod_ip: str,
                timeout: float, field_path: str) -> Outcome:
-    """The probe or hook `action` (a dict with exec, httpGet, tcpSocket or grpc) against the container."""
+    """The probe's or hook's `action` against the container."""
     try:
-        if "exec" in action:
-            return run_exec(runtime, container_id, action["exec"].get("command", []), timeout)
-        if "httpGet" in action:
-            url, headers = http_url(action["httpGet"], pod_ip, container, f"{field_path}.httpGet")
+        if isinstance(action, ExecAction):
+            return run_exec(runtime, container_id, list(action.command), timeout)
+        if isinstance(action, HTTPGetAction):
+            url, headers = http_url(action, pod_ip, container, f"{field_path}.httpGet")
             return run_http(url, headers, timeout)
-        if "tcpSocket" in action:
-            tcp = action["tcpSocket"]
-            port = resolve_port(tcp.get("port", 0), container, f"{field_path}.tcpSocket.port")
-            return run_tcp(tcp.get("host") or pod_ip, port, timeout)
-        if "grpc" in action:
-            g = action["grpc"]
-            port = resolve_port(g.get("port", 0), container, f"{field_path}.grpc.port")
-            return run_grpc(pod_ip, port, g.get("service") or "", timeout)
+        if isinstance(action, TCPSocketAction):
+            port = resolve_port(action.port, container, f"{field_path}.tcpSocket.port")
+            return run_tcp(action.host or pod_ip, port, timeout)
+        port = resolve_port(action.port, container, f"{field_path}.grpc.port")
+        return run_grpc(pod_ip, port, action.service, timeout)
     except ProbeSpecError as e:  # as the kubelet's: an error, not a verdict on the container
         return Outcome(Result.UNKNOWN, str(e))
-    return Outcome(Result.UNKNOWN, f"{field_path}: no handler (exec, httpGet, tcpSocket or grpc)")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Container, Pod, Probe
 from pykubelet.events import WARNING, EventRecorder, pod_ref
-from pykubelet.pods.podspec import is_sidecar
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.prober.handlers import Outcome, Result, run_action
 
@@ -40,22 +40,15 @@ log = logging.getLogger(__name__)
 
 STARTUP, LIVENESS, READINESS = "startup", "liveness", "readiness"
 FIELDS = {STARTUP: "startupProbe", LIVENESS: "livenessProbe", READINESS: "readinessProbe"}
+ATTRIBUTES = {STARTUP: "startup_probe", LIVENESS: "liveness_probe", READINESS: "readiness_probe"}
 TITLES = {STARTUP: "Startup", LIVENESS: "Liveness", READINESS: "Readiness"}
 # what a probe reports for a container it has not yet decided on (the kubelet's initial values)
 INITIAL = {STARTUP: Result.UNKNOWN, LIVENESS: Result.SUCCESS, READINESS: Result.FAILURE}
-DEFAULTS = {"initialDelaySeconds": 0, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1,
-            "failureThreshold": 3}
 
 
-def probe_field(probe: dict, name: str) -> int:
-    value = probe.get(name)
-    return int(value) if value else DEFAULTS[name]
-
-
-def probed_containers(pod: dict) -> list[dict]:
+def probed_containers(pod: Pod) -> list[Container]:
     """The containers that may have probes: the regular ones and the sidecars."""
-    spec = pod["spec"]
-    return [c for c in spec.get("initContainers", []) if is_sidecar(c)] + list(spec.get("containers", []))
+    return [c for c in pod.spec.init_containers if c.is_sidecar] + list(pod.spec.containers)
 
 
 @dataclass
@@ -64,9 +57,9 @@ class Worker:
     uid: str
     name: str
     kind: str
-    probe: dict
-    pod: dict
-    container: dict
+    probe: Probe
+    pod: Pod
+    container: Container
     pod_ip: str = ""
     container_id: str = ""  # the container the state below is about ("" while none runs)
     started_at: float = 0.0  # when it started (unix seconds)
@@ -92,8 +85,8 @@ class Worker:
             self.run += 1
         else:
             self.last, self.run = outcome.result, 1
-        threshold = probe_field(self.probe, "failureThreshold" if outcome.result is Result.FAILURE
-                                else "successThreshold")
+        threshold = (self.probe.failure_threshold if outcome.result is Result.FAILURE
+                     else self.probe.success_threshold)
         if self.run < threshold:
             return False
         changed = self.result is not outcome.result
@@ -103,14 +96,13 @@ class Worker:
         return changed
 
 
-def reported(pod: dict, name: str, container_id: str, kind: str) -> bool:
+def reported(pod: Pod, name: str, container_id: str, kind: str) -> bool:
     """Whether the pod's status in the API server says container `container_id` is ready (readiness) or
     started (startup): after a kubelet restart, its probes start from there, not from "not ready", so that
     a restart does not flap every pod's Ready condition."""
-    status = pod.get("status") or {}
-    for s in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
-        if s.get("name") == name and (s.get("containerID") or "").endswith("://" + container_id):
-            return bool(s.get("ready" if kind == READINESS else "started"))
+    for s in pod.status.container_statuses:
+        if s.name == name and s.container_id.endswith("://" + container_id):
+            return s.ready if kind == READINESS else s.started
     return False
 
 
@@ -136,35 +128,35 @@ class ProbeManager:
 
     # --- what the pod workers tell and ask ------------------------------------------------------------
 
-    def sync_pod(self, pod: dict, state: RuntimePod) -> None:
+    def sync_pod(self, pod: Pod, state: RuntimePod) -> None:
         """Brings the pod's probe workers in line with its spec and with what runs (after each pod sync)."""
-        uid = pod["metadata"]["uid"]
+        uid = pod.uid
         net = state.sandbox_status.network if state.sandbox_status is not None else None
-        pod_ip = net.ip if net is not None and net.ip else (self.host_ip if pod["spec"].get("hostNetwork") else "")
+        pod_ip = net.ip if net is not None and net.ip else (self.host_ip if pod.spec.host_network else "")
         wanted = set()
         now = time.time()
         with self._cond:
             for container in probed_containers(pod):
-                current = running_container(state, container["name"])
-                for kind, field_name in FIELDS.items():
-                    probe = container.get(field_name)
-                    if not probe:
+                current = running_container(state, container.name)
+                for kind, attribute in ATTRIBUTES.items():
+                    probe = getattr(container, attribute)
+                    if probe is None:
                         continue
-                    key = (uid, container["name"], kind)
+                    key = (uid, container.name, kind)
                     wanted.add(key)
                     w = self._workers.get(key)
                     fresh = w is None
                     if w is None:
-                        w = self._workers[key] = Worker(uid, container["name"], kind, probe, pod, container)
+                        w = self._workers[key] = Worker(uid, container.name, kind, probe, pod, container)
                         w.reset("", 0.0)
                     w.pod, w.container, w.probe, w.pod_ip = pod, container, probe, pod_ip
                     cid = current.id if current is not None else ""
                     if cid != w.container_id:
                         w.reset(cid, current.started_at / 1e9 if current is not None else 0.0)
-                        if fresh and cid and kind != LIVENESS and reported(pod, container["name"], cid, kind):
+                        if fresh and cid and kind != LIVENESS and reported(pod, container.name, cid, kind):
                             w.result = Result.SUCCESS  # a restarted kubelet keeps what it reported
                         if cid:  # a new container: its first probe is due once its initial delay is over
-                            self._schedule(w, max(now, w.started_at + probe_field(probe, "initialDelaySeconds")))
+                            self._schedule(w, max(now, w.started_at + probe.initial_delay_seconds))
             for key in [k for k in self._workers if k[0] == uid and k not in wanted]:
                 self._workers.pop(key).stopped = True
 
@@ -197,9 +189,8 @@ class ProbeManager:
             for kind in (STARTUP, LIVENESS):
                 w = self._workers.get((uid, name, kind))
                 if w is not None and w.result_for(container_id) is Result.FAILURE:
-                    grace = w.probe.get("terminationGracePeriodSeconds")
                     return (f"Container {name} failed {kind} probe, will be restarted",
-                            int(grace) if grace is not None else None)
+                            w.probe.termination_grace_period_seconds)
         return None
 
     # --- running the probes ---------------------------------------------------------------------------
@@ -238,12 +229,12 @@ class ProbeManager:
         try:
             self.probe_once(w)
         except Exception:
-            log.exception("probe %s of %s/%s", w.kind, w.pod["metadata"]["name"], w.name)
+            log.exception("probe %s of %s/%s", w.kind, w.pod.metadata.name, w.name)
         finally:
             with self._cond:
                 w.busy = False
                 if not w.stopped and w.container_id:  # a new container meanwhile: its own due time
-                    self._schedule(w, w.due if w.due > began else began + probe_field(w.probe, "periodSeconds"))
+                    self._schedule(w, w.due if w.due > began else began + w.probe.period_seconds)
 
     def probe_once(self, w: Worker) -> Outcome | None:
         """One run of the worker's probe, if it is due to run (None if skipped); publishes the result."""
@@ -255,13 +246,13 @@ class ProbeManager:
             return None
         if w.kind != STARTUP and not self.started(w.uid, w.name, cid):
             return None
-        if time.time() < started_at + probe_field(w.probe, "initialDelaySeconds"):
+        if time.time() < started_at + w.probe.initial_delay_seconds:
             return None
         field_path = f"spec.containers{{{w.name}}}.{FIELDS[w.kind]}"
-        outcome = run_action(self.runtime, w.probe, w.container, cid, w.pod_ip,
-                             probe_field(w.probe, "timeoutSeconds"), field_path)
+        outcome = run_action(self.runtime, w.probe.action, w.container, cid, w.pod_ip, w.probe.timeout_seconds,
+                             field_path)
         if outcome.result is Result.UNKNOWN:  # not run: no verdict, but said, as the kubelet's
-            log.debug("%s probe of %s/%s: %s", w.kind, w.pod["metadata"]["name"], w.name, outcome.message)
+            log.debug("%s probe of %s/%s: %s", w.kind, w.pod.metadata.name, w.name, outcome.message)
             self._event(w, WARNING, "Unhealthy", f"{TITLES[w.kind]} probe errored: {outcome.message}")
             return outcome
         with self._cond:
@@ -280,13 +271,11 @@ class ProbeManager:
         elif outcome.message.startswith("Probe terminated redirects"):
             self._event(w, WARNING, "ProbeWarning", f"{title} probe warning: {outcome.message}")
         if changed:
-            log.info("pod %s/%s: %s probe of %s: %s", w.pod["metadata"]["namespace"], w.pod["metadata"]["name"],
-                     w.kind, w.name, w.result.value)
+            log.info("pod %s: %s probe of %s: %s", w.pod.key, w.kind, w.name, w.result.value)
             self.on_change(w.uid)
         return outcome
 
     def _event(self, w: Worker, type_: str, reason: str, message: str) -> None:
         if self.events is not None:
-            init = any(c.get("name") == w.name for c in w.pod["spec"].get("initContainers", []))
-            self.events.event(pod_ref(w.pod, w.name, init), type_, reason, message)
+            self.events.event(pod_ref(w.pod, w.name, w.pod.is_init(w.name)), type_, reason, message)
 

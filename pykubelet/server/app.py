@@ -49,7 +49,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
+from pykubelet.errors import InvalidArgumentError, KubeletError
 from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
@@ -85,7 +87,10 @@ class Limits:
     body_bytes: int = 256 << 10  # an unexpected body drained before the answer (Go drains as much)
 
 
-class HTTPError(Exception):
+class HTTPError(KubeletError):
+    """An answer other than 200 to a request of the kubelet's API; its kind is its HTTP status, the one
+    thing the client acts on, so it derives from no kind of its own."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -106,7 +111,7 @@ class KubeletServer:
     workers observe into it), a fresh one if not given."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
-                 pods: Callable[[str], dict | None] | None = None,
+                 pods: Callable[[str], Pod | None] | None = None,
                  pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
                  limits: Limits | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
@@ -214,8 +219,11 @@ class KubeletServer:
             ready = self.runtime.pod_sandbox_status(sandbox.id).status.state == api_pb2.SANDBOX_READY
         except cri.NotFound:
             return False
-        pod = self.pods(sandbox.metadata.uid) if self.pods is not None else None
-        policy = (pod or {}).get("spec", {}).get("restartPolicy", "Always")
+        try:
+            pod = self.pods(sandbox.metadata.uid) if self.pods is not None else None
+        except InvalidArgumentError:  # a pod the workers do not run either
+            pod = None
+        policy = pod.spec.restart_policy if pod is not None else "Always"
         return ready and (policy == "Always" or (policy == "OnFailure" and exit_code != 0))
 
 

@@ -25,13 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pykubelet.errors import InvalidArgumentError
+
 POLL = 0.2  # seconds between looks at a followed file that has nothing new
 CHUNK = 1 << 20  # bytes of the file read at a time
 LINE_BUFFER = 1 << 20  # bytes of one line held before they go out without the rest
 _HEAD = 128  # bytes of a CRI log line that hold its stamp, stream and tag
 
 
-class LogOptionError(ValueError):
+class LogOptionError(InvalidArgumentError):
     """A query parameter of a log request is invalid; the message names it."""
 
 

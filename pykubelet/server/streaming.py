@@ -22,12 +22,14 @@ import socket
 import ssl
 from urllib.parse import urlsplit
 
+from pykubelet.errors import UnavailableError
+
 BUFFER = 64 * 1024
 IDLE_TIMEOUT = 4 * 3600.0  # the kubelet's streamingConnectionIdleTimeout
 DROPPED = {"host", "authorization", "content-length", "transfer-encoding"}
 
 
-class StreamError(Exception):
+class StreamError(UnavailableError):
     """The runtime's streaming URL cannot be reached; the message names it."""
 
 

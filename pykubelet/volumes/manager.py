@@ -26,6 +26,18 @@ from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import dirs
+from pykubelet.api.podmodel import (
+    ConfigMapSource,
+    Container,
+    DownwardAPISource,
+    EmptyDirSource,
+    HostPathSource,
+    Pod,
+    ProjectedSource,
+    ServiceAccountTokenProjection,
+    Volume,
+    VolumeSource,
+)
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
 from pykubelet.pods.podspec import expand, parse_quantity
@@ -40,8 +52,6 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 API_DATA = ("configMap", "secret", "downwardAPI", "projected")  # mounted read-only
 MEMORY_BACKED = ("secret", "projected")
-DEFAULT_MODE = 0o644
-DEFAULT_TOKEN_SECONDS = 3600
 PROPAGATION = {"HostToContainer": api_pb2.PROPAGATION_HOST_TO_CONTAINER,
                "Bidirectional": api_pb2.PROPAGATION_BIDIRECTIONAL}
 
@@ -50,11 +60,6 @@ Payload = dict[str, tuple[bytes, int]]
 
 def pod_dir(root_dir: Path, uid: str) -> Path:
     return root_dir / "pods" / uid
-
-
-def plugin_of(volume: dict) -> str:
-    kinds = [k for k in volume if k != "name"]
-    return kinds[0] if kinds else "emptyDir"
 
 
 def remove_pod(root_dir: Path, uid: str) -> None:
@@ -90,158 +95,146 @@ class VolumeManager:
 
     # --- volumes --------------------------------------------------------------------------------------
 
-    def volume_path(self, pod: dict, volume: dict) -> Path:
-        kind = plugin_of(volume)
-        if kind == "hostPath":
-            return Path(volume["hostPath"]["path"])
-        if kind not in PLUGIN_DIRS:
-            raise VolumeError(f'volume "{volume["name"]}": {kind} volumes are not supported by this node')
-        return pod_dir(self.settings.root_dir, pod["metadata"]["uid"]) / "volumes" / PLUGIN_DIRS[kind] / volume["name"]
+    def volume_path(self, pod: Pod, volume: Volume) -> Path:
+        if isinstance(volume.source, HostPathSource):
+            return Path(volume.source.path)
+        if volume.kind not in PLUGIN_DIRS:
+            raise VolumeError(f'volume "{volume.name}": {volume.kind} volumes are not supported by this node')
+        return pod_dir(self.settings.root_dir, pod.uid) / "volumes" / PLUGIN_DIRS[volume.kind] / volume.name
 
-    def mount_pod(self, pod: dict) -> None:
+    def mount_pod(self, pod: Pod) -> None:
         """Sets up (or brings up to date) every volume of `pod`; raises VolumeError naming the first one
         that fails, after trying them all."""
         errors = []
-        for i, volume in enumerate(pod["spec"].get("volumes", [])):
+        for i, volume in enumerate(pod.spec.volumes):
             try:
                 self._set_up(pod, volume, f"spec.volumes[{i}]")
             except (VolumeError, objects.ObjectError, ContainerConfigError, OSError) as e:
-                errors.append(f'MountVolume.SetUp failed for volume "{volume["name"]}" : {e}')
+                errors.append(f'MountVolume.SetUp failed for volume "{volume.name}" : {e}')
         if errors:
             raise VolumeError("; ".join(errors))
 
-    def _set_up(self, pod: dict, volume: dict, field: str) -> None:
-        kind = plugin_of(volume)
-        if kind == "hostPath":
-            source = volume["hostPath"]
-            hostpath.check(f"{field}.hostPath", source["path"], source.get("type"))
+    def _set_up(self, pod: Pod, volume: Volume, field: str) -> None:
+        source = volume.source
+        if isinstance(source, HostPathSource):
+            hostpath.check(f"{field}.hostPath", source.path, source.type)
             return
         path = self.volume_path(pod, volume)
         dirs.make_dirs(path.parent)  # pods/UID/volumes/PLUGIN, closed (pykubelet/dirs.py)
         dirs.make_dirs(path, atomic.VOLUME_MODE, narrow=False)  # the container's; an emptyDir opens it wider below
-        source = volume.get(kind) or {}
-        sc = pod["spec"].get("securityContext") or {}
-        fs_group = sc.get("fsGroup")
-        if kind == "emptyDir":
-            if source.get("medium") == "Memory" and mount.fs_type(path) is None:
-                limit = source.get("sizeLimit")
+        sc = pod.spec.security_context
+        fs_group = sc.fs_group
+        if isinstance(source, EmptyDirSource):
+            if source.medium == "Memory" and mount.fs_type(path) is None:
+                limit = source.size_limit
                 mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
             if fs_group is None:
                 os.chmod(path, 0o777)
             elif ownership.requires_change(path, fs_group, readonly=False):  # once: the container owns it then
                 os.chmod(path, 0o777)
-                ownership.set_ownership(path, fs_group, False, sc.get("fsGroupChangePolicy"))
+                ownership.set_ownership(path, fs_group, False, sc.fs_group_change_policy)
             return
-        if kind in MEMORY_BACKED and mount.fs_type(path) is None:
+        if volume.kind in MEMORY_BACKED and mount.fs_type(path) is None:
             mount.mount_tmpfs(path, mode=0o755)
-        payload = self._payload(pod, kind, source, f"{field}.{kind}")
+        payload = self._payload(pod, source, f"{field}.{volume.kind}")
         wrote = atomic.write(path, payload)
         if wrote:
-            log.info("pod %s/%s: volume %s written (%d files)", pod["metadata"]["namespace"], pod["metadata"]["name"],
-                     volume["name"], len(payload))
+            log.info("pod %s: volume %s written (%d files)", pod.key, volume.name, len(payload))
         if fs_group is not None and (wrote or ownership.requires_change(path, fs_group, readonly=True)):
             ownership.set_ownership(path, fs_group, readonly=True)
 
-    def _payload(self, pod: dict, kind: str, source: dict, field: str) -> Payload:
-        default = source.get("defaultMode", DEFAULT_MODE)
-        if kind == "configMap":
-            return self._keyed(pod, "configmap", source, default)
-        if kind == "secret":
-            return self._keyed(pod, "secret", {**source, "name": source.get("secretName", "")}, default)
-        if kind == "downwardAPI":
-            return self._downward(pod, source.get("items", []), default, field)
+    def _payload(self, pod: Pod, source: VolumeSource, field: str) -> Payload:
+        """The files of an API-data volume: a configMap's or secret's keys, the downward API's values, or
+        the projected sources' in order."""
+        if isinstance(source, ConfigMapSource):
+            return self._keyed(pod, source)
+        if isinstance(source, DownwardAPISource):
+            return self._downward(pod, source, field)
+        assert isinstance(source, ProjectedSource), source  # the rest have no files, or no path (volume_path)
         payload: Payload = {}
-        for i, projection in enumerate(source.get("sources", [])):
-            if "configMap" in projection:
-                payload.update(self._keyed(pod, "configmap", projection["configMap"], default))
-            elif "secret" in projection:
-                payload.update(self._keyed(pod, "secret", projection["secret"], default))
-            elif "downwardAPI" in projection:
-                payload.update(self._downward(pod, projection["downwardAPI"].get("items", []), default,
-                                              f"{field}.sources[{i}].downwardAPI"))
-            elif "serviceAccountToken" in projection:
-                tp = projection["serviceAccountToken"]
-                account = pod["spec"].get("serviceAccountName") or "default"
-                token = self.tokens.get(pod, account, tp.get("audience", ""),
-                                        int(tp.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS))
-                payload[tp["path"]] = (token.encode(), default)
+        for i, projection in enumerate(source.sources):
+            if isinstance(projection, ConfigMapSource):
+                payload.update(self._keyed(pod, projection))
+            elif isinstance(projection, DownwardAPISource):
+                payload.update(self._downward(pod, projection, f"{field}.sources[{i}].downwardAPI"))
+            elif isinstance(projection, ServiceAccountTokenProjection):
+                account = pod.spec.service_account_name or "default"
+                token = self.tokens.get(pod, account, projection.audience, projection.expiration_seconds)
+                payload[projection.path] = (token.encode(), source.default_mode)
             else:
-                raise VolumeError(f"{field}.sources[{i}]: {sorted(projection)} projections are not supported "
+                raise VolumeError(f"{field}.sources[{i}]: {list(projection.kinds)} projections are not supported "
                                   "by this node")
         return payload
 
-    def _keyed(self, pod: dict, kind: str, source: dict, default: int) -> Payload:
-        name, optional = source.get("name", ""), bool(source.get("optional"))
+    def _keyed(self, pod: Pod, source: ConfigMapSource) -> Payload:
+        kind, name, default = source.kind, source.name, source.default_mode
         fetch = objects.config_map if kind == "configmap" else objects.secret
-        data = fetch(self.client, pod["metadata"]["namespace"], name)
+        data = fetch(self.client, pod.metadata.namespace, name)
         if data is None:
-            if optional:
+            if source.optional:
                 return {}
             raise objects.not_found(kind, name)
-        items = source.get("items")
-        if not items:
+        if not source.items:
             return {key: (value, default) for key, value in data.items()}
         payload: Payload = {}
-        for item in items:
-            if item["key"] not in data:
-                if optional:
+        for item in source.items:
+            if item.key not in data:
+                if source.optional:
                     continue
                 raise VolumeError(f"{kind} references non-existent {'config' if kind == 'configmap' else 'secret'} "
-                                  f"key: {item['key']}")
-            payload[item["path"]] = (data[item["key"]], item.get("mode", default))
+                                  f"key: {item.key}")
+            payload[item.path] = (data[item.key], default if item.mode is None else item.mode)
         return payload
 
-    def _downward(self, pod: dict, items: list[dict], default: int, field: str) -> Payload:
+    def _downward(self, pod: Pod, source: DownwardAPISource, field: str) -> Payload:
         payload: Payload = {}
-        for i, item in enumerate(items):
-            if "fieldRef" in item:
-                value = envs.field_value(pod, item["fieldRef"]["fieldPath"])
-            elif "resourceFieldRef" in item:
-                value = envs.resource_value(pod, None, item["resourceFieldRef"], self.allocatable)
+        for i, item in enumerate(source.items):
+            if item.field_path is not None:
+                value = envs.field_value(pod, item.field_path)
+            elif item.resource is not None:
+                value = envs.resource_value(pod, None, item.resource, self.allocatable)
             else:
                 raise VolumeError(f"{field}.items[{i}]: needs fieldRef or resourceFieldRef")
-            payload[item["path"]] = (value.encode(), item.get("mode", default))
+            payload[item.path] = (value.encode(), source.default_mode if item.mode is None else item.mode)
         return payload
 
     # --- a container's mounts ---------------------------------------------------------------------------
 
-    def mounts(self, pod: dict, container: dict, env: dict[str, str]) -> list[api_pb2.Mount]:
+    def mounts(self, pod: Pod, container: Container, env: dict[str, str]) -> list[api_pb2.Mount]:
         """The container's CRI mounts (`env`, its resolved env, expands subPathExpr); raises
         ContainerConfigError."""
-        spec = pod["spec"]
-        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        volumes = {v.name: v for v in pod.spec.volumes}
         field = _container_field(pod, container)
         out = []
-        for i, vm in enumerate(container.get("volumeMounts", [])):
+        for i, vm in enumerate(container.volume_mounts):
             where = f"{field}.volumeMounts[{i}]"
-            volume = volumes.get(vm["name"])
+            volume = volumes.get(vm.name)
             if volume is None:
-                raise ContainerConfigError(f"{where}.name: volume {vm['name']!r} is not in spec.volumes")
+                raise ContainerConfigError(f"{where}.name: volume {vm.name!r} is not in spec.volumes")
             try:
                 host = self.volume_path(pod, volume)
             except VolumeError as e:
                 raise ContainerConfigError(str(e)) from e
-            sub, sub_field = vm.get("subPath", ""), f"{where}.subPath"
-            if vm.get("subPathExpr"):
-                sub, sub_field = expand(vm["subPathExpr"], env), f"{where}.subPathExpr"
+            sub, sub_field = vm.sub_path, f"{where}.subPath"
+            if vm.sub_path_expr:
+                sub, sub_field = expand(vm.sub_path_expr, env), f"{where}.subPathExpr"
             if sub:
-                target = (pod_dir(self.settings.root_dir, pod["metadata"]["uid"]) / "volume-subpaths" / vm["name"]
-                          / container["name"] / str(i))
+                target = (pod_dir(self.settings.root_dir, pod.uid) / "volume-subpaths" / vm.name / container.name
+                          / str(i))
                 try:
-                    host = bind_subpath(sub_field, vm["name"], host, sub, target)
+                    host = bind_subpath(sub_field, vm.name, host, sub, target)
                 except OSError as e:
-                    raise ContainerConfigError(f"failed to prepare subPath for volumeMount {vm['name']!r} of "
-                                               f"container {container['name']!r}: {e}") from e
-            out.append(api_pb2.Mount(container_path=vm["mountPath"], host_path=str(host),
-                                     readonly=bool(vm.get("readOnly")) or plugin_of(volume) in API_DATA,
-                                     propagation=PROPAGATION.get(vm.get("mountPropagation", ""),
-                                                                 api_pb2.PROPAGATION_PRIVATE)))
+                    raise ContainerConfigError(f"failed to prepare subPath for volumeMount {vm.name!r} of "
+                                               f"container {container.name!r}: {e}") from e
+            out.append(api_pb2.Mount(container_path=vm.mount_path, host_path=str(host),
+                                     readonly=vm.read_only or volume.kind in API_DATA,
+                                     propagation=PROPAGATION.get(vm.mount_propagation, api_pb2.PROPAGATION_PRIVATE)))
         return out
 
 
-def _container_field(pod: dict, container: dict) -> str:
-    for kind in ("initContainers", "containers"):
-        for i, c in enumerate(pod["spec"].get(kind, [])):
-            if c["name"] == container["name"]:
+def _container_field(pod: Pod, container: Container) -> str:
+    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers)):
+        for i, c in enumerate(containers):
+            if c.name == container.name:
                 return f"spec.{kind}[{i}]"
-    return f"container {container['name']!r}"
+    return f"container {container.name!r}"

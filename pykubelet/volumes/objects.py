@@ -15,11 +15,15 @@ import threading
 import time
 from dataclasses import dataclass
 
+from pykubelet.api.podmodel import ObjectMeta, Pod
+from pykubelet.errors import FailedPreconditionError
+
 MAX_TOKEN_AGE = 24 * 3600
 
 
-class ObjectError(Exception):
-    """A configMap, secret or token could not be read; the message names it as the kubelet does."""
+class ObjectError(FailedPreconditionError):
+    """A configMap, secret or token could not be read (missing, refused, no API server): the pod waits
+    until it can be; the message names it as the kubelet does."""
 
 
 def _get(client, kind, kind_name: str, namespace: str, name: str):
@@ -80,9 +84,9 @@ class TokenManager:
         self._tokens: dict[tuple, Token] = {}
         self._lock = threading.Lock()
 
-    def get(self, pod: dict, account: str, audience: str, expiration: int) -> str:
-        meta = pod["metadata"]
-        key = (meta["uid"], meta["namespace"], account, audience, expiration)
+    def get(self, pod: Pod, account: str, audience: str, expiration: int) -> str:
+        meta = pod.metadata
+        key = (meta.uid, meta.namespace, account, audience, expiration)
         now = self.clock()
         with self._lock:
             cached = self._tokens.get(key)
@@ -100,22 +104,22 @@ class TokenManager:
             for k in [k for k in self._tokens if k[0] == uid]:
                 del self._tokens[k]
 
-    def _request(self, meta: dict, account: str, audience: str, expiration: int) -> Token:
+    def _request(self, meta: ObjectMeta, account: str, audience: str, expiration: int) -> Token:
         from lightkube.core.exceptions import ApiError
+        from lightkube.models import meta_v1
         from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
-        from lightkube.models.meta_v1 import ObjectMeta
         from lightkube.resources.core_v1 import ServiceAccountToken
 
-        request = ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(
+        request = ServiceAccountToken(metadata=meta_v1.ObjectMeta(), spec=TokenRequestSpec(
             audiences=[audience] if audience else [], expirationSeconds=expiration,
-            boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=meta["name"], uid=meta["uid"])))
+            boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=meta.name, uid=meta.uid)))
         if self.client is None:
-            raise ObjectError(f"failed to fetch token for service account {meta['namespace']}/{account}: "
+            raise ObjectError(f"failed to fetch token for service account {meta.namespace}/{account}: "
                               "standalone mode (no --kubeconfig) has no API server")
         try:
-            answer = self.client.create(request, account, namespace=meta["namespace"])
+            answer = self.client.create(request, account, namespace=meta.namespace)
         except ApiError as e:
-            raise ObjectError(f"failed to fetch token for service account {meta['namespace']}/{account}: "
+            raise ObjectError(f"failed to fetch token for service account {meta.namespace}/{account}: "
                               f"{e.status.message}") from e
         expires = answer.status.expirationTimestamp
         if isinstance(expires, str):

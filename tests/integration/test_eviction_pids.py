@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pykubelet import config
 from pykubelet import runtime as criapi
+from pykubelet.api.podmodel import parse_pod
 from pykubelet.eviction.manager import EvictionManager
 from pykubelet.pods.criconfig import cgroup_parent
 from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
@@ -27,7 +28,7 @@ FORKS = 60
 
 def _pod(name: str) -> dict:
     return {"metadata": {"name": name, "namespace": "eviction", "uid": f"eviction-pids-{name}"},
-            "spec": {"containers": [{"name": "main"}]}, "status": {"phase": "Running"}}
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]}, "status": {"phase": "Running"}}
 
 
 def test_a_forking_pod_is_the_one_evicted_for_pid_pressure(cri_server, tmp_path: Path) -> None:
@@ -43,9 +44,10 @@ def test_a_forking_pod_is_the_one_evicted_for_pid_pressure(cri_server, tmp_path:
     before = kubepods_dirs()
     client = criapi.CRIRuntime(c.node.url, timeout=30)
     try:
-        with c.pod("forker", metadata=forker["metadata"], linux={"cgroup_parent": cgroup_parent(forker, settings)}) \
+        parents = {name: cgroup_parent(parse_pod(p), settings) for name, p in (("forker", forker), ("quiet", quiet))}
+        with c.pod("forker", metadata=forker["metadata"], linux={"cgroup_parent": parents["forker"]}) \
                 as forker_sandbox, \
-                c.pod("quiet", metadata=quiet["metadata"], linux={"cgroup_parent": cgroup_parent(quiet, settings)}) \
+                c.pod("quiet", metadata=quiet["metadata"], linux={"cgroup_parent": parents["quiet"]}) \
                 as quiet_sandbox:
             for pod, sandbox in ((forker, forker_sandbox), (quiet, quiet_sandbox)):
                 name = pod["metadata"]["name"]
@@ -56,11 +58,12 @@ def test_a_forking_pod_is_the_one_evicted_for_pid_pressure(cri_server, tmp_path:
             def evict(uid: str, message: str, grace: int) -> bool:
                 evicted.append((uid, message, grace))
                 return True
-            manager.bind(lambda: [forker, quiet], evict)
+            typed = [parse_pod(forker), parse_pod(quiet)]
+            manager.bind(lambda: typed, evict)
             usage: dict = {}
 
             def counted() -> bool:
-                usage.update(manager.usage([forker, quiet]))
+                usage.update(manager.usage(typed))
                 found = usage.get(forker["metadata"]["uid"])
                 return found is not None and (found.pids or 0) > FORKS
             wait_for("the forker's processes in its pod cgroup", counted)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.pods.actions import (
     BackOff,
     KillContainer,
@@ -42,7 +43,7 @@ SIDE_PROBED = spec("side", restartPolicy="Always", startupProbe={"exec": {"comma
 
 
 def pod(*containers: dict, init: tuple[dict, ...] = (), policy: str | None = None, phase: str | None = None,
-        grace: int | None = None) -> dict:
+        grace: int | None = None) -> Pod:
     p: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
                "spec": {"containers": list(containers), "initContainers": list(init)}}
     if policy is not None:
@@ -51,7 +52,7 @@ def pod(*containers: dict, init: tuple[dict, ...] = (), policy: str | None = Non
         p["spec"]["terminationGracePeriodSeconds"] = grace
     if phase is not None:
         p["status"] = {"phase": phase}
-    return p
+    return parse_pod(p)
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,9 @@ class C:
     grace: int | None = None  # the grace it was started with
 
 
-def runtime(p: dict, *containers: C, sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)) -> RuntimePod:
+def runtime(p: Pod, *containers: C, sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)) -> RuntimePod:
     """What the runtime has of `p`: `containers` and `sandboxes` (id, ready) newest first."""
-    specs = {c["name"]: c for c in p["spec"]["containers"] + p["spec"]["initContainers"]}
+    specs = {c.name: c for c in p.spec.all_containers}
     statuses = []
     for c in containers:
         annotations = {RESTART_COUNT: str(c.restart),
@@ -101,7 +102,7 @@ class Probes:
 
 
 def key(container: dict) -> str:
-    return f"{UID}/{container['name']}/{container_hash(container)}"
+    return f"{UID}/{container['name']}/{container_hash(pod(container).spec.containers[0])}"
 
 
 def backoffs(*crashed: dict) -> Backoff:
@@ -122,7 +123,7 @@ LIVENESS = "Container main failed liveness probe, will be restarted"
 @dataclass
 class Case:
     name: str
-    pod: dict
+    pod: Pod
     containers: tuple[C, ...]  # what the runtime has of the pod, newest first
     expected: PodActions
     sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)  # (id, ready), newest first
@@ -265,7 +266,7 @@ KILLED = ("exited", 137, NOW - 60)  # how the killed container ended: state, exi
     ("a finished pod's sidecar: nothing follows", SIDECARS, KillContainer("side", "s1", 30, KillReason.POD_DONE),
      KILLED, ([], False)),
 ])
-def test_after_kill(name: str, p: dict, kill: KillContainer, ended: tuple[str, int, float],
+def test_after_kill(name: str, p: Pod, kill: KillContainer, ended: tuple[str, int, float],
                     expected: tuple[list[Step], bool]) -> None:
     state = runtime(p, C(kill.name, kill.container_id))
     after = api_pb2.ContainerStatus()

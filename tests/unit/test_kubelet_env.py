@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from pykubelet.api.podmodel import Container, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods.env import EnvSource, container_env, field_value, resource_value, service_env, valid_name
 from pykubelet.volumes.errors import ContainerConfigError
-from tests.unit.test_kubelet_volumes import POD, FakeClient, cm, sec
+from tests.unit.test_kubelet_volumes import POD, RAW, FakeClient, cm, pod_with, sec
 
 ALLOCATABLE = {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "1000"}
 
 
-def env_of(container: dict, objs: dict | None = None, warnings: list | None = None, pod: dict = POD) -> dict:
-    return container_env(pod, container, FakeClient(objs), host_ips=["10.0.0.1"], pod_ips=["10.1.0.5", "fd00::5"],
-                         allocatable=lambda: ALLOCATABLE,
+def env_of(container: dict, objs: dict | None = None, warnings: list | None = None) -> dict:
+    pod = pod_with(container)
+    return container_env(pod, pod.spec.containers[0], FakeClient(objs), host_ips=["10.0.0.1"],
+                         pod_ips=["10.1.0.5", "fd00::5"], allocatable=lambda: ALLOCATABLE,
                          warn=lambda reason, message: (warnings if warnings is not None else []).append(
                              (reason, message)))
 
@@ -86,10 +88,11 @@ def test_field_values():
 
 
 def test_resource_values_round_up_and_default_to_allocatable():
-    c = {"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "100M"}, "limits": {"cpu": "1500m"}}}
-    pod = {**POD, "spec": {"containers": [c]}}
+    pod = pod_with({"name": "c", "resources": {"requests": {"cpu": "250m", "memory": "100M"},
+                                               "limits": {"cpu": "1500m"}}})
+    c = pod.spec.containers[0]
 
-    def value(resource: str, divisor: str | None = None, container: dict | None = c) -> str:
+    def value(resource: str, divisor: str | None = None, container: Container | None = c) -> str:
         ref = {"resource": resource, **({"divisor": divisor} if divisor else {})}
         return resource_value(pod, container, ref, lambda: ALLOCATABLE)
 
@@ -138,8 +141,9 @@ def test_service_env_as_get_service_env_var_map():
 def test_explicit_env_wins_over_service_env_and_can_reference_it():
     services = service_env(SERVICES, "app", True)
     db = {"name": "DB", "value": "$(MY_DB_SERVICE_HOST):$(MY_DB_SERVICE_PORT)"}
-    env = container_env(POD, {"name": "c", "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}, db]},
-                        FakeClient(None), host_ips=[], pod_ips=[], allocatable=lambda: ALLOCATABLE, services=services)
+    pod = pod_with({"name": "c", "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}, db]})
+    env = container_env(pod, pod.spec.containers[0], FakeClient(None), host_ips=[], pod_ips=[],
+                        allocatable=lambda: ALLOCATABLE, services=services)
     assert env["KUBERNETES_SERVICE_HOST"] == "mine" and env["DB"] == "10.96.0.9:5432"
     assert env["KUBERNETES_SERVICE_PORT"] == "443" and list(env)[:2] == ["KUBERNETES_SERVICE_HOST", "DB"]
 
@@ -147,19 +151,21 @@ def test_explicit_env_wins_over_service_env_and_can_reference_it():
 def test_env_source_resolves_with_the_nodes_ips_and_services():
     """What the pod sync asks: the node's IP as status.hostIP, and a hostNetwork pod's IPs are the node's."""
     source = EnvSource(FakeClient(None), Settings(node_ip="10.0.0.1"), lambda: ALLOCATABLE, services=lambda: SERVICES)
-    c = {"name": "c", "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"status.{n}"}}}
-                              for n in ("hostIP", "podIP")]}
-    app = {**POD, "metadata": {**POD["metadata"], "namespace": "app"}}
-    env = source.resolve(app, c, pod_ips=["10.1.0.5"], warn=lambda reason, message: None)
+    c = {"name": "c", "image": "i", "env": [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": f"status.{n}"}}}
+                                            for n in ("hostIP", "podIP")]}
+    app = parse_pod({**RAW, "metadata": {**RAW["metadata"], "namespace": "app"},
+                     "spec": {**RAW["spec"], "containers": [c]}})
+    env = source.resolve(app, app.spec.containers[0], pod_ips=["10.1.0.5"], warn=lambda reason, message: None)
     assert (env["hostIP"], env["podIP"], env["MY_DB_SERVICE_HOST"]) == ("10.0.0.1", "10.1.0.5", "10.96.0.9")
-    host = {**app, "spec": {**POD["spec"], "hostNetwork": True}}
-    assert source.resolve(host, c, pod_ips=[], warn=lambda reason, message: None)["podIP"] == "10.0.0.1"
+    host = parse_pod({**app.raw, "spec": {**app.raw["spec"], "hostNetwork": True}})
+    assert source.resolve(host, host.spec.containers[0], pod_ips=[],
+                          warn=lambda reason, message: None)["podIP"] == "10.0.0.1"
 
 
 def test_env_source_refuses_an_env_without_the_services_until_they_are_listed():
     unlisted = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE, services=lambda: None)
     with pytest.raises(ContainerConfigError, match="services have not yet been read at least once"):
-        unlisted.resolve(POD, {"name": "c"}, pod_ips=[], warn=lambda reason, message: None)
+        unlisted.resolve(POD, POD.spec.containers[0], pod_ips=[], warn=lambda reason, message: None)
     standalone = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE)  # no API server: no services
-    assert standalone.resolve(POD, {"name": "c", "env": [{"name": "A", "value": "1"}]}, pod_ips=[],
-                              warn=lambda reason, message: None) == {"A": "1"}
+    one = pod_with({"name": "c", "env": [{"name": "A", "value": "1"}]})
+    assert standalone.resolve(one, one.spec.containers[0], pod_ips=[], warn=lambda reason, message: None) == {"A": "1"}

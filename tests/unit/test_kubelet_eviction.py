@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet import config
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.eviction import manager, policy
 from pykubelet.eviction.policy import ContainerUsage, Observation, PodUsage, Threshold, Value
 
@@ -110,10 +111,12 @@ def test_memory_is_reclaimed_first():
     assert d.act_on[0] == HARD_MEM and d.conditions == [policy.MEMORY, policy.DISK]
 
 
-def pod(name: str, *, requests: dict | None = None, limits: dict | None = None, prio: int = 0, **spec) -> dict:
+def pod(name: str, *, requests: dict | None = None, limits: dict | None = None, prio: int = 0,
+        annotations: dict | None = None, **spec) -> Pod:
     res = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
-    return {"metadata": {"name": name, "namespace": "default", "uid": name},
-            "spec": {"containers": [{"name": "main", "image": "x", "resources": res}], "priority": prio, **spec}}
+    return parse_pod({"metadata": {"name": name, "namespace": "default", "uid": name, "annotations": annotations or {}},
+                      "spec": {"containers": [{"name": "main", "image": "x", "resources": res}], "priority": prio,
+                               **spec}})
 
 
 def test_memory_ranking_over_requests_then_priority_then_usage():
@@ -122,7 +125,7 @@ def test_memory_ranking_over_requests_then_priority_then_usage():
             pod("burstable-over", requests={"memory": "10Mi"}, prio=0), pod("no-stats", prio=5000)]
     usage = {"guaranteed-high-use": PodUsage(memory=400 * MI), "besteffort-small": PodUsage(memory=5 * MI),
              "besteffort-big": PodUsage(memory=50 * MI), "burstable-over": PodUsage(memory=20 * MI)}
-    assert [p["metadata"]["name"] for p in policy.rank(pods, usage, "memory")] == [
+    assert [p.metadata.name for p in policy.rank(pods, usage, "memory")] == [
         "no-stats", "burstable-over", "besteffort-big", "besteffort-small", "guaranteed-high-use"]
 
 
@@ -130,16 +133,16 @@ def test_disk_and_pid_ranking():
     pods = [pod("asked", requests={"ephemeral-storage": "1Gi"}), pod("filler"), pod("low-prio-few", prio=-10)]
     usage = {"asked": PodUsage(disk=100 * MI, pids=500), "filler": PodUsage(disk=30 * MI, pids=2),
              "low-prio-few": PodUsage(disk=1 * MI, pids=1)}
-    assert [p["metadata"]["name"] for p in policy.rank(pods, usage, "ephemeral-storage")] == [
+    assert [p.metadata.name for p in policy.rank(pods, usage, "ephemeral-storage")] == [
         "low-prio-few", "filler", "asked"]
-    assert [p["metadata"]["name"] for p in policy.rank(pods, usage, "pids")] == ["low-prio-few", "asked", "filler"]
+    assert [p.metadata.name for p in policy.rank(pods, usage, "pids")] == ["low-prio-few", "asked", "filler"]
 
 
 def test_critical_pods():
     assert policy.is_critical(pod("x", prio=2_000_001_000))
-    assert policy.is_critical({"metadata": {"annotations": {policy.CONFIG_SOURCE: "file"}}, "spec": {}})
-    assert policy.is_critical({"metadata": {"annotations": {policy.CONFIG_MIRROR: "h"}}, "spec": {}})
-    assert not policy.is_critical({"metadata": {"annotations": {policy.CONFIG_SOURCE: "api"}}, "spec": {}})
+    assert policy.is_critical(pod("x", annotations={policy.CONFIG_SOURCE: "file"}))
+    assert policy.is_critical(pod("x", annotations={policy.CONFIG_MIRROR: "h"}))
+    assert not policy.is_critical(pod("x", annotations={policy.CONFIG_SOURCE: "api"}))
     assert not policy.is_critical(pod("x", prio=1_000_000_000))
 
 
@@ -164,18 +167,20 @@ def test_the_kubelets_eviction_message():
      'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '),
     ({"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "8Mi"}}]},
      PodUsage(disk=4 * MI, volumes={"scratch": 4 * MI}), None),
-    ({"containers": [{"name": "a", "resources": {"limits": {"ephemeral-storage": "2Mi"}}},
-                     {"name": "b", "resources": {"limits": {"ephemeral-storage": "2Mi"}}}]},
+    ({"containers": [{"name": "a", "image": "x", "resources": {"limits": {"ephemeral-storage": "2Mi"}}},
+                     {"name": "b", "image": "x", "resources": {"limits": {"ephemeral-storage": "2Mi"}}}]},
      PodUsage(disk=5 * MI, containers={"a": ContainerUsage(disk=1 * MI), "b": ContainerUsage(disk=1 * MI)}),
      "Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. "),
-    ({"containers": [{"name": "a", "resources": {"limits": {"ephemeral-storage": "1Mi"}}},
-                     {"name": "b", "resources": {"limits": {"ephemeral-storage": "100Mi"}}}]},
+    ({"containers": [{"name": "a", "image": "x", "resources": {"limits": {"ephemeral-storage": "1Mi"}}},
+                     {"name": "b", "image": "x", "resources": {"limits": {"ephemeral-storage": "100Mi"}}}]},
      PodUsage(disk=4 * MI, containers={"a": ContainerUsage(disk=4 * MI), "b": ContainerUsage(disk=0)}),
      'Container a exceeded its local ephemeral storage limit "1Mi". '),
-    ({"containers": [{"name": "a"}]}, PodUsage(disk=40 * MI, containers={"a": ContainerUsage(disk=40 * MI)}), None),
+    ({"containers": [{"name": "a", "image": "x"}]},
+     PodUsage(disk=40 * MI, containers={"a": ContainerUsage(disk=40 * MI)}), None),
 ])
 def test_local_storage_violations(spec, usage, message):
-    p = {"metadata": {"name": "p", "namespace": "default", "uid": "p"}, "spec": {"containers": [{"name": "a"}], **spec}}
+    p = parse_pod({"metadata": {"name": "p", "namespace": "default", "uid": "p"},
+                   "spec": {"containers": [{"name": "a", "image": "x"}], **spec}})
     assert policy.local_storage_violation(p, usage) == message
 
 
@@ -204,7 +209,7 @@ def test_evicted_status_terminates_the_containers():
     last = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
             "containerStatuses": [{"name": "main", "ready": True, "containerID": "pyruntime://c1",
                                    "state": {"running": {"startedAt": "T0"}}}]}
-    s = policy.evicted_status(pod("x"), last, "gone. ", "T1")
+    s = policy.evicted_status(last, "gone. ", "T1")
     assert (s["phase"], s["reason"], s["message"]) == ("Failed", "Evicted", "gone. ")
     assert s["containerStatuses"][0]["state"] == {"terminated": {"exitCode": 137, "reason": "Error", "startedAt": "T0",
                                                                  "finishedAt": "T1", "containerID": "pyruntime://c1"}}

@@ -3,9 +3,13 @@ pod (labels, annotations, resources, DNS, cgroup parent), and the phase/status c
 runtime reports."""
 from __future__ import annotations
 
+import copy
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
@@ -19,9 +23,9 @@ from tests.kit.fake_cri import FakeCRI
 UID = "0b5d2e3c-1111-2222-3333-444455556666"
 
 
-def pod(**spec) -> dict:
-    return {"metadata": {"name": "web", "namespace": "ns", "uid": UID, "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "image": "img:1"}], **spec}}
+def pod(**spec) -> Pod:
+    return parse_pod({"metadata": {"name": "web", "namespace": "ns", "uid": UID, "labels": {"app": "web"}},
+                      "spec": {"containers": [{"name": "c", "image": "img:1"}], **spec}})
 
 
 class Clock:
@@ -93,9 +97,9 @@ def test_container_config_hash_restart_count_resources_and_log_path():
          "resources": {"limits": {"cpu": "500m", "memory": "32Mi"}},
          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
     p = pod(containers=[c])
-    config = container_config(p, c, "sha256:abc", 3, sandbox_config(p, Settings()))
+    config = container_config(p, p.spec.containers[0], "sha256:abc", 3, sandbox_config(p, Settings()))
     assert config.metadata.attempt == 3 and config.log_path == "c/3.log"
-    assert config.annotations[HASH] == container_hash(c) and config.annotations[RESTART_COUNT] == "3"
+    assert config.annotations[RESTART_COUNT] == "3"
     assert config.image.image == "sha256:abc" and config.image.user_specified_image == "img:1"
     assert list(config.command) == ["sh"] and list(config.args) == ["-c", "true"] and config.working_dir == "/w"
     assert [(e.key, e.value) for e in config.envs] == [("A", b"1")]
@@ -103,16 +107,34 @@ def test_container_config_hash_restart_count_resources_and_log_path():
     assert (r.cpu_period, r.cpu_quota, r.cpu_shares, r.memory_limit_in_bytes) == (100000, 50000, 512, 32 * 2**20)
     sc = config.linux.security_context
     assert sc.no_new_privs and list(sc.capabilities.drop_capabilities) == ["ALL"] and "/proc/kcore" in sc.masked_paths
-    assert container_hash(c) != container_hash({**c, "image": "img:2"})
+    assert config.annotations[HASH] == container_hash(p.spec.containers[0])
+    assert hashed(c) != hashed({**c, "image": "img:2"})
     # resources resize in place, probes and fields a newer API server defaults restart nothing
-    assert container_hash(c) == container_hash({**c, "resources": {}, "livenessProbe": {"exec": {}},
-                                                "terminationMessagePolicy": "File"})
+    assert hashed(c) == hashed({**c, "resources": {}, "livenessProbe": {"exec": {}},
+                                "terminationMessagePolicy": "File"})
+
+
+def hashed(container: dict) -> str:
+    return container_hash(pod(containers=[container]).spec.containers[0])
+
+
+def test_the_hash_of_a_container_is_the_one_it_was_started_with_before_the_typed_pod():
+    """A kubelet upgraded under running containers finds their hash unchanged: no restart. The hash is of the
+    container as it came (its raw dict), not of the parsed record with its defaults; the digest is the one
+    the dict-reading kubelet (before the typed pod) gave."""
+    c = {"name": "web", "image": "nginx:1.25", "command": ["nginx"], "args": ["-g", "daemon off;"],
+         "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 80, "protocol": "TCP"}],
+         "volumeMounts": [{"name": "data", "mountPath": "/data"}], "securityContext": {"runAsUser": 1000},
+         "resources": {"limits": {"cpu": "1"}}, "imagePullPolicy": "IfNotPresent",
+         "terminationMessagePath": "/dev/termination-log"}
+    assert hashed(c) == "546bb9ad1d22244b"
 
 
 def test_env_references_expand_as_the_api_says():
     c = {"name": "c", "image": "i", "command": ["echo", "$(A)-$(B)", "$$(A)", "$(MISSING)"],
          "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)y"}]}
-    config = container_config(pod(containers=[c]), c, "i", 0, sandbox_config(pod(containers=[c]), Settings()))
+    p = pod(containers=[c])
+    config = container_config(p, p.spec.containers[0], "i", 0, sandbox_config(p, Settings()))
     assert list(config.command) == ["echo", "x-xy", "$(A)", "$(MISSING)"]
     assert [(e.key, e.value) for e in config.envs] == [("A", b"x"), ("B", b"xy")]
 
@@ -224,3 +246,44 @@ def test_a_pass_makes_the_sandbox_then_starts_what_is_due_in_it(tmp_path):
     syncer.sync(p, observe(rt, UID))
     assert [s.metadata.attempt for s in rt.sandboxes.values()] == [0, 1]
     assert rt.started == ["init-0", "c-0", "init-1"] and rt.statuses["c-0"].state == api_pb2.CONTAINER_EXITED
+
+
+class Cache:
+    """The pod informer's reading side, over objects shaped as its lightkube models."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, SimpleNamespace] = {}
+
+    def add_handler(self, _handler) -> None:
+        pass
+
+    def get(self, key: str) -> SimpleNamespace | None:
+        return self.objects.get(key)
+
+    def put(self, raw: dict) -> SimpleNamespace:
+        meta = raw["metadata"]
+        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"]),
+                              to_dict=lambda: copy.deepcopy(raw))
+        self.objects[f"{meta['namespace']}/{meta['name']}"] = obj
+        return obj
+
+
+def test_the_workers_parse_a_pod_once_per_change_and_run_none_they_cannot_read(tmp_path, caplog):
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    first = workers.pod(UID)
+    assert first is not None and first is workers.pod(UID)  # the same object: not parsed again
+    workers._on_pod("MODIFIED", None, cache.put({**raw, "spec": {"restartPolicy": "Never", **raw["spec"]}}))
+    changed = workers.pod(UID)
+    assert changed is not None and changed is not first and changed.spec.restart_policy == "Never"
+    bad = {**raw, "spec": {"containers": [{"name": "c", "image": "img:1", "ports": [{"containerPort": "80"}]}]}}
+    workers._on_pod("MODIFIED", None, cache.put(bad))
+    with caplog.at_level(logging.WARNING):
+        assert workers.sync(UID) is None
+    assert rt.calls == []  # nothing of it made, nothing stopped
+    assert 'not run: spec.containers[0].ports[0].containerPort: must be an integer, got "80"' in caplog.text

@@ -16,6 +16,7 @@ import pytest
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.podmodel import ExecAction, HTTPGetAction, Pod, Probe, TCPSocketAction, parse_pod
 from pykubelet.pods import lifecycle
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.runtimepod import RuntimePod
@@ -139,18 +140,18 @@ def test_http_probe_timeout_bounds_the_whole_probe(body):
 
 
 def test_http_url_headers_and_named_ports(web):
-    container = {"name": "c", "ports": [{"name": "http", "containerPort": web}]}
-    url, headers = handlers.http_url({"port": "http", "path": "ok", "httpHeaders": [
-        {"name": "user-agent", "value": "mine"}, {"name": "X-A", "value": "1"}]}, "127.0.0.1", container, "p")
+    container = pod({"name": "c", "ports": [{"name": "http", "containerPort": web}]}).spec.containers[0]
+    url, headers = handlers.http_url(HTTPGetAction(port="http", path="ok", headers=(
+        ("user-agent", "mine"), ("X-A", "1"))), "127.0.0.1", container, "p")
     assert url == f"http://127.0.0.1:{web}/ok"
     assert headers == {"Accept": "*/*", "user-agent": "mine", "X-A": "1"}
     Handler.seen.clear()
     assert handlers.run_http(url, headers, 1).ok
     assert Handler.seen[0]["user-agent"] == "mine" and Handler.seen[0]["X-A"] == "1"
-    url, _ = handlers.http_url({"port": 8443, "scheme": "HTTPS", "host": "fd00::1"}, "10.0.0.1", container, "p")
+    url, _ = handlers.http_url(HTTPGetAction(port=8443, scheme="HTTPS", host="fd00::1"), "10.0.0.1", container, "p")
     assert url == "https://[fd00::1]:8443/"
     with pytest.raises(handlers.ProbeSpecError, match=r"p.port: container 'c' has no port named 'nope'"):
-        handlers.http_url({"port": "nope"}, "10.0.0.1", container, "p")
+        handlers.http_url(HTTPGetAction(port="nope"), "10.0.0.1", container, "p")
 
 
 def test_tcp():
@@ -218,22 +219,27 @@ def test_exec_results():
 
 
 def test_worker_thresholds_and_hold():
-    w = Worker(UID, "c", READINESS, {"successThreshold": 2, "failureThreshold": 3}, {}, {})
+    p = pod({"name": "c"})
+    w = Worker(UID, "c", READINESS, Probe(ExecAction(), success_threshold=2, failure_threshold=3), p,
+               p.spec.containers[0])
     w.reset("c1", 0)
     assert w.result_for("c1") is Result.FAILURE and w.result_for("other") is Result.FAILURE
     ok, bad = Outcome(Result.SUCCESS), Outcome(Result.FAILURE, "no")
     assert not w.record(ok) and w.record(ok) and w.result is Result.SUCCESS
     assert not w.record(bad) and not w.record(bad) and not w.record(ok) and w.result is Result.SUCCESS
     assert not w.record(bad) and not w.record(bad) and w.record(bad) and w.result is Result.FAILURE
-    live = Worker(UID, "c", LIVENESS, {"failureThreshold": 1}, {}, {})
+    live = Worker(UID, "c", LIVENESS, Probe(ExecAction(), failure_threshold=1), p, p.spec.containers[0])
     live.reset("c1", 0)
     assert live.result is Result.SUCCESS and live.record(bad) and live.on_hold
 
 
-def pod(*containers: dict, init: tuple[dict, ...] = ()) -> dict:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
-            "spec": {"containers": list(containers), "initContainers": list(init),
-                     "terminationGracePeriodSeconds": 7}}
+def pod(*containers: dict, init: tuple[dict, ...] = (), grace: int = 7, status: dict | None = None,
+        policy: str = "Always", uid: str = UID) -> Pod:
+    return parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": uid},
+                      "spec": {"containers": [{"image": "busybox", **c} for c in containers],
+                               "initContainers": [{"image": "busybox", **c} for c in init],
+                               "terminationGracePeriodSeconds": grace, "restartPolicy": policy},
+                      **({"status": status} if status is not None else {})})
 
 
 def running(*names_ids: tuple[str, str], started_at: float | None = None) -> RuntimePod:
@@ -342,11 +348,13 @@ def test_failed_post_start_kills_the_container():
     rt.exec_answers = {"setup": 2}
     seen: list[tuple] = []
     c = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["setup"]}}}}
-    failed = lifecycle.post_start(rt, pod(c), c, "c1", "10.0.0.9", lambda *a: seen.append(a))
+    p = pod(c)
+    failed = lifecycle.post_start(rt, p, p.spec.containers[0], "c1", "10.0.0.9", lambda *a: seen.append(a))
     assert failed == "PostStartHook failed: out"
     assert seen[0][1:4] == ("c", "Warning", "FailedPostStartHook")
     assert rt.calls[-1] == ("StopContainer", "c1", 7)
-    assert lifecycle.post_start(rt, pod({"name": "d"}), {"name": "d"}, "d1", "", None) is None
+    d = pod({"name": "d"})
+    assert lifecycle.post_start(rt, d, d.spec.containers[0], "d1", "", None) is None
 
 
 def test_sidecar_status_initialized_once_started_and_gates_ready():
@@ -384,7 +392,7 @@ def syncer(rt: FakeCRI):
     m, _ = manager(rt)
     s = PodSyncer(rt, Settings(), probes=m)
 
-    def sync(p: dict) -> None:
+    def sync(p: Pod) -> None:
         s.sync(p, observe(rt, UID))
         m.sync_pod(p, observe(rt, UID))
 
@@ -398,8 +406,7 @@ def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers
             "startupProbe": {"exec": {"command": ["side-up"]}, "failureThreshold": 10}}
     setup = {"name": "setup", "image": "i:1"}
     main = {"name": "main", "image": "i:1"}
-    p = pod(main, init=(side, setup))
-    p["spec"]["restartPolicy"] = "Never"
+    p = pod(main, init=(side, setup), policy="Never")
     m, sync = syncer(rt)
     sync(p)
     assert rt.started == ["side-0"]
@@ -440,9 +447,8 @@ def test_liveness_failure_kills_and_the_restart_policy_restarts():
 def test_a_restarted_kubelet_keeps_the_reported_readiness():
     rt = FakeCRI()
     c = {"name": "c", "startupProbe": {"exec": {"command": ["up"]}}, "readinessProbe": {"exec": {"command": ["r"]}}}
-    p = pod(c)
-    p["status"] = {"containerStatuses": [{"name": "c", "containerID": "containerd://c1", "ready": True,
-                                          "started": True}]}
+    p = pod(c, status={"containerStatuses": [{"name": "c", "containerID": "containerd://c1", "ready": True,
+                                              "started": True}]})
     m, _ = manager(rt)
     m.sync_pod(p, running(("c", "c1")))
     assert m.started(UID, "c", "c1") and m.ready(UID, "c", "c1")
@@ -452,7 +458,7 @@ def test_a_restarted_kubelet_keeps_the_reported_readiness():
 
 
 def test_a_probe_naming_a_missing_port_is_an_error_not_a_failure():
-    outcome = handlers.run_action(FakeCRI(), {"tcpSocket": {"port": "db"}}, {"name": "c"}, "c1",
+    outcome = handlers.run_action(FakeCRI(), TCPSocketAction(port="db"), pod({"name": "c"}).spec.containers[0], "c1",
                                   "10.0.0.9", 1, "spec.containers{c}.livenessProbe")
     assert outcome == Outcome(Result.UNKNOWN, "spec.containers{c}.livenessProbe.tcpSocket.port: container 'c' "
                                               "has no port named 'db'")
@@ -481,8 +487,7 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
 
     rt = HangingHooks()
     hooked = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["hang"]}}}}
-    hanging = pod(hooked)
-    hanging["spec"]["terminationGracePeriodSeconds"] = 10 ** 6
+    hanging = pod(hooked, grace=10 ** 6)
     other_started = threading.Event()
     workers = PodWorkers(None, rt, Settings(root_dir=tmp_path), Synced())
     def idle(stop: threading.Event) -> None:
@@ -492,7 +497,7 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
 
     def sync(uid: str) -> None:
         if uid.startswith("hanging"):
-            lifecycle.post_start(rt, hanging, hooked, uid, "10.0.0.9")
+            lifecycle.post_start(rt, hanging, hanging.spec.containers[0], uid, "10.0.0.9")
         else:
             other_started.set()
 
@@ -529,8 +534,7 @@ def test_probes_that_hang_hold_none_but_their_own_thread():
     hanging = [{"name": f"h{i}", "readinessProbe": {"exec": {"command": ["hang"]}, "timeoutSeconds": 10 ** 6}}
                for i in range(20)]
     m.sync_pod(pod(*hanging), running(*((f"h{i}", f"h{i}") for i in range(len(hanging)))))
-    other = pod({"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}}})
-    other["metadata"]["uid"] = "other-uid"
+    other = pod({"name": "c", "readinessProbe": {"exec": {"command": ["ready"]}}}, uid="other-uid")
     m.sync_pod(other, running(("c", "c1")))
     stop = threading.Event()
     t = threading.Thread(target=m.run, args=(stop,))

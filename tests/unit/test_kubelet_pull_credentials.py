@@ -14,6 +14,7 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods.sync import PodSyncer, SyncError
 from tests.kit.fake_cri import FakeCRI
@@ -66,15 +67,14 @@ def syncer(runtime: FakeCRI, secrets: FakeSecrets) -> tuple[PodSyncer, Events]:
     return s, events
 
 
-def pod(uid: str, namespace: str, *secrets: str) -> dict:
-    return {"metadata": {"name": f"p-{uid}", "namespace": namespace, "uid": uid},
-            "spec": {"containers": [{"name": "main", "image": IMAGE}],
-                     "imagePullSecrets": [{"name": n} for n in secrets]}}
+def pod(uid: str, namespace: str, *secrets: str) -> Pod:
+    return parse_pod({"metadata": {"name": f"p-{uid}", "namespace": namespace, "uid": uid},
+                      "spec": {"containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Always"}],
+                               "imagePullSecrets": [{"name": n} for n in secrets]}})
 
 
-def ensure(s: PodSyncer, p: dict) -> str:
-    return s.ensure_image(p, {"name": "main", "image": IMAGE, "imagePullPolicy": "Always"},
-                          api_pb2.PodSandboxConfig())
+def ensure(s: PodSyncer, p: Pod) -> str:
+    return s.ensure_image(p, p.spec.containers[0], api_pb2.PodSandboxConfig())
 
 
 def test_each_matching_credential_in_turn_most_specific_first_until_one_pulls():

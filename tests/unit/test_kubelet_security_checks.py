@@ -7,6 +7,7 @@ import pytest
 
 from proto import api_pb2
 from pykubelet import config
+from pykubelet.api.podmodel import Container, Pod, parse_pod
 from pykubelet.pods import admission, securitycontext, sysctls
 from pykubelet.volumes.errors import ContainerConfigError
 
@@ -18,6 +19,11 @@ def pod(pod_sc: dict | None = None, container_sc: dict | None = None, **spec) ->
     return ({"metadata": {"name": "web", "namespace": "default", "uid": "uid-1"},
              "spec": {"containers": [container], **({"securityContext": pod_sc} if pod_sc else {}), **spec}},
             container)
+
+
+def typed(p: dict, _c: dict) -> tuple[Pod, Container]:
+    parsed = parse_pod(p)
+    return parsed, parsed.spec.containers[0]
 
 
 ROOT_IMAGE = f"container has runAsNonRoot and image will run as root (pod: {POD_Q}, container: app)"
@@ -50,7 +56,7 @@ def non_numeric(user: str) -> str:
     ({"runAsNonRoot": True, "runAsUser": 1000}, None, None, "root", None),
 ])
 def test_verify_run_as_non_root(pod_sc, container_sc, uid, username, message):
-    p, c = pod(pod_sc, container_sc)
+    p, c = typed(*pod(pod_sc, container_sc))
     assert securitycontext.verify_run_as_non_root(p, c, uid, username) == message
 
 
@@ -72,14 +78,14 @@ def test_check_asks_the_image_only_when_it_decides():
         asked.append(1)
         return api_pb2.Image(id="sha256:x")
 
-    securitycontext.check_run_as_non_root(*pod(), image)
-    securitycontext.check_run_as_non_root(*pod({"runAsNonRoot": True, "runAsUser": 5}), image)
+    securitycontext.check_run_as_non_root(*typed(*pod()), image)
+    securitycontext.check_run_as_non_root(*typed(*pod({"runAsNonRoot": True, "runAsUser": 5})), image)
     assert asked == []
     with pytest.raises(ContainerConfigError) as err:
-        securitycontext.check_run_as_non_root(*pod({"runAsNonRoot": True}), image)
+        securitycontext.check_run_as_non_root(*typed(*pod({"runAsNonRoot": True})), image)
     assert str(err.value) == ROOT_IMAGE and asked == [1]
     with pytest.raises(ContainerConfigError, match="runAsUser breaks"):
-        securitycontext.check_run_as_non_root(*pod({"runAsNonRoot": True, "runAsUser": 0}), image)
+        securitycontext.check_run_as_non_root(*typed(*pod({"runAsNonRoot": True, "runAsUser": 0})), image)
 
 
 # --- sysctls ------------------------------------------------------------------------------------------
@@ -143,12 +149,12 @@ def test_admission_rejects_a_forbidden_sysctl_first():
                                  {"name": "kernel.msgmax", "value": "65536"}]})
 
     def check(p: dict, allowlist: sysctls.Allowlist | None = None) -> admission.Verdict:
-        return admission.check(p, [], allocatable={"pods": "110", "cpu": "2", "memory": "1Gi"}, labels={},
+        return admission.check(parse_pod(p), [], allocatable={"pods": "110", "cpu": "2", "memory": "1Gi"}, labels={},
                                node_name="n", sysctls=allowlist)
 
     verdict = check(unsafe)
     assert verdict == admission.Verdict(False, "SysctlForbidden", 'forbidden sysctl: "kernel.msgmax" not allowlisted')
-    assert admission.rejected_status(unsafe, verdict)["message"] == \
+    assert admission.rejected_status(parse_pod(unsafe), verdict)["message"] == \
         'Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted'
     assert check(unsafe, sysctls.Allowlist.for_node(["kernel.msg*"])).admit
     host_net, _ = pod({"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]},

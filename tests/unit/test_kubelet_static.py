@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from lightkube.resources.core_v1 import Pod
 
+from pykubelet.api.podmodel import parse_pod
 from pykubelet.pods import admission, static
 from pykubelet.pods.sources import PodSources
 
@@ -73,6 +74,11 @@ def test_uid_stable_for_same_content_and_new_for_a_change():
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, ports: [{containerPort: "
      "abc}]}]}\n", "spec.containers[0].ports[0].containerPort: Expected `int"),
     ("apiVersion: v1\nkind: Pod\nmetadata: {name: x\nspec: {}\n", "not YAML or JSON"),
+    # what the typed pod refuses, as the pod workers would (the API server's validation, which no file has)
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {restartPolicy: Sometimes, containers: [{name: c, "
+     "image: i}]}\n", 'spec.restartPolicy: unknown restart policy "Sometimes"'),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {containers: [{name: c, image: i, ports: [{containerPort: "
+     "0}]}]}\n", "spec.containers[0].ports[0].containerPort: 0 is out of range [1, 65535]"),
 ])
 def test_bad_manifest_names_file_and_field(text, where):
     with pytest.raises(static.ManifestError) as e:
@@ -188,7 +194,8 @@ LABELS = {"kubernetes.io/hostname": NODE, "disk": "ssd", "zone": "5"}
 
 
 def check(pod: dict, others: list[dict], **kw) -> admission.Verdict:
-    return admission.check(pod, others, allocatable=kw.pop("allocatable", ALLOC), labels=LABELS, node_name=NODE, **kw)
+    return admission.check(parse_pod(pod), [parse_pod(o) for o in others], allocatable=kw.pop("allocatable", ALLOC),
+                           labels=LABELS, node_name=NODE, **kw)
 
 
 def test_requests_sum_containers_and_take_the_largest_init():
@@ -198,7 +205,7 @@ def test_requests_sum_containers_and_take_the_largest_init():
         {"name": "i", "image": "i", "resources": {"requests": {"cpu": "1", "memory": "1Mi"}}},
         {"name": "s", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}]
     pod["spec"]["overhead"] = {"memory": "10Mi"}
-    req = admission.pod_requests(pod)
+    req = admission.pod_requests(parse_pod(pod))
     assert req["cpu"] == admission.Decimal("1.1")  # max(0.5 + 0.25 + 0.1 sidecar, 1 init + 0.1 sidecar)
     assert req["memory"] == 110 * 2**20
 
@@ -251,20 +258,20 @@ def test_host_ports_and_runtime_class_and_os():
 def test_admission_is_stable_and_counts_pods_already_on_the_node():
     pods = [apod("running", "1500m"), apod("new1", "400m"), apod("new2", "400m")]
     on_node = {"uid-running"}
-    adm = admission.Admission(NODE, pods=lambda: pods, on_node=lambda: on_node, allocatable=lambda: ALLOC,
-                              labels=lambda: LABELS)
+    adm = admission.Admission(NODE, pods=lambda: [parse_pod(p) for p in pods], on_node=lambda: on_node,
+                              allocatable=lambda: ALLOC, labels=lambda: LABELS)
     # a new pod weighed before the running pod's own sync still sees the running pod's requests
-    assert adm.admit(pods[1], has_runtime_state=False).admit
-    v = adm.admit(pods[2], has_runtime_state=False)
+    assert adm.admit(parse_pod(pods[1]), has_runtime_state=False).admit
+    v = adm.admit(parse_pod(pods[2]), has_runtime_state=False)
     assert v.reason == "OutOfcpu" and "used: 1900" in v.message
-    assert adm.admit(pods[0], has_runtime_state=True).admit  # already on the node: never rejected
-    assert adm.admit(pods[2], has_runtime_state=False) == v  # a decision is final
-    status = admission.rejected_status(pods[2], v)
+    assert adm.admit(parse_pod(pods[0]), has_runtime_state=True).admit  # already on the node: never rejected
+    assert adm.admit(parse_pod(pods[2]), has_runtime_state=False) == v  # a decision is final
+    status = admission.rejected_status(parse_pod(pods[2]), v)
     assert status["phase"] == "Failed" and status["reason"] == "OutOfcpu"
     assert status["message"].startswith("Pod was rejected: Node didn't have enough resource: cpu")
     adm.forget("uid-new2")
     pods[0]["status"] = {"phase": "Succeeded"}  # a finished pod no longer counts
-    assert adm.admit(pods[2], has_runtime_state=False).admit
+    assert adm.admit(parse_pod(pods[2]), has_runtime_state=False).admit
 
 
 def test_cached_keeps_the_last_value_when_a_read_fails():
@@ -290,5 +297,5 @@ def test_status_manager_and_events_without_api_client(caplog):
                                        namespace="default", name="web")
     assert statuses.last("u1")["phase"] == "Running"
     with caplog.at_level(logging.INFO):
-        EventRecorder(None, NODE).event(pod_ref(parse()), WARNING, "OutOfcpu", "no room")
+        EventRecorder(None, NODE).event(pod_ref(parse_pod(parse())), WARNING, "OutOfcpu", "no room")
     assert any("OutOfcpu" in r.message and "web-node-a" in r.message for r in caplog.records)

@@ -8,16 +8,17 @@ import shutil
 import pytest
 
 from proto import api_pb2
+from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import userns
 from pykubelet.pods.criconfig import container_config, sandbox_config
 
 
-def pod(uid: str, host_users: bool | None = False) -> dict:
+def pod(uid: str, host_users: bool | None = False) -> Pod:
     spec: dict = {"containers": [{"name": "c", "image": "busybox"}]}
     if host_users is not None:
         spec["hostUsers"] = host_users
-    return {"metadata": {"name": f"p-{uid}", "namespace": "default", "uid": uid}, "spec": spec}
+    return parse_pod({"metadata": {"name": f"p-{uid}", "namespace": "default", "uid": uid}, "spec": spec})
 
 
 def test_pods_in_the_hosts_user_namespace_get_no_range(tmp_path):
@@ -57,11 +58,11 @@ def test_the_containers_volumes_are_idmapped_through_the_pods_mappings(tmp_path)
     settings = Settings(node_name="n", root_dir=tmp_path)
     p = pod("a")
     volume = api_pb2.Mount(container_path="/data", host_path="/var/lib/x")
-    config = container_config(p, p["spec"]["containers"][0], "busybox", 0,
+    config = container_config(p, p.spec.containers[0], "busybox", 0,
                               sandbox_config(p, settings, host_range=131072), mounts=[volume])
     ids = [api_pb2.IDMapping(container_id=0, host_id=131072, length=65536)]
     assert list(config.mounts[0].uidMappings) == list(config.mounts[0].gidMappings) == ids
     assert not volume.uidMappings  # the volume manager's mount is not changed
-    plain = container_config(p, p["spec"]["containers"][0], "busybox", 0, sandbox_config(p, settings),
+    plain = container_config(p, p.spec.containers[0], "busybox", 0, sandbox_config(p, settings),
                              mounts=[volume])
     assert not plain.mounts[0].uidMappings

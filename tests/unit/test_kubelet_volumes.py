@@ -16,10 +16,11 @@ from lightkube.core.exceptions import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
+from pykubelet.api.podmodel import Pod, Volume, VolumeSource, parse_pod
 from pykubelet.config import Settings
 from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
-from pykubelet.volumes.manager import VolumeManager, plugin_of
+from pykubelet.volumes.manager import VolumeManager
 from pynode_os import mountinfo
 
 
@@ -53,9 +54,26 @@ def sec(name: str, data: dict, namespace: str = "ns"):
     return {("Secret", namespace, name): Secret(data={k: base64.b64encode(v).decode() for k, v in data.items()})}
 
 
-POD: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"b": "2", "a": 'q"x'}},
-       "spec": {"nodeName": "n1", "serviceAccountName": "sa",
-                "containers": [{"name": "c", "resources": {"limits": {"memory": "64Mi", "cpu": "250m"}}}]}}
+RAW: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"b": "2", "a": 'q"x'}},
+             "spec": {"nodeName": "n1", "serviceAccountName": "sa",
+                      "containers": [{"name": "c", "image": "i",
+                                      "resources": {"limits": {"memory": "64Mi", "cpu": "250m"}}}]}}
+POD = parse_pod(RAW)
+
+
+def pod_with(*containers: dict, **spec) -> Pod:
+    """RAW with `spec`'s fields and, if given, `containers` (an image each) in place of its own, parsed."""
+    if containers:
+        spec["containers"] = [{"image": "i", **c} for c in containers]
+    return parse_pod({**RAW, "spec": {**RAW["spec"], **spec}})
+
+
+def volume(raw: dict) -> Volume:
+    return pod_with(volumes=[raw]).spec.volumes[0]
+
+
+def source(kind: str, raw: dict) -> VolumeSource:
+    return volume({"name": "v", kind: raw}).source
 
 
 # --- AtomicWriter ----------------------------------------------------------------------------------------
@@ -197,65 +215,66 @@ def manager(tmp_path, objs=None, **kw) -> VolumeManager:
 
 def test_configmap_payload_items_modes_optional(tmp_path):
     m = manager(tmp_path, {**cm("c", {"k1": "v1", "k2": "v2"}, {"bin": base64.b64encode(b"\0\1").decode()})})
-    assert m._payload(POD, "configMap", {"name": "c", "defaultMode": 0o640}, "f") == {
+    assert m._payload(POD, source("configMap", {"name": "c", "defaultMode": 0o640}), "f") == {
         "k1": (b"v1", 0o640), "k2": (b"v2", 0o640), "bin": (b"\0\1", 0o640)}
-    assert m._payload(POD, "configMap", {"name": "c", "items": [{"key": "k2", "path": "x/y", "mode": 0o400}]},
+    assert m._payload(POD, source("configMap", {"name": "c", "items": [{"key": "k2", "path": "x/y", "mode": 0o400}]}),
                       "f") == {"x/y": (b"v2", 0o400)}
     with pytest.raises(VolumeError, match="configmap references non-existent config key: nope"):
-        m._payload(POD, "configMap", {"name": "c", "items": [{"key": "nope", "path": "p"}]}, "f")
-    assert m._payload(POD, "configMap", {"name": "c", "optional": True,
-                                         "items": [{"key": "nope", "path": "p"}]}, "f") == {}
+        m._payload(POD, source("configMap", {"name": "c", "items": [{"key": "nope", "path": "p"}]}), "f")
+    assert m._payload(POD, source("configMap", {"name": "c", "optional": True,
+                                         "items": [{"key": "nope", "path": "p"}]}), "f") == {}
     with pytest.raises(objects.ObjectError, match='configmap "gone" not found'):
-        m._payload(POD, "configMap", {"name": "gone"}, "f")
-    assert m._payload(POD, "configMap", {"name": "gone", "optional": True}, "f") == {}
+        m._payload(POD, source("configMap", {"name": "gone"}), "f")
+    assert m._payload(POD, source("configMap", {"name": "gone", "optional": True}), "f") == {}
 
 
 def test_secret_downward_and_projected_payloads(tmp_path):
     m = manager(tmp_path, {**sec("s", {"pw": b"x"}), **cm("kube-root-ca.crt", {"ca.crt": "CA"})})
-    assert m._payload(POD, "secret", {"secretName": "s", "defaultMode": 0o400}, "f") == {"pw": (b"x", 0o400)}
+    assert m._payload(POD, source("secret", {"secretName": "s", "defaultMode": 0o400}), "f") == {"pw": (b"x", 0o400)}
     items = [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
              {"path": "mem", "resourceFieldRef": {"containerName": "c", "resource": "limits.memory",
                                                   "divisor": "1Mi"}},
              {"path": "cpu", "resourceFieldRef": {"containerName": "c", "resource": "requests.cpu",
                                                   "divisor": "1m"}}]
-    assert m._payload(POD, "downwardAPI", {"items": items}, "f") == {
+    assert m._payload(POD, source("downwardAPI", {"items": items}), "f") == {
         "labels": (b'a="q\\"x"\nb="2"', 0o644), "mem": (b"64", 0o644), "cpu": (b"250", 0o644)}
     sources = [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]
-    assert m._payload(POD, "projected", {"sources": sources, "defaultMode": 0o644}, "f") == {
+    assert m._payload(POD, source("projected", {"sources": sources, "defaultMode": 0o644}), "f") == {
         "token": (b"token-1", 0o644), "ca.crt": (b"CA", 0o644), "namespace": (b"ns", 0o644)}
     request, account, namespace = m.client.last_request
     assert (account, namespace) == ("sa", "ns") and request.spec.expirationSeconds == 3607
     assert request.spec.boundObjectRef.kind == "Pod" and request.spec.boundObjectRef.uid == "u-1"
     with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['clusterTrustBundle'\] projections are not"):
-        m._payload(POD, "projected", {"sources": [{"clusterTrustBundle": {}}]}, "f")
+        m._payload(POD, source("projected", {"sources": [{"clusterTrustBundle": {}}]}), "f")
 
 
 def test_volume_paths_follow_the_kubelet_layout(tmp_path):
     m = manager(tmp_path)
-    assert m.volume_path(POD, {"name": "d", "emptyDir": {}}) == tmp_path / "pods/u-1/volumes/kubernetes.io~empty-dir/d"
-    assert m.volume_path(POD, {"name": "s", "secret": {}}) == tmp_path / "pods/u-1/volumes/kubernetes.io~secret/s"
-    assert m.volume_path(POD, {"name": "h", "hostPath": {"path": "/srv"}}) == Path("/srv")
-    assert plugin_of({"name": "x"}) == "emptyDir"
+    plugins = tmp_path / "pods/u-1/volumes"
+    assert m.volume_path(POD, volume({"name": "d", "emptyDir": {}})) == plugins / "kubernetes.io~empty-dir/d"
+    assert m.volume_path(POD, volume({"name": "s", "secret": {}})) == plugins / "kubernetes.io~secret/s"
+    assert m.volume_path(POD, volume({"name": "h", "hostPath": {"path": "/srv"}})) == Path("/srv")
+    assert m.volume_path(POD, volume({"name": "x"})) == plugins / "kubernetes.io~empty-dir/x"
     with pytest.raises(VolumeError, match="persistentVolumeClaim volumes are not supported"):
-        m.volume_path(POD, {"name": "x", "persistentVolumeClaim": {"claimName": "c"}})
+        m.volume_path(POD, volume({"name": "x", "persistentVolumeClaim": {"claimName": "c"}}))
 
 
 def test_mounts_readonly_propagation_and_unknown_volume(tmp_path):
     m = manager(tmp_path)
-    pod = {**POD, "spec": {**POD["spec"], "volumes": [{"name": "cfg", "configMap": {"name": "c"}},
-                                                      {"name": "h", "hostPath": {"path": "/srv"}}]}}
-    container = {"name": "c", "volumeMounts": [
+    volumes = [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "h", "hostPath": {"path": "/srv"}}]
+    pod = pod_with({"name": "c", "volumeMounts": [
         {"name": "cfg", "mountPath": "/cfg"},
         {"name": "h", "mountPath": "/h", "mountPropagation": "HostToContainer"},
-        {"name": "h", "mountPath": "/h2", "readOnly": True}]}
-    out = m.mounts(pod, container, {})
+        {"name": "h", "mountPath": "/h2", "readOnly": True}]}, volumes=volumes)
+    out = m.mounts(pod, pod.spec.containers[0], {})
     assert [(x.container_path, x.host_path, x.readonly, x.propagation) for x in out] == [
         ("/cfg", str(tmp_path / "pods/u-1/volumes/kubernetes.io~configmap/cfg"), True, 0),
         ("/h", "/srv", False, 1), ("/h2", "/srv", True, 0)]
     with pytest.raises(ContainerConfigError, match=r"spec.containers\[0\].volumeMounts\[0\].name: volume 'x'"):
-        m.mounts(pod, {"name": "c", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}, {})
+        unknown = pod_with({"name": "c", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}, volumes=volumes)
+        m.mounts(unknown, unknown.spec.containers[0], {})
 
 
 # --- tokens ---------------------------------------------------------------------------------------------
@@ -282,10 +301,9 @@ def test_projected_token_file_is_refreshed_at_80_percent_of_its_life(tmp_path, m
     m = manager(tmp_path, ttl=1000, clock=lambda: now[0])
     m.tokens = objects.TokenManager(m.client, clock=lambda: now[0])
     monkeypatch.setattr(mount, "fs_type", lambda path: "tmpfs")  # the tmpfs is the root tests': here a directory
-    volume = {"name": "sa", "projected": {"sources": [
-        {"serviceAccountToken": {"path": "token", "expirationSeconds": 1000}}]}}
-    pod = {**POD, "spec": {**POD["spec"], "volumes": [volume]}}
-    token = m.volume_path(pod, volume) / "token"
+    pod = pod_with(volumes=[{"name": "sa", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 1000}}]}}])
+    token = m.volume_path(pod, pod.spec.volumes[0]) / "token"
     m.mount_pod(pod)
     assert token.read_text() == "token-1"
     now[0] += 799
