@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pyruntime.cri.launcher import Launcher, PauseJob, release_pause
+from pyruntime.cri.jobs import PauseJob
+from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.model import Layout
+from pyruntime.cri.pause import release_pause
 from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.state import process_start_time
 from pyruntime.settings import Settings
