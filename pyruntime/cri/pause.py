@@ -255,7 +255,7 @@ def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str]
                                      (_id_map_text(job.gid_map), f"{field}.gids"), make_namespaces)
     init = 0
     try:
-        got = channel.receive(ours, max_fds=0)
+        got = channel.receive(ours, channel.MAX_SYNC_MESSAGE, max_fds=0)  # one small message, as stage 1's PID
         if got is None:
             raise InternalError("pause: the child that makes a user namespace exited before it made the pod's "
                                 "namespaces")
