@@ -12,7 +12,7 @@ only the calling thread; a lock another thread held (in malloc, in the interpret
 in a gRPC core thread) stays held forever in the child, which then hangs inside the container's
 set-up. So both refuse with a FailedPreconditionError, before anything is made, when the calling
 process has more than one thread: a threaded server calls them from a single-threaded fork server
-it started before its first thread (cri/launcher.py). The other methods do not fork and are safe
+it started before its first thread (cri/forkserver.py). The other methods do not fork and are safe
 from any thread.
 """
 from __future__ import annotations

@@ -15,10 +15,11 @@ from _signal import SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 
 from pynode_os.files import NONE, atomic_write
 from pynode_os.proc import process_start_time
-from pyruntime.container import init, sync
+from pyruntime import channel
+from pyruntime.channel import Channel
+from pyruntime.container import init
 from pyruntime.container.hooks import run_hooks
 from pyruntime.container.store import FIFO, ContainerStore, validate_id
-from pyruntime.container.sync import Channel
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.linux import cgroups, userns
 from pyruntime.linux.cgroups.resources import DeviceRule, Resources
@@ -127,13 +128,13 @@ def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager, namespaces: int 
 
 
 def end_stage1(parent: Channel, cg: cgroups.CgroupManager, stage1_pid: int, in_cgroup: bool) -> int:
-    """Stage 1's end as `create` and `exec` see it (sync.py): moved into the cgroup unless it was born
+    """Stage 1's end as `create` and `exec` see it (pyruntime/channel.py): moved into the cgroup unless it was born
     there, it gets its go and reports the pid of the process it forked, and is reaped. Returns that pid;
     the caller then sends PID_RECEIVED. A failure before the reaping leaves stage 1 to the caller to kill."""
     if not in_cgroup:
         cg.add(stage1_pid)
-    parent.send(sync.GO)
-    pid = parent.recv(sync.PID)["pid"]
+    parent.send(channel.GO)
+    pid = parent.recv(channel.PID)["pid"]
     os.waitpid(stage1_pid, 0)
     return pid
 
@@ -158,7 +159,7 @@ def hand_over_notify_fd(profile: Seccomp, chan: Channel, pid: int, state: dict) 
     listenerPath, with the container's state, as runc sends it (the agent lives in the runtime's mount
     namespace, where the container can't reach)."""
     from pyruntime.linux.seccomp import loader
-    fd = chan.recv_fd(sync.SECCOMP)
+    fd = chan.recv_fd(channel.SECCOMP)
     if fd is None:
         return  # every notify rule named syscalls this kernel lacks: no filter fd was made
     try:
@@ -241,25 +242,25 @@ def create(store: ContainerStore, cid: str, bundle: str, *, spec: Spec | None = 
             stage1_pid = pid
             user_ns = spec.linux.namespace("user")
             if user_ns is not None and user_ns.path is None:
-                parent.recv(sync.USERNS)
+                parent.recv(channel.USERNS)
                 userns.write_id_map(stage1_pid, "uid_map", _id_map_text(spec.linux.uid_mappings),
                                     "linux.uidMappings")
                 userns.write_id_map(stage1_pid, "gid_map", _id_map_text(spec.linux.gid_mappings),
                                     "linux.gidMappings")
-                parent.send(sync.MAPPED)
+                parent.send(channel.MAPPED)
             init_pid = end_stage1(parent, cg, stage1_pid, in_cgroup)
             stage1_pid = 0
-        parent.send(sync.PID_RECEIVED)
+        parent.send(channel.PID_RECEIVED)
         trace(f"child process in init() (pid {init_pid})")
         state.pid, state.pid_start = init_pid, process_start_time(init_pid) or 0
-        parent.recv(sync.HOOKS)
+        parent.recv(channel.HOOKS)
         runtime_view = oci_state(state, "creating")
         run_hooks("prestart", spec.hooks.get("prestart", ()), runtime_view, cwd=bundle)
         run_hooks("createRuntime", spec.hooks.get("createRuntime", ()), runtime_view, cwd=bundle)
-        parent.send(sync.STATE, state=runtime_view)
+        parent.send(channel.STATE, state=runtime_view)
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify:
             hand_over_notify_fd(spec.linux.seccomp, parent, init_pid, runtime_view)
-        parent.recv(sync.READY)
+        parent.recv(channel.READY)
         if spec.linux.seccomp is not None and trace is not silent:  # the init loaded it with these (runc's words)
             from pyruntime.linux.seccomp import compiler
             trace(f"seccomp filter flags: {compiler.filter_flags(spec.linux.seccomp)}")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 
-from pyruntime.container import process, sync
+from pyruntime import channel
+from pyruntime.channel import Channel
+from pyruntime.container import process
 from pyruntime.container.create import (
     become_subreaper,
     end_stage1,
@@ -20,7 +22,6 @@ from pyruntime.container.create import (
 )
 from pyruntime.container.init import JOIN_ORDER, NS_FLAGS, fail
 from pyruntime.container.store import ContainerError, ContainerStore
-from pyruntime.container.sync import Channel, ChildError
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux import cgroups
 from pyruntime.linux import syscalls as sc
@@ -46,7 +47,7 @@ def _stage1(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
     namespaces, init_pid = state.namespaces, state.pid
     try:
         kernel.prctl(sc.PR_SET_DUMPABLE, 0)
-        chan.recv(sync.GO)
+        chan.recv(channel.GO)
         if enter_cgroup is not None:
             enter_cgroup()
         if proc.oom_score_adj is not None:  # before the mount namespace: its /proc has no /proc/self for us yet
@@ -68,7 +69,7 @@ def _stage1(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
         pid = os.fork()
         if pid == 0:
             _stage2(kernel, state, seccomp, proc, chan, console_sock, preserve_fds, debug)
-        chan.send(sync.PID, pid=pid)
+        chan.send(channel.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
@@ -77,7 +78,7 @@ def _stage1(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
 def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, proc: Process, chan: Channel,
             console_sock: socket.socket | None, preserve_fds: int, debug: bool) -> None:
     try:
-        chan.recv(sync.PID_RECEIVED)
+        chan.recv(channel.PID_RECEIVED)
         if proc.terminal:
             from pyruntime.container import console  # loaded by _exec before the namespaces were joined
             console.become_terminal(kernel, console_sock, proc.console_size, proc.user.uid)
@@ -86,14 +87,14 @@ def _stage2(kernel: Syscalls, state: ContainerState, seccomp: Seccomp | None, pr
         sent: list[int] = []
 
         def notify(fd: int) -> None:
-            chan.send_fd(sync.SECCOMP, fd)
+            chan.send_fd(channel.SECCOMP, fd)
             sent.append(fd)
         program, env = process.finalize(kernel, seccomp, proc, {chan.fileno()} | set(range(3, 3 + preserve_fds)),
                                         notify, personality=state.personality, cpus_restricted=bool(cpus),
                                         affinity=affinity)
         if seccomp is not None and seccomp.uses_notify and not sent:
-            chan.send(sync.SECCOMP)  # every notify rule named a syscall this kernel lacks: no fd
-        chan.send(sync.READY)
+            chan.send(channel.SECCOMP)  # every notify rule named a syscall this kernel lacks: no fd
+        chan.send(channel.READY)
         chan.close()
         process.execute(seccomp, proc, program, env)
     except BaseException as e:
@@ -188,14 +189,15 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
             _initial_affinity(kernel, stage1_pid, proc.exec_cpu_affinity.initial, trace)
         pid = end_stage1(parent, cg, stage1_pid, in_cgroup)
         stage1_pid = 0
-        parent.send(sync.PID_RECEIVED)
+        parent.send(channel.PID_RECEIVED)
         trace(f"child process in init() (pid {pid})")
         try:
             if seccomp is not None and seccomp.uses_notify:  # its own filter's fd, for the agent as the init's
                 hand_over_notify_fd(seccomp, parent, pid, oci_state(state, status))
-            parent.recv(sync.READY)
-        except ChildError:
-            os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
+            parent.recv(channel.READY)
+        except BaseException:
+            if parent.peer_failed:
+                os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
             raise
         if seccomp is not None and trace is not silent:  # the process loads it with these (runc's words)
             from pyruntime.linux.seccomp import compiler

@@ -14,9 +14,10 @@ import errno
 import os
 
 from pynode_os.sysctl import proc_path
-from pyruntime.container import process, rootfs, sync
+from pyruntime import channel
+from pyruntime.channel import Channel
+from pyruntime.container import process, rootfs
 from pyruntime.container.hooks import run_hooks
-from pyruntime.container.sync import Channel
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import SyscallError, Syscalls
 from pyruntime.oci.spec import Spec
@@ -47,7 +48,7 @@ def fail(chan: Channel | None, err: BaseException, debug: bool = False) -> None:
             import traceback  # debug only: its import is not for every create to pay
             msg += "\n" + traceback.format_exc()
         if chan is not None:
-            chan.send(sync.ERROR, message=msg)
+            chan.send_error(err, msg)
         else:
             os.write(2, f"{msg}\n".encode())
     finally:
@@ -104,7 +105,7 @@ def preload(spec: Spec) -> None:
 
 def clone_flags(spec: Spec) -> int:
     """The CLONE_NEW* flags with which the runtime may clone the init straight into its namespaces, with no
-    stage 1 (see sync.py), or 0 when it may not: a user namespace (a new one is mapped from outside before
+    stage 1 (see pyruntime/channel.py), or 0 when it may not: a user namespace (a new one is mapped from outside before
     the rest are made in it; in a joined one the new ones must be made inside it), a joined pid or time
     namespace or a new time namespace (setns and unshare of those take effect for children only), or no
     new namespace at all. The cgroup namespace is never among them: the init unshares it once it is in
@@ -184,8 +185,8 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
         new = [k for k in NS_FLAGS if (ns := spec.linux.namespace(k)) is not None and ns.path is None]
         if "user" in new:
             kernel.unshare(sc.CLONE_NEWUSER)
-            chan.send(sync.USERNS)
-            chan.recv(sync.MAPPED)
+            chan.send(channel.USERNS)
+            chan.recv(channel.MAPPED)
             kernel.setresgid(0)
             kernel.setresuid(0)
         flags = 0
@@ -196,13 +197,13 @@ def stage1(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo_path: 
             kernel.unshare(flags)
         # the runtime puts us in the cgroup meanwhile (its first write can wait out an RCU grace period);
         # only the cgroup namespace has to come after, so that its root is the container's cgroup
-        chan.recv(sync.GO)
+        chan.recv(channel.GO)
         if "cgroup" in new:
             kernel.unshare(sc.CLONE_NEWCGROUP)
         pid = os.fork()
         if pid == 0:
             stage2(kernel, spec, bundle, chan, fifo, console, preserve_fds, in_userns, fds, debug)
-        chan.send(sync.PID, pid=pid)
+        chan.send(channel.PID, pid=pid)
         os._exit(0)
     except BaseException as e:
         fail(chan, e, debug)
@@ -225,9 +226,9 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
             # the channel is shared with stage 1 until the runtime has its report: the first message
             # waits for that, the mounts before it need not (an ERROR may come first: the runtime's
             # recv of the pid raises it as well)
-            chan.recv(sync.PID_RECEIVED)
-            chan.send(sync.HOOKS)
-            state.update(chan.recv(sync.STATE)["state"], pid=os.getpid())
+            chan.recv(channel.PID_RECEIVED)
+            chan.send(channel.HOOKS)
+            state.update(chan.recv(channel.STATE)["state"], pid=os.getpid())
             run_hooks("createContainer", spec.hooks.get("createContainer", ()), state, cwd=spec.root.path)
 
         rootfs.prepare(kernel, spec, bundle, in_userns, before_pivot, fds)
@@ -242,14 +243,14 @@ def stage2(kernel: Syscalls, spec: Spec, bundle: str, chan: Channel, fifo: int, 
         sent: list[int] = []
 
         def notify(fd: int) -> None:
-            chan.send_fd(sync.SECCOMP, fd)
+            chan.send_fd(channel.SECCOMP, fd)
             sent.append(fd)
         cpus = ((spec.raw.get("linux") or {}).get("resources") or {}).get("cpu") or {}
         program, env = process.finalize(kernel, spec.linux.seccomp, proc, keep, notify,
                                         personality=spec.linux.personality, cpus_restricted=bool(cpus.get("cpus")))
         if spec.linux.seccomp is not None and spec.linux.seccomp.uses_notify and not sent:
-            chan.send(sync.SECCOMP)
-        chan.send(sync.READY)
+            chan.send(channel.SECCOMP)
+        chan.send(channel.READY)
         chan.close()  # from here on, failures go to stderr: the runtime is gone
         os.read(fifo, 1)
         process.execute(spec.linux.seccomp, proc, program, env, lambda: run_hooks(

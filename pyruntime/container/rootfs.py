@@ -17,6 +17,7 @@ import stat
 from pynode_os import mountinfo
 from pynode_os.cgroups import Hierarchy, parse_mountinfo, parse_proc_cgroup
 from pyruntime.container import paths
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.cgroups.base import read_file
 from pyruntime.linux.cgroups.paths import base_dir
@@ -43,6 +44,17 @@ DEFAULT_DEVICES = (
 )
 DEV_SYMLINKS = (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"), ("/proc/self/fd/1", "/dev/stdout"),
                 ("/proc/self/fd/2", "/dev/stderr"), ("pts/ptmx", "/dev/ptmx"))
+
+
+class MountRefused(OSError, FailedPreconditionError):
+    """A mount refused for what the image or the host holds where it goes (a symlink where proc, sysfs or a
+    masked path must be, a /dev/null that is no null device): the rootfs must change, not the runtime, so the
+    CRI caller gets FAILED_PRECONDITION. An OSError with its errno, as the SyscallError it replaces."""
+
+
+class MountSourceError(OSError, InvalidArgumentError):
+    """A bind mount whose source does not resolve (missing, a dangling symlink, not a directory on the way):
+    the spec names what is not there, so the CRI caller gets INVALID_ARGUMENT."""
 
 
 @record
@@ -117,7 +129,8 @@ def mount_one(kernel: Syscalls, root_fd: int, m: Mount, bundle: str, cgroup_ns: 
             src_is_dir = stat.S_ISDIR((os.fstat(source_tree) if source_tree is not None
                                        else os.stat(source or "")).st_mode)
         except OSError as e:
-            raise SyscallError(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from e
+            error = MountSourceError if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else SyscallError
+            raise error(e.errno, f"mount {m.destination}: bind source {source}: {e.strerror}") from e
         target = paths.make_target(kernel, root_fd, m.destination, src_is_dir)
     else:
         target = paths.make_target(kernel, root_fd, m.destination, True)
@@ -268,7 +281,7 @@ def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
         raise
     try:
         if not paths.is_dir_fd(fd):
-            raise SyscallError(errno.ENOTDIR, f"mount {m.destination}: filesystem {m.type!r} must be mounted on "
+            raise MountRefused(errno.ENOTDIR, f"mount {m.destination}: filesystem {m.type!r} must be mounted on "
                                               "ordinary directory")
     finally:
         os.close(fd)
@@ -418,7 +431,7 @@ def _null_device() -> int:
     st = os.fstat(fd)
     if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(1, 3):
         os.close(fd)
-        raise SyscallError(errno.EPERM, "refusing to mask paths: /dev/null is not the null device")
+        raise MountRefused(errno.EPERM, "refusing to mask paths: /dev/null is not the null device")
     return fd
 
 
@@ -438,11 +451,11 @@ def mask_paths(kernel: Syscalls, root_fd: int, masked: tuple[str, ...]) -> None:
                 if e.errno == errno.ENOENT:
                     continue
                 if e.errno == errno.ELOOP:
-                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it") from e
+                    raise MountRefused(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it") from e
                 raise
             try:
                 if stat.S_ISLNK(os.fstat(fd).st_mode):
-                    raise SyscallError(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
+                    raise MountRefused(errno.ELOOP, f"masked path {path} is a symlink: refusing to follow it")
                 if paths.is_dir_fd(fd) and shared >= 0:
                     kernel.mount(paths.fd_path(shared), paths.fd_path(fd), None, sc.MS_BIND, None)
                 elif paths.is_dir_fd(fd):

@@ -71,7 +71,7 @@ class Containers:
     """`launcher`: cri/launcher.py's Launcher; `runtime`: pyruntime.runtime.Runtime over layout.runtime_root;
     `images`: pyruntime.images.store.ImageStore; `container_spec`: ocispec.container_spec; `linux_resources`:
     a CRI LinuxContainerResources -> the OCI linux.resources dict (ocispec's); `reopen_log`: attach.reopen_log;
-    `job_types`: the launcher's (ContainerJob, ExecJob) dataclasses. All are parameters so that unit tests
+    `job_types`: cri/jobs.py's (ContainerJob, ExecJob). All are parameters so that unit tests
     pass fakes."""
 
     def __init__(self, store: RecordStore, layout: Layout, *, launcher: Any, runtime: Any, images: Any,

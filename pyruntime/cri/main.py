@@ -24,8 +24,7 @@ import grpc
 
 from proto import api_pb2_grpc
 from pynode_os.files import make_dirs
-from pyruntime.cri import attach, config, ocispec, stats
-from pyruntime.cri import launcher as launcher_module
+from pyruntime.cri import attach, config, jobs, ocispec, stats
 from pyruntime.cri.containers import Containers
 from pyruntime.cri.events import EventHub, SupervisorWatcher
 from pyruntime.cri.images import ImageService
@@ -153,11 +152,11 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     containers = Containers(
         store, layout, launcher=launcher, runtime=runtime, images=images, events=events,
         container_spec=ocispec.container_spec, linux_resources=ocispec.linux_resources,
-        reopen_log=attach.reopen_log, job_types=(launcher_module.ContainerJob, launcher_module.ExecJob),
+        reopen_log=attach.reopen_log, job_types=(jobs.ContainerJob, jobs.ExecJob),
         kernel=kernel, cgroup_driver=cfg.cgroup_driver)
     pauses = Pauses(cfg.sandbox_image, launcher=launcher, runtime=runtime, images=image_service, layout=layout,
                     kernel=kernel, cgroup_driver=cfg.cgroup_driver)
-    sandboxes = Sandboxes(store, layout, containers, launcher=pauses, pause_job=launcher_module.PauseJob,
+    sandboxes = Sandboxes(store, layout, containers, launcher=pauses, pause_job=jobs.PauseJob,
                           release_pause=pauses.release, network=network)
     watcher = SupervisorWatcher(containers.supervisor_exited)
     containers.watch = watcher.watch

@@ -31,11 +31,12 @@ import json
 import os
 import signal
 import socket
-from dataclasses import dataclass, field
 
 from pynode_os.files import NONE, atomic_write
 from pynode_os.proc import process_start_time
 from pynode_os.sysctl import IPC, NET, namespace_of, normalize, proc_path
+from pyruntime import channel
+from pyruntime.cri.jobs import PauseInfo, PauseJob
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
@@ -55,40 +56,6 @@ PIDFILE = "pause.json"  # {"pid", "start_time"} of the pause, beside its ns dir
 PAUSE_ID = 65535  # uid and gid of the pause that stays: the USER of the upstream pause image
 EMPTY_ROOT_AT = "/proc"  # a directory every host has and anyone may search, hidden by the pause's empty root
 READY = b"confined"  # what the pause tells its parent once _confine is done
-
-
-@dataclass
-class PauseJob:
-    """cgroup_parent: a pause that stays (share_pid) joins `<cgroup_parent>/pause` (made if missing, as runc
-    makes a container's cgroup), or /pyruntime/<sandbox_id> without one (pause_cgroup). A leaf of its own
-    rather than the parent itself, because on cgroup v2 a cgroup with processes can't enable controllers for
-    the pod's container cgroups."""
-
-    sandbox_id: str
-    ns_dir: str
-    hostname: str = ""
-    new_net: bool = True
-    new_ipc: bool = True
-    new_uts: bool = True
-    share_pid: bool = False
-    sysctls: dict[str, str] = field(default_factory=dict)
-    cgroup_parent: str = ""
-    # a user namespace of the pod's own (mode POD): [container id, host id, length] ranges; none: the host's
-    uid_map: list[list[int]] = field(default_factory=list)
-    gid_map: list[list[int]] = field(default_factory=list)
-
-
-@dataclass
-class PauseInfo:
-    """namespaces: kind (user, net, ipc, uts) -> the pinned file; "pid" -> /proc/PID/ns/pid when the pod shares
-    a pid namespace (a pid namespace without processes can't be entered, so pinning it gains nothing).
-    pid and start_time: the pause that stays, 0 for a pod without one (no shared pid namespace).
-    cgroup: the pause's cgroup path ("" for none)."""
-
-    pid: int
-    start_time: int
-    namespaces: dict[str, str]
-    cgroup: str = ""
 
 
 def stays(job: PauseJob) -> bool:
@@ -191,10 +158,9 @@ def _recorded_pause(ns_dir: str) -> tuple[int, int]:
 
 def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup: CgroupManager | None) -> None:
     """Runs in a fresh child of the launcher and never returns. Sends one JSON message on `report`:
-    the PauseInfo's fields, or {"error": kind, "message": ...} (the launcher then undoes the pins and
+    the PauseInfo's fields, or the channel's failure (the launcher then undoes the pins and
     the cgroup once this process is gone). Exits once reported; the pause that stays (stays(job)) is the
     child it forks as the pod's pid 1."""
-    from pyruntime.cri import launcher
     pod_init = 0
     try:
         os.setsid()
@@ -218,12 +184,12 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
             atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600,
                          sync=NONE)
         own = pause_cgroup(job.cgroup_parent, job.sandbox_id) if cgroup is not None else ""
-        launcher.send_message(report, {"pid": pid, "start_time": start, "namespaces": namespaces, "cgroup": own})
+        channel.send(report, {"pid": pid, "start_time": start, "namespaces": namespaces, "cgroup": own})
     except BaseException as e:
         if pod_init:
             os.kill(pod_init, signal.SIGKILL)
             os.waitpid(pod_init, 0)
-        launcher.send_error(report, e)
+        channel.send_error(report, e)
         os._exit(1)
     os._exit(0)  # a shared pid namespace's init carries on; its parent is the nearest subreaper from now on
 
@@ -269,15 +235,14 @@ def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str]
     namespace makes them (pyruntime.linux.userns); this process, still root on the host, pins them (a
     mount on the host is beyond the child's capabilities). Returns the pins and the pod's pid 1 (0 when it
     shares no pid namespace)."""
-    from pyruntime.cri import launcher
 
     def make_namespaces(sock: socket.socket) -> None:
         try:
             _make_namespaces(job, kernel)
-            launcher.send_message(sock, {"init": _pod_init(job, kernel)})
+            channel.send(sock, {"init": _pod_init(job, kernel)})
             sock.recv(64)  # pinned: the namespaces no longer need this process
         except BaseException as e:
-            launcher.send_error(sock, e)
+            channel.send_error(sock, e)
             raise
 
     field = "config.linux.security_context.namespace_options.userns_options"  # RunPodSandbox's
@@ -285,13 +250,15 @@ def _user_namespace_pod(job: PauseJob, kernel: Syscalls) -> tuple[dict[str, str]
                                      (_id_map_text(job.gid_map), f"{field}.gids"), make_namespaces)
     init = 0
     try:
-        data = ours.recv(65536)
-        if not data:
+        got = channel.receive(ours, channel.MAX_SYNC_MESSAGE, max_fds=0)  # one small message, as stage 1's PID
+        if got is None:
             raise InternalError("pause: the child that makes a user namespace exited before it made the pod's "
                                 "namespaces")
-        message = json.loads(data)
-        launcher.raise_reported(message, "pause")
-        init = int(message["init"])
+        channel.raise_reported(got[0], "pause")
+        pid = got[0].get("init")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+            raise InternalError(f"pause: the user namespace's child sent no pid: {got[0]!r:.100}")
+        init = pid
         namespaces = pin(job, kernel, str(child))
         ours.send(b"pinned")
         return namespaces, init
@@ -404,7 +371,6 @@ def _kill_if_same(pid: int, start: int) -> None:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return
-        from pyruntime.cri.launcher import wait_readable
-        wait_readable(pidfd, EXIT_WAIT)
+        channel.wait_readable(pidfd, EXIT_WAIT)
     finally:
         os.close(pidfd)

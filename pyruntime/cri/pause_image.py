@@ -36,10 +36,10 @@ from typing import Any
 from proto import api_pb2
 from pynode_os.files import atomic_write
 from pynode_os.proc import process_alive, process_start_time
-from pyruntime.cri.launcher import ContainerJob, PauseInfo, PauseJob, SupervisorInfo, release_pause
+from pyruntime.cri.jobs import ContainerJob, PauseInfo, PauseJob, SupervisorInfo
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_path
-from pyruntime.cri.pause import check_sysctls, pin, unpin
+from pyruntime.cri.pause import check_sysctls, pin, release_pause, unpin
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.images.mount import IdMap
 from pyruntime.oci.default import MASKED, READONLY

@@ -89,7 +89,7 @@ def user_namespace_maps(config: api_pb2.PodSandboxConfig) -> dict[str, list[list
 
 
 class Sandboxes:
-    """`launcher`: cri/launcher.py's Launcher (run_pause); `pause_job`: its PauseJob dataclass;
+    """`launcher`: cri/launcher.py's Launcher (run_pause); `pause_job`: cri/jobs.py's PauseJob;
     `release_pause(record, ns_dir)`: kills the pause (pid and start time checked) and unmounts the pins,
     idempotent; `network`: cri/network.py's Network. Parameters, so unit tests pass fakes."""
 

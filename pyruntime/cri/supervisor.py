@@ -1,6 +1,6 @@
 """A container's supervisor: what containerd-shim or CRI-O's conmon is to their containers.
 
-One supervisor per container, forked by the launcher (cri/launcher.py) and living as long as the
+One supervisor per container, forked by the launcher (cri/forkserver.py) and living as long as the
 container's init, independent of the daemon: it calls Runtime.create with the container's stdio, holds
 that stdio for the container's whole life (pipes, or the pty master the runtime hands over on a console
 socket), copies the output into the CRI log (crilog.py) and to attached clients (attach.py), reaps the
@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from pyruntime import errors
+from pyruntime import channel, errors
 from pyruntime.container import console
 from pyruntime.container.control import oom_count
 from pyruntime.container.create import become_subreaper
-from pyruntime.cri import attach, launcher
+from pyruntime.cri import attach
 from pyruntime.cri.crilog import CriLogWriter
 from pyruntime.cri.model import ExitRecord
 
@@ -51,7 +51,7 @@ _PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def supervise(runtime: Runtime, job, report: int) -> NoReturn:
-    """Runs the container `job` (a cri.launcher.ContainerJob: container_id, bundle, log_path, tty, stdin,
+    """Runs the container `job` (a cri.jobs.ContainerJob: container_id, bundle, log_path, tty, stdin,
     stdin_once, exit_path, supervisor_dir) until its init exits, in a fresh child of a single-threaded
     process. Writes one JSON line to the descriptor `report`: {"pid": init_pid} once the container is
     created, or {"error": a pyruntime.errors kind name, "message": ...}, after which nothing of the
@@ -111,7 +111,7 @@ class _Supervisor:
             self._start()
         except BaseException as e:
             self._undo()
-            _write_report(report, {"error": errors.kind_of(e).__name__, "message": str(e) or type(e).__name__})
+            _write_report(report, channel.error_message(e))
             return 1
         _write_report(report, {"pid": self.init_pid})
         self._loop()
@@ -204,7 +204,7 @@ class _Supervisor:
                 state = self.runtime.create(self.id, self.bundle, console_socket=console_socket)
                 message = {"pid": state.pid}
             except BaseException as e:  # Runtime.create undid its own steps
-                message = launcher.error_message(e)
+                message = channel.error_message(e)
             finally:
                 try:
                     os.write(report_w, json.dumps(message).encode() + b"\n")
@@ -231,7 +231,7 @@ class _Supervisor:
             self.created = True  # killed mid-way, maybe after the runtime made something: _undo deletes it
             raise errors.InternalError(f"create {self.id}: the runtime's child (pid {pid}) exited without a "
                                        "report") from e
-        launcher.raise_reported(message, f"create {self.id}")
+        channel.raise_reported(message, f"create {self.id}")
         self.created, self.init_pid = True, int(message["pid"])
         if failed is not None:
             raise failed

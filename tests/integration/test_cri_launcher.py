@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from pynode_os.proc import process_start_time
-from pyruntime.cri.launcher import ContainerJob, ExecJob, Launcher, PauseJob, release_pause
+from pyruntime.cri.jobs import ContainerJob, ExecJob, PauseJob
+from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.model import Layout, SandboxRecord
-from pyruntime.cri.pause import pidfile
+from pyruntime.cri.pause import pidfile, release_pause
 from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls
@@ -196,7 +197,7 @@ def test_release_never_kills_a_process_it_did_not_make(layout):
     try:
         start = process_start_time(sleeper.pid)
         assert start is not None
-        from pyruntime.cri.launcher import PauseInfo
+        from pyruntime.cri.jobs import PauseInfo
         release_pause(PauseInfo(sleeper.pid, start + 1, {}), layout.ns_dir("s7"), KERNEL)
         assert sleeper.poll() is None
     finally:

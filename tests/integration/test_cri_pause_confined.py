@@ -13,8 +13,10 @@ import os
 from pathlib import Path
 
 from pynode_os.proc import process_start_time
-from pyruntime.cri.launcher import Launcher, PauseJob, release_pause
+from pyruntime.cri.jobs import PauseJob
+from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.model import Layout
+from pyruntime.cri.pause import release_pause
 from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.settings import Settings
 from tests.kit import cri_server as kit

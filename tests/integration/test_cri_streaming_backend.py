@@ -94,12 +94,12 @@ def test_tty_exec_pumps_the_terminal_and_resizes(monkeypatch):
 
     from pyruntime.cri.streaming import backend as backend_module
 
-    # the launcher module is another part's: give the backend its ExecJob shape only
-    fake_launcher = types.SimpleNamespace(ExecJob=lambda container_id, argv, tty: types.SimpleNamespace(
+    # the jobs module is another part's: give the backend its ExecJob shape only
+    fake_jobs = types.SimpleNamespace(ExecJob=lambda container_id, argv, tty: types.SimpleNamespace(
         container_id=container_id, argv=argv, tty=tty))
     real_import = importlib.import_module
     monkeypatch.setattr(backend_module.importlib, "import_module",
-                        lambda name: fake_launcher if name == "pyruntime.cri.launcher" else real_import(name))
+                        lambda name: fake_jobs if name == "pyruntime.cri.jobs" else real_import(name))
     busybox = str(static_busybox())
     sizes: queue.Queue = queue.Queue()
     applied = threading.Event()

@@ -20,7 +20,7 @@ import pytest
 
 from pyruntime.cri import attach
 from pyruntime.cri.crilog import MAX_LINE
-from pyruntime.cri.launcher import ContainerJob
+from pyruntime.cri.jobs import ContainerJob
 from pyruntime.cri.model import ExitRecord
 from pyruntime.cri.supervisor import SOCKET
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
@@ -31,7 +31,7 @@ from tests.kit.runtime import bundle_config
 # the launcher's part: fork, supervise in the child, pass on its report
 DRIVER = """
 import json, os, sys
-from pyruntime.cri.launcher import ContainerJob
+from pyruntime.cri.jobs import ContainerJob
 from pyruntime.cri.supervisor import supervise
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings

@@ -2,6 +2,7 @@
 fork server will: every operation, its error kinds, and the refusal to fork with threads alive."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -9,12 +10,13 @@ import time
 
 import pytest
 
-from pyruntime.errors import FailedPreconditionError, NotFoundError
+from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.linux.cgroups import manager
 from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.spec import load_bundle
 from pyruntime.runtime import Runtime
 from pyruntime.settings import Settings
+from tests.kit.busybox import build_rootfs
 
 
 @pytest.fixture
@@ -99,3 +101,28 @@ def test_create_and_exec_refuse_to_fork_with_a_thread_alive_and_leave_nothing(rt
     assert rt.pids("c1") == [init_pid]
     rt.delete("c1", force=True)
     os.waitpid(init_pid, 0)  # our child: this process is a subreaper (tests/conftest.py)
+
+
+def test_a_mount_refused_in_the_init_keeps_its_kind_and_leaves_nothing(rt, make_bundle, tmp_path):
+    """Container init refuses these mounts after the fork: what it reports over the channel is the caller's
+    to fix, and reaches the caller (the CRI server, the kubelet) as that kind, not as an internal error."""
+    rootfs = build_rootfs(tmp_path / "evil-rootfs")
+    (rootfs / "etc" / "secret").symlink_to("/etc/passwd")
+    masked = make_bundle(["true"])
+    config = json.loads((masked / "config.json").read_text())
+    config["root"]["path"] = str(rootfs)
+    config["linux"]["maskedPaths"].append("/etc/secret")
+    (masked / "config.json").write_text(json.dumps(config))
+    with pytest.raises(FailedPreconditionError, match="masked path /etc/secret is a symlink"):
+        rt.create("c1", str(masked))
+    assert rt.list() == [] and not manager("", "c1", LinuxSyscalls()).exists()
+
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    missing = make_bundle(["true"])
+    config = json.loads((missing / "config.json").read_text())
+    config["mounts"].append({"destination": "/data", "type": "bind", "source": str(tmp_path / "dangling"),
+                             "options": ["rbind"]})
+    (missing / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InvalidArgumentError, match="mount /data: bind source"):
+        rt.create("c2", str(missing))
+    assert rt.list() == [] and not manager("", "c2", LinuxSyscalls()).exists()

@@ -19,7 +19,7 @@ from proto import api_pb2
 from pynode_os.proc import process_start_time
 from pyruntime.cri.containers import SUPERVISOR_DIED, Containers, ExecTimeoutError
 from pyruntime.cri.events import EventHub, SupervisorWatcher
-from pyruntime.cri.launcher import ContainerJob, ExecJob, PauseJob
+from pyruntime.cri.jobs import ContainerJob, ExecJob, PauseJob
 from pyruntime.cri.model import ContainerRecord, ExitRecord, Layout, SandboxRecord
 from pyruntime.cri.sandbox import Sandboxes
 from pyruntime.cri.service import instrument

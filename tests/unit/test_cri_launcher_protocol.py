@@ -10,9 +10,10 @@ import threading
 
 import pytest
 
+from pyruntime import channel as wire
 from pyruntime import errors
-from pyruntime.cri import launcher as wire
-from pyruntime.cri.launcher import ExecJob, Launcher, PauseJob
+from pyruntime.cri.jobs import ExecJob, PauseJob
+from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.pause import check_sysctls, pause_cgroup
 from pyruntime.errors import InternalError, InvalidArgumentError, NotFoundError, UnavailableError
 
@@ -29,8 +30,8 @@ def test_a_message_and_its_fds_cross_close_on_exec(pair):
     a, b = pair
     r, w = os.pipe()
     try:
-        wire.send_message(a, {"id": 1, "op": "exec", "job": {"argv": ["sh"]}}, [r, w])
-        got = wire.recv_message(b)
+        wire.send(a, {"id": 1, "op": "exec", "job": {"argv": ["sh"]}}, [r, w])
+        got = wire.receive(b)
         assert got is not None
         message, fds = got
         assert message == {"id": 1, "op": "exec", "job": {"argv": ["sh"]}}
@@ -48,18 +49,18 @@ def test_the_end_of_the_peer_is_none_and_garbage_is_internal(pair):
     a, b = pair
     a.send(b"not json")
     with pytest.raises(InternalError, match="not JSON"):
-        wire.recv_message(b)
+        wire.receive(b)
     a.send(b"[1, 2]")
     with pytest.raises(InternalError, match="not an object"):
-        wire.recv_message(b)
+        wire.receive(b)
     a.shutdown(socket.SHUT_WR)
-    assert wire.recv_message(b) is None
+    assert wire.receive(b) is None
 
 
 def test_too_big_a_request_is_refused_before_sending(pair):
     a, _ = pair
-    with pytest.raises(InvalidArgumentError, match="launcher request"):
-        wire.send_message(a, {"env": "x" * wire.MAX_MESSAGE})
+    with pytest.raises(InvalidArgumentError, match="1048587 bytes and 0 fds, more than 1048576 bytes"):
+        wire.send(a, {"env": "x" * wire.MAX_MESSAGE})
 
 
 @pytest.mark.parametrize("error", [NotFoundError("c1: no such container"), errors.AlreadyExistsError("taken"),
@@ -82,16 +83,16 @@ def test_unplanned_errors_arrive_as_internal():
 
 def _fake_server(sock: socket.socket, count: int) -> None:
     """Answers `count` requests in reverse order of arrival, echoing the job."""
-    requests = [wire.recv_message(sock) for _ in range(count)]
+    requests = [wire.receive(sock) for _ in range(count)]
     for request in reversed(requests):
         assert request is not None
         message, fds = request
         for fd in fds:
             os.close(fd)
         if message["job"]["argv"] == ["fail"]:
-            wire.send_message(sock, {"id": message["id"], **wire.error_message(NotFoundError("no such container"))})
+            wire.send(sock, {"id": message["id"], **wire.error_message(NotFoundError("no such container"))})
         else:
-            wire.send_message(sock, {"id": message["id"], "ok": {"argv": message["job"]["argv"]}})
+            wire.send(sock, {"id": message["id"], "ok": {"argv": message["job"]["argv"]}})
 
 
 def test_many_threads_each_get_their_own_reply_out_of_order(pair):
@@ -133,7 +134,7 @@ def test_waiters_fail_as_unavailable_when_the_launcher_goes(pair):
     for t in threads:
         t.start()
     for _ in range(3):
-        assert wire.recv_message(theirs) is not None
+        assert wire.receive(theirs) is not None
     theirs.close()  # the launcher died with three requests in flight
     for t in threads:
         t.join(10)

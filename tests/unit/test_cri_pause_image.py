@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyruntime.cri.launcher import PauseInfo, PauseJob
+from pyruntime.cri.jobs import PauseInfo, PauseJob
 from pyruntime.cri.model import Layout
 from pyruntime.cri.pause_image import Pauses
 from pyruntime.errors import InvalidArgumentError

@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from pyruntime.cri.launcher import set_title
+from pyruntime.cri.forkserver import set_title
 from pyruntime.linux.syscalls import LinuxSyscalls
 
 

@@ -11,8 +11,9 @@ from dataclasses import asdict
 
 import pytest
 
-from pyruntime.cri import launcher
-from pyruntime.cri.launcher import PullJob, recv_message, send_message
+from pyruntime import channel
+from pyruntime.cri import forkserver
+from pyruntime.cri.jobs import PullJob
 from pyruntime.errors import NotFoundError
 from pyruntime.linux.syscalls import Syscalls
 from pyruntime.settings import Settings
@@ -24,24 +25,24 @@ class _Titles(Syscalls):
 
 
 def _pull(settings: Settings, kernel: Syscalls, job: PullJob, report: socket.socket) -> None:
-    """Stands in for launcher._pull: reports which process ran the pull."""
+    """Stands in for forkserver._pull: reports which process ran the pull."""
     if job.ref == "fails":
         raise NotFoundError("no such image")
-    send_message(report, {"id": f"sha256:{job.ref}", "pid": os.getpid(), "ppid": os.getppid()})
+    channel.send(report, {"id": f"sha256:{job.ref}", "pid": os.getpid(), "ppid": os.getppid()})
     os._exit(0)
 
 
 @pytest.fixture
 def puller(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[tuple[socket.socket, int]]:
     """The puller in a child of this process (its socket and pid), as the launcher forks it."""
-    monkeypatch.setattr(launcher, "_pull", _pull)
+    monkeypatch.setattr(forkserver, "_pull", _pull)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             ours.close()
-            launcher._puller(theirs, Settings(root=str(tmp_path)), _Titles())
+            forkserver._puller(theirs, Settings(root=str(tmp_path)), _Titles())
             code = 0
         finally:
             os._exit(code)
@@ -59,9 +60,9 @@ def puller(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[tuple[socket.s
 def _request(sock: socket.socket, job: dict) -> dict:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours:
-        send_message(sock, {"job": job}, [theirs.fileno()])
+        channel.send(sock, {"job": job}, [theirs.fileno()])
         theirs.close()
-        got = recv_message(ours)
+        got = channel.receive(ours)
     assert got is not None, "the report socket closed without a report"
     return got[0]
 
@@ -92,7 +93,7 @@ def test_the_launcher_leaves_the_pull_code_and_its_at_fork_hooks_to_the_puller()
     """Each of the launcher's forks (four a container) pays for the pages it holds and runs the at-fork hooks
     of threading and logging, which the registry client brings: those wait in the puller."""
     watched = {"logging", "threading", "requests", "pyruntime.images.pull"}
-    probe = ("import sys; from pyruntime.cri import launcher; launcher.preload(launcher.PRELOAD); "
+    probe = ("import sys; from pyruntime.cri import forkserver; forkserver.preload(forkserver.PRELOAD); "
              f"print(' '.join(sorted({watched!r} & set(sys.modules))))")
     out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path[:0] = {sys.path!r}\n{probe}"],
                          capture_output=True, text=True, check=True)

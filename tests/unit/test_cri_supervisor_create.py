@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from pyruntime.cri import supervisor
-from pyruntime.cri.launcher import ContainerJob
+from pyruntime.cri.jobs import ContainerJob
 from pyruntime.cri.model import ExitRecord
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.linux.syscalls import LinuxSyscalls

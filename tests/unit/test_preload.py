@@ -200,8 +200,8 @@ def not_loaded(process: Process, imports: list[Site]) -> list[Site]:
     return [site for site, missing in zip(imports, json.loads(out.stdout), strict=True) if missing]
 
 
-LAUNCHER = "the launcher and the children it forks: launcher.PRELOAD"
-PULLER = "the puller: launcher.PULL_PRELOAD"
+LAUNCHER = "the launcher and the children it forks: forkserver.PRELOAD"
+PULLER = "the puller: forkserver.PULL_PRELOAD"
 IMAGE_CLI = "the `pyruntime image` CLI"
 
 
@@ -210,15 +210,12 @@ def processes() -> list[Process]:
     never runs."""
     from cni_plugins import plugins
     from pykubelet import main as kubelet
-    from pyruntime.cri import launcher
+    from pyruntime.cri import forkserver
     from pyruntime.cri import main as cri
     return [
         Process("pyruntime-cri", "from pyruntime.cri import main; main.preload()", "pyruntime.cri.main",
                 "pyruntime.cri.main:serve",
-                elsewhere={f"pyruntime.cri.launcher:{f}": LAUNCHER for f in ("serve", "preload", "_Server",
-                                                                             "_start_exec")}
-                | {"pyruntime.cri.launcher:_pull": PULLER}
-                | {f"pyruntime.cri.pause:{f}": LAUNCHER for f in ("become_pause", "_user_namespace_pod", "_confine")}
+                elsewhere={"pyruntime.cri.pause:_confine": LAUNCHER}
                 | {f"pyruntime.runtime:Runtime.{f}": LAUNCHER for f in ("create", "exec", "_trace")}
                 | {"pyruntime.cri.seccomp_default:precompile": LAUNCHER,
                    "pyruntime.images.unpack:decompressed": PULLER,
@@ -226,16 +223,18 @@ def processes() -> list[Process]:
                    "pyruntime.images.store:ImageStore.import_archive": IMAGE_CLI,
                    "pyruntime.images.store:ImageStore.export": IMAGE_CLI},
                 dynamic={"pyruntime.cri.main:preload": cri.PRELOAD}),
-        Process("pyruntime-cri's launcher", "from pyruntime.cri import launcher; launcher.preload(launcher.PRELOAD)",
-                "pyruntime.cri.launcher", "pyruntime.cri.launcher:_Server.__init__",
-                elsewhere={"pyruntime.cri.launcher:_pull": PULLER},
-                dynamic={"pyruntime.cri.launcher:preload": launcher.PRELOAD}),
+        Process("pyruntime-cri's launcher",
+                "from pyruntime.cri import forkserver; forkserver.preload(forkserver.PRELOAD)",
+                "pyruntime.cri.forkserver", "pyruntime.cri.forkserver:_Server.__init__",
+                elsewhere={"pyruntime.cri.forkserver:_pull": PULLER},
+                dynamic={"pyruntime.cri.forkserver:preload": forkserver.PRELOAD}),
         Process("pyruntime-cri's puller",  # forked from the launcher once it preloaded
-                "from pyruntime.cri import launcher; launcher.preload(launcher.PRELOAD + launcher.PULL_PRELOAD)",
-                "pyruntime.cri.launcher", "pyruntime.cri.launcher:_puller",
+                "from pyruntime.cri import forkserver; "
+                "forkserver.preload(forkserver.PRELOAD + forkserver.PULL_PRELOAD)",
+                "pyruntime.cri.forkserver", "pyruntime.cri.forkserver:_puller",
                 elsewhere={"pyruntime.images.store:ImageStore.import_archive": IMAGE_CLI,
                            "pyruntime.images.store:ImageStore.export": IMAGE_CLI},
-                dynamic={"pyruntime.cri.launcher:preload": launcher.PRELOAD + launcher.PULL_PRELOAD}),
+                dynamic={"pyruntime.cri.forkserver:preload": forkserver.PRELOAD + forkserver.PULL_PRELOAD}),
         Process("pykubelet", "from pykubelet import main; main.preload()", "pykubelet.main", "pykubelet.main:main",
                 dynamic={"pykubelet.main:preload": kubelet.PRELOAD}),
         Process("the CNI plugins' helper", "from cni_plugins import plugins; plugins.preload()", "cni_plugins.helper",

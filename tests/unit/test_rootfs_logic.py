@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pyruntime import errors
 from pyruntime.container import rootfs
 from pyruntime.linux import syscalls
 from pyruntime.linux.syscalls import FakeSyscalls, SyscallError
@@ -99,8 +100,9 @@ def test_relative_bind_source_is_relative_to_the_bundle(fake, root, tmp_path):
 
 def test_missing_bind_source_names_the_mount(fake, root):
     _r, fd = root
-    with pytest.raises(SyscallError, match="mount /data: bind source /nonexistent"):
+    with pytest.raises(rootfs.MountSourceError, match="mount /data: bind source /nonexistent") as raised:
         rootfs.mount_one(fake, fd, Mount("/data", "bind", "/nonexistent", ("bind",)), "/bundle", False)
+    assert raised.value.errno == errno.ENOENT and errors.kind_of(raised.value) is errors.InvalidArgumentError
 
 
 def test_masked_paths_refuse_symlinks_and_mask_files_with_null(fake, root):
@@ -111,8 +113,9 @@ def test_masked_paths_refuse_symlinks_and_mask_files_with_null(fake, root):
     assert fake.targets == [str(r / "secret")]
     (_, source, _target, _fstype, flags, _data), = fake.named("mount")
     assert source.startswith("/proc/self/fd/") and flags == syscalls.MS_BIND  # the host's verified null device
-    with pytest.raises(SyscallError, match="masked path /link is a symlink"):
+    with pytest.raises(rootfs.MountRefused, match="masked path /link is a symlink") as raised:
         rootfs.mask_paths(fake, fd, ("/link",))
+    assert raised.value.errno == errno.ELOOP and errors.kind_of(raised.value) is errors.FailedPreconditionError
 
 
 def test_devices_and_dev_symlinks_are_made_through_the_syscall_layer(fake, root):

@@ -33,7 +33,7 @@ FLOOR_RAW = {"pynode_os.libc", "pynode_os.mounts"}
 # entry points, the only places that choose the real kernel: the CLI, the container life cycle's
 # public calls, the CRI server's main and fork server, and the image store's constructor
 EDGES = {"linux/syscalls.py", "cli/main.py", "container/create.py", "container/exec.py", "container/control.py",
-         "cri/launcher.py", "cri/main.py", "images/store.py"}
+         "cri/forkserver.py", "cri/main.py", "images/store.py"}
 
 
 def _modules() -> list[tuple[str, ast.Module]]:
@@ -148,10 +148,10 @@ DIRECT_ALLOWED: dict[str, tuple[str, str]] = {  # "file function": (calls, why)
                                                                "checked once the pidfd pins it"),
     "cri/launcher.py ExecHandle.kill": ("signal.pidfd_send_signal", "through the exec'd process's pidfd, which "
                                                                    "names no other process"),
-    "cri/launcher.py _Server._fork": ("os.fork", f"one child per request (a supervisor, a pause, an exec); {FORK}"),
-    "cri/launcher.py _Server._fork_puller": ("os.fork", f"the puller, at start (again once it died); {FORK}"),
-    "cri/launcher.py _puller": ("os.fork", f"one child per image pull; {FORK}"),
-    "cri/launcher.py _start_exec": ("os.kill os.makedirs os.pidfd_open shutil.rmtree",
+    "cri/forkserver.py _Server._fork": ("os.fork", f"one child per request (a supervisor, a pause, an exec); {FORK}"),
+    "cri/forkserver.py _Server._fork_puller": ("os.fork", f"the puller, at start (again once it died); {FORK}"),
+    "cri/forkserver.py _puller": ("os.fork", f"one child per image pull; {FORK}"),
+    "cri/forkserver.py _start_exec": ("os.kill os.makedirs os.pidfd_open shutil.rmtree",
                                     "the process Runtime.exec has just started and not yet handed over (its "
                                     "pidfd for the supervisor), and a directory of its own for its console socket"),
     "cri/main.py claim_socket": ("os.unlink", "the --listen socket, only when no daemon answers on it"),

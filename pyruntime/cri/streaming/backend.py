@@ -140,7 +140,7 @@ class RuntimeStreamBackend:
 
     def exec(self, container_id: str, cmd: list[str], *, tty: bool, stdin: int | None, stdout: int | None,
              stderr: int | None, resize: Resize) -> int:
-        exec_job = importlib.import_module("pyruntime.cri.launcher").ExecJob
+        exec_job = importlib.import_module("pyruntime.cri.jobs").ExecJob
         handle = self._launcher.exec(exec_job(container_id=container_id, argv=list(cmd), tty=tty),
                                      stdin, stdout, stderr)
         try:
