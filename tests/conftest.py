@@ -9,14 +9,16 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 
-from tests.leakcheck import Snapshot, format_leaks, reap_orphans
+from tests.leakcheck import Check, Snapshot, format_leaks, reap_orphans
 
 PR_SET_CHILD_SUBREAPER = 36
 ROOT_TIERS = ("integration", "e2e")
-_session_before: Snapshot | None = None
+_session: Check = Check(Snapshot())
+_session_checked = False  # root, and the check not turned off
 # the Vagrant lab's tier brings up a VM under software emulation: only `make test-lab` runs it
 collect_ignore = [] if os.environ.get("PYNODE_TEST_LAB") == "1" else ["lab"]
 _root_tests_selected = False
@@ -41,36 +43,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    global _session_before
-    if os.geteuid() == 0 and os.environ.get("PYNODE_LEAKCHECK") != "0":
-        _session_before = Snapshot.take()
+    global _session, _session_checked
+    _session_checked = os.geteuid() == 0 and os.environ.get("PYNODE_LEAKCHECK") != "0"
+    _session = Check(Snapshot.take() if _session_checked else Snapshot())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _session_before is None or not _root_tests_selected:
-        return  # a unit-only run makes no kernel objects; what changed meanwhile is someone else's
-    reap_orphans()
-    leaks = Snapshot.take().leaked_since(_session_before)
-    if leaks:
-        session.config.get_terminal_writer().line(f"SESSION LEAK CHECK FAILED: {format_leaks(leaks)}", red=True)
-        session.exitstatus = 1
+    try:
+        if not _session_checked or not _root_tests_selected:
+            return  # a unit-only run makes no kernel objects; what changed meanwhile is someone else's
+        reap_orphans()
+        leaks = _session.leaks(Snapshot.take())
+        if leaks:
+            session.config.get_terminal_writer().line(f"SESSION LEAK CHECK FAILED: {format_leaks(leaks)}", red=True)
+            session.exitstatus = 1
+    finally:
+        _session.clean_up()
+
+
+@pytest.fixture(scope="session")
+def session_leak_check() -> Check:
+    """The session's check, for a fixture wider than a test (a module's runtime): what it leaves to
+    Check.after runs once the session's check has looked."""
+    return _session
 
 
 @pytest.fixture(autouse=True)
-def leak_check(request: pytest.FixtureRequest):
+def leak_check(request: pytest.FixtureRequest) -> Iterator[Check]:
     """Fails a root test that leaves a mount, netns, link, cgroup, state dir, process or iptables rule behind,
-    and any other test that leaves a process (found here, not at the session's end where no test is named)."""
-    if os.environ.get("PYNODE_LEAKCHECK") == "0":
-        yield
-        return
+    and any other test that leaves a process (found here, not at the session's end where no test is named).
+    A fixture that requests it may allow what legitimately stays and hand it the cleanup to run after it
+    has looked (tests/leakcheck.py's Check)."""
+    checked = os.environ.get("PYNODE_LEAKCHECK") != "0"
     take = Snapshot.take if _is_root_test(request.node) else Snapshot.processes
-    before = take()
-    yield
-    leaks: dict = {}
-    for _ in range(20):  # processes being killed and links being deleted settle within a second
-        reap_orphans()
-        leaks = take().leaked_since(before)
-        if not leaks:
+    check = Check(take() if checked else Snapshot())
+    try:
+        yield check
+        if not checked:
             return
-        time.sleep(0.05)
-    pytest.fail(f"leaked: {format_leaks(leaks)}", pytrace=False)
+        leaks: dict = {}
+        for _ in range(20):  # processes being killed and links being deleted settle within a second
+            reap_orphans()
+            leaks = check.leaks(take())
+            if not leaks:
+                return
+            time.sleep(0.05)
+        pytest.fail(f"leaked: {format_leaks(leaks)}", pytrace=False)
+    finally:
+        check.clean_up()

@@ -3,11 +3,16 @@
 Every root test runs between two snapshots; anything present after that was not present before is a
 leak. The session takes one more pair around the whole run, so a leak that a per-test check could not
 see (a process that outlives its test) still fails the run.
+
+A fixture that cleans up after the code under test never does so in its own teardown, which runs before the
+check looks and would hide what that code left: it hands its cleanup to the check (Check.after), which runs it
+once it has looked, and names what may legitimately stay (Check.allow: a running kubelet's QoS cgroups).
 """
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +106,17 @@ def _descendants() -> set[str]:
     return out
 
 
+KINDS: dict[str, Callable[[], set[str]]] = {
+    "mounts": _mounts,
+    "network namespaces": _netns,
+    "links": _links,
+    "cgroups": _cgroups,
+    "state dirs": _state,
+    "processes": _descendants,
+    "iptables": _iptables,
+}
+
+
 @dataclass
 class Snapshot:
     kinds: dict[str, set[str]] = field(default_factory=dict)
@@ -112,15 +128,7 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
-        return cls({
-            "mounts": _mounts(),
-            "network namespaces": _netns(),
-            "links": _links(),
-            "cgroups": _cgroups(),
-            "state dirs": _state(),
-            "processes": _descendants(),
-            "iptables": _iptables(),
-        })
+        return cls({kind: look() for kind, look in KINDS.items()})
 
     def leaked_since(self, before: Snapshot) -> dict[str, list[str]]:
         leaks = {}
@@ -129,6 +137,44 @@ class Snapshot:
             if new:
                 leaks[kind] = new
         return leaks
+
+
+@dataclass
+class Check:
+    """One leak check's window: the snapshot it started from, what fixtures allow to stay, and the cleanups
+    they left to run after it."""
+    before: Snapshot
+    allowed: dict[str, list[Callable[[str], bool]]] = field(default_factory=dict)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    def allow(self, kind: str, allowed: Callable[[str], bool]) -> None:
+        """New items of `kind` for which `allowed` is true are no leak of this window."""
+        if kind not in KINDS:
+            raise ValueError(f"no leak kind {kind!r}: one of {sorted(KINDS)}")
+        self.allowed.setdefault(kind, []).append(allowed)
+
+    def after(self, cleanup: Callable[[], None]) -> None:
+        """Runs `cleanup` once the check has looked (newest first, as fixtures' teardowns), pass or fail."""
+        self.cleanups.append(cleanup)
+
+    def leaks(self, now: Snapshot) -> dict[str, list[str]]:
+        leaks = {}
+        for kind, new in now.leaked_since(self.before).items():
+            kept = [item for item in new if not any(allowed(item) for allowed in self.allowed.get(kind, ()))]
+            if kept:
+                leaks[kind] = kept
+        return leaks
+
+    def clean_up(self) -> None:
+        """Every cleanup runs though an earlier one failed; the first failure is raised at the end."""
+        failure: Exception | None = None
+        while self.cleanups:
+            try:
+                self.cleanups.pop()()
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def reap_orphans() -> None:

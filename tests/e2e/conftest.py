@@ -18,7 +18,10 @@ from tests.conformance.critest import critest_registry
 from tests.kit.containerd_cri import BRIDGE, NETWORK, POD_SUBNET, containerd_cri
 from tests.kit.controlplane import ControlPlane
 from tests.kit.cri_server import CriNode
-from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups, wait_for
+from tests.kit.kubelet_node import Kubelet, kubepods_dirs, node_level, remove_new_cgroups, wait_for
+from tests.leakcheck import Check
+
+WARM_UP = "warm-up"
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +35,13 @@ def control_plane(cri, tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=["containerd", "pyruntime-cri"])
-def cri(request, tmp_path_factory):
+def cri(request, tmp_path_factory, session_leak_check: Check):
     """The CRI runtime (`.url`, `.work` with the IPAM store in `.work / "ipam"`, `.kill()` for a kill -9,
     `.start()`, `.stop()`, `.name`) with the pod network already made (a sandbox run and removed): the bridge
-    is the node's, not a test's. The CNI helper is off: its process outlives a pod by its idle time."""
+    is the node's, not a test's. The CNI helper is off: its process outlives a pod by its idle time.
+
+    At the end it removes the node's own cgroups (kubepods, its QoS levels, the warm-up pod's); a pod's
+    cgroup that the module's kubelet left is the session check's to report, and goes after it has looked."""
     work = tmp_path_factory.mktemp(request.param)
     cgroups_before = kubepods_dirs()
     with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
@@ -43,13 +49,14 @@ def cri(request, tmp_path_factory):
         with _runtime(request.param, work / "cri", mirror.hosts_dir) as endpoint:
             client = criapi.CRIRuntime(endpoint.url, timeout=60)
             warm_up = client.run_pod_sandbox(api_pb2.PodSandboxConfig(
-                metadata=api_pb2.PodSandboxMetadata(name="warm-up", namespace="test", uid="warm-up"),
-                linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent="/kubepods/besteffort/podwarm-up")))
+                metadata=api_pb2.PodSandboxMetadata(name=WARM_UP, namespace="test", uid=WARM_UP),
+                linux=api_pb2.LinuxPodSandboxConfig(cgroup_parent=f"/kubepods/besteffort/pod{WARM_UP}")))
             client.stop_pod_sandbox(warm_up)
             client.remove_pod_sandbox(warm_up)
             client.close()
             yield endpoint
-    remove_new_cgroups(cgroups_before)
+    remove_new_cgroups(cgroups_before, only=lambda cgroup: node_level(cgroup) or cgroup.name == f"pod{WARM_UP}")
+    session_leak_check.after(lambda: remove_new_cgroups(cgroups_before))
 
 
 @contextlib.contextmanager
@@ -96,7 +103,9 @@ def kubelet(request, control_plane, cri, tmp_path_factory):
 
 
 @pytest.fixture
-def kubepods():
+def kubepods(leak_check: Check) -> None:
+    """A pod test's cgroups: kubepods and its QoS levels may stay (the running kubelet keeps them), a pod's
+    own cgroup left behind is a leak the test's check reports; all that is new goes once it has looked."""
     before = kubepods_dirs()
-    yield
-    remove_new_cgroups(before)
+    leak_check.allow("cgroups", node_level)
+    leak_check.after(lambda: remove_new_cgroups(before))

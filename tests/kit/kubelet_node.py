@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from proto import api_pb2
@@ -30,10 +31,23 @@ def kubepods_dirs() -> set[Path]:
             for dirpath, _dirs, _files in os.walk(top)}
 
 
-def remove_new_cgroups(before: set[Path]) -> None:
-    """The kubepods cgroups made since `before` (empty by now), deepest first: the kubelet keeps kubepods
-    and its QoS levels, as upstream's, so the test removes them."""
-    for cgroup in sorted(kubepods_dirs() - before, key=lambda p: -len(p.parts)):
+NODE_LEVEL = (("kubepods",), ("kubepods", "burstable"), ("kubepods", "besteffort"))
+
+
+def node_level(cgroup: str | Path) -> bool:
+    """kubepods and its QoS levels (cgroupfs names), which the kubelet keeps while it runs, as upstream's:
+    no leak of a test. A pod's own cgroup (pod<uid>) is none of them."""
+    path = Path(cgroup)
+    for hierarchy in cgroup_hierarchies():
+        if path.is_relative_to(hierarchy):
+            return path.relative_to(hierarchy).parts in NODE_LEVEL
+    return False
+
+
+def remove_new_cgroups(before: set[Path], only: Callable[[Path], bool] = lambda _: True) -> None:
+    """The kubepods cgroups made since `before` (empty by now) for which `only` holds, deepest first: the
+    kubelet keeps kubepods and its QoS levels, as upstream's, so the test removes them."""
+    for cgroup in sorted((p for p in kubepods_dirs() - before if only(p)), key=lambda p: -len(p.parts)):
         try:
             cgroup.rmdir()
         except OSError:
