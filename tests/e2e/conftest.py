@@ -4,7 +4,8 @@ with the pod network made, and a pykubelet registered as the module's NODE (test
 
 Every module runs once per CRI runtime: containerd 1.6 with CRI on (tests/kit/containerd_cri.py) and
 pyruntime-cri (tests/kit/cri_server.py), on the same pod network (our CNI plugins, one bridge and subnet).
-Images come from the test registry through certs.d mirrors, so nothing leaves the machine."""
+Images come from the test registry through certs.d mirrors, so nothing leaves the machine. A module's
+CRI_LOG_LEVEL is pyruntime-cri's --log-level (its log: `cri.work / "daemon.log"`)."""
 from __future__ import annotations
 
 import contextlib
@@ -46,7 +47,8 @@ def cri(request, tmp_path_factory, session_leak_check: Check):
     cgroups_before = kubepods_dirs()
     with critest_registry(work / "mirror") as mirror, pytest.MonkeyPatch.context() as env:
         env.setenv("PYCNI_HELPER", "off")
-        with _runtime(request.param, work / "cri", mirror.hosts_dir) as endpoint:
+        log_level = getattr(request.module, "CRI_LOG_LEVEL", None)
+        with _runtime(request.param, work / "cri", mirror.hosts_dir, log_level) as endpoint:
             client = criapi.CRIRuntime(endpoint.url, timeout=60)
             warm_up = client.run_pod_sandbox(api_pb2.PodSandboxConfig(
                 metadata=api_pb2.PodSandboxMetadata(name=WARM_UP, namespace="test", uid=WARM_UP),
@@ -60,12 +62,12 @@ def cri(request, tmp_path_factory, session_leak_check: Check):
 
 
 @contextlib.contextmanager
-def _runtime(name: str, work: Path, hosts_dir: Path):
+def _runtime(name: str, work: Path, hosts_dir: Path, log_level: str | None):
     if name == "containerd":
         with containerd_cri(work, hosts_dir) as endpoint:
             yield endpoint
         return
-    node = CriNode(hosts_dir, bridge=BRIDGE, subnet=POD_SUBNET, network=NETWORK, work=work)
+    node = CriNode(hosts_dir, bridge=BRIDGE, subnet=POD_SUBNET, network=NETWORK, work=work, log_level=log_level)
     try:
         node.start()
         yield node

@@ -1,7 +1,8 @@
 """pykubelet pulls a private image with the pod's own imagePullSecrets, as the kubelet: a pod in a namespace with a
 pull secret for the registry runs; a pod in another namespace without one cannot pull the image (the node has no
 credentials of its own for it), and gets ErrImagePull / ImagePullBackOff. The secret's password appears in
-neither the kubelet's log nor the runtime's. Both CRI runtimes (containerd 1.6, pyruntime-cri)."""
+neither the kubelet's log nor the runtime's, both at debug level. Both CRI runtimes (containerd 1.6,
+pyruntime-cri)."""
 from __future__ import annotations
 
 import base64
@@ -19,6 +20,7 @@ from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 NODE = "pynode-e2e-pullsecrets"
 NODE_IP = "10.201.0.27"
 USER, PASSWORD = "robot", "pull-s3cret-only-for-x"
+CRI_LOG_LEVEL = "debug"  # pyruntime-cri's; the kubelet's -v 1 is debug
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +83,12 @@ def test_pull_secret_of_the_pod_only(control_plane, kubelet, runtime, cri, kubep
         events = control_plane.kubectl("get", "events", "-n", "pull-y", "-o", "json").stdout
         assert "FailedToRetrieveImagePullSecret" in events and "regcred" in events
         logs = kubelet.log_path.read_text(errors="replace")
-        runtime_log = Path(cri.work) / "daemon.log"
-        if runtime_log.exists():
-            logs += runtime_log.read_text(errors="replace")
+        assert " DEBUG " in logs, "the kubelet does not log at debug level"
+        if cri.name == "pyruntime-cri":
+            runtime_log = (Path(cri.work) / "daemon.log").read_text(errors="replace")
+            assert [line for line in runtime_log.splitlines() if " DEBUG " in line and "PullImage" in line], \
+                "pyruntime-cri does not log its pulls at debug level"
+            logs += runtime_log
         assert PASSWORD not in logs
         assert base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode() not in logs
     finally:

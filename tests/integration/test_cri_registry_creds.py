@@ -1,9 +1,11 @@
 """pyruntime-cri's node-wide registry credentials go to the registry they name and to no other host: not to a
 second registry an image names (played here by a recording server on another loopback port that asks for
 Basic credentials, as any registry owner could), not across a redirect to another host, and not into the
-daemon's debug log."""
+daemon's debug log; nor do the credentials a pull request brings in its AuthConfig, as the kubelet sends a
+pod's pull secret."""
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import threading
@@ -87,7 +89,8 @@ class ScopedCredsCri(PyruntimeCri):
 
     def argv(self) -> list[str]:
         daemon = str(Path(sys.executable).with_name("pyruntime-cri"))  # this venv's, whatever PATH says
-        return [daemon, *super().argv()[1:], "--registry-creds", self.creds, "--log-level", "debug"]
+        creds = ["--registry-creds", self.creds] if self.creds else []
+        return [daemon, *super().argv()[1:], *creds, "--log-level", "debug"]
 
 
 def crictl(daemon: PyruntimeCri, *args: str) -> subprocess.CompletedProcess[str]:
@@ -115,6 +118,30 @@ def test_node_credentials_never_reach_another_registry(tmp_path: Path, registry_
     finally:
         daemon.stop()
     assert PASSWORD not in (daemon.work / "daemon.log").read_text(errors="replace")
+
+
+def test_credentials_of_a_pull_request_stay_out_of_the_debug_log(tmp_path: Path, registry_a: Registry) -> None:
+    """A pull with the credentials in PullImage's AuthConfig (crictl --creds: the kubelet's way with a pod's pull
+    secret), and one with a wrong password, which fails: the daemon logs each at debug level, and neither
+    password shows in its log, nor USER:PASSWORD in base64 (a Basic header's and an auth field's form)."""
+    hosts = tmp_path / "certs.d"
+    hosts.mkdir()
+    daemon = ScopedCredsCri(tmp_path / "cri", hosts)
+    image, wrong = f"{registry_a.host}/private/busybox:1", "not-the-s3cret-either"
+    try:
+        daemon.start()
+        refused = crictl(daemon, "pull", "--creds", f"{USER}:{wrong}", image)
+        assert refused.returncode != 0, refused.stdout
+        pulled = crictl(daemon, "pull", "--creds", f"{USER}:{PASSWORD}", image)
+        assert pulled.returncode == 0, pulled.stderr + daemon.log_tail()
+        crictl(daemon, "rmi", image)
+    finally:
+        daemon.stop()
+    log = (daemon.work / "daemon.log").read_text(errors="replace")
+    assert [line for line in log.splitlines() if " DEBUG " in line and "PullImage" in line], log[-2000:]
+    for secret in (PASSWORD, wrong):
+        assert secret not in log
+        assert base64.b64encode(f"{USER}:{secret}".encode()).decode() not in log
 
 
 def test_unscoped_node_credentials_stop_the_daemon(tmp_path: Path) -> None:

@@ -61,15 +61,15 @@ class CriNode(PyruntimeCri):
     """One pyruntime-cri (`.url`, `.work`, `.start()`, `.stop()`, `.kill()`, `.cleanup()`) and the gRPC calls
     a test makes on it. `network`: the CNI network name (default pyt-BRIDGE); `netns`: the name of a network
     namespace (under /run/netns) to run the daemon in, or None; `work`: its work dir (default a new one
-    under /var/tmp, removed by cleanup())."""
+    under /var/tmp, removed by cleanup()); `log_level`: the daemon's --log-level (default its own)."""
 
     def __init__(self, hosts_dir: Path, *, bridge: str, subnet: str, network: str | None = None,
-                 netns: str | None = None, work: Path | None = None) -> None:
+                 netns: str | None = None, work: Path | None = None, log_level: str | None = None) -> None:
         if work is None:
             work = Path(tempfile.mkdtemp(prefix="pynode-crinode-", dir="/var/tmp"))
         work.mkdir(parents=True, exist_ok=True)
         super().__init__(work, hosts_dir)
-        self.bridge, self.subnet, self.netns = bridge, subnet, netns
+        self.bridge, self.subnet, self.netns, self.log_level = bridge, subnet, netns, log_level
         self.network = network or f"pyt-{bridge}"
         self.helper = f"pyt-crinode-{secrets.token_hex(4)}"
         self.inject_dir = work / "inject"
@@ -96,7 +96,8 @@ class CriNode(PyruntimeCri):
     def argv(self) -> list[str]:
         prefix = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
         daemon = Path(sys.executable).with_name("pyruntime-cri")  # this checkout's, whatever PATH says
-        return [*prefix, str(daemon), *super().argv()[1:]]
+        level = ["--log-level", self.log_level] if self.log_level else []
+        return [*prefix, str(daemon), *super().argv()[1:], *level]
 
     def inject(self, plugin: str, command: str, *, sleep: float | None = None, fail: bool = False) -> None:
         """Makes `plugin`'s next `command` calls sleep first, or fail; inject(..) with neither undoes it."""
