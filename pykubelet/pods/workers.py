@@ -223,8 +223,19 @@ class PodWorkers:
         self.statuses.forget(uid)
         self.queue.add(uid)
 
+    def _last_seen(self, uid: str) -> Pod | None:
+        """A skeleton of pod `uid` from the name it was last seen under. The API server deletes a Failed or
+        Succeeded pod at once, and an evicted pod has nothing left in the runtime to be named by, yet its
+        cgroup and log directory are still on the node."""
+        with self._lock:
+            key = self._keys.get(uid)
+        if key is None:
+            return None
+        namespace, _, name = key.rpartition("/")
+        return parse_pod({"metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": {}})
+
     def _terminate(self, uid: str, pod: Pod | None, state) -> None:
-        skeleton = pod or termination.identity(state, uid)
+        skeleton = pod or termination.identity(state, uid) or self._last_seen(uid)
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)

@@ -287,3 +287,22 @@ def test_the_workers_parse_a_pod_once_per_change_and_run_none_they_cannot_read(t
         assert workers.sync(UID) is None
     assert rt.calls == []  # nothing of it made, nothing stopped
     assert 'not run: spec.containers[0].ports[0].containerPort: must be an integer, got "80"' in caplog.text
+
+
+def test_a_pod_gone_from_the_api_and_the_runtime_still_leaves_nothing_on_the_node(tmp_path):
+    """The API server deletes a Failed pod at once, and an evicted pod has nothing left in the runtime to be
+    named by: the kubelet still removes what it made for it (its volumes and log directory here; its cgroup
+    the same way), by the name it last saw the pod under."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache = Cache()
+    settings = Settings(root_dir=tmp_path / "root", pod_logs_dir=tmp_path / "logs")
+    workers = PodWorkers(None, FakeCRI(), settings, cache)
+    workers._on_pod("ADDED", None, cache.put({"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                                              "spec": {"containers": [{"name": "c", "image": "img:1"}]}}))
+    cache.objects.clear()  # the API server deleted it
+    logs, volumes = settings.pod_logs_dir / f"ns_web_{UID}" / "c", settings.root_dir / "pods" / UID / "volumes"
+    logs.mkdir(parents=True)
+    volumes.mkdir(parents=True)
+    assert workers.sync(UID) is None
+    assert not logs.parent.exists() and not volumes.parent.exists()
