@@ -280,6 +280,7 @@ def create(store: ContainerStore, cid: str, bundle: str, *, spec: Spec | None = 
         raise
     finally:
         parent.close()
+        child.close()  # closed at the fork; still open when the set-up before it failed
 
 
 def become_subreaper(kernel: Syscalls | None) -> None:

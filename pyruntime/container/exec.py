@@ -212,5 +212,6 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
             except OSError:
                 pass
         parent.close()
+        child.close()  # closed at the fork; still open when the set-up before it failed
         if console_sock is not None:
             console_sock.close()

@@ -2,11 +2,13 @@
 fork server will: every operation, its error kinds, and the refusal to fork with threads alive."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -126,3 +128,21 @@ def test_a_mount_refused_in_the_init_keeps_its_kind_and_leaves_nothing(rt, make_
     with pytest.raises(InvalidArgumentError, match="mount /data: bind source"):
         rt.create("c2", str(missing))
     assert rt.list() == [] and not manager("", "c2", LinuxSyscalls()).exists()
+
+
+
+def test_a_create_the_kernel_refuses_before_the_fork_leaves_nothing(rt, make_bundle):
+    """The kernel refuses the cgroup's CPU quota (below its 1 ms minimum) while create sets up, before any
+    child takes the channel's other end: the error names the file, and neither the container, its cgroup,
+    nor either end of the channel stays."""
+    bundle = make_bundle(["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["linux"].setdefault("resources", {})["cpu"] = {"quota": 500, "period": 100000}
+    (bundle / "config.json").write_text(json.dumps(config))
+    with warnings.catch_warnings(record=True) as unclosed:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(OSError, match=r"cpu\.(cfs_quota_us|max)"):
+            rt.create("c1", str(bundle))
+        gc.collect()
+    assert [str(w.message) for w in unclosed] == []
+    assert rt.list() == [] and not manager("", "c1", LinuxSyscalls()).exists()
