@@ -42,7 +42,7 @@ import select
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pynode_os.proc import process_start_time, stat_fields
 from pyruntime import channel
@@ -52,6 +52,8 @@ from pyruntime.errors import InternalError, InvalidArgumentError, UnavailableErr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from pyruntime.cri.model import Layout
     from pyruntime.linux.syscalls import Syscalls
     from pyruntime.runtime import Runtime
@@ -90,8 +92,8 @@ def serve(fd: str) -> None:
     settings and the layout. Exits 0 when the daemon's end closes."""
     from pyruntime.cri.model import Layout
     from pyruntime.settings import Settings
-    code = 1
-    try:
+
+    def run() -> None:
         sock = socket.socket(fileno=int(fd))
         sock.set_inheritable(False)
         got = channel.receive(sock)
@@ -101,10 +103,19 @@ def serve(fd: str) -> None:
         server = _Server(sock, Settings(**setup["settings"]), Layout(*setup["layout"]))
         set_title(server.kernel, "pyruntime-launcher")  # not `python -c ...` and the settings in ps
         server.serve()
+    _run_and_exit(run)
+
+
+def _run_and_exit(run: Callable[[], None]) -> NoReturn:
+    """Runs a process's body, then ends the process: 0 when it returned, 1 with the traceback on stderr (the
+    daemon's log) when it raised. Never returns, so a forked child never unwinds into its parent's code."""
+    code = 1
+    try:
+        run()
         code = 0
     except BaseException:
         import traceback
-        traceback.print_exc()  # to the daemon's stderr: its log
+        traceback.print_exc()
         sys.stderr.flush()
     finally:
         os._exit(code)
@@ -196,8 +207,7 @@ class _Server:
         launcher = os.getpid()
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
+            def run() -> None:
                 ours.close()
                 # it dies with the launcher: stopped while the puller still imports (before it would read the
                 # launcher's end closing), a daemon would otherwise leave it running its imports out
@@ -207,13 +217,7 @@ class _Server:
                 signal.set_wakeup_fd(-1)
                 _close_fds_except({0, 1, 2, theirs.fileno()})
                 _puller(theirs, self.settings, self.kernel)
-                code = 0
-            except BaseException:
-                import traceback
-                traceback.print_exc()  # to the daemon's stderr: its log
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
+            _run_and_exit(run)
         theirs.close()
         self.puller, self.puller_pid = ours, pid
         return ours
