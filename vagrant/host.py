@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from pyruntime.oci.state import process_start_time  # pid + start: a daemon we started, not a pid reused
+from pynode_os.proc import process_start_time  # pid + start: a daemon we started, not a pid reused
 
 PREFIX = "pynode-lab-"  # the Vagrantfile's domain and network prefix
 POOL = "pynode-lab"

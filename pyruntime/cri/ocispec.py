@@ -405,7 +405,7 @@ def _namespaces(sc: api_pb2.LinuxContainerSecurityContext, sandbox: SandboxRecor
         out.append({"type": "pid", "path": target_pid_ns(opts.target_id)})
     elif mode != NS.NODE:
         raise InvalidArgumentError(f"{where}.pid: unknown mode {mode}")
-    if not privileged and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+    if not privileged and _unified_host():
         out.append({"type": "cgroup"})
     return out
 
@@ -622,9 +622,15 @@ def _devices(config: api_pb2.ContainerConfig, resources: dict, privileged: bool)
 
 # ---- resources, cgroups, annotations -------------------------------------------------------------------------
 
+def _unified_host() -> bool:
+    """The host runs cgroup v2 alone, where containers get a cgroup namespace and `unified` settings apply: its
+    cgroup root is the cgroup2 mount (a hybrid host's root is a tmpfs)."""
+    return os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+
+
 def _swap_available() -> bool:
     """containerd sets a swap limit only where the kernel accounts swap."""
-    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+    if _unified_host():
         return any(os.path.exists(os.path.join("/sys/fs/cgroup", d, "memory.swap.max"))
                    for d in os.listdir("/sys/fs/cgroup"))
     return os.path.exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
@@ -666,7 +672,7 @@ def linux_resources(r: api_pb2.LinuxContainerResources, where: str = "config.lin
             if not h.page_size:
                 raise InvalidArgumentError(f"{where}.hugepage_limits[{i}].page_size: required")
     if r.unified:
-        if not os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        if not _unified_host():
             raise InvalidArgumentError(f"{where}.unified: invalid configuration: needs cgroup v2, this host uses "
                                        "cgroup v1")
         out["unified"] = dict(r.unified)

@@ -14,8 +14,6 @@ whole config or the bundle.
 """
 from __future__ import annotations
 
-from pynode_os.proc import process_start_time as process_start_time  # vagrant/host.py imports it here
-
 OCI_VERSION = "1.2.1"
 # bumped whenever the record's fields change meaning; a record of another version is refused by name
 RECORD_VERSION = 2
