@@ -6,7 +6,7 @@ before it), then with a kubeconfig the Node registration, the lease heartbeat, t
 Node's pod CIDR handed to the runtime, the pod informer; then the pod workers (pykubelet/pods) over the pod
 sources (API pods and the static pods of --pod-manifest-path, whose mirror pods it keeps); without a
 kubeconfig, standalone mode: static pods only, no API client, statuses kept in memory and events logged. In
-both, the HTTPS server (pykubelet/server).
+both, the HTTPS server (pykubelet/server) and, before the rest, the healthz server (pykubelet/server/healthz.py).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -33,7 +33,8 @@ PRELOAD = (
     "cryptography.hazmat.primitives.serialization", "cryptography.x509", "cryptography.x509.oid", "grpc", "httpx2",
     "lightkube", "lightkube.core.decoders", "lightkube.core.exceptions", "lightkube.core.resource",
     "lightkube.core.selector", "lightkube.models.authentication_v1", "lightkube.models.authorization_v1",
-    "lightkube.models.meta_v1", "lightkube.resources.authentication_v1", "lightkube.resources.authorization_v1",
+    "lightkube.models.core_v1", "lightkube.models.meta_v1", "lightkube.resources.authentication_v1",
+    "lightkube.resources.authorization_v1",
     "lightkube.resources.coordination_v1", "lightkube.resources.core_v1", "lightkube.resources.node_v1",
     "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer", "pykubelet.api.workqueue",
     "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager", "pykubelet.eviction.policy",
@@ -41,7 +42,7 @@ PRELOAD = (
     "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission", "pykubelet.pods.criconfig",
     "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources", "pykubelet.pods.static",
     "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime", "pykubelet.server.app",
-    "pykubelet.server.metrics", "pykubelet.volumes.manager", "yaml",
+    "pykubelet.server.healthz", "pykubelet.server.metrics", "pykubelet.volumes.manager", "yaml",
 )
 
 
@@ -105,7 +106,7 @@ def _runtime_class_known(client):
 
 
 def _admission(client, runtime, settings: config.Settings, sources):
-    from pykubelet.node.status import allocatable, machine_capacity
+    from pykubelet.node.status import node_allocatable
     from pykubelet.pods.admission import Admission, Cached
     from pykubelet.pods.labels import POD_UID
     from pykubelet.pods.sysctls import Allowlist
@@ -114,7 +115,7 @@ def _admission(client, runtime, settings: config.Settings, sources):
     return Admission(
         settings.node_name, pods=lambda: runnable(p.to_dict() for p in sources.objects()),
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
-        allocatable=Cached(lambda: allocatable(machine_capacity(settings), settings.eviction_hard)),
+        allocatable=Cached(lambda: node_allocatable(settings)),
         labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
         sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls))
 
@@ -130,6 +131,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     threads: list[threading.Thread] = []
     informers: list = []
     server = None
+    from pykubelet.server.healthz import Healthz
+
+    healthz = Healthz(settings.healthz_bind_address, settings.healthz_port).start() if settings.healthz_port else None
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -208,6 +212,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     finally:
         if server is not None:
             server.stop()
+        if healthz is not None:
+            healthz.stop()
         for informer in informers:
             informer.stop()
         for t in threads:
@@ -233,8 +239,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 @click.option("--max-pods", type=int, help="Pods this node runs at most [110].")
 @click.option("--allowed-unsafe-sysctls", help="Comma-separated unsafe sysctls (or prefixes ending in *) pods may "
               "set, besides the safe ones; namespaced ones only.")
+@click.option("--node-labels", help="Labels the Node is registered with, key=value,...: in the kubernetes.io "
+              "namespace only kubelet.kubernetes.io/, node.kubernetes.io/ and the well-known node labels.")
+@click.option("--register-with-taints", help="Taints the Node is registered with, key=value:Effect,...")
+@click.option("--pod-infra-container-image", help="Accepted and ignored, as by the stock kubelet: the runtime "
+              "chooses the sandbox image.")
 @click.option("-v", "--v", "v", type=int, help="Log verbosity (0: info, 1 and above: debug) [0].")
-def main(config_file: Path | None, **flags) -> None:
+def main(config_file: Path | None, pod_infra_container_image: str | None, **flags) -> None:
     """pykubelet: a kubelet in Python, for a stock kube-apiserver and any CRI runtime."""
     try:
         settings = config.build(flags, config_file)
@@ -245,6 +256,12 @@ def main(config_file: Path | None, **flags) -> None:
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("starting pykubelet for node %s", settings.node_name)
+    if settings.not_implemented:
+        log.warning("--config %s: taken but not implemented by pykubelet: %s", config_file,
+                    ", ".join(settings.not_implemented))
+    if pod_infra_container_image is not None:
+        log.info("--pod-infra-container-image %s: ignored, as by the stock kubelet: the container runtime "
+                 "chooses the sandbox image", pod_infra_container_image)
     log.debug("settings: %s", config.dump(settings))
     stop = threading.Event()
 

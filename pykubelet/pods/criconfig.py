@@ -8,6 +8,7 @@ find the pod again.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from proto import api_pb2
@@ -27,6 +28,8 @@ from pykubelet.pods.labels import (
     container_hash,
 )
 from pykubelet.pods.podspec import expand, parse_quantity, plain_env, qos_class, security_context, supplemental_groups
+
+log = logging.getLogger(__name__)
 
 # what the kubelet masks and makes read-only in every unprivileged container (procMount Default)
 MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -84,9 +87,40 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
         ipc=NAMESPACE_MODE[spec.host_ipc])
 
 
+def host_dns(resolv_conf: Path | None) -> tuple[list[str], list[str], list[str]]:
+    """The nameservers, search domains and options of resolvConf, read as the kubelet reads it: the last
+    search line counts, an option given twice counts once. Read at each pod's sync, as the kubelet reads it
+    at each sandbox: a host whose resolver changes gives new pods the new one. A file that cannot be read
+    gives nothing and a warning (the stock kubelet fails the sandbox instead)."""
+    servers: list[str] = []
+    searches: list[str] = []
+    options: dict[str, str] = {}
+    if resolv_conf is None:
+        return servers, searches, []
+    try:
+        text = resolv_conf.read_text(errors="replace")
+    except OSError as e:
+        log.warning("resolvConf %s: %s: pods get no DNS of the host", resolv_conf, e.strerror)
+        return servers, searches, []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if fields[0] == "nameserver" and len(fields) >= 2:
+            servers.append(fields[1])
+        elif fields[0] == "search":
+            searches = [d.removesuffix(".") for d in fields[1:] if d != "."]
+        elif fields[0] == "options":
+            for option in fields[1:]:
+                options.pop(option.split(":")[0], None)
+                options[option.split(":")[0]] = option
+    return servers, searches, list(options.values())
+
+
 def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
-    """ClusterFirst: the cluster DNS and its search path; Default (or no cluster DNS): the runtime's (the
-    host's); None: only the pod's dnsConfig, which is merged over the others as the kubelet does."""
+    """As the kubelet's: ClusterFirst: the cluster DNS, its search path then the host's (resolvConf), ndots:5;
+    Default (or no cluster DNS): the host's, from resolvConf (none: resolvConf "", then the node's loopback
+    and no search path); None: only the pod's dnsConfig, which is merged over the others."""
     spec = pod.spec
     policy = spec.dns_policy
     if policy == "ClusterFirst" and spec.host_network:
@@ -96,11 +130,17 @@ def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
     servers: list[str] = []
     searches: list[str] = []
     options: list[str] = []
+    if policy != "None":
+        servers, searches, options = host_dns(settings.resolv_conf)
     if policy == "ClusterFirst" and settings.cluster_dns:
         domain, ns = settings.cluster_domain, pod.metadata.namespace
         servers = list(settings.cluster_dns)
-        searches = [f"{ns}.svc.{domain}", f"svc.{domain}", domain] if domain else []
+        if domain:
+            searches = list(dict.fromkeys([f"{ns}.svc.{domain}", f"svc.{domain}", domain, *searches]))
         options = ["ndots:5"]
+    elif policy != "None" and settings.resolv_conf is None:
+        servers = ["::1" if settings.node_ip and ":" in settings.node_ip else "127.0.0.1"]
+        searches = ["."]
     extra = spec.dns_config or DNSConfig()
     servers += [s for s in extra.nameservers if s not in servers]
     searches += [s for s in extra.searches if s not in searches]

@@ -66,14 +66,18 @@ def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]
 
 
 def serving_context(settings: Settings) -> ssl.SSLContext:
-    """The server's SSLContext (TLS 1.2 and up, HTTP/1.1 only: the streaming upgrades need it)."""
+    """The server's SSLContext: tlsMinVersion (TLS 1.2) and up, with tlsCipherSuites if given (they choose
+    among the suites of TLS 1.2 and below; TLS 1.3's are always on, as with Go), HTTP/1.1 only: the streaming
+    upgrades need it."""
     if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
         cert, key = settings.tls_cert_file, settings.tls_private_key_file
     else:
         addresses = [a for a in (settings.node_ip,) if a]
         cert, key = self_signed(settings.root_dir / "pki", settings.node_name, addresses)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.minimum_version = settings.tls_min_version
+    if settings.tls_cipher_suites:
+        ctx.set_ciphers(":".join(settings.tls_cipher_suites))
     ctx.load_cert_chain(cert, key)
     ctx.set_alpn_protocols(["http/1.1"])
     if settings.client_ca_file is not None:

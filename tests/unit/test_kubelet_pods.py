@@ -71,9 +71,12 @@ def test_quantities_and_qos():
                                       "resources": {"requests": {"cpu": "100m"}}}])) == "Burstable"
 
 
-def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
+def test_sandbox_config_labels_logs_dns_ports_and_cgroup(tmp_path):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# the host's\nnameserver 192.0.2.53\nsearch old.example\nsearch example.org.\n"
+                      "options ndots:2 edns0\noptions ndots:3\n")
     settings = Settings(node_name="n1", pod_logs_dir=Path("/logs"), cluster_dns=["10.96.0.10"],
-                        cluster_domain="cluster.local")
+                        cluster_domain="cluster.local", resolv_conf=resolv)
     p = pod(containers=[{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
     config = sandbox_config(p, settings, attempt=2)
     assert (config.metadata.name, config.metadata.namespace, config.metadata.uid, config.metadata.attempt) == \
@@ -81,14 +84,28 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     assert config.hostname == "web" and config.log_directory == f"/logs/ns_web_{UID}"
     assert config.labels[POD_UID] == UID and config.labels["app"] == "web"
     assert list(config.dns_config.servers) == ["10.96.0.10"] and list(config.dns_config.options) == ["ndots:5"]
-    assert list(config.dns_config.searches) == ["ns.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+    assert list(config.dns_config.searches) == ["ns.svc.cluster.local", "svc.cluster.local", "cluster.local",
+                                                "example.org"]
     (mapping,) = config.port_mappings
     assert (mapping.container_port, mapping.host_port, mapping.protocol) == (80, 8080, api_pb2.TCP)
     assert config.linux.cgroup_parent == f"/kubepods/besteffort/pod{UID}"
     assert config.linux.security_context.namespace_options.network == api_pb2.POD
     host = sandbox_config(pod(hostNetwork=True), settings)
     assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
-    assert not host.HasField("dns_config")  # the host's resolv.conf
+    dns = host.dns_config  # Default, as ClusterFirst is on the host's network: resolvConf's
+    assert (list(dns.servers), list(dns.searches), list(dns.options)) == (["192.0.2.53"], ["example.org"],
+                                                                          ["edns0", "ndots:3"])
+
+
+def test_dns_without_resolv_conf_is_the_nodes_loopback():
+    """resolvConf "": a Default pod (or a ClusterFirst one with no cluster DNS) gets the node's loopback and
+    no search path, as from the stock kubelet; a None pod only its dnsConfig."""
+    settings = Settings(node_name="n1", resolv_conf=None)
+    for spec in ({"dnsPolicy": "Default"}, {}):
+        dns = sandbox_config(pod(**spec), settings).dns_config
+        assert (list(dns.servers), list(dns.searches), list(dns.options)) == (["127.0.0.1"], ["."], [])
+    none = sandbox_config(pod(dnsPolicy="None", dnsConfig={"nameservers": ["192.0.2.1"]}), settings).dns_config
+    assert (list(none.servers), list(none.searches)) == (["192.0.2.1"], [])
 
 
 def test_container_config_hash_restart_count_resources_and_log_path():
