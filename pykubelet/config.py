@@ -19,6 +19,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -288,7 +289,7 @@ def each_key(parse_map):
             try:
                 out.update(parse_map({k: v}))
             except ValueError as e:
-                raise _Below(f".{k}", str(e)) from None
+                raise _Below(f".{k}", str(e).removesuffix(f" for {k}")) from None
         return out
     return parse
 
@@ -309,14 +310,22 @@ def ip_address(value: Any) -> str:
         raise ValueError(f"an IP address, got {value!r}") from None
 
 
-def quantity_text(value: Any) -> str:
-    """A Kubernetes quantity ("0", "1Gi", "100m") kept as the text it is (of settings not implemented)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str) or not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+|[KMGTPE]i?|[munk])?",
-                                                      value):
+_ANY_QUANTITY = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?")
+_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
+             "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
+             "E": Decimal(10**18), **{s: Decimal(1 << (10 * (i + 1))) for i, s in enumerate(
+                 ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
+def any_quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity of any unit ("0", "1Gi", "100m", "1e3"), as its amount (of settings not
+    implemented: it is checked, and zero is told from the rest)."""
+    m = _ANY_QUANTITY.fullmatch(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) \
+        else None
+    if m is None:
         raise ValueError(f"a quantity such as \"1Gi\" or \"100m\", got {value!r}")
-    return value
+    amount = Decimal(m.group(1))
+    return amount * Decimal(10) ** int(m.group(2)) if m.group(2) else amount * _SUFFIXES.get(m.group(3), 1)
 
 
 def duration_or_nanoseconds(value: Any) -> float:
@@ -642,9 +651,9 @@ FILE_FIELDS: dict[str, Field] = {
     "logging.verbosity": sets("verbosity", integer(0)),
     "logging.vmodule": ignored(list_of(struct(filePattern=string, verbosity=integer(0)))),
     "logging.options.text.splitStream": ignored(boolean),
-    "logging.options.text.infoBufferSize": ignored(quantity_text),
+    "logging.options.text.infoBufferSize": ignored(any_quantity),
     "logging.options.json.splitStream": ignored(boolean),
-    "logging.options.json.infoBufferSize": ignored(quantity_text),
+    "logging.options.json.infoBufferSize": ignored(any_quantity),
     "enableSystemLogHandler": ignored(boolean, pointer=True),
     "enableSystemLogQuery": ignored(boolean, pointer=True),
     "shutdownGracePeriod": Field(duration, "shutdown_grace_period", implemented=False),
@@ -652,7 +661,7 @@ FILE_FIELDS: dict[str, Field] = {
     "shutdownGracePeriodByPodPriority": ignored(list_of(struct(priority=integer(-2**31, 2**31 - 1),
                                                                shutdownGracePeriodSeconds=integer(0)))),
     "crashLoopBackOff.maxContainerRestartPeriod": ignored(duration, pointer=True),
-    "reservedMemory": ignored(list_of(struct(numaNode=integer(0), limits=map_of(quantity_text)))),
+    "reservedMemory": ignored(list_of(struct(numaNode=integer(0), limits=map_of(any_quantity)))),
     "enableProfilingHandler": ignored(boolean, pointer=True),
     "enableDebugFlagsHandler": ignored(boolean, pointer=True),
     "seccompDefault": ignored(boolean, pointer=True),

@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -468,3 +469,42 @@ def test_a_stalled_session_is_ended_after_the_idle_timeout(stalled):
             s.close()
         for t in threads:
             t.join(10)
+
+
+def test_serving_context_takes_tls_min_version_and_cipher_suites(tmp_path):
+    from pykubelet.server.tls import serving_context
+
+    settings = Settings(node_name="node-a", root_dir=tmp_path, tls_min_version=ssl.TLSVersion.TLSv1_3)
+    assert serving_context(settings).minimum_version == ssl.TLSVersion.TLSv1_3
+    settings = Settings(node_name="node-a", root_dir=tmp_path, tls_cipher_suites=["ECDHE-ECDSA-AES256-GCM-SHA384"])
+    tls12 = [c["name"] for c in serving_context(settings).get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 == ["ECDHE-ECDSA-AES256-GCM-SHA384"]
+
+
+def test_healthz_answers_ok_and_nothing_else():
+    """The plain-HTTP health check (healthzPort), apart from the authenticated server."""
+    import http.client
+
+    from pykubelet.server.healthz import Healthz
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    healthz = Healthz("127.0.0.1", port).start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/healthz")
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (200, b"ok")
+        conn.request("GET", "/pods")
+        assert conn.getresponse().status == 404
+        conn.close()
+    finally:
+        healthz.stop()
