@@ -245,7 +245,7 @@ def list_of(parse):
 
 
 def map_of(parse, key=string):
-    """A map whose values are each parsed by `parse` ({} for a map of anything is `map_of(lambda v: v)`)."""
+    """A map of string keys, each value parsed by `parse`."""
     def parse_map(value: Any) -> dict:
         if not isinstance(value, dict):
             raise ValueError(f"a map, got {value!r}")
@@ -273,6 +273,8 @@ def struct(**fields):
                 raise _Below(f".{k}", f"a field of {', '.join(fields)}: unknown field {k}")
             try:
                 out[k] = fields[k](v)
+            except _Below as e:
+                raise _Below(f".{k}{e.path}", str(e)) from None
             except ValueError as e:
                 raise _Below(f".{k}", str(e)) from None
         return out
@@ -298,7 +300,7 @@ def only(allowed: Any, why: str):
     """A setting whose one value this kubelet takes is the one it does; any other is refused, saying why."""
     def parse(value: Any) -> Any:
         if value != allowed or type(value) is not type(allowed):
-            raise ValueError(f"{allowed!r}: {why}, got {value!r}")
+            raise ValueError(f"{json.dumps(allowed)}: {why}, got {value!r}")
         return value
     return parse
 

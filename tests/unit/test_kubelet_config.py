@@ -175,7 +175,7 @@ def test_kubeadms_files_are_taken(tmp_path, name, expected):
                                              "gate: NoSuchGate"),
     ({"featureGates": {"NodeSwap": "yes"}}, "featureGates: expected true or false for feature gate NodeSwap"),
     ({"readOnlyPort": 10255}, "readOnlyPort: expected 0: this node serves no unauthenticated port, got 10255"),
-    ({"cgroupsPerQOS": False}, "cgroupsPerQOS: expected True: pods' cgroups are always under kubepods"),
+    ({"cgroupsPerQOS": False}, "cgroupsPerQOS: expected true: pods' cgroups are always under kubepods"),
     ({"tlsMinVersion": "TLS1.2"}, "tlsMinVersion: expected one of VersionTLS10, VersionTLS11, VersionTLS12"),
     ({"tlsCipherSuites": ["TLS_NO_SUCH_SUITE"]}, "tlsCipherSuites: expected cipher suites as Go's crypto/tls names"),
     ({"healthzPort": "10248"}, "healthzPort: expected an integer in [0, 65535], got '10248'"),
@@ -186,6 +186,8 @@ def test_kubeadms_files_are_taken(tmp_path, name, expected):
      "shutdownGracePeriodByPodPriority[0].seconds: expected a field of priority, shutdownGracePeriodSeconds"),
     ({"shutdownGracePeriod": 30}, "shutdownGracePeriod: expected a duration"),
     ({"staticPodURLHeader": {"X": "a"}}, "staticPodURLHeader.X: expected a list"),
+    ({"reservedMemory": [{"numaNode": 0, "limits": {"memory": "lots"}}]},
+     "reservedMemory[0].limits.memory: expected a quantity"),
     ({"enforceNodeAllocatable": ["none", "pods"]}, "enforceNodeAllocatable: expected \"none\" alone"),
     ({"resolvConf": 3}, "resolvConf: expected a string, got 3"),
 ])
