@@ -242,3 +242,22 @@ def test_pod_infra_container_image_is_accepted(tmp_path):
     result = CliRunner().invoke(main, ["--config", str(write(tmp_path, {"readOnlyPort": 1})),
                                        "--pod-infra-container-image=registry.k8s.io/pause:3.10"])
     assert result.exit_code == 2 and "readOnlyPort: expected 0" in result.output
+
+
+def test_one_start_up_warning_names_the_fields_not_implemented(tmp_path, monkeypatch, caplog):
+    import pykubelet.main
+
+    monkeypatch.setattr(pykubelet.main, "run", lambda settings, stop: None)
+    monkeypatch.setattr(pykubelet.main, "preload", lambda: None)
+    monkeypatch.setattr(pykubelet.main.signal, "signal", lambda sig, handler: None)
+    path = write(tmp_path, {"rotateCertificates": True, "httpCheckFrequency": "20s", "cpuManagerReconcilePeriod": "0s",
+                            "maxPods": 50})
+    with caplog.at_level("INFO", logger="pykubelet"):
+        result = CliRunner().invoke(main, ["--config", str(path), "--hostname-override", "n",
+                                           "--pod-infra-container-image", "registry.k8s.io/pause:3.10"])
+    assert result.exit_code == 0, result.output
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [f"--config {path}: taken but not implemented by pykubelet: rotateCertificates, "
+                        "httpCheckFrequency"]
+    assert any("--pod-infra-container-image registry.k8s.io/pause:3.10: ignored" in r.getMessage()
+               for r in caplog.records)
