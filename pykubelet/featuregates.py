@@ -4,7 +4,8 @@ one kubelet takes is taken by the other.
 
 The names are those registered in the kubelet's feature gate: Kubernetes' own (pkg/features/kube_features.go,
 with the apiserver's, apiextensions', controller-manager's and zpages' gates it lists), client-go's, the
-logging options' (component-base/logs/api/v1) and the two global toggles AllAlpha and AllBeta. None of them
+logging options' (component-base/logs/api/v1) and the two global toggles AllAlpha and AllBeta; and those of
+them that 1.37 locks to their default (LockToDefault in their specs) take no other value. None of them
 switches anything in pykubelet, whose behaviour is its own: they are known, so that a name is checked, and
 kept in the settings.
 """
@@ -88,6 +89,34 @@ KNOWN = frozenset((
     "WindowsGracefulNodeShutdown", "WindowsHostNetwork", "WorkloadWithJob",
 ))
 
+# the gates locked to their default in 1.37 (GA ones, and deprecated ones on their way out): another value is
+# refused, as by the stock kubelet
+LOCKED = {
+    "AggregatedDiscoveryRemoveBetaType": True, "AllowOverwriteTerminationGracePeriodSeconds": False,
+    "CPUManagerPolicyOptions": True, "CRDValidationRatcheting": True, "CSIServiceAccountTokenSecrets": True,
+    "DRAAdminAccess": True, "DRAExtendedResource": True, "DRAPrioritizedList": True,
+    "DRAResourceClaimDeviceStatus": True, "DeclarativeValidation": True, "DeclarativeValidationTakeover": False,
+    "DisableAllocatorDualWrite": True, "DisableCPUQuotaWithExclusiveCPUs": True, "DisableNodeKubeProxyVersion": True,
+    "DynamicResourceAllocation": True, "ExecProbeTimeout": True, "ExternalServiceAccountTokenSigner": True,
+    "GitRepoVolumeDriver": False, "HPAConfigurableTolerance": True, "HostnameOverride": True,
+    "ImageMaximumGCAge": True, "ImageVolume": True, "InOrderInformers": True, "InPlacePodVerticalScaling": True,
+    "InPlacePodVerticalScalingInitContainers": True, "JobManagedBy": True, "KubeletCgroupDriverFromCRI": True,
+    "KubeletFineGrainedAuthz": True, "KubeletPSI": True, "KubeletPodResourcesDynamicResources": True,
+    "KubeletPodResourcesGet": True, "KubeletTracing": True, "MatchLabelKeysInPodAffinity": True,
+    "MultiCIDRServiceAllocator": True, "MutableCSINodeAllocatableCount": True, "NFTablesProxyMode": True,
+    "NodeDeclaredFeatures": True, "NodeInclusionPolicyInPodTopologySpread": True, "NodeLogQuery": True,
+    "NodeSwap": True, "PLEGOnDemandRelist": True, "PodObservedGenerationTracking": True,
+    "PodReadyToStartContainersCondition": True, "PodSchedulingReadiness": True,
+    "PreferSameTrafficDistribution": True, "ProcMountType": True, "RecoverVolumeExpansionFailure": True,
+    "RecursiveReadOnlyMounts": True, "RelaxedEnvironmentVariableValidation": True,
+    "RelaxedServiceNameValidation": True, "SELinuxChangePolicy": True, "SELinuxMountReadWriteOncePod": True,
+    "SeparateTaintEvictionController": True, "ServiceAccountTokenJTI": True, "ServiceAccountTokenNodeBinding": True,
+    "ServiceAccountTokenNodeBindingValidation": True, "ServiceAccountTokenPodNodeInfo": True,
+    "SupplementalGroupsPolicy": True, "SystemdWatchdog": True, "TopologyManagerPolicyOptions": True,
+    "UserNamespacesSupport": True, "VolumeAttributesClass": True, "WatchCacheInitializationPostStartHook": True,
+    "WinDSR": True, "WinOverlay": True,
+}
+
 
 def feature_gates(value: Any) -> dict[str, bool]:
     """featureGates: a known gate name -> true or false."""
@@ -98,4 +127,7 @@ def feature_gates(value: Any) -> dict[str, bool]:
             raise ValueError(f"a known feature gate: unrecognized feature gate: {name}")
         if not isinstance(enabled, bool):
             raise ValueError(f"true or false for feature gate {name}, got {enabled!r}")
+        if LOCKED.get(name, enabled) != enabled:
+            raise ValueError(f"{str(LOCKED[name]).lower()} for feature gate {name}: cannot set feature gate "
+                             f"{name} to {str(enabled).lower()}, feature is locked to {str(LOCKED[name]).lower()}")
     return dict(value)

@@ -128,7 +128,7 @@ def test_every_v1beta1_field_is_taken():
         Path("/run/systemd/resolve/resolv.conf"), 10248, "127.0.0.1")
     assert s.tls_min_version == ssl.TLSVersion.TLSv1_2
     assert s.tls_cipher_suites == ["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256"]
-    assert s.feature_gates == {"KubeletCrashLoopBackOffMax": True, "NodeSwap": False}
+    assert s.feature_gates == {"KubeletCrashLoopBackOffMax": True, "ContainerCheckpoint": False, "NodeSwap": True}
     assert s.system_reserved == {"cpu": 500, "memory": 512 << 20, "ephemeral-storage": 1 << 30, "pid": 1000}
     assert s.kube_reserved == {"cpu": 1000, "memory": 256 << 20}
     assert (s.shutdown_grace_period, s.shutdown_grace_period_critical_pods) == (30.0, 10.0)
@@ -174,6 +174,8 @@ def test_kubeadms_files_are_taken(tmp_path, name, expected):
     ({"featureGates": {"NoSuchGate": True}}, "featureGates: expected a known feature gate: unrecognized feature "
                                              "gate: NoSuchGate"),
     ({"featureGates": {"NodeSwap": "yes"}}, "featureGates: expected true or false for feature gate NodeSwap"),
+    ({"featureGates": {"NodeSwap": False}}, "featureGates: expected true for feature gate NodeSwap: cannot set "
+                                            "feature gate NodeSwap to false, feature is locked to true"),
     ({"readOnlyPort": 10255}, "readOnlyPort: expected 0: this node serves no unauthenticated port, got 10255"),
     ({"cgroupsPerQOS": False}, "cgroupsPerQOS: expected true: pods' cgroups are always under kubepods"),
     ({"tlsMinVersion": "TLS1.2"}, "tlsMinVersion: expected one of VersionTLS10, VersionTLS11, VersionTLS12"),
