@@ -77,6 +77,11 @@ class Settings:
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition_period: float = 300.0
     allowed_unsafe_sysctls: list[str] = field(default_factory=list)  # names, or prefixes ending in *
+    # TLS bootstrap and rotation (pykubelet/certificates)
+    bootstrap_kubeconfig: Path | None = None  # with it, --kubeconfig is written once a client cert is issued
+    cert_dir: Path = Path("/var/lib/kubelet/pki")
+    rotate_certificates: bool = False
+    server_tls_bootstrap: bool = False
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
@@ -231,6 +236,8 @@ FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
     "evictionMaxPodGracePeriod": ("eviction_max_pod_grace_period", integer(0)),
     "evictionPressureTransitionPeriod": ("eviction_pressure_transition_period", duration),
     "allowedUnsafeSysctls": ("allowed_unsafe_sysctls", sysctl_patterns),
+    "rotateCertificates": ("rotate_certificates", boolean),
+    "serverTLSBootstrap": ("server_tls_bootstrap", boolean),
     # settings of the stock kubelet that have no meaning here; accepted so one file serves both
     "failSwapOn": (None, boolean),
     "failCgroupV1": (None, boolean),
@@ -280,6 +287,8 @@ def load_file(path_: Path) -> dict[str, Any]:
 # flag name -> (Settings attribute, parser of the string click hands over)
 FLAGS: dict[str, tuple[str, Any]] = {
     "kubeconfig": ("kubeconfig", path),
+    "bootstrap_kubeconfig": ("bootstrap_kubeconfig", path),
+    "cert_dir": ("cert_dir", path),
     "container_runtime_endpoint": ("container_runtime_endpoint", endpoint),
     "pod_manifest_path": ("static_pod_path", path),
     "hostname_override": ("node_name", string),
@@ -330,8 +339,13 @@ def _validate(s: Settings) -> Settings:
     if s.container_log_monitor_interval < 3:
         raise ConfigError("containerLogMonitorInterval: expected at least 3s, as the kubelet, got "
                           f"{s.container_log_monitor_interval:g}s")
-    for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
+    if s.bootstrap_kubeconfig is not None and s.kubeconfig is None:
+        raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the kubelet writes its credential to")
+    bootstrapped = ("kubeconfig",) if s.bootstrap_kubeconfig is not None else ()  # written by the bootstrap
+    for name in ("kubeconfig", "bootstrap_kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
         p = getattr(s, name)
+        if name in bootstrapped:
+            continue
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
     return s
