@@ -7,9 +7,10 @@ kubectl or a controller writing the same object keeps its own fields.
 
 Its connections go through a ReloadingTransport, so a rotated client certificate takes effect without a
 restart: reload() builds a new TLS context from the kubeconfig's files (the current pem the rotation just
-pointed elsewhere) and closes every connection made with the old one, as the stock kubelet's
-closeAllConns does; the watches break and reconnect with the new certificate, and an old certificate is
-never left on a long-lived connection past its expiry.
+pointed elsewhere), sends every new request through it, and closes the connections made with the old one,
+as the stock kubelet's closeAllConns does. An idle connection goes at once; a watch blocked reading on one
+fails at its next read (a bookmark comes each minute, informer.py) and the informer reconnects with the new
+certificate, so no long-lived connection keeps the old one.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from pykubelet.certificates import csr, policy
 from pykubelet.certificates.store import DIR_MODE, PEM_MODE, FileStore, Pair, parse
 from pykubelet.dirs import make_dirs
-from pykubelet.errors import KubeletError, UnavailableError
+from pykubelet.errors import FailedPreconditionError, KubeletError, UnavailableError
 from pynode_os.files import FULL, atomic_write
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class CertificateManager:
         """One new pair; False if `stop` was set while waiting for it."""
         template = self.template()
         if template is None:
-            raise KubeletError(f"{self.store.name}: no address to ask a certificate for")
+            raise FailedPreconditionError(f"{self.store.name}: no address to ask a certificate for")
         key = policy.new_key()
         name = csr.request(self.client, policy.make_csr(key, template), self.signer, template.usages)
         log.info("%s: posted CSR %s; waiting for its certificate", self.store.name, name)
