@@ -38,13 +38,13 @@ PRELOAD = (
     "lightkube.resources.authorization_v1", "lightkube.resources.certificates_v1",
     "lightkube.resources.coordination_v1", "lightkube.resources.core_v1", "lightkube.resources.node_v1",
     "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer", "pykubelet.api.workqueue",
-    "pykubelet.certificates.csr", "pykubelet.certificates.manager", "pykubelet.certificates.policy",
-    "pykubelet.certificates.store", "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager",
-    "pykubelet.eviction.policy", "pykubelet.images.gc", "pykubelet.logs.rotation", "pykubelet.node.lease",
-    "pykubelet.node.podcidr", "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission",
-    "pykubelet.pods.criconfig", "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources",
-    "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime",
-    "pykubelet.server.app", "pykubelet.server.metrics", "pykubelet.volumes.manager", "yaml",
+    "pykubelet.certificates.manager", "pykubelet.certificates.policy", "pykubelet.certificates.store", "pykubelet.dirs",
+    "pykubelet.events", "pykubelet.eviction.manager", "pykubelet.eviction.policy", "pykubelet.images.gc",
+    "pykubelet.logs.rotation", "pykubelet.node.lease", "pykubelet.node.podcidr", "pykubelet.node.registration",
+    "pykubelet.node.status", "pykubelet.pods.admission", "pykubelet.pods.criconfig", "pykubelet.pods.labels",
+    "pykubelet.pods.podspec", "pykubelet.pods.sources", "pykubelet.pods.static", "pykubelet.pods.sysctls",
+    "pykubelet.pods.workers", "pykubelet.runtime", "pykubelet.server.app", "pykubelet.server.metrics",
+    "pykubelet.volumes.manager", "yaml",
 )
 
 
@@ -127,8 +127,9 @@ def _client(settings: config.Settings, stop: threading.Event, loops: list):
     waiting for the certificate); with rotateCertificates, its transport reloads each new client
     certificate and the rotation loop joins `loops`."""
     from pykubelet.api.client import ReloadingTransport, make_client
-    from pykubelet.certificates import csr, manager, policy
+    from pykubelet.certificates import manager, policy
     from pykubelet.certificates.store import FileStore
+    from pykubelet.errors import KubeletError
 
     assert settings.kubeconfig is not None
     if settings.bootstrap_kubeconfig is not None:
@@ -136,7 +137,7 @@ def _client(settings: config.Settings, stop: threading.Event, loops: list):
             if not manager.bootstrap_client(settings.kubeconfig, settings.bootstrap_kubeconfig, settings.cert_dir,
                                             settings.node_name, stop):
                 return None
-        except (csr.CSRError, csr.CSRTimeoutError, csr.CSRUnavailableError, manager.BootstrapError) as e:
+        except KubeletError as e:  # denied, not approved in time, unreachable, a cert dir it can't write
             raise SystemExit(f"pykubelet: TLS bootstrap: {e}") from e
     if not settings.rotate_certificates:
         return make_client(settings.kubeconfig)

@@ -124,11 +124,17 @@ def bootstrap_client(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Pat
         raise BootstrapError(f"--bootstrap-kubeconfig {bootstrap_kubeconfig}: {e}") from e
     make_dirs(cert_dir, DIR_MODE)
     store = FileStore(CLIENT_STORE, cert_dir)
-    current = store.current()  # an expired pair's key is reused, as the kubelet does
-    tmp_key = cert_dir / TMP_KEY
-    key = current.key if current is not None and isinstance(current.key, ec.EllipticCurvePrivateKey) \
-        else _load_or_make_key(tmp_key)
     template = policy.client_template(node)
+    now = datetime.datetime.now(datetime.UTC)
+    current = store.current()
+    tmp_key = cert_dir / TMP_KEY
+    # a valid pair's key is reused, as the kubelet does (the same CSR name finds the request that issued it,
+    # when --kubeconfig alone was lost); never an expired pair's, whose request would give the same certificate
+    if current is not None and isinstance(current.key, ec.EllipticCurvePrivateKey) \
+            and policy.unsatisfied(current.leaf, template, now) is None:
+        key = current.key
+    else:
+        key = _load_or_make_key(tmp_key)
     client = make_client(bootstrap_kubeconfig)
     try:
         name = policy.bootstrap_csr_name(key.public_key(), template)
@@ -152,6 +158,13 @@ def bootstrap_client(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Pat
         client.close()
     if cert is None:
         return False
+    try:
+        leaf = x509.load_pem_x509_certificate(cert)
+    except ValueError as e:
+        raise csr.CSRError(f"CSR {name}: the issued certificate does not parse: {e}") from None
+    why = policy.unsatisfied(leaf, template, datetime.datetime.now(datetime.UTC))
+    if why is not None:
+        raise csr.CSRError(f"CSR {name}: the issued certificate does not serve: {why}")
     pair = store.update(cert, policy.key_pem(key))
     try:
         os.unlink(tmp_key)

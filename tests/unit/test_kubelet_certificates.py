@@ -394,3 +394,21 @@ def test_bootstrap_writes_the_pair_and_a_kubeconfig_naming_it(tmp_path, ca, monk
     assert manager.client_config_problem(kubeconfig_path) is None
     assert manager.bootstrap_client(kubeconfig_path, boot, cert_dir, NODE, threading.Event())
     assert len(api.created) == 1  # valid: no second request
+
+
+def test_bootstrap_never_reuses_an_expired_pairs_key(tmp_path, ca, monkeypatch):
+    """Its CSR name would find the request that issued the expired certificate, and get that one again."""
+    from pykubelet.api import client as api_client
+
+    monkeypatch.setattr(csr, "POLL", 0.0)
+    api = FakeCSRs(ca)
+    api.close = lambda: None  # type: ignore[attr-defined]  # the bootstrap closes its client
+    monkeypatch.setattr(api_client, "make_client", lambda _path: api)
+    cert_dir = tmp_path / "pki"
+    old_cert, old_key, old = ca.pair(policy.client_template(NODE), start=NOW - datetime.timedelta(days=30))
+    FileStore("kubelet-client", cert_dir).update(old_cert, old_key)
+    boot = kubeconfig(tmp_path / "bootstrap.conf", None, None)
+    assert manager.bootstrap_client(tmp_path / "kubelet.conf", boot, cert_dir, NODE, threading.Event())
+    (posted,) = api.created
+    assert posted.metadata.name != policy.bootstrap_csr_name(old.public_key(), policy.client_template(NODE))
+    assert manager.client_config_problem(tmp_path / "kubelet.conf") is None
