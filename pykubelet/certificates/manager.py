@@ -118,10 +118,6 @@ def bootstrap_client(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Pat
         log.info("kubeconfig %s is valid: no bootstrap", kubeconfig)
         return True
     log.info("kubeconfig %s: %s; TLS bootstrap with %s", kubeconfig, problem, bootstrap_kubeconfig)
-    try:
-        boot = load_kubeconfig(bootstrap_kubeconfig)
-    except Exception as e:
-        raise BootstrapError(f"--bootstrap-kubeconfig {bootstrap_kubeconfig}: {e}") from e
     make_dirs(cert_dir, DIR_MODE)
     store = FileStore(CLIENT_STORE, cert_dir)
     template = policy.client_template(node)
@@ -135,7 +131,11 @@ def bootstrap_client(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Pat
         key = current.key
     else:
         key = _load_or_make_key(tmp_key)
-    client = make_client(bootstrap_kubeconfig)
+    try:
+        boot = load_kubeconfig(bootstrap_kubeconfig)
+        client = make_client(bootstrap_kubeconfig)
+    except Exception as e:  # lightkube's ConfigError, a CA file it can't read, bad YAML
+        raise BootstrapError(f"--bootstrap-kubeconfig {bootstrap_kubeconfig}: {e}") from e
     try:
         name = policy.bootstrap_csr_name(key.public_key(), template)
         request = policy.make_csr(key, template)
