@@ -99,6 +99,11 @@ class Settings:
     node_labels: dict[str, str] = field(default_factory=dict)  # set at registration (--node-labels)
     register_with_taints: list[dict[str, str]] = field(default_factory=list)  # {key, value, effect}
     not_implemented: list[str] = field(default_factory=list)  # file fields taken and not acted on: a warning
+    # TLS bootstrap and rotation (pykubelet/certificates)
+    bootstrap_kubeconfig: Path | None = None  # with it, --kubeconfig is written once a client cert is issued
+    cert_dir: Path = Path("/var/lib/kubelet/pki")
+    rotate_certificates: bool = False
+    server_tls_bootstrap: bool = False
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
@@ -553,8 +558,8 @@ FILE_FIELDS: dict[str, Field] = {
     "tlsCipherSuites": sets("tls_cipher_suites", cipher_suites),
     "tlsCurvePreferences": ignored(list_of(integer(0, 65535))),
     "tlsMinVersion": sets("tls_min_version", tls_version),
-    "rotateCertificates": ignored(boolean),
-    "serverTLSBootstrap": ignored(boolean),
+    "rotateCertificates": sets("rotate_certificates", boolean),
+    "serverTLSBootstrap": sets("server_tls_bootstrap", boolean),
     "authentication.x509.clientCAFile": sets("client_ca_file", path),
     "authentication.webhook.enabled": sets("webhook_authentication", boolean, pointer=True),
     "authentication.webhook.cacheTTL": sets("authentication_webhook_cache_ttl", duration),
@@ -751,6 +756,8 @@ def load_file(path_: Path) -> dict[str, Any]:
 # flag name -> (Settings attribute, parser of the string click hands over)
 FLAGS: dict[str, tuple[str, Any]] = {
     "kubeconfig": ("kubeconfig", path),
+    "bootstrap_kubeconfig": ("bootstrap_kubeconfig", path),
+    "cert_dir": ("cert_dir", path),
     "container_runtime_endpoint": ("container_runtime_endpoint", endpoint),
     "pod_manifest_path": ("static_pod_path", path),
     "hostname_override": ("node_name", string),
@@ -803,8 +810,13 @@ def _validate(s: Settings) -> Settings:
     if s.container_log_monitor_interval < 3:
         raise ConfigError("containerLogMonitorInterval: expected at least 3s, as the kubelet, got "
                           f"{s.container_log_monitor_interval:g}s")
-    for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
+    if s.bootstrap_kubeconfig is not None and s.kubeconfig is None:
+        raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the kubelet writes its credential to")
+    bootstrapped = ("kubeconfig",) if s.bootstrap_kubeconfig is not None else ()  # written by the bootstrap
+    for name in ("kubeconfig", "bootstrap_kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
         p = getattr(s, name)
+        if name in bootstrapped:
+            continue
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
     return s

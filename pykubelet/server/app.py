@@ -58,7 +58,7 @@ from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes
 from pykubelet.server.metrics import CONTENT_TYPE, Metrics
 from pykubelet.server.stats import Summary
-from pykubelet.server.tls import serving_context
+from pykubelet.server.tls import ServingTLS
 
 log = logging.getLogger("pykubelet.server")
 
@@ -108,13 +108,15 @@ class KubeletServer:
     """`client`: the kubelet's lightkube client (None in standalone mode); `pods(uid)`: the desired pod
     (PodWorkers.pod) for restart policies, when there is an API server; `pod_list()`: every pod the
     kubelet has, with its status (PodWorkers.pods), for /pods; `metrics`: the kubelet's Metrics (the pod
-    workers observe into it), a fresh one if not given."""
+    workers observe into it), a fresh one if not given; `tls`: the serving context a certificate manager
+    swaps on rotation (serverTLSBootstrap), else one made from the settings."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
                  pods: Callable[[str], Pod | None] | None = None,
                  pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, tls: ServingTLS | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
+        self.tls = tls
         self.limits = limits or Limits()
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
                                    webhook=settings.webhook_authentication,
@@ -234,7 +236,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], kubelet: KubeletServer) -> None:
         self.kubelet = kubelet
         self.limits = kubelet.limits
-        self.context = serving_context(kubelet.settings)
+        self.tls = kubelet.tls or ServingTLS(kubelet.settings)
         self.slots = threading.BoundedSemaphore(self.limits.connections)
         self.refused_logged = 0.0
         if ":" in address[0]:
@@ -268,7 +270,7 @@ class _Server(ThreadingHTTPServer):
         timeout on the socket, CPython's SSLSocket.do_handshake waits against one deadline for the whole
         call, not per read."""
         try:
-            tls = self.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            tls = self.tls.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
         except (ssl.SSLError, OSError) as e:
             log.debug("TLS with %s: %s", client_address, e)
             return

@@ -123,7 +123,8 @@ def test_every_v1beta1_field_is_taken():
     values = config.load_file(path)
     s = config.Settings(**values)
     assert s.not_implemented == [name for name, f in config.FILE_FIELDS.items() if not f.implemented]
-    assert "rotateCertificates" in s.not_implemented and "shutdownGracePeriod" in s.not_implemented
+    assert "cpuManagerPolicy" in s.not_implemented and "shutdownGracePeriod" in s.not_implemented
+    assert s.rotate_certificates and s.server_tls_bootstrap
     assert (s.resolv_conf, s.healthz_port, s.healthz_bind_address) == (
         Path("/run/systemd/resolve/resolv.conf"), 10248, "127.0.0.1")
     assert s.tls_min_version == ssl.TLSVersion.TLSv1_2
@@ -144,7 +145,7 @@ KUBEADM = {  # what kubeadm's files set, over the kubelet's defaults (their "0s"
     "node_status_update_frequency": 10.0, "node_status_report_frequency": 300.0,
     "authentication_webhook_cache_ttl": 120.0, "authorization_webhook_cache_authorized_ttl": 300.0,
     "streaming_connection_idle_timeout": 4 * 3600.0, "eviction_pressure_transition_period": 300.0,
-    "shutdown_grace_period": 0.0, "verbosity": 0, "not_implemented": ["rotateCertificates"],
+    "shutdown_grace_period": 0.0, "verbosity": 0, "rotate_certificates": True, "not_implemented": [],
 }
 
 
@@ -252,14 +253,14 @@ def test_one_start_up_warning_names_the_fields_not_implemented(tmp_path, monkeyp
     monkeypatch.setattr(pykubelet.main, "run", lambda settings, stop: None)
     monkeypatch.setattr(pykubelet.main, "preload", lambda: None)
     monkeypatch.setattr(pykubelet.main.signal, "signal", lambda sig, handler: None)
-    path = write(tmp_path, {"rotateCertificates": True, "httpCheckFrequency": "20s", "cpuManagerReconcilePeriod": "0s",
+    path = write(tmp_path, {"eventBurst": 100, "httpCheckFrequency": "20s", "cpuManagerReconcilePeriod": "0s",
                             "maxPods": 50})
     with caplog.at_level("INFO", logger="pykubelet"):
         result = CliRunner().invoke(main, ["--config", str(path), "--hostname-override", "n",
                                            "--pod-infra-container-image", "registry.k8s.io/pause:3.10"])
     assert result.exit_code == 0, result.output
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert warnings == [f"--config {path}: taken but not implemented by pykubelet: rotateCertificates, "
+    assert warnings == [f"--config {path}: taken but not implemented by pykubelet: eventBurst, "
                         "httpCheckFrequency"]
     assert any("--pod-infra-container-image registry.k8s.io/pause:3.10: ignored" in r.getMessage()
                for r in caplog.records)
