@@ -186,6 +186,7 @@ class Container:
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
+    target_container_name: str = ""  # an ephemeral container's: whose pid namespace it joins (`kubectl debug --target`)
 
     @property
     def is_sidecar(self) -> bool:
@@ -293,6 +294,9 @@ class Volume:
 class PodSpec:
     containers: tuple[Container, ...]
     init_containers: tuple[Container, ...] = ()
+    # added to a running pod through the ephemeralcontainers subresource (`kubectl debug`); started once, never
+    # restarted, never part of the pod's phase or readiness
+    ephemeral_containers: tuple[Container, ...] = ()
     volumes: tuple[Volume, ...] = ()
     restart_policy: str = "Always"
     termination_grace_period_seconds: int = DEFAULT_GRACE
@@ -362,11 +366,20 @@ class Pod:
         return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def container(self, name: str) -> Container:
-        """Container `name`, regular or init (the API keeps their names apart)."""
-        return next(c for c in self.spec.all_containers if c.name == name)
+        """Container `name`, regular, init or ephemeral (the API keeps their names apart)."""
+        return next(c for c in self.spec.all_containers + self.spec.ephemeral_containers if c.name == name)
 
     def is_init(self, name: str) -> bool:
         return any(c.name == name for c in self.spec.init_containers)
+
+    def is_ephemeral(self, name: str) -> bool:
+        return any(c.name == name for c in self.spec.ephemeral_containers)
+
+    def field_path(self, name: str) -> str:
+        """Where container `name` is in the pod, as events name it (`spec.initContainers{setup}`)."""
+        kind = ("initContainers" if self.is_init(name) else
+                "ephemeralContainers" if self.is_ephemeral(name) else "containers")
+        return f"spec.{kind}{{{name}}}"
 
 
 # --- parsing -----------------------------------------------------------------------------------------
@@ -404,6 +417,8 @@ def _spec(s: Obj) -> PodSpec:
     return PodSpec(
         containers=tuple(_container(c) for c in s.objs("containers")),
         init_containers=tuple(_container(c) for c in s.objs("initContainers")),
+        ephemeral_containers=tuple(replace(_container(c), target_container_name=c.str("targetContainerName", ""))
+                                   for c in s.objs("ephemeralContainers")),
         volumes=tuple(_volume(v) for v in s.objs("volumes")),
         restart_policy=s.choice("restartPolicy", RESTART_POLICIES, "restart policy", "Always"),
         termination_grace_period_seconds=s.int("terminationGracePeriodSeconds", DEFAULT_GRACE, lo=0),

@@ -2,10 +2,11 @@
 
 A pure function of the pod, what the runtime has of it, the probes' verdicts and the restart back-offs:
 the sandbox to make (and the dead ones to stop first), then, in order, the containers to kill and why,
-the ones to start (the next init container, the sidecars, the regular containers the restart policy
-restarts), the ones that wait out their CrashLoopBackOff and with which message, and the dead containers
-to remove. The executor (pods/sync.py) carries the steps out in that order and reports what failed;
-deciding nothing itself, it cannot decide differently from the table test of this module.
+the ones to start (the ephemeral containers not started yet, the next init container, the sidecars, the
+regular containers the restart policy restarts), the ones that wait out their CrashLoopBackOff and with
+which message, and the dead containers to remove. The executor (pods/sync.py) carries the steps out in
+that order and reports what failed; deciding nothing itself, it cannot decide differently from the table
+test of this module.
 
 Two facts only the acts can tell, and the plan says what hangs on each:
 - whether a start succeeded: a sidecar that did not start holds back the init containers after it
@@ -69,6 +70,16 @@ class StartContainer:
     backoff_key: str | None = None  # a restart after an exit: the back-off counts it
     remove_first: str | None = None  # a container created but never started (a pass that died half-way)
     halt_unless_started: bool = False  # the steps after it wait until it has started
+    target_id: str = ""  # an ephemeral container's target: the container whose pid namespace it joins
+
+
+@dataclass(frozen=True)
+class CannotStart:
+    """A container that cannot be made this pass, and why, as its waiting reason shows it; the next pass
+    decides again."""
+    name: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class RemoveContainers:
     container_ids: tuple[str, ...]
 
 
-Step = KillContainer | StartContainer | BackOff | RemoveContainers
+Step = KillContainer | StartContainer | BackOff | CannotStart | RemoveContainers
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,9 @@ class _Planner:
         steps: list[Step] = []
         if self.finished:
             steps += self._stop_sidecars()
+        else:  # before the init containers, as the kubelet's: a debugger may look at one that is stuck
+            for container in self.pod.spec.ephemeral_containers:
+                steps += self.ephemeral(container)
         # init containers, one at a time, in order; each must succeed (a sidecar: start) before the next starts
         for container in self.pod.spec.init_containers:
             current = self.current(container.name)
@@ -196,6 +210,24 @@ class _Planner:
         if isinstance(step, BackOff) or container.startup_probe is not None:
             return [step], True  # the next one waits until this one has started (its startup probe)
         return [replace(step, halt_unless_started=True)], False
+
+    def ephemeral(self, container: Container) -> list[Step]:
+        """Started once, never restarted: whatever ran of that name, in any sandbox, is its one run (but a
+        container created and never started, which is made again). With a target, it joins the pid
+        namespace of the target's newest container, as the kubelet's getTargetID."""
+        current = self.current(container.name)
+        if self.state.history(container.name) and (current is None or current.state != api_pb2.CONTAINER_CREATED):
+            return []
+        target_id = ""
+        if container.target_container_name:
+            target = self.state.history(container.target_container_name)
+            if not target:
+                return [CannotStart(container.name, "CreateContainerConfigError",
+                                    f"unable to find target container {container.target_container_name}")]
+            target_id = target[0].id
+        step = self.start(container, current)
+        assert isinstance(step, StartContainer)  # only an exited container waits out a back-off
+        return [replace(step, target_id=target_id)]
 
     def regular(self, container: Container, current: api_pb2.ContainerStatus | None,
                 probed: bool = False) -> list[Step]:

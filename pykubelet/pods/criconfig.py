@@ -188,9 +188,11 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
 
 def container_config(pod: Pod, container: Container, image_ref: str, restart: int,
                      sandbox: api_pb2.PodSandboxConfig, *, envs: dict[str, str] | None = None,
-                     mounts: list[api_pb2.Mount] | None = None) -> api_pb2.ContainerConfig:
+                     mounts: list[api_pb2.Mount] | None = None, target_id: str = "") -> api_pb2.ContainerConfig:
     """`envs` and `mounts`: the resolved env and the volume mounts (pykubelet/volumes/manager.py); not
-    hashed, so a changed configMap does not restart the container."""
+    hashed, so a changed configMap does not restart the container. `target_id`: an ephemeral container's
+    target, whose pid namespace it joins (TARGET), unless the pod's containers share one already (the
+    pod's or the node's), as the kubelet's generateLinuxContainerConfig."""
     meta, own = pod.metadata, container.security_context
     sc = security_context(pod, container)
     unmasked = own.privileged or own.proc_mount == "Unmasked"
@@ -202,6 +204,8 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
         supplemental_groups=supplemental_groups(pod),
         no_new_privs=own.allow_privilege_escalation is False, seccomp=seccomp(sc.seccomp_profile),
         masked_paths=[] if unmasked else MASKED_PATHS, readonly_paths=[] if unmasked else READONLY_PATHS)
+    if target_id and security.namespace_options.pid == api_pb2.CONTAINER:
+        security.namespace_options.pid, security.namespace_options.target_id = api_pb2.TARGET, target_id
     if sc.run_as_user is not None:
         security.run_as_user.value = sc.run_as_user
     if sc.run_as_group is not None:

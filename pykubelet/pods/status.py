@@ -129,6 +129,14 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         s = container_status(c, history, result.waiting.get(c.name), runtime_name, default)
         _gate_by_probes(s, uid, history, probes)
         statuses.append(s)
+    # as the kubelet's: reported as containers are, but no probe makes them ready or started, and they count
+    # for neither the phase nor the pod's readiness
+    ephemeral_statuses = []
+    for c in spec.ephemeral_containers:
+        s = container_status(c, state.history(c.name), result.waiting.get(c.name), runtime_name, default)
+        s["ready"] = False
+        del s["started"]
+        ephemeral_statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
     containers_ready = init_done and sidecars_ready and all(s["ready"] for s in statuses)
     sandbox_ready = state.sandbox is not None
@@ -147,6 +155,8 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     if host_ip:
         status["hostIP"], status["hostIPs"] = host_ip, [{"ip": host_ip}]
     net = state.sandbox_status.network if state.sandbox_status is not None else None

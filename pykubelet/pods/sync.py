@@ -34,6 +34,7 @@ from pykubelet.pods import lifecycle, securitycontext, userns
 from pykubelet.pods.actions import (
     CRASH_LOOP,
     BackOff,
+    CannotStart,
     KillContainer,
     KillReason,
     PodActions,
@@ -116,10 +117,9 @@ class PodSyncer:
                 self._failed_pulls.pop(key, None)
 
     def event(self, pod: Pod, container: str | None, type_: str, reason: str, message: str) -> None:
-        """An event about `pod`, or about its (init or regular) container `container`."""
+        """An event about `pod`, or about its (init, regular or ephemeral) container `container`."""
         if self.events is not None:
-            init = container is not None and pod.is_init(container)
-            self.events.event(pod_ref(pod, container, init), type_, reason, message)
+            self.events.event(pod_ref(pod, container), type_, reason, message)
 
     # --- images -----------------------------------------------------------------------------------
 
@@ -271,6 +271,10 @@ class PodSyncer:
             elif isinstance(step, StartContainer):
                 if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
                     return
+            elif isinstance(step, CannotStart):
+                result.waiting[step.name] = (step.reason, step.message)
+                self.event(pod, step.name, WARNING, "Failed", f"Error: {step.message}")
+                result.again_in(2.0)
             else:
                 for container_id in step.container_ids:
                     self._remove(container_id)
@@ -320,7 +324,8 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e}")
             result.again_in(2.0)
             return False
-        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts)
+        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts,
+                                  target_id=step.target_id)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
         except cri.CRIError as e:

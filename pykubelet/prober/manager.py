@@ -277,5 +277,5 @@ class ProbeManager:
 
     def _event(self, w: Worker, type_: str, reason: str, message: str) -> None:
         if self.events is not None:
-            self.events.event(pod_ref(w.pod, w.name, w.pod.is_init(w.name)), type_, reason, message)
+            self.events.event(pod_ref(w.pod, w.name), type_, reason, message)
 

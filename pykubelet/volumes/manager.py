@@ -233,7 +233,8 @@ class VolumeManager:
 
 
 def _container_field(pod: Pod, container: Container) -> str:
-    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers)):
+    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers),
+                             ("ephemeralContainers", pod.spec.ephemeral_containers)):
         for i, c in enumerate(containers):
             if c.name == container.name:
                 return f"spec.{kind}[{i}]"

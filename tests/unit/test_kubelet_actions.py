@@ -13,6 +13,7 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.pods.actions import (
     BackOff,
+    CannotStart,
     KillContainer,
     KillReason,
     PodActions,
@@ -40,12 +41,14 @@ def spec(name: str, **fields) -> dict:
 MAIN, SETUP, SETUP2 = spec("main"), spec("setup"), spec("setup2")
 SIDE, SIDE2 = spec("side", restartPolicy="Always"), spec("side2", restartPolicy="Always")
 SIDE_PROBED = spec("side", restartPolicy="Always", startupProbe={"exec": {"command": ["true"]}})
+DEBUG, DEBUG_MAIN = spec("debug", stdin=True, tty=True), spec("debug", targetContainerName="main")
 
 
 def pod(*containers: dict, init: tuple[dict, ...] = (), policy: str | None = None, phase: str | None = None,
-        grace: int | None = None) -> Pod:
+        grace: int | None = None, ephemeral: tuple[dict, ...] = ()) -> Pod:
     p: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
-               "spec": {"containers": list(containers), "initContainers": list(init)}}
+               "spec": {"containers": list(containers), "initContainers": list(init),
+                        "ephemeralContainers": list(ephemeral)}}
     if policy is not None:
         p["spec"]["restartPolicy"] = policy
     if grace is not None:
@@ -71,7 +74,7 @@ class C:
 
 def runtime(p: Pod, *containers: C, sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)) -> RuntimePod:
     """What the runtime has of `p`: `containers` and `sandboxes` (id, ready) newest first."""
-    specs = {c.name: c for c in p.spec.all_containers}
+    specs = {c.name: c for c in p.spec.all_containers + p.spec.ephemeral_containers}
     statuses = []
     for c in containers:
         annotations = {RESTART_COUNT: str(c.restart),
@@ -218,6 +221,34 @@ CASES = [
          (C("main", "m1", changed=True, grace=45),),
          steps(KillContainer("main", "m1", 45, KillReason.SPEC_CHANGED,
                              "Container main definition changed, will be restarted"))),
+    # --- ephemeral containers (kubectl debug) ---------------------------------------------------------
+    Case("an ephemeral container added to a running pod starts, alone", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("main", "m1"),), steps(StartContainer("debug", 0))),
+    Case("with a target: in the pid namespace of the target's container", pod(MAIN, ephemeral=(DEBUG_MAIN,)),
+         (C("main", "m1"),), steps(StartContainer("debug", 0, target_id="m1"))),
+    Case("the target's newest container, wherever it is: the runtime says if it can join it",
+         pod(MAIN, ephemeral=(DEBUG_MAIN,)), (C("main", "m2", "exited", exit=1), C("main", "m1", "exited")),
+         steps(StartContainer("debug", 0, target_id="m2"), waits("main"), RemoveContainers(("m1",))),
+         backoffs=backoffs(MAIN)),
+    Case("a target with no container yet: not made this pass, as the kubelet's config error",
+         pod(MAIN, init=(SETUP,), ephemeral=(DEBUG_MAIN,)), (C("setup", "i1"),),
+         steps(CannotStart("debug", "CreateContainerConfigError", "unable to find target container main"))),
+    Case("started before the init containers, so a debugger can look at a stuck one",
+         pod(MAIN, init=(SETUP,), ephemeral=(DEBUG,)), (C("setup", "i1", "exited", exit=1),),
+         steps(StartContainer("debug", 0), waits("setup")), backoffs=backoffs(SETUP)),
+    Case("a running ephemeral container is left, and its pod's containers too", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("debug", "d1"), C("main", "m1")), PodActions()),
+    *(Case(f"an ephemeral container that exited {code} is never restarted, whatever the policy",
+           pod(MAIN, ephemeral=(DEBUG,)), (C("debug", "d1", "exited", exit=code), C("main", "m1")), PodActions())
+      for code in (0, 1)),
+    Case("an ephemeral container of a dead sandbox is not run again in the new one",
+         pod(MAIN, ephemeral=(DEBUG,)), (C("main", "m2", sandbox="s2"), C("debug", "d1", "exited", sandbox="s1"),
+                                         C("main", "m1", "exited", sandbox="s1")),
+         PodActions(), sandboxes=(("s2", True), ("s1", False))),
+    Case("an ephemeral container created but never started is made again", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("debug", "d1", "created"), C("main", "m1")), steps(StartContainer("debug", 1, remove_first="d1"))),
+    Case("a done pod starts no ephemeral container", pod(MAIN, policy="Never", ephemeral=(DEBUG,)),
+         (C("main", "m1", "exited"),), PodActions()),
     Case("dead containers go but the newest dead one", P,
          (C("main", "m3"), C("main", "m2", "exited"), C("main", "m1", "exited")), steps(RemoveContainers(("m1",)))),
     Case("an exited current container is the newest dead one", pod(MAIN, policy="Never"),
