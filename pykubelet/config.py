@@ -218,7 +218,7 @@ def node_ip(value: Any) -> str:
 
 # --- parsers of the other v1beta1 types ----------------------------------------------------------------------
 
-class _Below(ValueError):
+class _Below(InvalidArgumentError):
     """A value's error inside a map or a list: `path` goes after the field's own (".memory.available",
     "[0].effect"), so the message names the whole field path."""
 
