@@ -56,7 +56,7 @@ from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_U
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes
-from pykubelet.server.metrics import CONTENT_TYPE, Metrics
+from pykubelet.server.metrics import CONTENT_TYPE, Metrics, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
 from pykubelet.server.tls import serving_context
 
@@ -124,6 +124,7 @@ class KubeletServer:
                                 settings.authorization_webhook_cache_unauthorized_ttl)
         self.metrics = metrics or Metrics(runtime, settings.node_name)
         self.summary = Summary(runtime, settings)
+        self.resource_metrics = registry(ResourceCollector(self.summary.cpu_and_memory))
         if client is None and (settings.webhook_authentication or settings.authorization_mode == "Webhook"):
             log.warning("no API server: bearer tokens are refused%s", " and every request is denied "
                         "(authorization mode Webhook)" if settings.authorization_mode == "Webhook" else "")
@@ -494,6 +495,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, "ok")
         if head == "metrics" and not args:
             return self.reply(200, self.kubelet.metrics.render(), CONTENT_TYPE)
+        if head == "metrics" and args == ["resource"]:
+            return self.reply(200, render(self.kubelet.resource_metrics), CONTENT_TYPE)
         if head == "stats" and args in (["summary"], []):
             return self.reply(200, json.dumps(self.kubelet.summary.summary(), indent=2).encode(),
                               "application/json")

@@ -2,6 +2,13 @@
 format through prometheus_client (never hand-formatted), so dashboards and alerts written for the kubelet
 read these as they are.
 
+/metrics/resource is the stock kubelet's registry of its resource metrics collector, a collector here:
+its names, labels, types and HELP texts (with component-base's "[STABLE]"-style stability prefix),
+families in name order and labels in name order as client_golang writes them, a family with no series
+left out. The
+resource metrics are what metrics-server v0.8 reads for `kubectl top`, with the sample times it takes its
+rates from; their numbers are stats.py's (Summary.cpu_and_memory), the same as /stats/summary's.
+
 What runs is asked of the CRI at scrape time (kubelet_running_pods: ready sandboxes,
 kubelet_running_containers by container_state), so the numbers cannot drift from the runtime's; the
 server counts its own requests (kubelet_http_requests_total, by method, path head and long_running);
@@ -12,9 +19,10 @@ server's own, not the library's global one, so two kubelets in one test process 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proto import api_pb2
@@ -75,3 +83,104 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+# --- /metrics/resource ---------------------------------------------------------------------------------------
+
+CONTAINER = ["container", "namespace", "pod"]
+POD = ["namespace", "pod"]
+
+
+class ResourceCollector:
+    """The stock kubelet's resource metrics collector over `source()` (Summary.cpu_and_memory): cumulative
+    CPU and working sets of the node, its pods and their containers, swap where known, the containers'
+    start times, and resource_scrape_error (1, and nothing else, when the numbers could not be had)."""
+
+    def __init__(self, source: Callable[[], dict]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        error = GaugeMetricFamily("resource_scrape_error", "[STABLE] 1 if there was an error while getting "
+                                  "container metrics, 0 otherwise")
+        try:
+            stats = self.source()
+        except Exception as e:  # upstream's too: the error is the one series served
+            log.warning("/metrics/resource: %s", e)
+            error.add_metric([], 1)
+            yield error
+            return
+        error.add_metric([], 0)
+        families = [error, *_resource_families(stats)]
+        yield from sorted((f for f in families if f.samples), key=lambda f: f.name)
+
+
+def _resource_families(stats: dict) -> list[Metric]:
+    def counter(name: str, help: str, labels: list[str]) -> CounterMetricFamily:
+        return CounterMetricFamily(name, help, labels=labels)
+
+    def gauge(name: str, help: str, labels: list[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, help, labels=labels)
+
+    node_cpu = counter("node_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the node in "
+                       "core-seconds", [])
+    node_memory = gauge("node_memory_working_set_bytes", "[STABLE] Current working set of the node in bytes", [])
+    node_swap = gauge("node_swap_usage_bytes", "[ALPHA] Current swap usage of the node in bytes. Reported only "
+                      "on non-windows systems", [])
+    start = gauge("container_start_time_seconds", "[STABLE] Start time of the container since unix epoch in "
+                  "seconds", CONTAINER)
+    cpu = counter("container_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the container "
+                  "in core-seconds", CONTAINER)
+    memory = gauge("container_memory_working_set_bytes", "[STABLE] Current working set of the container in "
+                   "bytes", CONTAINER)
+    swap = gauge("container_swap_usage_bytes", "[ALPHA] Current amount of the container swap usage in bytes. "
+                 "Reported only on non-windows systems", CONTAINER)
+    swap_limit = gauge("container_swap_limit_bytes", "[ALPHA] Current amount of the container swap limit in "
+                       "bytes. Reported only on non-windows systems", CONTAINER)
+    pod_cpu = counter("pod_cpu_usage_seconds_total", "[STABLE] Cumulative cpu time consumed by the pod in "
+                      "core-seconds", POD)
+    pod_memory = gauge("pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes", POD)
+    pod_swap = gauge("pod_swap_usage_bytes", "[ALPHA] Current amount of the pod swap usage in bytes. Reported "
+                     "only on non-windows systems", POD)
+
+    def usage(family: CounterMetricFamily | GaugeMetricFamily, labels: list[str], stats: dict | None, key: str,
+              scale: float = 1.0) -> None:
+        if stats is not None and key in stats:
+            family.add_metric(labels, stats[key] / scale, timestamp=stats["time"])
+
+    node = stats["node"]
+    usage(node_cpu, [], node.get("cpu"), "usageCoreNanoSeconds", 1e9)
+    usage(node_memory, [], node.get("memory"), "workingSetBytes")
+    usage(node_swap, [], node.get("swap"), "swapUsageBytes")
+    for pod in stats["pods"]:
+        ref = pod["podRef"]
+        for c in pod["containers"]:
+            labels = [c["name"], ref["namespace"], ref["name"]]
+            if c.get("startTime", 0) > 0:
+                start.add_metric(labels, c["startTime"])
+            usage(cpu, labels, c.get("cpu"), "usageCoreNanoSeconds", 1e9)
+            usage(memory, labels, c.get("memory"), "workingSetBytes")
+            if "swap" in c:  # upstream's limit is what is available plus what is used
+                used = c["swap"].get("swapUsageBytes", 0)
+                usage(swap, labels, c["swap"], "swapUsageBytes")
+                if "swapAvailableBytes" in c["swap"]:
+                    swap_limit.add_metric(labels, c["swap"]["swapAvailableBytes"] + used, timestamp=c["swap"]["time"])
+        labels = [ref["namespace"], ref["name"]]
+        usage(pod_cpu, labels, pod.get("cpu"), "usageCoreNanoSeconds", 1e9)
+        usage(pod_memory, labels, pod.get("memory"), "workingSetBytes")
+        usage(pod_swap, labels, pod.get("swap"), "swapUsageBytes")
+    for family in (start, cpu, memory, swap, swap_limit, pod_cpu, pod_memory, pod_swap):
+        family.samples.sort(key=lambda s: sorted(s.labels.items()))
+    return [node_cpu, node_memory, node_swap, start, cpu, memory, swap, swap_limit, pod_cpu, pod_memory, pod_swap]
+
+
+def registry(*collectors) -> CollectorRegistry:
+    """A registry of `collectors`, never collected but to serve them (no description at registration, which
+    would ask the runtime for its stats)."""
+    out = CollectorRegistry(auto_describe=False)
+    for c in collectors:
+        out.register(c)
+    return out
+
+
+def render(collectors: CollectorRegistry) -> bytes:
+    return generate_latest(collectors)

@@ -210,6 +210,7 @@ def test_follow_stops_when_the_client_leaves(tmp_path):
     ("GET", "/stats/summary", [("get", "stats")]),
     ("GET", "/metrics", [("get", "metrics")]),
     ("GET", "/metrics/cadvisor", [("get", "metrics")]),
+    ("GET", "/metrics/resource", [("get", "metrics")]),
     ("GET", "/logs/syslog", [("get", "log")]),
     ("GET", "/healthz", [("get", "healthz"), ("get", "proxy")]),
     ("GET", "/pods", [("get", "pods"), ("get", "proxy")]),
@@ -354,6 +355,29 @@ def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file)
         assert 'kubelet_pod_start_duration_seconds_bucket{le="1.0"} 0.0' in metrics
         server.authz.client.allowed = False
         r = requests.get(f"{base}/metrics/cadvisor", verify=ca, cert=(str(pki.alice.cert), str(pki.alice.key)),
+                         timeout=5)
+        assert r.status_code == 403
+        assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=metrics)" in r.text
+    finally:
+        server.stop()
+
+
+def test_resource_metrics_are_served(tmp_path, pki, log_file):
+    runtime = one_pod(log_file)
+    runtime.stats = [api_pb2.ContainerStats(
+        attributes=api_pb2.ContainerAttributes(id="c1", metadata=api_pb2.ContainerMetadata(name="app")),
+        cpu=api_pb2.CpuUsage(timestamp=2_000_000_000, usage_core_nano_seconds=api_pb2.UInt64Value(value=5 * 10**9)),
+        memory=api_pb2.MemoryUsage(timestamp=2_000_000_000, working_set_bytes=api_pb2.UInt64Value(value=7)))]
+    server = start_server(tmp_path, pki, runtime)
+    base, ca = f"https://127.0.0.1:{server.port}", str(pki.ca.pair.cert)
+    as_apiserver = (str(pki.apiserver.cert), str(pki.apiserver.key))
+    try:
+        r = requests.get(f"{base}/metrics/resource", verify=ca, cert=as_apiserver, timeout=5)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain; version=")
+        assert 'container_cpu_usage_seconds_total{container="app",namespace="default",pod="web"} 5.0 2000' in r.text
+        assert "resource_scrape_error 0.0" in r.text
+        server.authz.client.allowed = False
+        r = requests.get(f"{base}/metrics/resource", verify=ca, cert=(str(pki.alice.cert), str(pki.alice.key)),
                          timeout=5)
         assert r.status_code == 403
         assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=metrics)" in r.text
