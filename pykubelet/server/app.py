@@ -53,10 +53,11 @@ from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
 from pykubelet.errors import InvalidArgumentError, KubeletError
 from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
+from pykubelet.prober.manager import ProbeTally
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes
-from pykubelet.server.metrics import CONTENT_TYPE, Metrics, ResourceCollector, registry, render
+from pykubelet.server.metrics import CONTENT_TYPE, Metrics, ProbeCollector, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
 from pykubelet.server.tls import serving_context
 
@@ -108,12 +109,13 @@ class KubeletServer:
     """`client`: the kubelet's lightkube client (None in standalone mode); `pods(uid)`: the desired pod
     (PodWorkers.pod) for restart policies, when there is an API server; `pod_list()`: every pod the
     kubelet has, with its status (PodWorkers.pods), for /pods; `metrics`: the kubelet's Metrics (the pod
-    workers observe into it), a fresh one if not given."""
+    workers observe into it), a fresh one if not given; `probes()`: the probes' counts (ProbeManager.tallies)
+    for /metrics/probes."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
                  pods: Callable[[str], Pod | None] | None = None,
                  pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
-                 limits: Limits | None = None) -> None:
+                 probes: Callable[[], list[ProbeTally]] | None = None, limits: Limits | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
         self.limits = limits or Limits()
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
@@ -125,6 +127,7 @@ class KubeletServer:
         self.metrics = metrics or Metrics(runtime, settings.node_name)
         self.summary = Summary(runtime, settings)
         self.resource_metrics = registry(ResourceCollector(self.summary.cpu_and_memory))
+        self.probe_metrics = registry(ProbeCollector(probes or list))
         if client is None and (settings.webhook_authentication or settings.authorization_mode == "Webhook"):
             log.warning("no API server: bearer tokens are refused%s", " and every request is denied "
                         "(authorization mode Webhook)" if settings.authorization_mode == "Webhook" else "")
@@ -497,6 +500,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, self.kubelet.metrics.render(), CONTENT_TYPE)
         if head == "metrics" and args == ["resource"]:
             return self.reply(200, render(self.kubelet.resource_metrics), CONTENT_TYPE)
+        if head == "metrics" and args == ["probes"]:
+            return self.reply(200, render(self.kubelet.probe_metrics), CONTENT_TYPE)
         if head == "stats" and args in (["summary"], []):
             return self.reply(200, json.dumps(self.kubelet.summary.summary(), indent=2).encode(),
                               "application/json")

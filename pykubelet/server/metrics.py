@@ -2,11 +2,11 @@
 format through prometheus_client (never hand-formatted), so dashboards and alerts written for the kubelet
 read these as they are.
 
-/metrics/resource is the stock kubelet's registry of its resource metrics collector, a collector here:
-its names, labels, types and HELP texts (with component-base's "[STABLE]"-style stability prefix),
-families in name order and labels in name order as client_golang writes them, a family with no series
-left out. The
-resource metrics are what metrics-server v0.8 reads for `kubectl top`, with the sample times it takes its
+/metrics/resource and /metrics/probes are the stock kubelet's two other registries, each a collector of its
+own here: the names, labels, types and HELP texts (with component-base's "[STABLE]"-style stability
+prefix) of its resource metrics collector and of its prober's ProberResults and ProberDuration, families in
+name order and labels in name order as client_golang writes them, a family with no series left out. The
+resource metrics are what metrics-server (v0.8, v0.9) reads for `kubectl top`, with the sample times it takes its
 rates from; their numbers are stats.py's (Summary.cpu_and_memory), the same as /stats/summary's.
 
 What runs is asked of the CRI at scrape time (kubelet_running_pods: ready sandboxes,
@@ -19,13 +19,17 @@ server's own, not the library's global one, so two kubelets in one test process 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from proto import api_pb2
+from pykubelet.prober.manager import DURATION_BUCKETS, ProbeTally
+from pykubelet.server.stats import USER_HZ, boot_time
+from pynode_os.proc import process_start_time
 
 log = logging.getLogger("pykubelet.server")
 
@@ -171,6 +175,44 @@ def _resource_families(stats: dict) -> list[Metric]:
     for family in (start, cpu, memory, swap, swap_limit, pod_cpu, pod_memory, pod_swap):
         family.samples.sort(key=lambda s: sorted(s.labels.items()))
     return [node_cpu, node_memory, node_swap, start, cpu, memory, swap, swap_limit, pod_cpu, pod_memory, pod_swap]
+
+
+# --- /metrics/probes -----------------------------------------------------------------------------------------
+
+class ProbeCollector:
+    """The stock kubelet's prober metrics over `tallies()` (ProbeManager.tallies), and
+    process_start_time_seconds that its registry carries for counter resets."""
+
+    def __init__(self, tallies: Callable[[], list[ProbeTally]]) -> None:
+        self.tallies = tallies
+        ticks = process_start_time(os.getpid())
+        self.started = boot_time() + (ticks or 0) / USER_HZ
+
+    def collect(self) -> Iterator[Metric]:
+        durations = HistogramMetricFamily("prober_probe_duration_seconds", "[ALPHA] Duration in seconds for a "
+                                          "probe response.", labels=["container", "namespace", "pod", "probe_type"])
+        totals = CounterMetricFamily("prober_probe_total", "[BETA] Cumulative number of a liveness, readiness or "
+                                     "startup probe for a container by result.",
+                                     labels=["container", "namespace", "pod", "pod_uid", "probe_type", "result"])
+        for t in sorted(self.tallies(), key=lambda t: (t.container, t.namespace, t.pod, t.uid, t.kind)):
+            for result, n in (("failed", t.failed), ("successful", t.successful)):
+                if n:
+                    totals.add_metric([t.container, t.namespace, t.pod, t.uid, t.kind, result], n)
+            if t.successful:
+                cumulative, buckets = 0, []
+                for le, n in zip((*(_go_float(b) for b in DURATION_BUCKETS), "+Inf"), t.buckets, strict=True):
+                    cumulative += n
+                    buckets.append((le, cumulative))
+                durations.add_metric([t.container, t.namespace, t.pod, t.kind], buckets, t.duration_sum)
+        started = GaugeMetricFamily("process_start_time_seconds", "[ALPHA] Start time of the process since unix "
+                                    "epoch in seconds.")
+        started.add_metric([], self.started)
+        yield from (f for f in (durations, totals, started) if f.samples)
+
+
+def _go_float(value: float) -> str:
+    """A bucket bound as Go writes it ("1", not "1.0")."""
+    return repr(value).removesuffix(".0")
 
 
 def registry(*collectors) -> CollectorRegistry:

@@ -55,6 +55,10 @@ def _proc_stat() -> tuple[int, float]:
     return used * 1_000_000_000 // USER_HZ, boot
 
 
+def boot_time() -> float:
+    return _proc_stat()[1]
+
+
 def _cpu_and_boot(root: Path = CGROUP_ROOT) -> tuple[int, float]:
     """Cumulative CPU use of the machine (ns, all cores) and its boot time (epoch seconds)."""
     used, boot = _proc_stat()

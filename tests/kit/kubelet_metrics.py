@@ -1,7 +1,7 @@
-"""The stock kubelet's /metrics/resource families (name -> type, HELP text, label names), transcribed from
-k8s.io/kubernetes v1.37.2's pkg/kubelet/metrics/collectors/resource_metrics.go, and a small reader of the
-Prometheus text format to check a scrape against them: the unit tests and the e2e tests read pykubelet's
-answers back with it."""
+"""The stock kubelet's /metrics/resource and /metrics/probes families (name -> type, HELP text, label
+names), transcribed from k8s.io/kubernetes v1.37.2's pkg/kubelet/metrics/collectors/resource_metrics.go and
+pkg/kubelet/prober/prober_manager.go, and a small reader of the Prometheus text format to check a scrape
+against them: the unit tests and the e2e tests read pykubelet's answers back with it."""
 from __future__ import annotations
 
 import re
@@ -28,6 +28,14 @@ STOCK_RESOURCE = {
     "resource_scrape_error": ("gauge", "[STABLE] 1 if there was an error while getting container metrics, 0 "
                               "otherwise", ()),
     "container_start_time_seconds": ("gauge", "[STABLE] Start time of the container since unix epoch in seconds", C),
+}
+STOCK_PROBES = {
+    "prober_probe_total": ("counter", "[BETA] Cumulative number of a liveness, readiness or startup probe for a "
+                           "container by result.", ("container", "namespace", "pod", "pod_uid", "probe_type",
+                                                    "result")),
+    "prober_probe_duration_seconds": ("histogram", "[ALPHA] Duration in seconds for a probe response.",
+                                      ("container", "namespace", "pod", "probe_type")),
+    "process_start_time_seconds": ("gauge", "[ALPHA] Start time of the process since unix epoch in seconds.", ()),
 }
 
 _SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: (-?\d+))?')

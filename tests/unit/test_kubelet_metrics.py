@@ -1,4 +1,4 @@
-"""/metrics/resource as the stock kubelet v1.37 serves it: the text read
+"""/metrics/resource and /metrics/probes as the stock kubelet v1.37 serves them: the text read
 back by a small parser of the Prometheus text format, and every family's name, type, HELP text and label
 names checked against the stock collectors' (tests/kit/kubelet_metrics.py); the values from a fake stats
 source."""
@@ -8,11 +8,12 @@ import pytest
 
 from proto import api_pb2
 from pykubelet.config import Settings
+from pykubelet.prober.manager import DURATION_BUCKETS, ProbeTally
 from pykubelet.server import stats as stats_module
-from pykubelet.server.metrics import ResourceCollector, registry, render
+from pykubelet.server.metrics import ProbeCollector, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
 from tests.kit.fake_cri import FakeCRI
-from tests.kit.kubelet_metrics import STOCK_RESOURCE, check_stock, parse, samples
+from tests.kit.kubelet_metrics import STOCK_PROBES, STOCK_RESOURCE, check_stock, parse, samples
 
 NODE_T, POD_T = 1_800_000_000.25, 1_800_000_001.5
 
@@ -105,3 +106,27 @@ def test_node_numbers_are_the_root_cgroups(tmp_path, monkeypatch):
     assert (v1["usageBytes"], v1["workingSetBytes"]) == (6000, 4000)
     assert stats_module._cpu_and_boot(tmp_path / "none")[0] > 0
     assert stats_module._node_swap(1.0, meminfo) == {"time": 1.0, "swapAvailableBytes": 30, "swapUsageBytes": 20}
+
+
+def test_probe_metrics_are_the_stock_probers():
+    tally = ProbeTally("Liveness", "app", "web", "default", "u1", successful=3, failed=2,
+                       buckets=(1, 2) + (0,) * (len(DURATION_BUCKETS) - 1), duration_sum=0.02)
+    failing = ProbeTally("Readiness", "app", "web", "default", "u1", successful=0, failed=4,
+                         buckets=(0,) * (len(DURATION_BUCKETS) + 1), duration_sum=0.0)
+    families = parse(render(registry(ProbeCollector(lambda: [tally, failing]))).decode())
+    check_stock(families, STOCK_PROBES)
+    assert samples(families, "prober_probe_total") == {
+        ("app", "default", "web", "u1", "Liveness", "failed"): (2, None),
+        ("app", "default", "web", "u1", "Liveness", "successful"): (3, None),
+        ("app", "default", "web", "u1", "Readiness", "failed"): (4, None)}
+    buckets = {s[1]["le"]: s[2] for s in families["prober_probe_duration_seconds"]["samples"]
+               if s[0].endswith("_bucket")}
+    assert list(buckets) == ["0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"]
+    assert (buckets["0.005"], buckets["0.01"], buckets["+Inf"]) == (1, 3, 3)  # cumulative; failures not timed
+    [started] = samples(families, "process_start_time_seconds").values()
+    assert started[0] > 1_600_000_000
+
+
+def test_no_probe_ran_yet():
+    families = parse(render(registry(ProbeCollector(list))).decode())
+    assert list(families) == ["process_start_time_seconds"]
