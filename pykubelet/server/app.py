@@ -57,6 +57,7 @@ from pykubelet.prober.manager import ProbeTally
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes
+from pykubelet.server.configz import configz
 from pykubelet.server.metrics import CONTENT_TYPE, Metrics, ProbeCollector, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
 from pykubelet.server.tls import serving_context
@@ -502,6 +503,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, render(self.kubelet.resource_metrics), CONTENT_TYPE)
         if head == "metrics" and args == ["probes"]:
             return self.reply(200, render(self.kubelet.probe_metrics), CONTENT_TYPE)
+        if head == "configz" and not args:
+            return self.reply(200, configz(self.kubelet.settings), "application/json")
         if head == "stats" and args in (["summary"], []):
             return self.reply(200, json.dumps(self.kubelet.summary.summary(), indent=2).encode(),
                               "application/json")

@@ -1,15 +1,21 @@
-"""/metrics/resource and /metrics/probes as the stock kubelet v1.37 serves them: the text read
+"""/metrics/resource, /metrics/probes and /configz as the stock kubelet v1.37 serves them: the text read
 back by a small parser of the Prometheus text format, and every family's name, type, HELP text and label
 names checked against the stock collectors' (tests/kit/kubelet_metrics.py); the values from a fake stats
 source."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from proto import api_pb2
-from pykubelet.config import Settings
+from pykubelet.config import Settings, integer
+from pykubelet.durations import duration, duration_string
+from pykubelet.eviction.policy import Value
 from pykubelet.prober.manager import DURATION_BUCKETS, ProbeTally
 from pykubelet.server import stats as stats_module
+from pykubelet.server.configz import configz, fields_from, kubelet_configuration
 from pykubelet.server.metrics import ProbeCollector, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
 from tests.kit.fake_cri import FakeCRI
@@ -130,3 +136,43 @@ def test_probe_metrics_are_the_stock_probers():
 def test_no_probe_ran_yet():
     families = parse(render(registry(ProbeCollector(list))).decode())
     assert list(families) == ["process_start_time_seconds"]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s"), (0.1, "100ms"), (1.5e-6, "1.5µs"), (20, "20s"), (90.5, "1m30.5s"), (120, "2m0s"), (14400, "4h0m0s"),
+    (90001, "25h0m1s")])
+def test_durations_as_go_writes_them(seconds, text):
+    assert duration_string(seconds) == text
+
+
+def test_configz_is_the_v1beta1_configuration():
+    settings = Settings(node_name="node-a", client_ca_file=Path("/etc/kubernetes/pki/ca.crt"), max_pods=50,
+                        cluster_dns=["10.96.0.10"], cluster_domain="cluster.local",
+                        eviction_hard={"memory.available": Value(quantity=200 << 20),
+                                       "nodefs.available": Value(percentage=0.05)},
+                        eviction_soft_grace_period={"memory.available": 90.0})
+    doc = json.loads(configz(settings))
+    assert list(doc) == ["kubeletconfig"]
+    kc = doc["kubeletconfig"]
+    assert (kc["kind"], kc["apiVersion"]) == ("KubeletConfiguration", "kubelet.config.k8s.io/v1beta1")
+    assert kc["authentication"] == {"x509": {"clientCAFile": "/etc/kubernetes/pki/ca.crt"},
+                                    "anonymous": {"enabled": False}, "webhook": {"enabled": True, "cacheTTL": "2m0s"}}
+    assert kc["authorization"] == {"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "5m0s",
+                                                                  "cacheUnauthorizedTTL": "30s"}}
+    assert (kc["maxPods"], kc["clusterDNS"], kc["clusterDomain"]) == (50, ["10.96.0.10"], "cluster.local")
+    assert (kc["streamingConnectionIdleTimeout"], kc["syncFrequency"], kc["containerLogMaxSize"]) == (
+        "4h0m0s", "1m0s", "10Mi")
+    assert kc["evictionHard"] == {"memory.available": "200Mi", "nodefs.available": "5%"}
+    assert kc["evictionSoftGracePeriod"] == {"memory.available": "1m30s"}
+    assert "tlsCertFile" not in kc and "staticPodPath" not in kc and "evictionSoft" not in kc  # empty: omitted
+    assert "failSwapOn" not in kc  # accepted from a file, not implemented: not claimed
+
+
+def test_configz_fields_come_from_any_table():
+    """A table of field path -> (attribute or None, parser), as config.FILE_FIELDS: what it accepts without
+    an attribute is not shown, each value is written back by its parser's kind."""
+    fields = fields_from({"maxPods": ("max_pods", integer(1)), "a.b.syncFrequency": ("sync_frequency", duration),
+                          "ignored": (None, integer(1))})
+    assert kubelet_configuration(Settings(node_name="n"), fields) == {
+        "maxPods": 110, "a": {"b": {"syncFrequency": "1m0s"}}, "kind": "KubeletConfiguration",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1"}

@@ -212,6 +212,7 @@ def test_follow_stops_when_the_client_leaves(tmp_path):
     ("GET", "/metrics/cadvisor", [("get", "metrics")]),
     ("GET", "/metrics/resource", [("get", "metrics")]),
     ("GET", "/metrics/probes", [("get", "metrics")]),
+    ("GET", "/configz", [("get", "configz"), ("get", "proxy")]),
     ("GET", "/logs/syslog", [("get", "log")]),
     ("GET", "/healthz", [("get", "healthz"), ("get", "proxy")]),
     ("GET", "/pods", [("get", "pods"), ("get", "proxy")]),
@@ -363,7 +364,7 @@ def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file)
         server.stop()
 
 
-def test_resource_and_probe_metrics_are_served(tmp_path, pki, log_file):
+def test_resource_and_probe_metrics_and_configz_are_served(tmp_path, pki, log_file):
     from pykubelet.prober.manager import ProbeTally
 
     runtime = one_pod(log_file)
@@ -386,11 +387,14 @@ def test_resource_and_probe_metrics_are_served(tmp_path, pki, log_file):
         r = requests.get(f"{base}/metrics/probes", verify=ca, cert=as_apiserver, timeout=5)
         assert ('prober_probe_total{container="app",namespace="default",pod="web",pod_uid="u1",'
                 'probe_type="Readiness",result="successful"} 1.0') in r.text
+        r = requests.get(f"{base}/configz", verify=ca, cert=as_apiserver, timeout=5)
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.json()["kubeletconfig"]["authentication"]["x509"] == {"clientCAFile": str(pki.ca.pair.cert)}
         server.authz.client.allowed = False
         alice = (str(pki.alice.cert), str(pki.alice.key))
-        r = requests.get(f"{base}/metrics/resource", verify=ca, cert=alice, timeout=5)
+        r = requests.get(f"{base}/configz", verify=ca, cert=alice, timeout=5)
         assert r.status_code == 403
-        assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=metrics)" in r.text
+        assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=configz)" in r.text
     finally:
         server.stop()
 
