@@ -342,11 +342,11 @@ def duration_or_nanoseconds(value: Any) -> float:
     return duration(value)
 
 
-_TLS_VERSIONS = {"VersionTLS10": ssl.TLSVersion.TLSv1, "VersionTLS11": ssl.TLSVersion.TLSv1_1,
+TLS_VERSIONS = {"VersionTLS10": ssl.TLSVersion.TLSv1, "VersionTLS11": ssl.TLSVersion.TLSv1_1,
                  "VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
 # Go's crypto/tls names (and the two short ChaCha20 ones Kubernetes also takes) -> OpenSSL's; the TLS 1.3
 # suites are None: neither Go nor OpenSSL lets them be chosen, they are always on with TLS 1.3
-_CIPHER_SUITES: dict[str, str | None] = {
+CIPHER_SUITES: dict[str, str | None] = {
     "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA", "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
     "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA", "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
     "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256", "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
@@ -372,9 +372,9 @@ _CIPHER_SUITES: dict[str, str | None] = {
 
 
 def tls_version(value: Any) -> ssl.TLSVersion:
-    if value not in _TLS_VERSIONS:
-        raise ValueError(f"one of {', '.join(_TLS_VERSIONS)}, got {value!r}")
-    return _TLS_VERSIONS[value]
+    if value not in TLS_VERSIONS:
+        raise ValueError(f"one of {', '.join(TLS_VERSIONS)}, got {value!r}")
+    return TLS_VERSIONS[value]
 
 
 def cipher_suites(value: Any) -> list[str]:
@@ -384,10 +384,10 @@ def cipher_suites(value: Any) -> list[str]:
         raise ValueError(f"a list of cipher suite names, got {value!r}")
     out = []
     for name in value:
-        if name not in _CIPHER_SUITES:
+        if name not in CIPHER_SUITES:
             raise ValueError(f"cipher suites as Go's crypto/tls names them: cipher suite {name} not supported "
                              "or doesn't exist")
-        openssl = _CIPHER_SUITES[name]
+        openssl = CIPHER_SUITES[name]
         if openssl is not None and openssl not in out:
             out.append(openssl)
     if out:
@@ -535,6 +535,13 @@ def ignored(parse, pointer: bool = False) -> Field:
     return Field(parse, implemented=False, pointer=pointer)
 
 
+def resolv_conf(value: Any) -> Path | None:
+    """The host's resolver file for pods; "" is none."""
+    return Path(value) if string(value) else None
+
+
+EVICTION_VALUES = each_key(eviction_values)
+EVICTION_DURATIONS = each_key(eviction_durations)
 _NO_READ_ONLY_PORT = "this node serves no unauthenticated port"
 _DURATION_MAP = map_of(duration)
 _STRINGS = list_of(string)
@@ -609,7 +616,7 @@ FILE_FIELDS: dict[str, Field] = {
     "maxPods": sets("max_pods", integer(1)),
     "podCIDR": ignored(string),
     "podPidsLimit": ignored(integer(-1), pointer=True),
-    "resolvConf": sets("resolv_conf", lambda v: Path(v) if string(v) else None, pointer=True),
+    "resolvConf": sets("resolv_conf", resolv_conf, pointer=True),
     "runOnce": ignored(boolean),
     "cpuCFSQuota": ignored(boolean, pointer=True),
     "cpuCFSQuotaPeriod": ignored(duration, pointer=True),
@@ -620,12 +627,12 @@ FILE_FIELDS: dict[str, Field] = {
     "kubeAPIBurst": ignored(integer(0)),
     "serializeImagePulls": sets("serialize_image_pulls", boolean, pointer=True),
     "maxParallelImagePulls": ignored(integer(1), pointer=True),
-    "evictionHard": sets("eviction_hard", each_key(eviction_values), pointer=True),
-    "evictionSoft": sets("eviction_soft", each_key(eviction_values), pointer=True),
-    "evictionSoftGracePeriod": sets("eviction_soft_grace_period", each_key(eviction_durations), pointer=True),
+    "evictionHard": sets("eviction_hard", EVICTION_VALUES, pointer=True),
+    "evictionSoft": sets("eviction_soft", EVICTION_VALUES, pointer=True),
+    "evictionSoftGracePeriod": sets("eviction_soft_grace_period", EVICTION_DURATIONS, pointer=True),
     "evictionPressureTransitionPeriod": sets("eviction_pressure_transition_period", duration),
     "evictionMaxPodGracePeriod": sets("eviction_max_pod_grace_period", integer(0)),
-    "evictionMinimumReclaim": sets("eviction_minimum_reclaim", each_key(eviction_values), pointer=True),
+    "evictionMinimumReclaim": sets("eviction_minimum_reclaim", EVICTION_VALUES, pointer=True),
     "mergeDefaultEvictionSettings": ignored(boolean, pointer=True),
     "podsPerCore": ignored(integer(0)),
     "enableControllerAttachDetach": ignored(boolean, pointer=True),

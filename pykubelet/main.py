@@ -270,7 +270,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.server.app import KubeletServer
 
         server = KubeletServer(settings, runtime, client, pods=workers.pod, pod_list=workers.pods,
-                               metrics=metrics, tls=tls).start()
+                               metrics=metrics, tls=tls, probes=workers.probes.tallies).start()
         stop.wait()
     finally:
         if server is not None:
