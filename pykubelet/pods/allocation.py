@@ -17,7 +17,7 @@ spec as both: its containers were made from it.
 A resize is weighed against the node's allocatable and the allocations of the other pods on the node:
 more than the node has at all is Infeasible (it will never fit; a stock 1.37 API server refuses such a
 patch already, through its PodResizeValidator admission, when that plugin is on), more than is free now
-is Deferred and weighed again at each sync of the pod, which a pod leaving the node brings. Either is the
+is Deferred and weighed again at each sync of the pod, and whenever a pod leaves the node. Either is the
 PodResizePending condition; PodResizeInProgress is there while an accepted resize is not actuated yet,
 with reason Error and the runtime's or the kubelet's message when actuating it failed (a memory limit
 below the container's usage: pods/sync.py).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -226,10 +226,11 @@ class AllocationManager:
     def allocated_pod(self, pod: Pod) -> Pod:
         return allocated_pod(pod, self.allocated.get(pod.uid))
 
-    def handle_resize(self, pod: Pod, others: Iterable[Pod], allocatable: dict[str, str]) -> Event | None:
-        """Weighs the resize `pod`'s spec asks, if any, against the node (`others`: the other pods, with their
-        allocations): accepted (the allocation is the spec's), or PodResizePending says why not. The event to
-        record, if any."""
+    def handle_resize(self, pod: Pod, others: Callable[[], Iterable[Pod]],
+                      allocatable: Callable[[], dict[str, str]]) -> Event | None:
+        """Weighs the resize `pod`'s spec asks, if any, against the node (`others()`: the other pods, with their
+        allocations; read only when there is a resize, as they are every pod on the node): accepted (the
+        allocation is the spec's), or PodResizePending says why not. The event to record, if any."""
         uid, generation = pod.uid, pod.metadata.generation
         allocated = self.allocated.get(uid)
         wanted = resources_of(pod)
@@ -237,7 +238,7 @@ class AllocationManager:
             with self._lock:
                 self._pending.pop(uid, None)  # asked back to what it has: nothing pending
             return None
-        verdict = resize_verdict(pod, list(others), allocatable)
+        verdict = resize_verdict(pod, list(others()), allocatable())
         if verdict.admit:
             self.allocated.set(uid, wanted)
             with self._lock:
@@ -288,6 +289,11 @@ class AllocationManager:
         return [{"type": kind, "status": "True", "observedGeneration": c.generation,
                  **({"reason": c.reason} if c.reason else {}), **({"message": c.message} if c.message else {})}
                 for kind, c in found if c is not None]
+
+    def deferred(self) -> list[str]:
+        """The pods whose resize waits for room on the node: weighed again when a pod leaves it."""
+        with self._lock:
+            return [uid for uid, c in self._pending.items() if c.reason == DEFERRED]
 
     def restore(self, uid: str, conditions: Iterable[dict[str, Any]]) -> None:
         """Takes the resize conditions a pod's status has, as the stock kubelet's BackfillPodResizeConditions:

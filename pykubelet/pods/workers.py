@@ -173,12 +173,13 @@ class PodWorkers:
         uid = pod.uid
         self.allocations.admitted(pod)
         self.allocations.restore(uid, (pod.raw.get("status") or {}).get("conditions") or [])
-        if self.admission is not None:
-            others = [self.allocations.allocated_pod(p) for p in self.admission.others(uid)]
-            allocatable = self.admission.allocatable()
-        else:  # standalone without admission: the node's room is not weighed
-            others, allocatable = [], {}
-        self._resize_event(pod, self.allocations.handle_resize(pod, others, allocatable))
+        admission = self.admission
+        if admission is not None:
+            event = self.allocations.handle_resize(
+                pod, lambda: [self.allocations.allocated_pod(p) for p in admission.others(uid)], admission.allocatable)
+        else:  # no admission (tests): the node's room is not weighed
+            event = self.allocations.handle_resize(pod, list, dict)
+        self._resize_event(pod, event)
         return self.allocations.allocated_pod(pod)
 
     def _actuated(self, pod: Pod, state, error: str | None) -> None:
@@ -286,6 +287,8 @@ class PodWorkers:
                 self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
             self.allocations.forget(uid)
+            for waiting in self.allocations.deferred():  # its room may be what their resize waits for
+                self.queue.add(waiting)
             self.backoff.forget_prefix(uid + "/")
             self.syncer.forget(uid)
             if self.admission is not None:

@@ -88,7 +88,7 @@ def test_admission_records_the_spec_once_and_a_restart_keeps_an_accepted_resize(
     m = AllocationManager(tmp_path)
     m.admitted(pod("500m"))
     assert m.allocated.get("u1") == m.actuated.get("u1") == PodResources({"c": res("500m", "64Mi")})
-    event = m.handle_resize(pod("1", generation=2), [], NODE)
+    event = m.handle_resize(pod("1", generation=2), list, lambda: NODE)
     assert event is not None and (event.type, event.reason) == ("Normal", "ResizeStarted")
     assert event.message.startswith('Pod resize started: {"containers":[{"name":"c","resources":')
     restarted = AllocationManager(tmp_path)
@@ -101,24 +101,24 @@ def test_admission_records_the_spec_once_and_a_restart_keeps_an_accepted_resize(
 def test_pending_conditions_say_why_and_go_when_the_resize_fits_or_is_undone(tmp_path: Path) -> None:
     m = AllocationManager(tmp_path)
     m.admitted(pod())
-    event = m.handle_resize(pod("3", generation=2), [], NODE)
+    event = m.handle_resize(pod("3", generation=2), list, lambda: NODE)
     assert event is not None and (event.type, event.reason) == ("Warning", "ResizeInfeasible")
     assert m.conditions("u1") == [{"type": "PodResizePending", "status": "True", "observedGeneration": 2,
                                    "reason": "Infeasible", "message": "Node didn't have enough capacity: cpu, "
                                                                       "requested: 3000, capacity: 2000"}]
-    assert m.handle_resize(pod("3", generation=2), [], NODE) is None  # said once per reason and generation
+    assert m.handle_resize(pod("3", generation=2), list, lambda: NODE) is None  # said once per reason and generation
     assert m.allocated.get("u1") == PodResources({"c": res("500m", "64Mi")})  # nothing granted
-    event = m.handle_resize(pod("1500m", generation=3), [pod("1", uid="u2")], NODE)
+    event = m.handle_resize(pod("1500m", generation=3), lambda: [pod("1", uid="u2")], lambda: NODE)
     assert event is not None and event.reason == "ResizeDeferred"
-    assert m.conditions("u1")[0]["reason"] == "Deferred"
-    assert m.handle_resize(pod(generation=4), [], NODE) is None  # asked back to what it has
+    assert m.conditions("u1")[0]["reason"] == "Deferred" and m.deferred() == ["u1"]
+    assert m.handle_resize(pod(generation=4), list, lambda: NODE) is None  # asked back to what it has
     assert m.conditions("u1") == []
 
 
 def test_in_progress_until_actuated_with_the_error_that_holds_it(tmp_path: Path) -> None:
     m = AllocationManager(tmp_path)
     m.admitted(pod())
-    m.handle_resize(pod("1", generation=2), [], NODE)
+    m.handle_resize(pod("1", generation=2), list, lambda: NODE)
     allocated = m.allocated_pod(pod("1", generation=2))
     assert m.conditions("u1") == [{"type": "PodResizeInProgress", "status": "True", "observedGeneration": 2}]
     error = "cannot decrease memory limits: ..."
@@ -139,7 +139,7 @@ def test_a_restart_reports_the_conditions_the_pod_has_once(tmp_path: Path) -> No
     m.restore("u1", kept)
     assert m.conditions("u1") == [{"type": "PodResizePending", "status": "True", "observedGeneration": 3,
                                    "reason": "Deferred", "message": "m"}]
-    m.handle_resize(pod(), [], NODE)  # no allocation recorded: nothing pending
+    m.handle_resize(pod(), list, lambda: NODE)  # no allocation recorded: nothing pending
     m.restore("u1", kept)  # the informer's copy, not updated yet: not taken again
     assert m.conditions("u1") == []
     m.forget("u1")
