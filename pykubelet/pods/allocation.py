@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -172,6 +172,15 @@ class Checkpoint:
             if self._pods.pop(uid, None) is not None:
                 self._save()
 
+    def retain(self, uids: Collection[str]) -> None:
+        """Drops the pods not in `uids`."""
+        with self._lock:
+            gone = [uid for uid in self._pods if uid not in uids]
+            for uid in gone:
+                del self._pods[uid]
+            if gone:
+                self._save()
+
     def _save(self) -> None:
         doc = {"pods": {uid: {"containers": {n: _to_json(r) for n, r in p.containers.items()},
                               "pod": None if p.pod is None else _to_json(p.pod)}
@@ -309,6 +318,13 @@ class AllocationManager:
                     self._pending[uid] = condition
                 elif c.get("type") == IN_PROGRESS:
                     self._in_progress[uid] = condition
+
+    def retain(self, uids: Collection[str]) -> None:
+        """Drops the records of every pod but `uids` (the desired pods, once listed): as the stock kubelet's
+        RemoveOrphanedPods, for the pods deleted while the kubelet was away with nothing of them left in the
+        runtime, which no sync of theirs ever forgets."""
+        self.allocated.retain(uids)
+        self.actuated.retain(uids)
 
     def forget(self, uid: str) -> None:
         """A pod gone from the node: its records and conditions go."""

@@ -336,6 +336,7 @@ class PodWorkers:
         while not self.informer.wait_synced(0.5):
             if stop.is_set():
                 return
+        self.allocations.retain({obj.metadata.uid for obj in self.informer.objects()})
         threads = [threading.Thread(target=self._dispatch, name="pod-dispatch", daemon=True),
                    threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
                     threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),

@@ -98,6 +98,16 @@ def test_admission_records_the_spec_once_and_a_restart_keeps_an_accepted_resize(
     assert (tmp_path / ACTUATED_FILE).exists()
 
 
+def test_the_records_of_pods_gone_while_the_kubelet_was_away_go(tmp_path: Path) -> None:
+    m = AllocationManager(tmp_path)
+    m.admitted(pod(uid="u1"))
+    m.admitted(pod(uid="u2"))
+    m.retain({"u2"})
+    again = AllocationManager(tmp_path)
+    assert (again.allocated.get("u1"), again.actuated.get("u1")) == (None, None)
+    assert again.allocated.get("u2") is not None and again.actuated.get("u2") is not None
+
+
 def test_pending_conditions_say_why_and_go_when_the_resize_fits_or_is_undone(tmp_path: Path) -> None:
     m = AllocationManager(tmp_path)
     m.admitted(pod())
