@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Container, DNSConfig, Pod
+from pykubelet.api.podmodel import Container, DNSConfig, Pod, Resources
 from pykubelet.config import Settings
 from pykubelet.pods import userns
 from pykubelet.pods.labels import (
@@ -58,8 +58,12 @@ def log_directory(pod: Pod, settings: Settings) -> Path:
     return settings.pod_logs_dir / f"{m.namespace}_{m.name}_{m.uid}"
 
 
-def linux_resources(container: Container) -> api_pb2.LinuxContainerResources:
-    requests, limits = container.resources.requests, container.resources.limits
+def linux_resources(resources: Resources, pod_level: Resources | None = None) -> api_pb2.LinuxContainerResources:
+    """A container's (or with pod-level resources, the pod's) cgroup settings; a container without a cpu or
+    memory limit of its own has the pod-level one, as the stock kubelet's generateLinuxContainerResources."""
+    requests, limits = resources.requests, resources.limits
+    if pod_level is not None:
+        limits = {**{k: v for k, v in pod_level.limits.items() if k in ("cpu", "memory")}, **limits}
     out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
     cpu_request = requests.get("cpu", limits.get("cpu"))
     out.cpu_shares = max(MIN_SHARES, int(parse_quantity(cpu_request) * 1024)) if cpu_request else MIN_SHARES
@@ -175,6 +179,8 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
         security.run_as_group.value = sc.run_as_group
     linux = api_pb2.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent(pod, settings), security_context=security,
                                           sysctls=dict(sc.sysctls))
+    if spec.resources is not None:  # the pod-level resources, for a runtime that sizes the pod's cgroup by them
+        linux.resources.CopyFrom(linux_resources(spec.resources))
     config = api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid, attempt=attempt),
         hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
@@ -230,7 +236,8 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
                      **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
         log_path=f"{container.name}/{restart}.log", mounts=mounts or [],
         stdin=container.stdin, stdin_once=container.stdin_once, tty=container.tty,
-        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
+        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container.resources, pod.spec.resources),
+                                           security_context=security))
 
 
 def _idmapped(mount: api_pb2.Mount, userns_options: api_pb2.UserNamespace) -> api_pb2.Mount:

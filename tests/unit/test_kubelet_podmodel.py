@@ -17,6 +17,7 @@ from pykubelet.api.podmodel import (
     Pod,
     Probe,
     ProjectedSource,
+    Resources,
     ServiceAccountTokenProjection,
     SleepAction,
     UnsupportedProjection,
@@ -94,6 +95,13 @@ def test_pull_policy_by_tag(image: str, policy: str):
     (pod(ephemeralContainers=[{"name": "debugger", "image": "busybox", "targetContainerName": 1}]),
      "spec.ephemeralContainers[0].targetContainerName: must be a string, got 1"),
     (pod(ephemeralContainers=[{"name": "debugger"}]), "spec.ephemeralContainers[0].image: required"),
+    (pod(containers=[{"name": "c", "image": "i", "resizePolicy": [{"resourceName": "gpu",
+                                                                  "restartPolicy": "NotRequired"}]}]),
+     'spec.containers[0].resizePolicy[0].resourceName: unknown resize policy resource "gpu"'),
+    (pod(containers=[{"name": "c", "image": "i", "resizePolicy": [{"resourceName": "cpu"}]}]),
+     "spec.containers[0].resizePolicy[0].restartPolicy: required"),
+    (pod(resources={"limits": {"cpu": []}}),
+     'spec.resources.limits["cpu"]: must be a string or an integer or a number, got []'),
 ])
 def test_errors_name_the_field_path(raw: dict, message: str):
     with pytest.raises(FieldError) as err:
@@ -177,3 +185,14 @@ def test_ephemeral_containers_are_parsed_apart_with_their_target():
     assert p.spec.containers[0].target_container_name == ""
     assert [p.field_path(n) for n in ("debugger-x", "c")] == ["spec.ephemeralContainers{debugger-x}",
                                                                "spec.containers{c}"]
+
+
+def test_resize_policies_pod_level_resources_and_the_generation():
+    p = parse_pod({**pod(containers=[{"name": "c", "image": "i", "resizePolicy": [
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"}]}],
+        resources={"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}}),
+        "metadata": {"name": "web", "uid": "u-1", "generation": 3}})
+    assert p.spec.containers[0].resize_policy == {"memory": "RestartContainer"}
+    assert p.spec.resources == Resources(requests={"cpu": "2", "memory": "1Gi"}, limits={"cpu": "2"})
+    assert p.metadata.generation == 3
+    assert parse_pod(pod()).spec.resources is None

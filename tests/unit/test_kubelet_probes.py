@@ -485,6 +485,9 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
         def wait_synced(self, _timeout: float) -> bool:
             return True
 
+        def objects(self) -> list:
+            return []
+
     rt = HangingHooks()
     hooked = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["hang"]}}}}
     hanging = pod(hooked, grace=10 ** 6)
