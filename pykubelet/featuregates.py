@@ -8,6 +8,10 @@ logging options' (component-base/logs/api/v1) and the two global toggles AllAlph
 them that 1.37 locks to their default (LockToDefault in their specs) take no other value. None of them
 switches anything in pykubelet, whose behaviour is its own: they are known, so that a name is checked, and
 kept in the settings.
+
+KNOWN and LOCKED are generated from the Go module sources by scripts/gen-featuregates.py; for another
+release, build the peers at it and run `.venv/bin/python scripts/gen-featuregates.py --k8s vX.Y.Z`, which
+rewrites them in place (this docstring's release is edited by hand).
 """
 from __future__ import annotations
 
