@@ -8,6 +8,10 @@ logging options' (component-base/logs/api/v1) and the two global toggles AllAlph
 them that 1.37 locks to their default (LockToDefault in their specs) take no other value. None of them
 switches anything in pykubelet, whose behaviour is its own: they are known, so that a name is checked, and
 kept in the settings.
+
+KNOWN and LOCKED are generated from the Go module sources by scripts/gen-featuregates.py; for another
+release, build the peers at it and run `.venv/bin/python scripts/gen-featuregates.py --k8s vX.Y.Z`, which
+rewrites them in place (this docstring's release is edited by hand).
 """
 from __future__ import annotations
 
@@ -94,27 +98,27 @@ KNOWN = frozenset((
 LOCKED = {
     "AggregatedDiscoveryRemoveBetaType": True, "AllowOverwriteTerminationGracePeriodSeconds": False,
     "CPUManagerPolicyOptions": True, "CRDValidationRatcheting": True, "CSIServiceAccountTokenSecrets": True,
-    "DRAAdminAccess": True, "DRAExtendedResource": True, "DRAPrioritizedList": True,
-    "DRAResourceClaimDeviceStatus": True, "DeclarativeValidation": True, "DeclarativeValidationTakeover": False,
-    "DisableAllocatorDualWrite": True, "DisableCPUQuotaWithExclusiveCPUs": True, "DisableNodeKubeProxyVersion": True,
-    "DynamicResourceAllocation": True, "ExecProbeTimeout": True, "ExternalServiceAccountTokenSigner": True,
-    "GitRepoVolumeDriver": False, "HPAConfigurableTolerance": True, "HostnameOverride": True,
-    "ImageMaximumGCAge": True, "ImageVolume": True, "InOrderInformers": True, "InPlacePodVerticalScaling": True,
-    "InPlacePodVerticalScalingInitContainers": True, "JobManagedBy": True, "KubeletCgroupDriverFromCRI": True,
-    "KubeletFineGrainedAuthz": True, "KubeletPSI": True, "KubeletPodResourcesDynamicResources": True,
-    "KubeletPodResourcesGet": True, "KubeletTracing": True, "MatchLabelKeysInPodAffinity": True,
-    "MultiCIDRServiceAllocator": True, "MutableCSINodeAllocatableCount": True, "NFTablesProxyMode": True,
-    "NodeDeclaredFeatures": True, "NodeInclusionPolicyInPodTopologySpread": True, "NodeLogQuery": True,
-    "NodeSwap": True, "PLEGOnDemandRelist": True, "PodObservedGenerationTracking": True,
+    "CustomResourceFieldSelectors": True, "DRAAdminAccess": True, "DRAExtendedResource": True,
+    "DRAPrioritizedList": True, "DRAResourceClaimDeviceStatus": True, "DeclarativeValidation": True,
+    "DeclarativeValidationTakeover": False, "DisableAllocatorDualWrite": True,
+    "DisableCPUQuotaWithExclusiveCPUs": True, "DisableNodeKubeProxyVersion": True, "DynamicResourceAllocation": True,
+    "ExecProbeTimeout": True, "ExternalServiceAccountTokenSigner": True, "GitRepoVolumeDriver": False,
+    "HPAConfigurableTolerance": True, "HostnameOverride": True, "ImageMaximumGCAge": True, "ImageVolume": True,
+    "InOrderInformers": True, "InPlacePodVerticalScaling": True, "InPlacePodVerticalScalingInitContainers": True,
+    "JobManagedBy": True, "KubeletCgroupDriverFromCRI": True, "KubeletFineGrainedAuthz": True, "KubeletPSI": True,
+    "KubeletPodResourcesDynamicResources": True, "KubeletPodResourcesGet": True, "KubeletTracing": True,
+    "MatchLabelKeysInPodAffinity": True, "MultiCIDRServiceAllocator": True, "MutableCSINodeAllocatableCount": True,
+    "NFTablesProxyMode": True, "NodeDeclaredFeatures": True, "NodeInclusionPolicyInPodTopologySpread": True,
+    "NodeLogQuery": True, "NodeSwap": True, "PLEGOnDemandRelist": True, "PodObservedGenerationTracking": True,
     "PodReadyToStartContainersCondition": True, "PodSchedulingReadiness": True,
     "PreferSameTrafficDistribution": True, "ProcMountType": True, "RecoverVolumeExpansionFailure": True,
     "RecursiveReadOnlyMounts": True, "RelaxedEnvironmentVariableValidation": True,
     "RelaxedServiceNameValidation": True, "SELinuxChangePolicy": True, "SELinuxMountReadWriteOncePod": True,
-    "SeparateTaintEvictionController": True, "ServiceAccountTokenJTI": True, "ServiceAccountTokenNodeBinding": True,
-    "ServiceAccountTokenNodeBindingValidation": True, "ServiceAccountTokenPodNodeInfo": True,
-    "SupplementalGroupsPolicy": True, "SystemdWatchdog": True, "TopologyManagerPolicyOptions": True,
-    "UserNamespacesSupport": True, "VolumeAttributesClass": True, "WatchCacheInitializationPostStartHook": True,
-    "WinDSR": True, "WinOverlay": True,
+    "SeparateCacheWatchRPC": False, "SeparateTaintEvictionController": True, "ServiceAccountTokenJTI": True,
+    "ServiceAccountTokenNodeBinding": True, "ServiceAccountTokenNodeBindingValidation": True,
+    "ServiceAccountTokenPodNodeInfo": True, "SupplementalGroupsPolicy": True, "SystemdWatchdog": True,
+    "TopologyManagerPolicyOptions": True, "UserNamespacesSupport": True, "VolumeAttributesClass": True,
+    "WatchCacheInitializationPostStartHook": True, "WinDSR": True, "WinOverlay": True,
 }
 
 

@@ -177,6 +177,9 @@ def test_kubeadms_files_are_taken(tmp_path, name, expected):
     ({"featureGates": {"NodeSwap": "yes"}}, "featureGates: expected true or false for feature gate NodeSwap"),
     ({"featureGates": {"NodeSwap": False}}, "featureGates: expected true for feature gate NodeSwap: cannot set "
                                             "feature gate NodeSwap to false, feature is locked to true"),
+    # locked by a spec that writes LockToDefault before PreRelease
+    ({"featureGates": {"SeparateCacheWatchRPC": True}}, "featureGates: expected false for feature gate "
+     "SeparateCacheWatchRPC: cannot set feature gate SeparateCacheWatchRPC to true, feature is locked to false"),
     ({"readOnlyPort": 10255}, "readOnlyPort: expected 0: this node serves no unauthenticated port, got 10255"),
     ({"cgroupsPerQOS": False}, "cgroupsPerQOS: expected true: pods' cgroups are always under kubepods"),
     ({"tlsMinVersion": "TLS1.2"}, "tlsMinVersion: expected one of VersionTLS10, VersionTLS11, VersionTLS12"),
