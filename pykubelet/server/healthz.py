@@ -20,6 +20,7 @@ RETRY = 5.0
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 10  # seconds a connection may stay silent: an idle or slow client does not keep its thread
 
     def do_GET(self) -> None:
         if self.path.split("?")[0] == "/healthz":
