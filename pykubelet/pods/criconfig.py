@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Container, DNSConfig, Pod
+from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.pods import userns
+from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
     GRACE,
@@ -84,37 +85,10 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
         ipc=NAMESPACE_MODE[spec.host_ipc])
 
 
-def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
-    """ClusterFirst: the cluster DNS and its search path; Default (or no cluster DNS): the runtime's (the
-    host's); None: only the pod's dnsConfig, which is merged over the others as the kubelet does."""
-    spec = pod.spec
-    policy = spec.dns_policy
-    if policy == "ClusterFirst" and spec.host_network:
-        policy = "Default"
-    if policy == "ClusterFirstWithHostNet":
-        policy = "ClusterFirst"
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    if policy == "ClusterFirst" and settings.cluster_dns:
-        domain, ns = settings.cluster_domain, pod.metadata.namespace
-        servers = list(settings.cluster_dns)
-        searches = [f"{ns}.svc.{domain}", f"svc.{domain}", domain] if domain else []
-        options = ["ndots:5"]
-    extra = spec.dns_config or DNSConfig()
-    servers += [s for s in extra.nameservers if s not in servers]
-    searches += [s for s in extra.searches if s not in searches]
-    for name, value in extra.options:
-        text = f"{name}:{value}" if value is not None else name
-        options = [o for o in options if o.split(":")[0] != name] + [text]
-    if not (servers or searches or options):
-        return None
-    return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
-
-
-def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
-                   host_range: int | None = None) -> api_pb2.PodSandboxConfig:
-    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py)."""
+def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: int | None = None,
+                   dns: PodDNS | None = None) -> api_pb2.PodSandboxConfig:
+    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
+    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
     meta, spec = pod.metadata, pod.spec
     hostname = settings.node_name if spec.host_network else (spec.hostname or meta.name)[:63]
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
@@ -140,9 +114,8 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
         hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
         labels={**meta.labels, POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid},
         annotations=meta.annotations, linux=linux)
-    dns = dns_config(pod, settings)
     if dns is not None:
-        config.dns_config.CopyFrom(dns)
+        config.dns_config.CopyFrom(api_pb2.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options))
     return config
 
 

@@ -14,6 +14,7 @@ from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, sandbox_config
+from pykubelet.pods.dns import pod_dns
 from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.runtimepod import RuntimePod
@@ -75,7 +76,8 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     settings = Settings(node_name="n1", pod_logs_dir=Path("/logs"), cluster_dns=["10.96.0.10"],
                         cluster_domain="cluster.local")
     p = pod(containers=[{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
-    config = sandbox_config(p, settings, attempt=2)
+    config = sandbox_config(p, settings, attempt=2, dns=pod_dns(p, cluster_dns=settings.cluster_dns,
+                                                                cluster_domain=settings.cluster_domain, host=""))
     assert (config.metadata.name, config.metadata.namespace, config.metadata.uid, config.metadata.attempt) == \
         ("web", "ns", UID, 2)
     assert config.hostname == "web" and config.log_directory == f"/logs/ns_web_{UID}"
@@ -88,7 +90,7 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     assert config.linux.security_context.namespace_options.network == api_pb2.POD
     host = sandbox_config(pod(hostNetwork=True), settings)
     assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
-    assert not host.HasField("dns_config")  # the host's resolv.conf
+    assert not host.HasField("dns_config")  # no DNS given: the runtime's own (the host's resolv.conf)
 
 
 def test_container_config_hash_restart_count_resources_and_log_path():
