@@ -203,12 +203,18 @@ class PodSyncer:
         elif state.sandbox is None:
             return result  # a finished pod is not brought back
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
-            try:
-                sandbox_cfg = self._sandbox_config(pod, state.sandbox.metadata.attempt, self.userns.host_range(pod))
-            except dns.DNSError as e:  # as the kubelet's: no container is started without the sandbox's config
-                log.warning("pod %s: the sandbox's config: %s", pod.key, e)
-                result.again_in(10.0)
-                return result
+            attempt, host_range = state.sandbox.metadata.attempt, self.userns.host_range(pod)
+            if any(isinstance(step, StartContainer) for step in actions.steps):
+                # as the kubelet's: the config (and the DNS with its warnings) is formed again only for a start,
+                # and no container starts without it
+                try:
+                    sandbox_cfg = self._sandbox_config(pod, attempt, host_range)
+                except dns.DNSError as e:
+                    log.warning("pod %s: the sandbox's config: %s", pod.key, e)
+                    result.again_in(10.0)
+                    return result
+            else:
+                sandbox_cfg = sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range)
         self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 

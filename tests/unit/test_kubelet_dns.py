@@ -228,3 +228,68 @@ def test_the_host_file_is_read_whole_or_refused(tmp_path: Path):
     (tmp_path / "big").write_bytes(b"#" * ((10 << 20) + 1))
     with pytest.raises(DNSError, match="longer than"):
         read_resolv_conf(tmp_path / "big")
+
+
+class Events:
+    """The recorder's sending side: what the sync records, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []  # (kind, type, reason) of each
+
+    def event(self, ref: dict, type_: str, reason: str, _message: str) -> None:
+        self.seen.append((ref["kind"], type_, reason))
+
+
+def test_the_sync_gives_the_sandbox_the_pods_dns_read_from_the_host_file(tmp_path: Path, monkeypatch):
+    """The sandbox's DNSConfig from the host file as it is when the sandbox is made; a file that cannot be read
+    makes no sandbox, and says why in the pod's waiting reason and a FailedCreatePodSandBox event."""
+    from pykubelet.config import Settings
+    from pykubelet.pods import dns
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+    from tests.kit.fake_cri import FakeCRI
+
+    host = tmp_path / "resolv.conf"
+    host.write_text("nameserver 10.0.0.1\nsearch corp.example\n")
+    monkeypatch.setattr(dns, "HOST_RESOLV_CONF", host)
+    rt, events = FakeCRI(), Events()
+    rt.add_image("sha256:i", "i")
+    syncer = PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs", cluster_dns=["10.96.0.10"],
+                                    cluster_domain="cluster.local"),
+                       events=events)  # type: ignore[arg-type]  # a fake of the recorder
+    p = pod(dnsConfig={"options": [{"name": "ndots", "value": "2"}]})
+    syncer.sync(p, observe(rt, "u1"))
+    (config,) = [args[0] for rpc, *args in rt.calls if rpc == "RunPodSandbox"]
+    assert list(config.dns_config.servers) == ["10.96.0.10"] and list(config.dns_config.options) == ["ndots:2"]
+    assert list(config.dns_config.searches) == ["testNS.svc.cluster.local", "svc.cluster.local", "cluster.local",
+                                                "corp.example"]
+    assert not [e for e in events.seen if e[1] == "Warning"]
+
+    host.unlink()
+    events.seen.clear()
+    other = parse_pod({"metadata": {"name": "other", "namespace": "testNS", "uid": "u2"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    result = syncer.sync(other, observe(rt, "u2"))
+    assert [rpc for rpc, *_ in rt.calls].count("RunPodSandbox") == 1
+    assert result.waiting["c"][0] == "ContainerCreating" and str(host) in result.waiting["c"][1]
+    assert events.seen == [("Pod", "Warning", "FailedCreatePodSandBox")]
+
+
+def test_the_sync_warns_on_the_pod_and_the_node_without_a_cluster_dns(tmp_path: Path, monkeypatch):
+    from pykubelet.config import Settings
+    from pykubelet.pods import dns
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+    from tests.kit.fake_cri import FakeCRI
+
+    monkeypatch.setattr(dns, "HOST_RESOLV_CONF", None)
+    rt, events = FakeCRI(), Events()
+    rt.add_image("sha256:i", "i:1")
+    syncer = PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs", node_ip="10.0.0.5"),
+                       events=events)  # type: ignore[arg-type]  # a fake of the recorder
+    syncer.sync(parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u3"},
+                           "spec": {"containers": [{"name": "c", "image": "i:1"}]}}), observe(rt, "u3"))
+    (config,) = [args[0] for rpc, *args in rt.calls if rpc == "RunPodSandbox"]
+    assert list(config.dns_config.servers) == ["127.0.0.1"] and list(config.dns_config.searches) == ["."]
+    assert [e for e in events.seen if e[1] == "Warning"] == [("Pod", "Warning", "MissingClusterDNS"),
+                                                             ("Node", "Warning", "MissingClusterDNS")]
