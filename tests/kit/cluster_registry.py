@@ -47,7 +47,7 @@ def start(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_di
             return f"{address}:{PORT}"
 
     push_all(ClusterRegistry(root), root / "images")
-    coredns.push(ClusterRegistry(root), root / "images")
+    coredns.push(ClusterRegistry(root))
     shutil.rmtree(root / "images", ignore_errors=True)
     write_hosts_dir(hosts_dir, host)
     return host

@@ -74,12 +74,20 @@ def test_coredns_is_kubeadms_add_on_at_the_clusterdns_address() -> None:
     assert "forward . /etc/resolv.conf {" in corefile and "disable denial cluster.local" in corefile
 
 
-def test_the_coredns_image_is_the_one_static_binary(tmp_path: Path) -> None:
-    # the smallest ELF that elf_interpreter reads as static: a 64-bit header and no program headers
-    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0, 0, 0, 0, 64, 0, 0, 0, 0, 0)
+def static_elf(path: Path, marker: int = 0) -> bytes:
+    """The smallest ELF that elf_interpreter reads as static: a 64-bit header and no program headers."""
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, marker, 0, 0, 0, 64, 0, 0,
+                                                                    0, 0, 0)
+    path.write_bytes(header)
+    return header
+
+
+def test_the_coredns_image_is_the_one_static_binary(tmp_path: Path, monkeypatch) -> None:
     binary = tmp_path / "coredns"
-    binary.write_bytes(header)
-    layout = kit_coredns.build_layout(tmp_path / "layout", binary)
+    header = static_elf(binary)
+    monkeypatch.setattr(kit_coredns, "LAYOUTS", tmp_path / "layouts")
+    layout = kit_coredns.cached_layout(binary)
+    assert kit_coredns.cached_layout(binary) == layout  # kept for the same binary ...
     index = json.loads((layout / "index.json").read_text())
     assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "v1.14.6"
     blob = layout / "blobs" / "sha256"
@@ -91,6 +99,8 @@ def test_the_coredns_image_is_the_one_static_binary(tmp_path: Path) -> None:
         (member,) = tar.getmembers()
         assert (member.name, member.mode) == ("coredns", 0o755)
         assert tar.extractfile(member).read() == header  # type: ignore[union-attr]  # a regular file has a reader
+    static_elf(binary, marker=1)
+    assert kit_coredns.cached_layout(binary) != layout and not layout.exists()  # ... and made again for another
 
 
 def test_the_stock_kubelet_gets_what_this_machine_needs(tmp_path: Path, monkeypatch) -> None:
