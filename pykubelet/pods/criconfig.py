@@ -12,9 +12,10 @@ import logging
 from pathlib import Path
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Container, DNSConfig, Pod, Resources
+from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
 from pykubelet.pods import userns
+from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
     GRACE,
@@ -91,74 +92,10 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
         ipc=NAMESPACE_MODE[spec.host_ipc])
 
 
-def host_dns(resolv_conf: Path | None) -> tuple[list[str], list[str], list[str]]:
-    """The nameservers, search domains and options of resolvConf, read as the kubelet reads it: the last
-    search line counts, an option given twice counts once. Read at each pod's sync, as the kubelet reads it
-    at each sandbox: a host whose resolver changes gives new pods the new one. A file that cannot be read
-    gives nothing and a warning (the stock kubelet fails the sandbox instead)."""
-    servers: list[str] = []
-    searches: list[str] = []
-    options: dict[str, str] = {}
-    if resolv_conf is None:
-        return servers, searches, []
-    try:
-        text = resolv_conf.read_text(errors="replace")
-    except OSError as e:
-        log.warning("resolvConf %s: %s: pods get no DNS of the host", resolv_conf, e.strerror)
-        return servers, searches, []
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or fields[0].startswith("#"):
-            continue
-        if fields[0] == "nameserver" and len(fields) >= 2:
-            servers.append(fields[1])
-        elif fields[0] == "search":
-            searches = [d.removesuffix(".") for d in fields[1:] if d != "."]
-        elif fields[0] == "options":
-            for option in fields[1:]:
-                options.pop(option.split(":")[0], None)
-                options[option.split(":")[0]] = option
-    return servers, searches, list(options.values())
-
-
-def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
-    """As the kubelet's: ClusterFirst: the cluster DNS, its search path then the host's (resolvConf), ndots:5;
-    Default (or no cluster DNS): the host's, from resolvConf (none: resolvConf "", then the node's loopback
-    and no search path); None: only the pod's dnsConfig, which is merged over the others."""
-    spec = pod.spec
-    policy = spec.dns_policy
-    if policy == "ClusterFirst" and spec.host_network:
-        policy = "Default"
-    if policy == "ClusterFirstWithHostNet":
-        policy = "ClusterFirst"
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    if policy != "None":
-        servers, searches, options = host_dns(settings.resolv_conf)
-    if policy == "ClusterFirst" and settings.cluster_dns:
-        domain, ns = settings.cluster_domain, pod.metadata.namespace
-        servers = list(settings.cluster_dns)
-        if domain:
-            searches = list(dict.fromkeys([f"{ns}.svc.{domain}", f"svc.{domain}", domain, *searches]))
-        options = ["ndots:5"]
-    elif policy != "None" and settings.resolv_conf is None:
-        servers = ["::1" if settings.node_ip and ":" in settings.node_ip else "127.0.0.1"]
-        searches = ["."]
-    extra = spec.dns_config or DNSConfig()
-    servers += [s for s in extra.nameservers if s not in servers]
-    searches += [s for s in extra.searches if s not in searches]
-    for name, value in extra.options:
-        text = f"{name}:{value}" if value is not None else name
-        options = [o for o in options if o.split(":")[0] != name] + [text]
-    if not (servers or searches or options):
-        return None
-    return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
-
-
-def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
-                   host_range: int | None = None) -> api_pb2.PodSandboxConfig:
-    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py)."""
+def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: int | None = None,
+                   dns: PodDNS | None = None) -> api_pb2.PodSandboxConfig:
+    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
+    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
     meta, spec = pod.metadata, pod.spec
     hostname = settings.node_name if spec.host_network else (spec.hostname or meta.name)[:63]
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
@@ -186,9 +123,8 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
         hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
         labels={**meta.labels, POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid},
         annotations=meta.annotations, linux=linux)
-    dns = dns_config(pod, settings)
     if dns is not None:
-        config.dns_config.CopyFrom(dns)
+        config.dns_config.CopyFrom(api_pb2.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options))
     return config
 
 

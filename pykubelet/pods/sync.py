@@ -26,11 +26,11 @@ from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
 from pykubelet.errors import FailedPreconditionError
-from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
+from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import lifecycle, securitycontext, userns
+from pykubelet.pods import dns, lifecycle, securitycontext, userns
 from pykubelet.pods.actions import (
     CRASH_LOOP,
     BackOff,
@@ -212,8 +212,18 @@ class PodSyncer:
         elif state.sandbox is None:
             return result  # a finished pod is not brought back
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=state.sandbox.metadata.attempt,
-                                         host_range=self.userns.host_range(pod))
+            attempt, host_range = state.sandbox.metadata.attempt, self.userns.host_range(pod)
+            if any(isinstance(step, StartContainer) for step in actions.steps):
+                # as the kubelet's: the config (and the DNS with its warnings) is formed again only for a start,
+                # and no container starts without it
+                try:
+                    sandbox_cfg = self._sandbox_config(pod, attempt, host_range)
+                except dns.DNSError as e:
+                    log.warning("pod %s: the sandbox's config: %s", pod.key, e)
+                    result.again_in(10.0)
+                    return result
+            else:
+                sandbox_cfg = sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range)
         self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 
@@ -239,7 +249,14 @@ class PodSyncer:
             self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
             result.again_in(10.0)
             return None
-        sandbox_cfg = sandbox_config(pod, self.settings, attempt=actions.sandbox_attempt, host_range=host_range)
+        try:
+            sandbox_cfg = self._sandbox_config(pod, actions.sandbox_attempt, host_range)
+        except dns.DNSError as e:
+            for c in spec.containers:
+                result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
+            self.event(pod, None, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {e}")
+            result.again_in(10.0)
+            return None
         log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
         try:
             sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
@@ -255,6 +272,19 @@ class PodSyncer:
             result.again_in(1.0)
             return None
         return state, sandbox_cfg
+
+    def _sandbox_config(self, pod: Pod, attempt: int, host_range: int | None) -> api_pb2.PodSandboxConfig:
+        """The sandbox's config with the pod's DNS, the host's resolv.conf read now; the kubelet's warnings on
+        the way (limits exceeded, no cluster DNS) recorded. Raises dns.DNSError."""
+        found = dns.pod_dns(pod, cluster_dns=self.settings.cluster_dns, cluster_domain=self.settings.cluster_domain,
+                            host=dns.read_resolv_conf(self.settings.resolv_conf),
+                            node_ips=[self.settings.node_ip] if self.settings.node_ip else [])
+        for reason, message in found.pod_events:
+            self.event(pod, None, WARNING, reason, message)
+        if self.events is not None:
+            for reason, message in found.node_events:
+                self.events.event(node_ref(self.settings.node_name), WARNING, reason, message)
+        return sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range, dns=found)
 
     def _carry_out(self, pod: Pod, state: RuntimePod, actions: PodActions, sandbox_cfg: api_pb2.PodSandboxConfig,
                    result: SyncResult) -> None:

@@ -14,6 +14,7 @@ from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, sandbox_config
+from pykubelet.pods.dns import pod_dns
 from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.runtimepod import RuntimePod
@@ -71,41 +72,26 @@ def test_quantities_and_qos():
                                       "resources": {"requests": {"cpu": "100m"}}}])) == "Burstable"
 
 
-def test_sandbox_config_labels_logs_dns_ports_and_cgroup(tmp_path):
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text("# the host's\nnameserver 192.0.2.53\nsearch old.example\nsearch example.org.\n"
-                      "options ndots:2 edns0\noptions ndots:3\n")
+def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     settings = Settings(node_name="n1", pod_logs_dir=Path("/logs"), cluster_dns=["10.96.0.10"],
-                        cluster_domain="cluster.local", resolv_conf=resolv)
+                        cluster_domain="cluster.local")
     p = pod(containers=[{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
-    config = sandbox_config(p, settings, attempt=2)
+    config = sandbox_config(p, settings, attempt=2, dns=pod_dns(p, cluster_dns=settings.cluster_dns,
+                                                                cluster_domain=settings.cluster_domain, host=""))
     assert (config.metadata.name, config.metadata.namespace, config.metadata.uid, config.metadata.attempt) == \
         ("web", "ns", UID, 2)
     assert config.hostname == "web" and config.log_directory == f"/logs/ns_web_{UID}"
     assert config.labels[POD_UID] == UID and config.labels["app"] == "web"
     assert list(config.dns_config.servers) == ["10.96.0.10"] and list(config.dns_config.options) == ["ndots:5"]
-    assert list(config.dns_config.searches) == ["ns.svc.cluster.local", "svc.cluster.local", "cluster.local",
-                                                "example.org"]
+    assert list(config.dns_config.searches) == ["ns.svc.cluster.local", "svc.cluster.local", "cluster.local"]
     (mapping,) = config.port_mappings
     assert (mapping.container_port, mapping.host_port, mapping.protocol) == (80, 8080, api_pb2.TCP)
     assert config.linux.cgroup_parent == f"/kubepods/besteffort/pod{UID}"
     assert config.linux.security_context.namespace_options.network == api_pb2.POD
     host = sandbox_config(pod(hostNetwork=True), settings)
     assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
-    dns = host.dns_config  # Default, as ClusterFirst is on the host's network: resolvConf's
-    assert (list(dns.servers), list(dns.searches), list(dns.options)) == (["192.0.2.53"], ["example.org"],
-                                                                          ["edns0", "ndots:3"])
+    assert not host.HasField("dns_config")  # no DNS given: the runtime's own (the host's resolv.conf)
 
-
-def test_dns_without_resolv_conf_is_the_nodes_loopback():
-    """resolvConf "": a Default pod (or a ClusterFirst one with no cluster DNS) gets the node's loopback and
-    no search path, as from the stock kubelet; a None pod only its dnsConfig."""
-    settings = Settings(node_name="n1", resolv_conf=None)
-    for spec in ({"dnsPolicy": "Default"}, {}):
-        dns = sandbox_config(pod(**spec), settings).dns_config
-        assert (list(dns.servers), list(dns.searches), list(dns.options)) == (["127.0.0.1"], ["."], [])
-    none = sandbox_config(pod(dnsPolicy="None", dnsConfig={"nameservers": ["192.0.2.1"]}), settings).dns_config
-    assert (list(none.servers), list(none.searches)) == (["192.0.2.1"], [])
 
 
 def test_container_config_hash_restart_count_resources_and_log_path():
