@@ -13,9 +13,12 @@ from pathlib import Path
 
 import requests
 
-PEERS = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin")) / "kubernetes"
+PEERS_BIN = Path(os.environ.get("PEERS_BIN", Path.home() / ".cache/pynode/bin"))  # scripts/peers/*.sh build into it
+PEERS = PEERS_BIN / "kubernetes"
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the apiserver's cert must name it
+DNS_IP = "10.96.0.10"  # the kube-dns Service and the kubelets' clusterDNS: kubeadm's, the tenth of SERVICE_CIDR
+CLUSTER_DOMAIN = "cluster.local"
 CLUSTER_CIDR = "10.244.0.0/16"  # pod CIDRs of the nodes, a /24 each
 ISSUER = "https://kubernetes.default.svc"
 APISERVER_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",

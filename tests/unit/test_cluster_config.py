@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
+import tarfile
 import warnings
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import psutil
 import pytest
 
 from pykubelet import config as kubelet_config
-from pynode_cluster import cluster, hosts
+from pynode_cluster import cluster, components, coredns, hosts
 from pynode_cluster.node import CNI_BRIDGE, Node, pod_network
+from tests.kit import coredns as kit_coredns
 
 
 def test_pod_network_is_the_default_conflist_on_the_pod_cidr(tmp_path: Path) -> None:
@@ -34,12 +37,72 @@ def test_write_network_replaces_the_file_whole(tmp_path: Path) -> None:
 
 
 def test_pykubelet_accepts_its_configuration(tmp_path: Path) -> None:
-    node = Node("node-1", "10.203.0.21", tmp_path / "node", tmp_path / "run")
+    node = Node("node-1", "10.203.0.21", tmp_path / "node", tmp_path / "run", cluster_dns=components.DNS_IP)
     argv = node.kubelet_argv(tmp_path / "kubelet.kubeconfig", tmp_path / "pki")
     settings = kubelet_config.load_file(Path(argv[argv.index("--config") + 1]))
     assert settings["cgroup_root"] == "/pynode-cluster-node-1"
     assert settings["container_runtime_endpoint"] == f"unix://{tmp_path}/run/cri.sock"
     assert settings["address"] == "10.203.0.21"
+    assert settings["cluster_dns"] == ["10.96.0.10"] and settings["cluster_domain"] == "cluster.local"
+
+
+def test_a_cluster_node_gets_the_cluster_dns_and_the_clusters_resolv_conf(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(cluster, "RESOLV_CONF", tmp_path / "resolv.conf")
+    record = cluster.NodeRecord("node-1", "10.203.0.21", "pync-n1", "kubelet", "containerd")
+    config = record.node().kubelet_config(tmp_path / "pki")
+    assert config["clusterDNS"] == [components.DNS_IP] and config["clusterDomain"] == components.CLUSTER_DOMAIN
+    assert config["resolvConf"] == str(tmp_path / "resolv.conf")
+    mine = cluster.NodeRecord("node-2", "10.203.0.22", "pync-n2", "pykubelet", "pyruntime-cri").node()
+    assert mine.kubelet_config(tmp_path / "pki")["resolvConf"] == str(tmp_path / "resolv.conf")  # pykubelet's too
+    # the lab runs no cluster DNS: its nodes' pods keep the host's
+    assert "clusterDNS" not in Node("n", "10.0.0.2", tmp_path, tmp_path).kubelet_config(tmp_path)
+
+
+def test_coredns_is_kubeadms_add_on_at_the_clusterdns_address() -> None:
+    items = {(o["kind"], o["metadata"]["name"]): o for o in coredns.manifests(components.DNS_IP, "cluster.local")}
+    assert set(items) == {("ConfigMap", "coredns"), ("ClusterRole", "system:coredns"),
+                          ("ClusterRoleBinding", "system:coredns"), ("ServiceAccount", "coredns"),
+                          ("Deployment", "coredns"), ("Service", "kube-dns")}
+    service = items["Service", "kube-dns"]
+    assert service["spec"]["clusterIP"] == "10.96.0.10" and service["metadata"]["namespace"] == "kube-system"
+    assert {(p["port"], p["protocol"]) for p in service["spec"]["ports"]} == {(53, "UDP"), (53, "TCP"), (9153, "TCP")}
+    deployment = items["Deployment", "coredns"]
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2 and spec["dnsPolicy"] == "Default"
+    assert spec["serviceAccountName"] == "coredns" and service["spec"]["selector"] == {"k8s-app": "kube-dns"}
+    assert spec["containers"][0]["image"] == "registry.k8s.io/coredns/coredns:v1.14.6"
+    corefile = items["ConfigMap", "coredns"]["data"]["Corefile"]
+    assert "kubernetes cluster.local in-addr.arpa ip6.arpa {" in corefile
+    assert "forward . /etc/resolv.conf {" in corefile and "disable denial cluster.local" in corefile
+
+
+def static_elf(path: Path, marker: int = 0) -> bytes:
+    """The smallest ELF that elf_interpreter reads as static: a 64-bit header and no program headers."""
+    header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, marker, 0, 0, 0, 64, 0, 0,
+                                                                    0, 0, 0)
+    path.write_bytes(header)
+    return header
+
+
+def test_the_coredns_image_is_the_one_static_binary(tmp_path: Path, monkeypatch) -> None:
+    binary = tmp_path / "coredns"
+    header = static_elf(binary)
+    monkeypatch.setattr(kit_coredns, "LAYOUTS", tmp_path / "layouts")
+    layout = kit_coredns.cached_layout(binary)
+    assert kit_coredns.cached_layout(binary) == layout  # kept for the same binary ...
+    index = json.loads((layout / "index.json").read_text())
+    assert index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "v1.14.6"
+    blob = layout / "blobs" / "sha256"
+    manifest = json.loads((blob / index["manifests"][0]["digest"].split(":")[1]).read_text())
+    config = json.loads((blob / manifest["config"]["digest"].split(":")[1]).read_text())
+    assert config["config"]["Entrypoint"] == ["/coredns"] and "User" not in config["config"]
+    (layer,) = manifest["layers"]
+    with tarfile.open(blob / layer["digest"].split(":")[1]) as tar:
+        (member,) = tar.getmembers()
+        assert (member.name, member.mode) == ("coredns", 0o755)
+        assert tar.extractfile(member).read() == header  # type: ignore[union-attr]  # a regular file has a reader
+    static_elf(binary, marker=1)
+    assert kit_coredns.cached_layout(binary) != layout and not layout.exists()  # ... and made again for another
 
 
 def test_the_stock_kubelet_gets_what_this_machine_needs(tmp_path: Path, monkeypatch) -> None:
@@ -49,7 +112,7 @@ def test_the_stock_kubelet_gets_what_this_machine_needs(tmp_path: Path, monkeypa
     assert argv[0] == "/peers/kubelet"
     config = json.loads(Path(argv[argv.index("--config") + 1]).read_text())
     assert config["failCgroupV1"] is False and config["failSwapOn"] is False
-    assert config["cgroupDriver"] == "cgroupfs" and config["resolvConf"] == ""
+    assert config["cgroupDriver"] == "cgroupfs" and config["resolvConf"] == ""  # no resolv.conf given
 
 
 def test_unknown_pairs_are_refused_by_name() -> None:
