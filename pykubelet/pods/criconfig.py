@@ -97,7 +97,9 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: i
     """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
     pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
     meta, spec = pod.metadata, pod.spec
-    hostname = settings.node_name if spec.host_network else (spec.hostname or meta.name)[:63]
+    # none for a hostNetwork pod, as from the stock kubelet: it has the host's UTS namespace, whose name a runtime
+    # must not set (runc refuses a hostname without a private UTS namespace)
+    hostname = "" if spec.host_network else (spec.hostname or meta.name)[:63]
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
                                  host_port=p.host_port, host_ip=p.host_ip)
              for c in spec.containers for p in c.ports if p.host_port]

@@ -139,4 +139,4 @@ def on_node(runtime: cri.CRIRuntime, uid: str) -> tuple[list, list]:
 
 
 def delete(cp: ControlPlane, name: str) -> None:
-    cp.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s", timeout=90)
+    cp.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true", "--timeout=60s", timeout=90)

@@ -89,7 +89,7 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     assert config.linux.cgroup_parent == f"/kubepods/besteffort/pod{UID}"
     assert config.linux.security_context.namespace_options.network == api_pb2.POD
     host = sandbox_config(pod(hostNetwork=True), settings)
-    assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
+    assert host.hostname == "" and host.linux.security_context.namespace_options.network == api_pb2.NODE
     assert not host.HasField("dns_config")  # no DNS given: the runtime's own (the host's resolv.conf)
 
 
