@@ -209,8 +209,12 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     for stem, (user, groups) in pki.CONTROL_PLANE_USERS.items():
         pki.user_kubeconfig(ca, STATE / f"{stem}.kubeconfig", server, user, groups)
     proxy = STATE / "kube-proxy.kubeconfig"
+    front_proxy = pki.front_proxy(pki_dir / "front-proxy").dir
+    ca.ensure(pki.metrics_server_serving(CP_IP))
+    metrics_kubeconfig = pki.user_kubeconfig(ca, STATE / "metrics-server.kubeconfig", server,
+                                             components.METRICS_SERVER_USER)
     argvs = components.control_plane_argvs(address=CP_IP, port=APISERVER_PORT, pki=pki_dir, etcd_dir=STATE / "etcd",
-                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE)
+                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE, front_proxy=front_proxy)
 
     d = daemons()
     hosts_dir = STATE / "certs.d"
@@ -231,6 +235,13 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": components.KUBEADM_RBAC}))
     for name in ("kube-controller-manager", "kube-scheduler"):
         d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
+    # metrics-server beside them, for `kubectl top`: the aggregator reaches it in the control plane's netns
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "List",
+        "items": components.metrics_server_objects(CP_IP, ca.pair.cert.read_bytes())}))
+    d.start("metrics-server", components.metrics_server_argv(kubeconfig=metrics_kubeconfig, address=CP_IP,
+                                                             pki=pki_dir),
+            log_dir / "metrics-server.log", CP_NETNS)
 
     for n in record.nodes:
         print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
@@ -273,6 +284,11 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
+    # metrics.k8s.io answers once metrics-server does; `kubectl top` has figures after its second scrape
+    hosts.wait_for("the metrics.k8s.io APIService Available", lambda: kubectl(
+        "get", "apiservice", "v1beta1.metrics.k8s.io", "-o",
+        'jsonpath={.status.conditions[?(@.type=="Available")].status}', check=False).stdout == "True", 90,
+        failed=lambda: d.exited("metrics-server"))
     print(f"cluster DNS: CoreDNS {coredns.VERSION} at {components.DNS_IP}", file=out)
     _deploy_dns()
 
@@ -332,7 +348,7 @@ def _down() -> list[str]:
         # it would go with the netns, within a second or two: gone now, as everything else
         subprocess.run(["ip", "netns", "exec", n.netns, sys.executable, "-m", "cni_plugins", "helper-stop"],
                        capture_output=True, timeout=30)
-    for name in ("kube-scheduler", "kube-controller-manager"):
+    for name in ("metrics-server", "kube-scheduler", "kube-controller-manager"):
         d.stop(name)
     d.stop("kube-apiserver", grace=15)
     for name in d.names():  # etcd, the registry, and whatever a failed start left

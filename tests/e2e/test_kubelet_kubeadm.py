@@ -4,22 +4,27 @@ kubeadm's systemd drop-in (kubeadm-flags.env: --container-runtime-endpoint, --no
 --register-with-taints, --pod-infra-container-image), against a stock API server. The health check kubeadm
 waits on answers on 127.0.0.1:10248, the Node carries the flags' labels and taints, its allocatable is less
 systemReserved, and a Default-dnsPolicy pod's resolver is resolvConf's. On each CRI runtime of
-tests/e2e/conftest.py."""
+tests/e2e/conftest.py. And the stock kubeadm's own printed KubeletConfiguration (the peer kubeadm) is the
+hand-written one of tests/unit/data and is taken whole."""
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pykubelet import config
+from pynode_cluster.components import peer
 from tests.kit.kubelet_node import BUSYBOX, Kubelet, apply, delete, get_pod, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-kubeadm"
 NODE_IP = "10.201.0.43"
-KUBEADM_CONFIG = Path(__file__).parents[1] / "unit" / "data" / "kubelet" / "kubeadm-var-lib-kubelet-config.yaml"
+UNIT_DATA = Path(__file__).parents[1] / "unit" / "data" / "kubelet"
+KUBEADM_CONFIG = UNIT_DATA / "kubeadm-var-lib-kubelet-config.yaml"
 RESOLV_CONF = "nameserver 192.0.2.53\nsearch kubeadm.example\noptions ndots:2\n"
 SYSTEM_RESERVED = {"cpu": "500m", "memory": "256Mi"}
 LABELS = {"kubelet.kubernetes.io/pool": "e2e", "example.com/rack": "r1"}
@@ -112,3 +117,38 @@ def test_a_default_dns_pod_has_resolv_confs_resolver(control_plane, kubelet, run
     finally:
         delete(control_plane, "dns-default")
         wait_for("dns-default gone", lambda: not get_pod(control_plane, "dns-default"))
+
+
+def kubeadm_printed_kubelet_configuration() -> dict:
+    """The KubeletConfiguration document of the stock kubeadm's `config print init-defaults` (offline: it
+    reads nothing of the machine but whether systemd-resolved runs)."""
+    printed = subprocess.run([peer("kubeadm"), "config", "print", "init-defaults", "--component-configs",
+                              "KubeletConfiguration"], capture_output=True, text=True, timeout=60, check=True).stdout
+    docs = [d for d in yaml.safe_load_all(printed) if d and d.get("kind") == "KubeletConfiguration"]
+    assert len(docs) == 1, printed
+    return docs[0]
+
+
+def test_kubeadms_printed_kubelet_configuration_is_taken_as_the_hand_written_file(tmp_path):
+    """tests/unit/data/kubelet/kubeadm-print-init-defaults.yaml was written from kubeadm's source: it is what
+    kubeadm prints, but for resolvConf, which kubeadm adds where systemd-resolved is active. pykubelet's loader
+    takes kubeadm's own document whole, no field refused or left unimplemented (the start-up warning), to the
+    same settings as the hand-written file; and with its CA path made this test's, build starts from it."""
+    printed = kubeadm_printed_kubelet_configuration()
+    machine = {"resolvConf": "/run/systemd/resolve/resolv.conf"}  # systemd-resolved active: kubeadm's Mutate
+    hand = yaml.safe_load((UNIT_DATA / "kubeadm-print-init-defaults.yaml").read_text())
+    assert {k: v for k, v in printed.items() if machine.get(k) != v} == hand
+    path = tmp_path / "kubeadm-printed.yaml"
+    path.write_text(yaml.safe_dump(printed))
+    values = config.load_file(path)
+    assert "not_implemented" not in values
+    expected = config.load_file(UNIT_DATA / "kubeadm-print-init-defaults.yaml")
+    if "resolvConf" in printed:
+        expected["resolv_conf"] = Path(printed["resolvConf"])
+    assert values == expected
+    ca = tmp_path / "ca.crt"
+    ca.write_text("")
+    printed["authentication"]["x509"]["clientCAFile"] = str(ca)
+    path.write_text(yaml.safe_dump(printed))
+    s = config.build({**dict.fromkeys(config.FLAGS), "hostname_override": NODE}, path)
+    assert s.client_ca_file == ca and s.not_implemented == [] and s.cgroup_driver == "systemd"

@@ -2,6 +2,8 @@
 and one KubeletConfiguration per kubelet that the kubelet itself accepts."""
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import os
 import signal
@@ -12,9 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cryptography import x509
 
 from pykubelet import config as kubelet_config
-from pynode_cluster import cluster, components, coredns, hosts
+from pynode_cluster import cluster, components, coredns, hosts, pki
 from pynode_cluster.node import CNI_BRIDGE, Node, pod_network
 from tests.kit import coredns as kit_coredns
 
@@ -152,3 +155,56 @@ def restarted(daemons: hosts.Daemons, argv: list[str], log: Path) -> None:
         hosts.wait_for("both starts logged", lambda: log.read_text().count("started one") == 2, 10)
     finally:
         daemons.stop("sleeper", grace=1)
+
+
+@pytest.fixture
+def peers(tmp_path: Path, monkeypatch) -> None:
+    """Stand-ins for the Go-built peers the command lines name (the unit tests run without them)."""
+    monkeypatch.setattr(components, "PEERS", tmp_path / "peers")
+    for name in ("kube-apiserver", "metrics-server"):
+        (tmp_path / "peers").mkdir(exist_ok=True)
+        (tmp_path / "peers" / name).write_text("")
+        (tmp_path / "peers" / name).chmod(0o755)
+
+
+def test_metrics_server_is_verified_by_the_cluster_ca_under_the_services_name(tmp_path: Path, peers) -> None:
+    """The aggregator checks metrics-server's cert against the APIService's caBundle for the name
+    SERVICE.NAMESPACE.svc; the kubelets' certs against the CA metrics-server is given."""
+    ca = pki.CA(tmp_path)
+    assert ca.ensure(pki.metrics_server_serving("10.203.0.10"))
+    cert = x509.load_pem_x509_certificate((tmp_path / "metrics-server-serving.crt").read_bytes())
+    cert.verify_directly_issued_by(ca.cert)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["metrics-server.kube-system.svc"]
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["10.203.0.10"]
+    objects = {o["kind"]: o for o in components.metrics_server_objects("10.203.0.10", ca.pair.cert.read_bytes())}
+    api = objects["APIService"]["spec"]
+    assert base64.b64decode(api["caBundle"]) == ca.pair.cert.read_bytes() and "insecureSkipTLSVerify" not in api
+    service = api["service"]
+    assert f"{service['name']}.{service['namespace']}.svc" in components.METRICS_SERVER_NAMES
+    endpoints = objects["EndpointSlice"]
+    assert endpoints["metadata"]["labels"]["kubernetes.io/service-name"] == service["name"]
+    assert endpoints["endpoints"][0]["addresses"] == ["10.203.0.10"]
+    assert endpoints["ports"][0]["port"] == components.METRICS_SERVER_PORT
+    argv = components.metrics_server_argv(kubeconfig=tmp_path / "m.kubeconfig", address="10.203.0.10",
+                                          pki=tmp_path)
+    assert Path(argv[argv.index("--tls-cert-file") + 1]).exists()
+    assert argv[argv.index("--kubelet-certificate-authority") + 1] == str(ca.pair.cert)
+    assert "--kubelet-insecure-tls" not in argv
+
+
+def test_the_aggregator_proxies_with_the_front_proxy_client(tmp_path: Path, peers) -> None:
+    """kube-apiserver's requestheader flags name the files pki.front_proxy writes, and its client cert is
+    the front-proxy CA's, not the cluster CA's."""
+    front = pki.front_proxy(tmp_path / "front-proxy")
+    argv = components.apiserver_argv(etcd="http://127.0.0.1:2379", address="10.203.0.10", port=6443,
+                                     pki=tmp_path, front_proxy=front.dir)
+    flags = {a: b for a, b in itertools.pairwise(argv) if a.startswith("--")}
+    client = x509.load_pem_x509_certificate(Path(flags["--proxy-client-cert-file"]).read_bytes())
+    client.verify_directly_issued_by(front.cert)
+    assert Path(flags["--requestheader-client-ca-file"]) == front.pair.cert
+    assert Path(flags["--proxy-client-key-file"]).exists()
+    assert client.subject.rfc4514_string() == f"CN={flags['--requestheader-allowed-names']}"
+    assert "--enable-aggregator-routing=true" in argv
+    without = components.apiserver_argv(etcd="http://127.0.0.1:2379", address="10.203.0.10", port=6443, pki=tmp_path)
+    assert not any(a.startswith(("--requestheader", "--proxy-client", "--enable-aggregator")) for a in without)
