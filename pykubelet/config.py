@@ -233,19 +233,22 @@ def number(value: Any) -> float:
     return float(value)
 
 
+def _at(where: str, parse, value: Any) -> Any:
+    """`parse(value)`, its error named at `where` below the field (a list's index, a map's key) and below that
+    at what the inner parser named."""
+    try:
+        return parse(value)
+    except _Below as e:
+        raise _Below(f"{where}{e.path}", str(e)) from None
+    except ValueError as e:
+        raise _Below(where, str(e)) from None
+
+
 def list_of(parse):
     def parse_list(value: Any) -> list:
         if not isinstance(value, list):
             raise ValueError(f"a list, got {value!r}")
-        out = []
-        for i, item in enumerate(value):
-            try:
-                out.append(parse(item))
-            except _Below as e:
-                raise _Below(f"[{i}]{e.path}", str(e)) from None
-            except ValueError as e:
-                raise _Below(f"[{i}]", str(e)) from None
-        return out
+        return [_at(f"[{i}]", parse, item) for i, item in enumerate(value)]
     return parse_list
 
 
@@ -254,15 +257,7 @@ def map_of(parse, key=string):
     def parse_map(value: Any) -> dict:
         if not isinstance(value, dict):
             raise ValueError(f"a map, got {value!r}")
-        out = {}
-        for k, v in value.items():
-            try:
-                out[key(k)] = parse(v)
-            except _Below as e:
-                raise _Below(f".{k}{e.path}", str(e)) from None
-            except ValueError as e:
-                raise _Below(f".{k}", str(e)) from None
-        return out
+        return {_at(f".{k}", key, k): _at(f".{k}", parse, v) for k, v in value.items()}
     return parse_map
 
 
@@ -272,17 +267,10 @@ def struct(**fields):
     def parse_struct(value: Any) -> dict:
         if not isinstance(value, dict):
             raise ValueError(f"an object, got {value!r}")
-        out = {}
-        for k, v in value.items():
+        for k in value:
             if k not in fields:
                 raise _Below(f".{k}", f"a field of {', '.join(fields)}: unknown field {k}")
-            try:
-                out[k] = fields[k](v)
-            except _Below as e:
-                raise _Below(f".{k}{e.path}", str(e)) from None
-            except ValueError as e:
-                raise _Below(f".{k}", str(e)) from None
-        return out
+        return {k: _at(f".{k}", fields[k], v) for k, v in value.items()}
     return parse_struct
 
 

@@ -17,7 +17,7 @@ import requests
 
 from tests.kit.controlplane import ControlPlane
 from tests.kit.kubelet_metrics import STOCK_PROBES, STOCK_RESOURCE, check_stock, parse, samples
-from tests.kit.kubelet_node import BUSYBOX, apply, delete, pod_spec, wait_for, wait_pod
+from tests.kit.kubelet_node import BUSYBOX, apply, delete, pod_spec, secured_config, wait_for, wait_pod
 
 NODE = "kmetrics-node"
 NODE_IP = "127.0.0.1"
@@ -25,17 +25,8 @@ PORT = 10351
 SPIN = "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; exec sleep 3600"  # some cpu time, then quiet
 
 
-def kubelet_config(cp: ControlPlane) -> dict:
-    assert cp.ca is not None
-    serving = cp.ca.issue(f"kubelet-serving-{NODE}", f"system:node:{NODE}", groups=("system:nodes",), client=False,
-                          server=True, hosts=(NODE_IP, NODE))
-    return {"port": PORT, "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
-            "authentication": {"x509": {"clientCAFile": str(cp.ca.pair.cert)}, "anonymous": {"enabled": False},
-                               "webhook": {"enabled": True}},
-            "authorization": {"mode": "Webhook", "webhook": {"cacheUnauthorizedTTL": "1s"}}}
-
-
-KUBELET_CONFIG = kubelet_config
+def KUBELET_CONFIG(cp: ControlPlane) -> dict:
+    return secured_config(cp, NODE, NODE_IP, PORT)
 
 
 def token_for(cp: ControlPlane, account: str, resource: str) -> str:
