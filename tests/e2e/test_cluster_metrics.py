@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pynode_cluster import cluster
+from pynode_cluster import cluster, coredns
 from tests.kit.cluster_admin import kubectl, provision
 from tests.kit.kubelet_node import BUSYBOX, wait_for
 
@@ -77,7 +77,10 @@ def test_kubectl_top_lists_our_nodes_and_pods():
                     print(f"--- {name}\n{Path(path).read_text(errors='replace')[-3000:]}")
             raise
         assert set(node_rows) == nodes, node_rows
-        assert set(pod_rows) == {f"default/{p}" for p in pods}, pod_rows  # the cluster runs no pods of its own
+        # ours, and the cluster's own: CoreDNS's
+        assert set(pod_rows) == {f"default/{p}" for p in pods} | {
+            f"{coredns.NAMESPACE}/{p['metadata']['name']}" for p in json.loads(kubectl(
+                "get", "pods", "-n", coredns.NAMESPACE, "-o", "json").stdout)["items"]}, pod_rows
         # and the API kubectl reads: metrics.k8s.io through the aggregator, as any client asks it
         raw = json.loads(kubectl("get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes").stdout)
         assert {item["metadata"]["name"] for item in raw["items"]} == nodes
