@@ -36,6 +36,10 @@ from pynode_cluster.components import apiserver_argv, controller_manager_argv
 from tests.kit.controlplane import ControlPlane, free_port
 from tests.kit.kubelet_node import BUSYBOX, Kubelet, apply, delete, get_pod, pod_spec, wait_for, wait_pod
 
+# Certificates are the kubelet's and the API server's business, not the CRI runtime's: one runtime is enough,
+# and each run waits out a certificate's whole life
+pytestmark = pytest.mark.parametrize("cri", ["pyruntime-cri"], indirect=True, scope="module")
+
 NODE = "tlsboot-node"
 NODE_IP = "127.0.0.1"
 SIGNING_DURATION = "3m"  # the signer backdates 5 min: an 8 min life, rotated 0.6 to 2.2 min after it is issued
