@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
@@ -157,6 +158,10 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
     if not 1 <= nodes <= 9:
         raise ClusterError(f"NODES={nodes}: from 1 to 9 nodes")
     with _locked():
+        if Record.load() is None and (taken := routes_into(_host_routes())):
+            print("the cluster's networks are routed elsewhere on this host (another lab or cluster?): "
+                  + "; ".join(taken) + ". Nothing was made.", file=out)
+            return 1
         if Record.load() is not None:
             if running():
                 print(f"a cluster is already running (state in {STATE}); `make cluster-down` removes it",
@@ -181,6 +186,32 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
         print(f"cluster up in {time.monotonic() - started:.1f} s: {nodes} node(s), {kubelet} on {runtime}", file=out)
         print(describe(), file=out)
         return 0
+
+
+def networks() -> dict[str, str]:
+    """What the cluster routes on the host, by what it is for."""
+    return {f"{NET}.0/24": "the hosts' subnet", components.CLUSTER_CIDR: "the pods' CIDRs",
+            components.SERVICE_CIDR: "the Services' CIDR"}
+
+
+def routes_into(routes: list[dict]) -> list[str]:
+    """The host's routes (`ip -j route` objects) into the cluster's networks, each with what it collides with:
+    `up` would fail halfway on `ip route add` ("File exists"), or the host would send the cluster's traffic
+    elsewhere. A default route overlaps everything and is the host's own way out: not counted."""
+    taken = []
+    for route in routes:
+        if route.get("dst", "default") == "default":
+            continue
+        dst = ipaddress.ip_network(route["dst"], strict=False)
+        for cidr, purpose in networks().items():
+            if dst.version == 4 and dst.overlaps(ipaddress.ip_network(cidr)):
+                via = f" via {route['gateway']}" if "gateway" in route else ""
+                taken.append(f"{route['dst']}{via} dev {route.get('dev', '?')} overlaps {cidr}, {purpose}")
+    return taken
+
+
+def _host_routes() -> list[dict]:
+    return json.loads(hosts.ip("-j", "route", "show", "table", "main").stdout or "[]")
 
 
 def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -55,6 +56,22 @@ def record(kubelet: str, runtime: str, outcome: str, times: dict[str, float]) ->
         text = README.read_text()
         begin, end = text.index(README_BEGIN) + len(README_BEGIN), text.index(README_END)
         README.write_text(f"{text[:begin]}\n{table}\n{text[end:]}")
+
+
+def test_up_refuses_a_host_route_into_its_pod_cidrs():
+    """A host that already routes part of the cluster's pod CIDRs (the Vagrant lab's host side routes
+    10.244.i.0/24 to its node VMs) gets `make cluster` refused at once, naming the route, with nothing made;
+    not a cluster half up that fails on `ip route add` ("File exists")."""
+    subprocess.run(["ip", "link", "add", "pynctest0", "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", "pynctest0", "up"], check=True)
+        subprocess.run(["ip", "route", "add", "10.244.1.0/24", "dev", "pynctest0"], check=True)
+        up = provision("up")
+        assert up.returncode == 1, up.stdout + up.stderr
+        assert "10.244.1.0/24 dev pynctest0 overlaps 10.244.0.0/16, the pods' CIDRs" in up.stdout, up.stdout
+        assert not cluster.STATE.exists() and not Path(f"/sys/class/net/{cluster.BRIDGE}").exists()
+    finally:
+        subprocess.run(["ip", "link", "del", "pynctest0"], check=True)
 
 
 @pytest.mark.timeout(600)

@@ -208,3 +208,18 @@ def test_the_aggregator_proxies_with_the_front_proxy_client(tmp_path: Path, peer
     assert "--enable-aggregator-routing=true" in argv
     without = components.apiserver_argv(etcd="http://127.0.0.1:2379", address="10.203.0.10", port=6443, pki=tmp_path)
     assert not any(a.startswith(("--requestheader", "--proxy-client", "--enable-aggregator")) for a in without)
+
+
+def test_routes_into_the_cluster_networks_are_named():
+    """The Vagrant lab's host route to a node's pods (10.244.1.0/24) is what made a second `up` fail halfway
+    with "File exists": `up` names it first. The default route and unrelated routes are the host's own."""
+    routes = [{"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"},
+              {"dst": "192.0.2.0/24", "dev": "eth0"},
+              {"dst": "10.244.1.0/24", "gateway": "10.207.0.21", "dev": "pynodelab0"},
+              {"dst": "10.0.0.0/8", "dev": "wg0"}]
+    assert cluster.routes_into(routes) == [
+        "10.244.1.0/24 via 10.207.0.21 dev pynodelab0 overlaps 10.244.0.0/16, the pods' CIDRs",
+        "10.0.0.0/8 dev wg0 overlaps 10.203.0.0/24, the hosts' subnet",
+        "10.0.0.0/8 dev wg0 overlaps 10.244.0.0/16, the pods' CIDRs",
+        "10.0.0.0/8 dev wg0 overlaps 10.96.0.0/16, the Services' CIDR"]
+    assert cluster.routes_into(routes[:2]) == []
