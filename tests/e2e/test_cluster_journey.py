@@ -123,41 +123,38 @@ def test_two_nodes():
     assert down.returncode == 0, down.stdout + down.stderr
 
 
-def run_client(targets: list[str]) -> str:
-    """A busybox pod on node-1 that asks each target for / with nc (the static busybox's wget crashes on name
-    lookups) and says `ok TARGET` for each answer; its output read with `kubectl logs` (through the API server
-    and the node's kubelet server)."""
-    script = "; ".join(f"if printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {t} 80 | grep -q 'It works'; "
-                       f"then echo ok {t}; else echo failed {t}; fi" for t in targets) + "; echo done; sleep 3600"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client"},
+FETCH = "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {} 80 | grep -q 'It works'"
+
+
+def client_log(name: str, script: str) -> str:
+    """The log of a busybox pod NAME on node-1 running `script` (dnsPolicy ClusterFirst, the default) until it
+    says `done`, read with `kubectl logs` (through the API server and the node's kubelet server); the pod is
+    deleted again. nc, not wget: the static busybox's wget crashes on name lookups."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
            "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 1, "containers": [
-               {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", script]}]}}
+               {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", f"{script}; echo done; sleep 3600"]}]}}
     kubectl("apply", "-f", "-", input=json.dumps(pod))
-    text = wait_for("the client pod's answers", lambda: (lambda out: "done" in out and out)(
-        kubectl("logs", "client", check=False).stdout), 90)
-    kubectl("delete", "pod", "client", "--wait=true", timeout=90)
+    text = wait_for(f"the answers of {name}", lambda: (lambda out: "done" in out and out)(
+        kubectl("logs", name, check=False).stdout), 90)
+    kubectl("delete", "pod", name, "--wait=true", timeout=90)
     return text
+
+
+def run_client(targets: list[str]) -> str:
+    """Asks each target for / and says `ok TARGET` for each answer."""
+    return client_log("client", "; ".join(f"if {FETCH.format(t)}; then echo ok {t}; else echo failed {t}; fi"
+                                          for t in targets))
 
 
 def dns_client(names: list[str]) -> str:
-    """The log of a busybox pod on node-1 (dnsPolicy ClusterFirst, the default) that shows its resolv.conf, asks
-    the cluster DNS for the first name with nslookup, then for each name asks the DNS for its address (busybox's
-    own resolver, nslookup: the static busybox's wget crashes on a name) and fetches / from that address with
-    nc, saying `ok NAME` for each answer. busybox's nslookup applies the search path to a name without a dot
-    only, so a name is either whole or one word."""
-    fetch = "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 \"$ip\" 80 | grep -q 'It works'"
-    script = ("cat /etc/resolv.conf; echo ---; nslookup " + names[0] + "; echo ---; " +
-              "; ".join(f"ip=$(nslookup {n} | awk '/^Address/ {{a = $2}} END {{print a}}'); "
-                        f"if {fetch}; then echo ok {n}; else echo failed {n} at $ip; fi" for n in names)
-              + "; echo done; sleep 3600")
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dns-client"},
-           "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 1, "containers": [
-               {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", script]}]}}
-    kubectl("apply", "-f", "-", input=json.dumps(pod))
-    text = wait_for("the DNS client's answers", lambda: (lambda out: "done" in out and out)(
-        kubectl("logs", "dns-client", check=False).stdout), 90)
-    kubectl("delete", "pod", "dns-client", "--wait=true", timeout=90)
-    return text
+    """Shows its resolv.conf, asks the cluster DNS for the first name with nslookup, then for each name asks the
+    DNS for its address (busybox's own resolver) and fetches / from that address, saying `ok NAME` for each
+    answer. busybox's nslookup applies the search path to a name without a dot only, so a name is either
+    whole or one word."""
+    fetch = FETCH.format('"$ip"')
+    return client_log("dns-client", f"cat /etc/resolv.conf; echo ---; nslookup {names[0]}; echo ---; " + "; ".join(
+        f"ip=$(nslookup {n} | awk '/^Address/ {{a = $2}} END {{print a}}'); "
+        f"if {fetch}; then echo ok {n}; else echo failed {n} at $ip; fi" for n in names))
 
 
 def cluster_pods() -> list[dict]:
