@@ -40,12 +40,12 @@ PRELOAD = (
     "lightkube.resources.node_v1", "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer",
     "pykubelet.api.workqueue", "pykubelet.certificates.manager", "pykubelet.certificates.policy",
     "pykubelet.certificates.store", "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager",
-    "pykubelet.eviction.policy", "pykubelet.images.gc", "pykubelet.logs.rotation", "pykubelet.node.lease",
-    "pykubelet.node.podcidr", "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission",
-    "pykubelet.pods.criconfig", "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources",
-    "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime",
-    "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics", "pykubelet.volumes.manager",
-    "yaml",
+    "pykubelet.eviction.policy", "pykubelet.health", "pykubelet.images.gc", "pykubelet.logs.rotation",
+    "pykubelet.node.lease", "pykubelet.node.podcidr", "pykubelet.node.registration", "pykubelet.node.status",
+    "pykubelet.pods.admission", "pykubelet.pods.criconfig", "pykubelet.pods.labels", "pykubelet.pods.podspec",
+    "pykubelet.pods.sources", "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers",
+    "pykubelet.runtime", "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics",
+    "pykubelet.volumes.manager", "yaml",
 )
 
 
@@ -192,9 +192,12 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     threads: list[threading.Thread] = []
     informers: list = []
     server = None
+    from pykubelet.health import Heartbeats
     from pykubelet.server.healthz import Healthz
 
-    healthz = Healthz(settings.healthz_bind_address, settings.healthz_port).start() if settings.healthz_port else None
+    heartbeats = Heartbeats()
+    healthz = (Healthz(settings.healthz_bind_address, settings.healthz_port, heartbeats).start()
+               if settings.healthz_port else None)
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -249,7 +252,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources),
-                             services=services, on_started=metrics.pod_start_duration.observe)
+                             services=services, on_started=metrics.pod_start_duration.observe,
+                             heartbeats=heartbeats)
         evictions.events = events
         evictions.bind(workers.reported_pods, workers.evict)
         if workers.admission is not None:
@@ -270,7 +274,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.server.app import KubeletServer
 
         server = KubeletServer(settings, runtime, client, pods=workers.pod, pod_list=workers.pods,
-                               metrics=metrics, tls=tls, probes=workers.probes.tallies).start()
+                               metrics=metrics, tls=tls, probes=workers.probes.tallies,
+                               heartbeats=heartbeats).start()
         stop.wait()
     finally:
         if server is not None:

@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 
 class PLEG:
     def __init__(self, runtime: cri.CRIRuntime, enqueue: Callable[[str], None], *, relist_period: float = 10.0,
-                 fallback_period: float = 1.0) -> None:
-        self.runtime, self.enqueue = runtime, enqueue
+                 fallback_period: float = 1.0, beat: Callable[[], None] = lambda: None) -> None:
+        self.runtime, self.enqueue, self.beat = runtime, enqueue, beat
         self.relist_period, self.fallback_period = relist_period, fallback_period
         self.streaming = threading.Event()  # the event stream is up
         self._last: dict[str, tuple[str, int]] = {}  # sandbox or container id -> (pod uid, state)
@@ -70,6 +70,7 @@ class PLEG:
         events = threading.Thread(target=self.watch_events, args=(stop,), name="pleg-events", daemon=True)
         events.start()
         while not stop.is_set():
+            self.beat()
             try:
                 self.relist()
             except cri.CRIError as e:

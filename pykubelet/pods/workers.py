@@ -37,6 +37,7 @@ from pykubelet.config import Settings
 from pykubelet.events import WARNING, EventRecorder, pod_ref
 from pykubelet.eviction.policy import REASON as EVICTED
 from pykubelet.eviction.policy import evicted_status
+from pykubelet.health import Heartbeats
 from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
@@ -57,10 +58,12 @@ class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *,
                  runtime_name: str = "", events: EventRecorder | None = None,
                  admission: Admission | None = None, services=None,
-                 on_started: Callable[[float], None] | None = None) -> None:
+                 on_started: Callable[[float], None] | None = None, heartbeats: Heartbeats | None = None) -> None:
         # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods);
         # services: the Service informer (None in standalone mode); on_started(seconds): a pod reached
-        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds)
+        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds);
+        # heartbeats: /healthz's, which the PLEG and the resync beat once they run
+        self.heartbeats = heartbeats or Heartbeats()
         self.on_started = on_started
         self._first_seen: dict[str, float] = {}  # pod uid -> when first seen, until it runs
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
@@ -78,7 +81,7 @@ class PodWorkers:
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes, env=self.env, allocations=self.allocations)
         self.statuses = StatusManager(client)
-        self.pleg = PLEG(runtime, self.queue.add)
+        self.pleg = PLEG(runtime, self.queue.add, beat=lambda: self.heartbeats.beat("pleg"))
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
         # pod uid -> (the informer's object, its parse): a change is a new object, parsed once
         self._parsed: dict[str, tuple[Any, Pod]] = {}
@@ -326,6 +329,7 @@ class PodWorkers:
 
     def _resync(self, stop: threading.Event) -> None:
         while not stop.wait(self.settings.sync_frequency):
+            self.heartbeats.beat("resync")
             with self._lock:
                 uids = list(self._keys)
             for uid in uids:
@@ -337,6 +341,8 @@ class PodWorkers:
             if stop.is_set():
                 return
         self.allocations.retain({obj.metadata.uid for obj in self.informer.objects()})
+        self.heartbeats.watch("pleg", max(self.pleg.relist_period, self.settings.runtime_request_timeout))
+        self.heartbeats.watch("resync", self.settings.sync_frequency)
         threads = [threading.Thread(target=self._dispatch, name="pod-dispatch", daemon=True),
                    threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
                     threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),

@@ -52,6 +52,7 @@ from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
 from pykubelet.errors import InvalidArgumentError, KubeletError
+from pykubelet.health import Heartbeats
 from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
 from pykubelet.prober.manager import ProbeTally
 from pykubelet.server import logs, streaming
@@ -112,14 +113,15 @@ class KubeletServer:
     kubelet has, with its status (PodWorkers.pods), for /pods; `metrics`: the kubelet's Metrics (the pod
     workers observe into it), a fresh one if not given; `probes()`: the probes' counts (ProbeManager.tallies)
     for /metrics/probes; `tls`: the serving context a certificate manager swaps on rotation
-    (serverTLSBootstrap), else one made from the settings."""
+    (serverTLSBootstrap), else one made from the settings; `heartbeats`: the kubelet's loops, for /healthz."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
                  pods: Callable[[str], Pod | None] | None = None,
                  pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
                  probes: Callable[[], list[ProbeTally]] | None = None, limits: Limits | None = None,
-                 tls: ServingTLS | None = None) -> None:
+                 tls: ServingTLS | None = None, heartbeats: Heartbeats | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
+        self.heartbeats = heartbeats or Heartbeats()
         self.tls = tls
         self.limits = limits or Limits()
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
@@ -499,7 +501,7 @@ class Handler(BaseHTTPRequestHandler):
     def route(self, parts: list[str], query: dict[str, list[str]], user: User) -> None:
         head, args = (parts[0], parts[1:]) if parts else ("", [])
         if head == "healthz" and not args:
-            return self.reply(200, "ok")
+            return self.reply(*self.kubelet.heartbeats.answer(verbose="verbose" in query))
         if head == "metrics" and not args:
             return self.reply(200, self.kubelet.metrics.render(), CONTENT_TYPE)
         if head == "metrics" and args == ["resource"]:

@@ -1,6 +1,7 @@
-"""The kubelet's health check: plain HTTP, GET /healthz answers "ok", on healthzBindAddress:healthzPort
-(127.0.0.1:10248; port 0: none). kubeadm waits on it after starting the kubelet, and systemd units and
-monitoring probe it, so it is apart from the :10250 server: no TLS, no authentication, nothing else served.
+"""The kubelet's health check: plain HTTP, GET /healthz answers "ok" while the kubelet's loops turn
+(pykubelet/health.py), on healthzBindAddress:healthzPort (127.0.0.1:10248; port 0: none). kubeadm waits on it
+after starting the kubelet, and systemd units and monitoring probe it, so it is apart from the :10250 server:
+no TLS, no authentication, nothing else served.
 
 A port that is taken does not stop the kubelet, as with the stock kubelet (another kubelet may hold it
 for a moment): the listen is tried again every few seconds, with a warning, until it succeeds or the
@@ -12,6 +13,9 @@ import logging
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from pykubelet.health import Heartbeats
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +26,13 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 10  # seconds a connection may stay silent: an idle or slow client does not keep its thread
 
+    server: _Server
+
     def do_GET(self) -> None:
-        if self.path.split("?")[0] == "/healthz":
-            self._answer(200, b"ok")
+        url = urlsplit(self.path)
+        if url.path == "/healthz":
+            code, body = self.server.heartbeats.answer(verbose="verbose" in parse_qs(url.query, True))
+            self._answer(code, body.encode())
         else:
             self._answer(404, b"404 page not found\n")
 
@@ -42,6 +50,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    heartbeats: Heartbeats
 
 
 class _Server6(_Server):
@@ -51,8 +60,8 @@ class _Server6(_Server):
 class Healthz:
     """start() listens (or keeps trying, in a thread); stop() closes it."""
 
-    def __init__(self, address: str, port: int) -> None:
-        self.address, self.port = address, port
+    def __init__(self, address: str, port: int, heartbeats: Heartbeats) -> None:
+        self.address, self.port, self.heartbeats = address, port, heartbeats
         self._server: _Server | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -66,11 +75,13 @@ class Healthz:
     def _listen(self) -> _Server | None:
         server_class = _Server6 if ":" in self.address else _Server
         try:
-            return server_class((self.address, self.port), _Handler)
+            server = server_class((self.address, self.port), _Handler)
         except OSError as e:
             log.warning("healthz server: listen on %s:%d: %s; trying again in %gs", self.address, self.port,
                         e.strerror, RETRY)
             return None
+        server.heartbeats = self.heartbeats
+        return server
 
     def _run(self) -> None:
         while True:

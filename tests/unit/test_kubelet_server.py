@@ -520,15 +520,19 @@ def test_serving_context_takes_tls_min_version_and_cipher_suites(tmp_path):
 
 
 def test_healthz_answers_ok_and_nothing_else():
-    """The plain-HTTP health check (healthzPort), apart from the authenticated server."""
+    """The plain-HTTP health check (healthzPort), apart from the authenticated server: "ok" while the kubelet's
+    loops turn, and 500 naming the stock kubelet's `syncloop` check when one has been silent too long."""
     import http.client
 
+    from pykubelet.health import MIN_WINDOW, Heartbeats
     from pykubelet.server.healthz import Healthz
 
+    now = [0.0]
+    heartbeats = Heartbeats(clock=lambda: now[0])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    healthz = Healthz("127.0.0.1", port).start()
+    healthz = Healthz("127.0.0.1", port, heartbeats).start()
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -542,7 +546,19 @@ def test_healthz_answers_ok_and_nothing_else():
         r = conn.getresponse()
         assert (r.status, r.read()) == (200, b"ok")
         conn.request("GET", "/pods")
-        assert conn.getresponse().status == 404
+        r = conn.getresponse()
+        assert r.status == 404
+        r.read()
+        heartbeats.watch("pleg", 10.0)
+        now[0] = MIN_WINDOW + 1
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (500, b"[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\n"
+                                              b"healthz check failed\n")
+        heartbeats.beat("pleg")
+        conn.request("GET", "/healthz?verbose")
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (200, b"[+]ping ok\n[+]log ok\n[+]syncloop ok\nhealthz check passed\n")
         conn.close()
     finally:
         healthz.stop()
