@@ -54,7 +54,8 @@ SOCKET_MODE = 0o660  # containerd's: root and the socket's group (root's) connec
 PRELOAD = (
     "pyruntime.container.control", "pyruntime.fieldreader", "pyruntime.linux.capabilities",
     "pyruntime.linux.cgroups.devicefilter", "pyruntime.linux.cgroups.resources", "pyruntime.linux.cgroups.v1",
-    "pyruntime.linux.cgroups.v2", "pyruntime.linux.seccomp.profile", "pyruntime.oci.spec",
+    "pyruntime.linux.cgroups.v2", "pyruntime.linux.cgroups.systemd", "pyruntime.linux.seccomp.profile",
+    "pyruntime.oci.spec", "jeepney", "jeepney.io.blocking",  # the systemd driver's D-Bus client
 )
 
 
