@@ -12,6 +12,7 @@ exist in the file and not as a flag or the other way round.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +98,8 @@ class Config:
         below the explicit values, as for the CLI)."""
         return Settings.from_env(root=runtime_root, image_root=image_root, hosts_dir=self.registry_config_dir,
                                  registry_creds=self.registry_creds or None,
-                                 debug=True if self.log_level == "debug" else None)
+                                 debug=True if self.log_level == "debug" else None,
+                                 systemd_cgroup=self.cgroup_driver == "systemd")
 
 
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -144,10 +146,18 @@ def _check_choice(choices: tuple[str, ...]) -> Any:
     return check
 
 
-def _check_cgroup_driver(value: str) -> None:
-    _check_choice(CGROUP_DRIVERS)(value)
-    if value == "systemd":
-        raise ValueError("systemd: pyruntime manages cgroups itself (no systemd driver yet); use cgroupfs")
+def _check_systemd_host(value: str) -> None:
+    """The systemd driver only where it works: a host booted with systemd, on cgroup v2 (the driver's own
+    refusal, with its reason)."""
+    if value != "systemd":
+        return
+    from pynode_os import cgroups, mounts
+    from pyruntime.errors import PyRuntimeError
+    from pyruntime.linux.cgroups.systemd import require_systemd
+    try:
+        require_systemd(cgroups.version(mounts.statfs_type))
+    except (PyRuntimeError, OSError) as e:
+        raise ValueError(f"systemd: {str(e).removeprefix('--systemd-cgroup: ')}") from e
 
 
 def _check_stream_address(value: str) -> None:
@@ -189,14 +199,15 @@ def _check_dirs_exist(value: list[str]) -> None:
 CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_conf_dir": _absolute,
           "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
           "registry_auths": _check_auths,
-          "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
+          "cgroup_driver": _check_choice(CGROUP_DRIVERS), "stream_address": _check_stream_address,
           "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS),
           "image_pull_progress_timeout": _check_duration, "stream_idle_timeout": _check_duration}
 
 
 # Checked against this machine, on the value in effect (a default too), only when the daemon starts: a
 # config file can be written and checked elsewhere.
-HOST_CHECKS = {"cni_bin_dirs": _check_dirs_exist}
+HOST_CHECKS: dict[str, Callable[[Any], None]] = {"cni_bin_dirs": _check_dirs_exist,
+                                                 "cgroup_driver": _check_systemd_host}
 
 
 def _typed(option: Option, value: Any) -> Any:

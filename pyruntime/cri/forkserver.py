@@ -278,8 +278,8 @@ class _Server:
         if stays(job):
             from pyruntime.linux import cgroups
             try:
-                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent, job.sandbox_id), job.sandbox_id,
-                                         self.kernel)
+                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent, job.sandbox_id, job.systemd_cgroup),
+                                         job.sandbox_id, self.kernel, systemd=job.systemd_cgroup)
             except ValueError as e:
                 raise InvalidArgumentError(f"cgroup_parent: {e}") from e
         try:

@@ -38,7 +38,6 @@ def test_file_then_flags(tmp_path):
     ('cni_bin_dirs = ["relative"]', "config.toml: cni_bin_dirs: must be an absolute path"),
     ('listen = "tcp://127.0.0.1:1"', "config.toml: listen: must be unix://PATH"),
     ('stream_address = "127.0.0.1"', "config.toml: stream_address: must be HOST:PORT"),
-    ('cgroup_driver = "systemd"', "config.toml: cgroup_driver: systemd:"),
     ('log_level = "loud"', "config.toml: log_level: must be one of"),
     ('image_pull_progress_timeout = "5 minutes"', "config.toml: image_pull_progress_timeout: must be a duration"),
     ('listne = "unix:///x"', "config.toml: listne: unknown setting"),
@@ -169,3 +168,25 @@ def test_bad_registry_auth_is_named_without_its_secret(value, message):
     text = str(raised.value)
     assert text.startswith("--registry-auth: ") and message in text
     assert SECRET not in text and "alice" not in text
+
+
+def test_the_systemd_driver_is_refused_at_start_on_a_host_without_systemd(tmp_path, monkeypatch):
+    """Taken as a setting anywhere; at start (on_host) only where the driver works, with its reason."""
+    from pynode_os import cgroups
+    from pyruntime.linux.cgroups import systemd
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    flags = {"cgroup_driver": "systemd", "cni_bin_dirs": (str(bin_dir),)}
+    cfg = config.load(None, flags)
+    assert cfg.cgroup_driver == "systemd"
+    assert cfg.runtime_settings("/r", "/i").systemd_cgroup
+    monkeypatch.setattr(systemd, "booted", lambda: False)
+    with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: systemd is not running on this host"):
+        config.load(None, flags, on_host=True)
+    monkeypatch.setattr(systemd, "booted", lambda: True)
+    monkeypatch.setattr(cgroups, "version", lambda _statfs: cgroups.V1)
+    with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: the systemd cgroup driver needs a "
+                                                   r"cgroup v2"):
+        config.load(None, flags, on_host=True)
+    monkeypatch.setattr(cgroups, "version", lambda _statfs: cgroups.V2)
+    assert config.load(None, flags, on_host=True).cgroup_driver == "systemd"

@@ -71,6 +71,13 @@ def parse_path(cgroups_path: str, container_id: str) -> tuple[str, str, str]:
     return slice_name or DEFAULT_SLICE, prefix, name
 
 
+def scope_path(parent: str, prefix: str, name: str) -> str:
+    """The cgroupsPath of a container `name` in the pod slice `parent`, which the kubelet gives as the slice's
+    name or its expanded path (/kubepods.slice/.../kubepods-podX.slice: the last is the slice), as containerd
+    builds it; no parent is system.slice."""
+    return f"{os.path.basename(parent.rstrip('/')) or DEFAULT_SLICE}:{prefix}:{name}"
+
+
 def unit_name(prefix: str, name: str) -> str:
     return f"{prefix}-{name}.scope"
 
