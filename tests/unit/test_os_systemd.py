@@ -3,6 +3,7 @@ runc does around a unit's start and stop, over a fake bus that records the calls
 from __future__ import annotations
 
 import pytest
+from jeepney.low_level import HeaderFields
 
 from pynode_os import systemd
 from pynode_os.systemd import SystemdError
@@ -111,3 +112,71 @@ def test_slice_properties_are_runcs_for_a_slice():
     assert all(props[k] == ("b", True) for k in ("MemoryAccounting", "CPUAccounting", "IOAccounting",
                                                  "TasksAccounting"))
     assert "Slice" not in props and "Delegate" not in props
+
+
+class Connection:
+    """jeepney's blocking connection as DBusSystemd uses it: each call answered by `answer(message)`, and the
+    JobRemoved signals a test queues delivered into the filter queue when the client waits."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.sent: list = []
+        self.signals: list = []
+        self.closed = False
+
+    def send_and_get_reply(self, message, timeout=None):
+        self.sent.append(message)
+        return self.answer(message)
+
+    def recv_until_filtered(self, queue, timeout=None):
+        if not self.signals:
+            raise TimeoutError
+        queue.append(self.signals.pop(0))
+
+    def close(self):
+        self.closed = True
+
+
+def _job_removed(job: str, unit: str, result: str):
+    from jeepney import DBusAddress, new_signal
+    emitter = DBusAddress(systemd.SYSTEMD_PATH, interface=systemd.MANAGER_INTERFACE)
+    return new_signal(emitter, "JobRemoved", "uoss", (1, job, unit, result))
+
+
+def _connected(answer) -> tuple[systemd.DBusSystemd, Connection]:
+    from collections import deque
+    bus, conn = systemd.DBusSystemd(), Connection(answer)
+    bus._conn, bus._jobs = conn, deque()  # as _connect leaves them, without a system bus
+    return bus, conn
+
+
+def test_the_d_bus_client_starts_a_unit_and_waits_for_its_job_removed_signal():
+    from jeepney import new_method_return
+    bus, conn = _connected(lambda m: new_method_return(m, "o", ("/org/freedesktop/systemd1/job/7",)))
+    conn.signals = [_job_removed("/org/freedesktop/systemd1/job/6", "other.scope", "failed"),
+                    _job_removed("/org/freedesktop/systemd1/job/7", "a.scope", "done")]
+    job = bus.start_transient_unit("a.scope", [("Delegate", ("b", True)), ("PIDs", ("au", [1]))])
+    assert job == "/org/freedesktop/systemd1/job/7"
+    (sent,) = conn.sent
+    assert sent.header.fields[HeaderFields.member] == "StartTransientUnit"
+    assert sent.body == ("a.scope", "replace", [("Delegate", ("b", True)), ("PIDs", ("au", [1]))], [])
+    assert bus.wait_job(job, 1.0) == "done"
+    with pytest.raises(TimeoutError):
+        bus.wait_job("/org/freedesktop/systemd1/job/8", 0.01)
+    bus.close()
+    assert conn.closed
+
+
+def test_the_d_bus_client_names_systemds_error():
+    from jeepney import new_error
+    bus, _conn = _connected(lambda m: new_error(m, UNIT_EXISTS, "s", ("Unit a.scope already exists.",)))
+    with pytest.raises(SystemdError, match="already exists") as e:
+        bus.start_transient_unit("a.scope", [])
+    assert e.value.name == UNIT_EXISTS
+
+
+def test_the_d_bus_client_reads_the_version_once():
+    from jeepney import new_method_return
+    bus, conn = _connected(lambda m: new_method_return(m, "v", (("s", "252.36-1~deb12u1"),)))
+    assert bus.version() == bus.version() == 252
+    assert len(conn.sent) == 1
