@@ -1,7 +1,8 @@
 """The systemd cgroup driver on a host booted with systemd on cgroup v2 (the lab's node VM; this project's
-machine is neither): `pyruntime --systemd-cgroup` containers as transient scopes with their limits in the
-scope's files and in systemd's view of the unit, removed by `delete`; and pykubelet's kubepods, QoS and pod
-slices, made through systemd, holding the runtime's scopes.
+machine is neither, and there the driver is refused before anything is made): `pyruntime --systemd-cgroup`
+containers as transient scopes with their limits in the scope's files and in systemd's view of the unit,
+removed by `delete`; and pykubelet's kubepods, QoS and pod slices, made through systemd, holding the runtime's
+scopes.
 
 Every unit goes below a slice of the test's own (pynodetest.slice), stopped at the end of each test, so the
 leak check sees no cgroup of the test left.
@@ -19,8 +20,9 @@ from pynode_os.systemd import booted
 
 ROOT = Path("/sys/fs/cgroup")
 SLICE = "pynodetest.slice"
-pytestmark = pytest.mark.skipif(
-    not (booted() and (ROOT / "cgroup.controllers").exists()),
+SYSTEMD_V2 = booted() and (ROOT / "cgroup.controllers").exists()
+needs_systemd = pytest.mark.skipif(
+    not SYSTEMD_V2,
     reason="needs a host booted with systemd on cgroup v2 (here PID 1 is not systemd, or the host is hybrid): "
            "the lab's node VM runs it (make test-lab-v2)")
 
@@ -51,6 +53,7 @@ def bundle_with(make_bundle, args: list[str], cgroups_path: str, resources: dict
     return str(bundle)
 
 
+@needs_systemd
 def test_a_container_is_a_transient_scope_with_its_limits(runtime, make_bundle, test_slice):
     bundle = bundle_with(make_bundle, ["sleep", "100"], f"{test_slice}:pyruntime:sd1",
                          {"memory": {"limit": 64 << 20}, "cpu": {"quota": 50000, "period": 100000, "shares": 512},
@@ -77,6 +80,7 @@ def test_a_container_is_a_transient_scope_with_its_limits(runtime, make_bundle, 
         runtime("delete", "--force", "sd1", check=False)
 
 
+@needs_systemd
 def test_update_reaches_the_unit_and_the_files(runtime, make_bundle, test_slice):
     bundle = bundle_with(make_bundle, ["sleep", "100"], f"{test_slice}:pyruntime:sd2", {"memory": {"limit": 64 << 20}})
     runtime("--systemd-cgroup", "run", "-d", "--bundle", bundle, "sd2")
@@ -92,18 +96,21 @@ def test_update_reaches_the_unit_and_the_files(runtime, make_bundle, test_slice)
         runtime("delete", "--force", "sd2", check=False)
 
 
+@needs_systemd
 def test_run_in_the_foreground_gives_the_exit_status_and_leaves_no_scope(runtime, make_bundle, test_slice):
     bundle = bundle_with(make_bundle, ["sh", "-c", "exit 3"], f"{test_slice}:pyruntime:sd3")
     assert runtime("--systemd-cgroup", "run", "--bundle", bundle, "sd3", check=False).returncode == 3
     assert not (ROOT / test_slice / "pyruntime-sd3.scope").exists()
 
 
+@needs_systemd
 def test_the_memory_limit_of_a_scope_holds(runtime, make_bundle, test_slice):
     bundle = bundle_with(make_bundle, ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"],
                          f"{test_slice}:pyruntime:sd4", {"memory": {"limit": 16 << 20}})
     assert runtime("--systemd-cgroup", "run", "--bundle", bundle, "sd4", check=False).returncode == 137
 
 
+@needs_systemd
 def test_a_path_not_in_the_systemd_form_is_refused_and_leaves_nothing(runtime, make_bundle, test_slice):
     bundle = bundle_with(make_bundle, ["true"], "/pynodetest/sd5")
     done = runtime("--systemd-cgroup", "run", "--bundle", bundle, "sd5", check=False)
@@ -112,6 +119,7 @@ def test_a_path_not_in_the_systemd_form_is_refused_and_leaves_nothing(runtime, m
     assert not (ROOT / "pynodetest").exists() and not runtime.root.joinpath("sd5").exists()
 
 
+@needs_systemd
 def test_the_kubelets_slices_hold_the_runtimes_scopes(runtime, make_bundle, test_slice):
     """pykubelet's PodSlices against the real systemd, under a cgroup root of the test's own (pynodetest:
     pynodetest-kubepods.slice...), and a container of the pod as pyruntime-cri would make it."""
@@ -143,3 +151,13 @@ def test_the_kubelets_slices_hold_the_runtimes_scopes(runtime, make_bundle, test
         runtime("delete", "--force", "sd6", check=False)
     slices.remove_pod(uid)
     assert not (ROOT / path.lstrip("/")).exists()
+
+
+@pytest.mark.skipif(SYSTEMD_V2, reason="for a host the driver refuses (no systemd, or cgroup v1): this project's")
+def test_the_driver_is_refused_with_its_reason_where_it_cannot_work(runtime, make_bundle):
+    bundle = bundle_with(make_bundle, ["true"], "pynodetest.slice:pyruntime:sd7")
+    done = runtime("--systemd-cgroup", "run", "--bundle", bundle, "sd7", check=False)
+    assert done.returncode == 1
+    reason = "systemd is not running on this host" if not booted() else "needs a cgroup v2 (unified) host"
+    assert reason in done.stderr, done.stderr
+    assert not runtime.root.joinpath("sd7").exists() and not (ROOT / "pynodetest.slice").exists()
