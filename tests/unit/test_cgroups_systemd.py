@@ -71,7 +71,8 @@ def test_range_to_bits_refuses(cpus):
 
 
 def test_unit_properties_for_a_container_with_limits():
-    """What runc v1.3's systemd driver starts `runc --systemd-cgroup run` of this spec's scope with."""
+    """runc v1.3's properties for `runc --systemd-cgroup run` of this spec: Apply's (where, delegated, the pid,
+    accounting, no default dependencies), then Set's (the resources), here in the one StartTransientUnit."""
     res = Resources(memory=Memory(limit=256 << 20, reservation=128 << 20, swap=512 << 20),
                     cpu=Cpu(shares=512, quota=50000, period=100000, cpus="0-1"), pids=Pids(limit=100))
     props, files = systemd.unit_properties("kubepods-burstable.slice", "abc", 4242, res, 252)

@@ -8,7 +8,8 @@ system.slice (runc's "runc-<id>.scope"). systemd makes the slice and its parents
 unit's Slice= of the dashed form, so nothing is made for them here.
 
 systemd makes a scope only around a process: StartTransientUnit with PIDs, Delegate=yes, Slice= and the
-resource properties systemd knows (MemoryMax, CPUWeight, CPUQuotaPerSecUSec, TasksMax, AllowedCPUs...), so
+resource properties systemd knows (MemoryMax, CPUWeight, CPUQuotaPerSecUSec, TasksMax, AllowedCPUs...: runc
+sends them in a SetUnitProperties after the start; in the start itself the scope never exists without them), so
 `create` forks the container's first process plainly (needs_pid) and add() makes the scope around it, then
 writes every resource to the cgroup files as the v2 driver does (runc's fs2 after its systemd properties): the
 files hold what systemd would not say, and the device program is attached as with cgroupfs. `delete` stops the
