@@ -284,7 +284,9 @@ class SystemdManager(CgroupManager):
             return files
         files = self._talk(start)
         self._pending = None
-        self._fs.create()  # the scope's directory is systemd's; this enables the controllers for sub-cgroups
+        # the scope's directory is systemd's; this enables the controllers down the slices to it, as runc's
+        # fs2.CreateCgroupPath after the start
+        self._fs.create()
         if files is not None:
             self._fs.set(files)
 
