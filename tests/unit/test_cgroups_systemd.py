@@ -228,3 +228,34 @@ def test_the_d_bus_messages_marshal():
     props, _ = systemd.unit_properties("a.slice", "n", 1, Resources(cpu=Cpu(cpus="0-3")), 252)
     _manager_call("StartTransientUnit", "ssa(sv)a(sa(sv))", ("p-n.scope", "replace", props, [])).serialise(serial=1)
     _manager_call("SetUnitProperties", "sba(sv)", ("p-n.scope", True, props)).serialise(serial=2)
+
+
+def _spec(cgroups_path: str, annotations: dict | None = None):
+    from pyruntime.oci import spec as specmod
+    from pyruntime.oci.default import default_spec
+    c = default_spec()
+    c["linux"]["cgroupsPath"] = cgroups_path
+    c["annotations"] = annotations or {}
+    return specmod.parse(c, "/bundle")
+
+
+def test_validation_takes_the_systemd_form_only_with_the_driver():
+    from pyruntime.linux.syscalls import FakeSyscalls
+    from pyruntime.oci.spec import SpecError
+    from pyruntime.oci.validate import validate
+    validate(_spec(CONTAINERD_PATH), "systemd", FakeSyscalls())
+    validate(_spec(CONTAINERD_PATH), "v2", FakeSyscalls())  # a cgroupfs driver takes it as a directory name, as runc
+    with pytest.raises(SpecError, match=r'^linux\.cgroupsPath: expected cgroupsPath to be of format "slice:prefix'):
+        validate(_spec("/kubepods/c1"), "systemd", FakeSyscalls())
+    with pytest.raises(SpecError, match=r"^annotations\.org\.systemd\.property\.CPUWeight: unit properties"):
+        validate(_spec(CONTAINERD_PATH, {"org.systemd.property.CPUWeight": "10"}), "systemd", FakeSyscalls())
+
+
+def test_the_first_process_of_a_scope_is_forked_outside_any_cgroup(monkeypatch, tmp_path):
+    """create's fork for the systemd driver: plainly, not into a cgroup2 directory that does not exist yet, and
+    with a stage 1 (not cloned) for end_stage1 to add() once systemd made the scope around it."""
+    from pyruntime.container import create
+    from pyruntime.linux.syscalls import FakeSyscalls
+    m = SystemdManager(CONTAINERD_PATH, "abc", bus=FakeSystemd(), mountpoint=str(tmp_path))
+    monkeypatch.setattr(create.os, "fork", lambda: 4242)
+    assert create.fork_in_cgroup(FakeSyscalls(), m, namespaces=0x20000000) == (4242, False, False)
