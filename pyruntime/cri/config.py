@@ -20,6 +20,10 @@ from pyruntime.errors import InvalidArgumentError
 from pyruntime.images.request import Credentials
 from pyruntime.settings import DEFAULT_HOSTS_DIR, Settings
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
+
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -146,17 +150,17 @@ def _check_choice(choices: tuple[str, ...]) -> Any:
     return check
 
 
-def _check_systemd_host(value: str) -> None:
+def _check_systemd_host(value: str, kernel: Syscalls) -> None:
     """The systemd driver only where it works: a host booted with systemd, on cgroup v2 (the driver's own
-    refusal, with its reason)."""
+    refusal, with its reason). The cgroup version is read through `kernel`, as the runtime reads it."""
     if value != "systemd":
         return
-    from pynode_os import cgroups, mounts
     from pyruntime.errors import PyRuntimeError
+    from pyruntime.linux.cgroups import detect
     from pyruntime.linux.cgroups.systemd import require_systemd
     try:
-        require_systemd(cgroups.version(mounts.statfs_type))
-    except (PyRuntimeError, OSError) as e:
+        require_systemd(detect(kernel))
+    except PyRuntimeError as e:  # a CgroupError from detect too
         raise ValueError(f"systemd: {str(e).removeprefix('--systemd-cgroup: ')}") from e
 
 
@@ -189,7 +193,7 @@ def _check_image(value: str) -> None:
         reference.parse(value)  # its ReferenceFormatError names what is wrong
 
 
-def _check_dirs_exist(value: list[str]) -> None:
+def _check_dirs_exist(value: list[str], _kernel: Syscalls) -> None:
     for item in value:
         if not os.path.isdir(item):
             raise ValueError(f"{item}: no such directory (install the CNI plugins there, e.g. "
@@ -204,10 +208,10 @@ CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_c
           "image_pull_progress_timeout": _check_duration, "stream_idle_timeout": _check_duration}
 
 
-# Checked against this machine, on the value in effect (a default too), only when the daemon starts: a
-# config file can be written and checked elsewhere.
-HOST_CHECKS: dict[str, Callable[[Any], None]] = {"cni_bin_dirs": _check_dirs_exist,
-                                                 "cgroup_driver": _check_systemd_host}
+# Checked against this machine (its syscall layer given), on the value in effect (a default too), only when the
+# daemon starts: a config file can be written and checked elsewhere.
+HOST_CHECKS: dict[str, Callable[[Any, Syscalls], None]] = {"cni_bin_dirs": _check_dirs_exist,
+                                                           "cgroup_driver": _check_systemd_host}
 
 
 def _typed(option: Option, value: Any) -> Any:
@@ -234,10 +238,10 @@ def _apply(values: dict[str, Any], raw: dict[str, Any], name_of: Any) -> None:
             raise InvalidArgumentError(f"{name_of(key)}: {e}") from e
 
 
-def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> Config:
+def load(path: str | None, flags: dict[str, Any], *, host: Syscalls | None = None) -> Config:
     """Defaults, then the TOML file at `path`, then `flags` (setting key -> value; None or an empty tuple is a
-    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `on_host`: also
-    the HOST_CHECKS (what must exist on this machine), as the daemon does at start."""
+    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `host`: this
+    machine's syscall layer, for the HOST_CHECKS too (what must exist on it), as the daemon does at start."""
     import tomllib
     values: dict[str, Any] = {}
     if path is not None:
@@ -253,10 +257,10 @@ def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> C
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     _apply(values, given, lambda key: flag_of[key])
     cfg = Config(**values)
-    if on_host:
+    if host is not None:
         for key, check in HOST_CHECKS.items():
             try:
-                check(getattr(cfg, key))
+                check(getattr(cfg, key), host)
             except ValueError as e:
                 where = flag_of[key] if key in given else f"{path}: {key}" if key in values else f"{key} (default)"
                 raise InvalidArgumentError(f"{where}: {e}") from e

@@ -72,7 +72,7 @@ def _options(f: Any) -> Any:
 def main(config_path: str | None, **flags: Any) -> None:
     """The CRI v1 server (RuntimeService and ImageService) of pyruntime."""
     try:
-        cfg = config.load(config_path, flags, on_host=True)
+        cfg = config.load(config_path, flags, host=LinuxSyscalls())
         serve(cfg)
     except PyRuntimeError as e:
         raise click.ClickException(str(e)) from e

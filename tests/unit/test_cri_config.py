@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pynode_os.cgroups import CGROUP2_SUPER_MAGIC
 from pyruntime.cri import config
 from pyruntime.cri.main import claim_socket, main
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.linux.syscalls import Syscalls
 
 
 def test_defaults_pass_their_own_checks():
@@ -170,9 +172,22 @@ def test_bad_registry_auth_is_named_without_its_secret(value, message):
     assert SECRET not in text and "alice" not in text
 
 
+TMPFS_MAGIC = 0x01021994
+
+
+class CgroupRoot(Syscalls):
+    """A host whose cgroup root is of filesystem type `magic`."""
+
+    def __init__(self, magic: int) -> None:
+        self.magic = magic
+
+    def statfs_type(self, path: str) -> int:
+        return self.magic
+
+
 def test_the_systemd_driver_is_refused_at_start_on_a_host_without_systemd(tmp_path, monkeypatch):
-    """Taken as a setting anywhere; at start (on_host) only where the driver works, with its reason."""
-    from pynode_os import cgroups
+    """Taken as a setting anywhere; at start (with the host's syscall layer) only where the driver works, with
+    its reason."""
     from pyruntime.linux.cgroups import systemd
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -180,13 +195,13 @@ def test_the_systemd_driver_is_refused_at_start_on_a_host_without_systemd(tmp_pa
     cfg = config.load(None, flags)
     assert cfg.cgroup_driver == "systemd"
     assert cfg.runtime_settings("/r", "/i").systemd_cgroup
+    v1, v2 = CgroupRoot(TMPFS_MAGIC), CgroupRoot(CGROUP2_SUPER_MAGIC)  # a legacy or hybrid host's root; unified
     monkeypatch.setattr(systemd, "booted", lambda: False)
     with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: systemd is not running on this host"):
-        config.load(None, flags, on_host=True)
+        config.load(None, flags, host=v2)
     monkeypatch.setattr(systemd, "booted", lambda: True)
-    monkeypatch.setattr(cgroups, "version", lambda _statfs: cgroups.V1)
     with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: the systemd cgroup driver needs a "
                                                    r"cgroup v2"):
-        config.load(None, flags, on_host=True)
-    monkeypatch.setattr(cgroups, "version", lambda _statfs: cgroups.V2)
-    assert config.load(None, flags, on_host=True).cgroup_driver == "systemd"
+        config.load(None, flags, host=v1)
+    assert config.load(None, flags, host=v2).cgroup_driver == "systemd"
+    assert config.load(None, {**flags, "cgroup_driver": "cgroupfs"}, host=v1).cgroup_driver == "cgroupfs"
