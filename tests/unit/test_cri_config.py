@@ -205,3 +205,13 @@ def test_the_systemd_driver_is_refused_at_start_on_a_host_without_systemd(tmp_pa
         config.load(None, flags, host=v1)
     assert config.load(None, flags, host=v2).cgroup_driver == "systemd"
     assert config.load(None, {**flags, "cgroup_driver": "cgroupfs"}, host=v1).cgroup_driver == "cgroupfs"
+
+
+def test_the_daemon_checks_the_systemd_driver_against_this_host(tmp_path, monkeypatch):
+    from pyruntime.cri import main as cri_main
+    from pyruntime.linux.cgroups import systemd
+    monkeypatch.setattr(systemd, "booted", lambda: False)
+    monkeypatch.setattr(cri_main, "serve", lambda cfg: pytest.fail("served without the host's checks"))
+    result = CliRunner().invoke(main, ["--cgroup-driver", "systemd", "--cni-bin-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "--cgroup-driver: systemd: systemd is not running on this host" in result.output
