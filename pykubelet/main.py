@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 
 from pykubelet import config
+from pynode_os.systemd import booted
 
 log = logging.getLogger("pykubelet")
 # What the kubelet's code imports lazily (tests/unit/test_preload.py checks the list): the parts main() wires up
@@ -46,6 +47,7 @@ PRELOAD = (
     "pykubelet.pods.sources", "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers",
     "pykubelet.runtime", "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics",
     "pykubelet.volumes.manager", "yaml",
+    "pykubelet.pods.slices", "jeepney", "jeepney.io.blocking",  # the systemd cgroup driver's slices, over D-Bus
 )
 
 
@@ -254,6 +256,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
                              events=events, admission=_admission(client, runtime, settings, sources),
                              services=services, on_started=metrics.pod_start_duration.observe,
                              heartbeats=heartbeats)
+        if workers.slices is not None:
+            workers.slices.ensure_node()  # kubepods.slice and the QoS slices, before any pod (as the stock kubelet)
         evictions.events = events
         evictions.bind(workers.reported_pods, workers.evict)
         if workers.admission is not None:
@@ -323,6 +327,10 @@ def main(config_file: Path | None, pod_infra_container_image: str | None, **flag
         settings = config.build(flags, config_file)
     except config.ConfigError as e:
         click.echo(f"pykubelet: {e}", err=True)
+        sys.exit(2)
+    if settings.cgroup_driver == "systemd" and not booted():
+        click.echo("pykubelet: cgroupDriver: systemd: systemd is not running on this host (no /run/systemd/system); "
+                   "use cgroupfs", err=True)
         sys.exit(2)
     preload()  # before anything is made: a module that can't load stops the start, not a pod's sync
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,

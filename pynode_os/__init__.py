@@ -3,7 +3,7 @@
 pyruntime, cni_plugins, pykubelet and pynode_cluster are kept apart by the import contracts
 (tests/unit/test_layers.py), so the few things they all need from the host were copied into each of them,
 and the copies drifted. This package sits below all of them: every package may import it, and it imports
-none of them, only the standard library.
+none of them, only the standard library (and jeepney, systemd's D-Bus client, when `systemd` first talks to it).
 
 One module per job, each the one implementation there is:
 - files: replacing a file atomically, at one of three durability levels (there were four writers, each
@@ -16,7 +16,9 @@ One module per job, each the one implementation there is:
 - cgroups: the host's cgroup version and where its hierarchies are mounted (the kubelet detected v2 by a
   file of its own, in two places);
 - sysctl: which namespace makes which sysctl private, and a sysctl's /proc/sys path (the table was kept
-  three times: the OCI validation, the CRI pause, the kubelet's admission).
+  three times: the OCI validation, the CRI pause, the kubelet's admission);
+- systemd: slice naming and units started and stopped over D-Bus, for the runtime's systemd cgroup driver (its
+  scopes) and the kubelet's (its slices), which may not import each other.
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls

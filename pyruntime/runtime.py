@@ -92,7 +92,8 @@ class Runtime:
         if preserve_fds < 0:
             raise InvalidArgumentError(f"preserve_fds: must be >= 0, got {preserve_fds}")
         record = create(self.store, id, bundle, spec=spec, console_socket=console_socket, pid_file=pid_file,
-                        preserve_fds=preserve_fds, debug=self.settings.debug, kernel=self.kernel, trace=self._trace())
+                        preserve_fds=preserve_fds, debug=self.settings.debug, kernel=self.kernel, trace=self._trace(),
+                        systemd_cgroup=self.settings.systemd_cgroup)
         return State(record, "created")
 
     def start(self, id: str) -> None:

@@ -36,9 +36,11 @@ ENVIRONMENT = {"image_root": "PYRUNTIME_IMAGE_ROOT", "hosts_dir": "PYRUNTIME_REG
 class Settings:
     """root: container state (runc's --root); image_root, hosts_dir, snapshotter: the image store;
     registry_creds: HOST=USER:PASSWORD for pulls from HOST; debug: tracebacks; log, log_format: where the CLI also
-    writes its errors (runc's --log)."""
+    writes its errors (runc's --log); systemd_cgroup: containers this runtime creates get the systemd driver's
+    scopes (runc's --systemd-cgroup; the others are managed by the driver their state records)."""
 
-    FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "registry_creds", "debug", "log", "log_format")
+    FIELDS = ("root", "image_root", "hosts_dir", "snapshotter", "registry_creds", "debug", "log", "log_format",
+              "systemd_cgroup")
     __slots__ = FIELDS
 
     root: str
@@ -49,10 +51,12 @@ class Settings:
     debug: bool
     log: str | None
     log_format: str
+    systemd_cgroup: bool
 
     def __init__(self, root: str = DEFAULT_ROOT, image_root: str = DEFAULT_IMAGE_ROOT,
                  hosts_dir: str = DEFAULT_HOSTS_DIR, snapshotter: str = "overlay", registry_creds: str | None = None,
-                 debug: bool = False, log: str | None = None, log_format: str = "text") -> None:
+                 debug: bool = False, log: str | None = None, log_format: str = "text",
+                 systemd_cgroup: bool = False) -> None:
         from pyruntime.errors import InvalidArgumentError
         if snapshotter not in SNAPSHOTTERS:
             raise InvalidArgumentError(f"snapshotter: must be one of {', '.join(SNAPSHOTTERS)}, got {snapshotter!r}")
@@ -62,7 +66,7 @@ class Settings:
             if not path:
                 raise InvalidArgumentError(f"{field}: must not be empty")
         values = (root, image_root, hosts_dir, snapshotter, registry_creds or None, bool(debug), log or None,
-                  log_format)
+                  log_format, bool(systemd_cgroup))
         for name, value in zip(self.FIELDS, values, strict=True):
             object.__setattr__(self, name, value)
 

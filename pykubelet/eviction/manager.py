@@ -104,13 +104,6 @@ def du(path: Path) -> int:
     return total + top.st_blocks * 512
 
 
-def slice_path(name: str) -> str:
-    """A systemd slice's cgroup path ("kubepods-besteffort-podX.slice" is under kubepods.slice and
-    kubepods-besteffort.slice)."""
-    parts = name.removesuffix(".slice").split("-")
-    return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-
-
 class EvictionManager:
     """`bind(pods, evict)` before run(): `pods()` the kubelet's pods with the phase they last reported,
     `evict(uid, message, grace)` kills one and marks it Evicted, True once done."""
@@ -199,9 +192,7 @@ class EvictionManager:
     def _pids(self, pod: Pod) -> int | None:
         from pykubelet.pods.criconfig import cgroup_parent
 
-        parent = cgroup_parent(pod, self.settings)
-        if self.settings.cgroup_driver == "systemd":
-            parent = slice_path(parent)
+        parent = cgroup_parent(pod, self.settings)  # with systemd, the slice's expanded path
         try:
             v2 = cgroups.version(mounts.statfs_type) == cgroups.V2
         except OSError:

@@ -43,13 +43,13 @@ MIN_SHARES = 2
 
 
 def cgroup_parent(pod: Pod, settings: Settings) -> str:
-    """The pod's cgroup under kubepods, by QoS class, as the kubelet names it for each cgroup driver."""
+    """The pod's cgroup under kubepods, by QoS class, as the kubelet names it for each cgroup driver: with
+    systemd the pod slice's expanded path (/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid
+    with "_" for "-">.slice), as the stock kubelet sends it; containerd and pyruntime-cri take its last part."""
     qos, uid = qos_class(pod), pod.uid
     if settings.cgroup_driver == "systemd":
-        uid_ = uid.replace("-", "_")
-        if qos == "Guaranteed":
-            return f"kubepods-pod{uid_}.slice"
-        return f"kubepods-{qos.lower()}-pod{uid_}.slice"
+        from pykubelet.pods.slices import pod_slice_path
+        return pod_slice_path(pod, settings)
     parts = [settings.cgroup_root.rstrip("/"), "kubepods"] + ([] if qos == "Guaranteed" else [qos.lower()])
     return "/".join(parts + [f"pod{uid}"])
 

@@ -51,10 +51,12 @@ from pykubelet.pods.criconfig import container_config, linux_resources, log_dire
 from pykubelet.pods.podspec import is_finished, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+from pynode_os.systemd import SystemdError
 
 if TYPE_CHECKING:
     from pykubelet.pods.allocation import AllocationManager
     from pykubelet.pods.env import EnvSource
+    from pykubelet.pods.slices import PodSlices
     from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
@@ -90,8 +92,10 @@ class PodSyncer:
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
                  image_backoff: Backoff | None = None, events: EventRecorder | None = None,
                  probes: Probes | None = None, volumes: VolumeManager | None = None,
-                 env: EnvSource | None = None, allocations: AllocationManager | None = None) -> None:
+                 env: EnvSource | None = None, allocations: AllocationManager | None = None,
+                 slices: PodSlices | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
+        self.slices = slices  # the systemd cgroup driver's pod slices; None: the runtime makes the pod's cgroup
         self.probes = probes  # None: no probes, every running container is started and healthy
         self.volumes = volumes  # None: no volumes
         self.env = env  # None: the env's plain values only
@@ -258,6 +262,16 @@ class PodSyncer:
             result.again_in(10.0)
             return None
         log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
+        try:
+            if self.slices is not None:
+                self.slices.ensure_pod(pod)
+        except SystemdError as e:
+            log.warning("pod %s: its slice: %s", pod.metadata.name, e)
+            for c in spec.containers:
+                result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod's cgroup: {e}")
+            self.event(pod, None, WARNING, "FailedCreatePodSandBox", f"failed to create the pod's cgroup: {e}")
+            result.again_in(10.0)
+            return None
         try:
             sandbox_id = self.runtime.run_pod_sandbox(sandbox_cfg)
         except cri.CRIError as e:

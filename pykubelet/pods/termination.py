@@ -25,6 +25,10 @@ from pykubelet.pods.labels import CONTAINER_NAME, GRACE, POD_NAME, POD_NAMESPACE
 from pykubelet.pods.runtimepod import RuntimePod
 from pynode_os import cgroups, mounts
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pykubelet.pods.slices import PodSlices
+
 log = logging.getLogger(__name__)
 
 
@@ -95,9 +99,10 @@ def cgroup_hierarchies() -> list[Path]:
     return [Path(h) for h in cgroups.hierarchy_roots(mounts.statfs_type)]
 
 
-def clean_node(pod: Pod, settings: Settings) -> None:
+def clean_node(pod: Pod, settings: Settings, slices: PodSlices | None = None) -> None:
     """What the kubelet itself made for the pod: its volumes (mounts and directory under --root-dir), its
-    cgroup (cgroupfs driver) and its log directory."""
+    cgroup (cgroupfs driver: the directories; systemd: `slices`, the pod's slice stopped) and its log
+    directory."""
     from pykubelet.volumes.manager import remove_pod
 
     remove_pod(settings.root_dir, pod.uid)
@@ -112,6 +117,8 @@ def clean_node(pod: Pod, settings: Settings) -> None:
                     pass
                 except OSError as e:
                     log.warning("pod %s: removing cgroup %s: %s", pod.metadata.name, cgroup, e)
+    elif slices is not None:
+        slices.remove_pod(pod.uid)
     shutil.rmtree(log_directory(pod, settings), ignore_errors=True)
 
 

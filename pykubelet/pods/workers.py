@@ -45,6 +45,7 @@ from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.runtimepod import observe
+from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
 from pykubelet.pods.sync import PodSyncer
 from pykubelet.prober.manager import ProbeManager
@@ -78,8 +79,10 @@ class PodWorkers:
         self.env = EnvSource(client, settings, self.volumes.allocatable,
                              services=None if services is None else self._services)
         self.allocations = AllocationManager(settings.root_dir)
+        self.slices = PodSlices(settings) if settings.cgroup_driver == "systemd" else None
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
-                                volumes=self.volumes, env=self.env, allocations=self.allocations)
+                                volumes=self.volumes, env=self.env, allocations=self.allocations,
+                                slices=self.slices)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add, beat=lambda: self.heartbeats.beat("pleg"))
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -279,7 +282,7 @@ class PodWorkers:
             log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         if skeleton is not None:
-            termination.clean_node(skeleton, self.settings)
+            termination.clean_node(skeleton, self.settings, self.slices)
         self.volumes.tokens.forget(uid)
         if pod is not None:
             termination.delete_from_api(self.client, pod)

@@ -73,12 +73,11 @@ class Context:
 
     def __init__(self, opts: dict) -> None:
         from pyruntime.settings import Settings
-        if opts["systemd-cgroup"]:
-            raise UsageError("--systemd-cgroup: the systemd cgroup driver is not supported; use cgroupfs paths")
         try:
             self.settings = Settings.from_env(root=str(opts["root"]), log=opts["log"],
                                               log_format=str(opts["log-format"]),
-                                              debug=True if opts["debug"] else None)
+                                              debug=True if opts["debug"] else None,
+                                              systemd_cgroup=True if opts["systemd-cgroup"] else None)
         except ValueError as e:  # InvalidArgumentError, naming the setting
             raise UsageError(str(e)) from e
         self.root = self.settings.root

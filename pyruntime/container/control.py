@@ -25,7 +25,7 @@ def _cgroup(state: ContainerState) -> CgroupManager:
     managers with the syscall layer (ctypes) are a quarter of what those commands would import."""
     from pyruntime.linux import cgroups
     from pyruntime.linux.syscalls import LinuxSyscalls
-    return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls())
+    return cgroups.manager(state.cgroups_path, state.id, LinuxSyscalls(), systemd=state.systemd_cgroup)
 
 
 def status_of(store: ContainerStore, state: ContainerState) -> str:

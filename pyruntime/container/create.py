@@ -107,9 +107,13 @@ def fork_in_cgroup(kernel: Syscalls, cg: cgroups.CgroupManager, namespaces: int 
     """Forks the container's first process without moving it afterwards: born in the cgroup's cgroup2
     directory (if it has one), it enters the v1 ones itself (in_cgroup True). Where the kernel refuses the
     first (before 5.7), forked plainly, for the caller to move (False). Either way no process waits on the
-    kernel's cgroup lock but the last. `namespaces` (init.clone_flags): born in these new namespaces too,
-    the child is the container's init (cloned True), with no stage 1; a host where it can't be (no cgroup2
-    part to clone into, or a refusal) gets a stage 1. Returns (pid or 0 in the child, in_cgroup, cloned)."""
+    kernel's cgroup lock but the last. A cgroup made only around its first process (the systemd driver's
+    scope: CgroupManager.needs_pid) gets it forked plainly too, for end_stage1 to add(). `namespaces`
+    (init.clone_flags): born in these new namespaces too, the child is the container's init (cloned True), with
+    no stage 1; a host where it can't be (no cgroup2 part to clone into, or a refusal) gets a stage 1. Returns
+    (pid or 0 in the child, in_cgroup, cloned)."""
+    if cg.needs_pid():
+        return os.fork(), False, False
     path = cg.cgroup2_dir()
     if path is None:
         return os.fork(), True, False
@@ -194,31 +198,39 @@ def _refuse_used_cgroup(cg: cgroups.CgroupManager, path: str | None, made: bool)
 
 def create(store: ContainerStore, cid: str, bundle: str, *, spec: Spec | None = None, console_socket: str | None = None,
            pid_file: str | None = None, preserve_fds: int = 0, debug: bool = False,
-           kernel: Syscalls | None = None, trace: Callable[[str], None] | None = None) -> ContainerState:
+           kernel: Syscalls | None = None, trace: Callable[[str], None] | None = None,
+           systemd_cgroup: bool = False) -> ContainerState:
     """`spec`: the bundle's config already parsed by the caller; read from the bundle if None. Validated
     here either way, before the id is claimed. `kernel` is the syscall layer the container is set up
-    through, the real one unless a caller brings its own. `trace` (--debug) hears of each stage, in runc's words."""
+    through, the real one unless a caller brings its own. `trace` (--debug) hears of each stage, in runc's words.
+    `systemd_cgroup`: the container is a systemd scope (linux/cgroups/systemd.py), recorded in its state so that
+    later commands manage it so whatever their flags."""
     trace = trace or silent
     require_single_thread(f"create {cid}")
     kernel = kernel or LinuxSyscalls()
     validate_id(cid)
     bundle = os.path.abspath(bundle)
     spec = load_bundle(bundle) if spec is None else spec
-    validate(spec, cgroups.detect(kernel), kernel)
+    driver = cgroups.detect(kernel)
+    if systemd_cgroup:
+        from pyruntime.linux.cgroups.systemd import require_systemd
+        require_systemd(driver)
+        driver = "systemd"
+    validate(spec, driver, kernel)
     if spec.process is None:
         raise InvalidArgumentError("process: required to create a container")
     if spec.process.terminal and not console_socket:
         raise InvalidArgumentError("process.terminal is true: --console-socket is required (or use `run` with a tty)")
     store.reserve(cid, kernel)
     state = ContainerState.of_spec(cid, spec, bundle=bundle, created=_now(), owner="root", creator_pid=os.getpid(),
-                                   creator_start=process_start_time(os.getpid()) or 0)
+                                   creator_start=process_start_time(os.getpid()) or 0, systemd_cgroup=systemd_cgroup)
     cg = None
     stage1_pid = init_pid = 0
     parent, child = Channel.pair()
     try:
         store.save(state)
         host_cgroups = cgroups.mounts()  # the init's cgroup mount needs them too
-        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel, host_cgroups)
+        made = cgroups.manager(spec.linux.cgroups_path, cid, kernel, host_cgroups, systemd=systemd_cgroup)
         _refuse_used_cgroup(made, spec.linux.cgroups_path, made.create())
         cg = made  # from here on ours to undo; a refused one belongs to someone else
         cg.set(cgroup_resources(spec))

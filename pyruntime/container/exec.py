@@ -170,7 +170,7 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
     stage1_pid = 0
     try:
         trace("nsexec container setup")
-        cg = cgroups.manager(state.cgroups_path, state.id, kernel)
+        cg = cgroups.manager(state.cgroups_path, state.id, kernel, systemd=state.systemd_cgroup)
         initial = proc.exec_cpu_affinity is not None and proc.exec_cpu_affinity.initial is not None
         if initial:  # set before the process is in the cgroup, whose cpuset may not hold those CPUs
             stage1_pid, in_cgroup = os.fork(), False

@@ -12,12 +12,17 @@ exist in the file and not as a flag or the other way round.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyruntime.errors import InvalidArgumentError
 from pyruntime.images.request import Credentials
 from pyruntime.settings import DEFAULT_HOSTS_DIR, Settings
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyruntime.linux.syscalls import Syscalls
 
 CGROUP_DRIVERS = ("cgroupfs", "systemd")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -97,7 +102,8 @@ class Config:
         below the explicit values, as for the CLI)."""
         return Settings.from_env(root=runtime_root, image_root=image_root, hosts_dir=self.registry_config_dir,
                                  registry_creds=self.registry_creds or None,
-                                 debug=True if self.log_level == "debug" else None)
+                                 debug=True if self.log_level == "debug" else None,
+                                 systemd_cgroup=self.cgroup_driver == "systemd")
 
 
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
@@ -144,10 +150,18 @@ def _check_choice(choices: tuple[str, ...]) -> Any:
     return check
 
 
-def _check_cgroup_driver(value: str) -> None:
-    _check_choice(CGROUP_DRIVERS)(value)
-    if value == "systemd":
-        raise ValueError("systemd: pyruntime manages cgroups itself (no systemd driver yet); use cgroupfs")
+def _check_systemd_host(value: str, kernel: Syscalls) -> None:
+    """The systemd driver only where it works: a host booted with systemd, on cgroup v2 (the driver's own
+    refusal, with its reason). The cgroup version is read through `kernel`, as the runtime reads it."""
+    if value != "systemd":
+        return
+    from pyruntime.errors import PyRuntimeError
+    from pyruntime.linux.cgroups import detect
+    from pyruntime.linux.cgroups.systemd import require_systemd
+    try:
+        require_systemd(detect(kernel))
+    except PyRuntimeError as e:  # a CgroupError from detect too
+        raise ValueError(f"systemd: {str(e).removeprefix('--systemd-cgroup: ')}") from e
 
 
 def _check_stream_address(value: str) -> None:
@@ -179,7 +193,7 @@ def _check_image(value: str) -> None:
         reference.parse(value)  # its ReferenceFormatError names what is wrong
 
 
-def _check_dirs_exist(value: list[str]) -> None:
+def _check_dirs_exist(value: list[str], _kernel: Syscalls) -> None:
     for item in value:
         if not os.path.isdir(item):
             raise ValueError(f"{item}: no such directory (install the CNI plugins there, e.g. "
@@ -189,14 +203,15 @@ def _check_dirs_exist(value: list[str]) -> None:
 CHECKS = {"listen": _check_listen, "root": _absolute, "state": _absolute, "cni_conf_dir": _absolute,
           "cni_bin_dirs": _check_dirs, "registry_config_dir": _absolute, "registry_creds": _check_creds,
           "registry_auths": _check_auths,
-          "cgroup_driver": _check_cgroup_driver, "stream_address": _check_stream_address,
+          "cgroup_driver": _check_choice(CGROUP_DRIVERS), "stream_address": _check_stream_address,
           "sandbox_image": _check_image, "log_level": _check_choice(LOG_LEVELS),
           "image_pull_progress_timeout": _check_duration, "stream_idle_timeout": _check_duration}
 
 
-# Checked against this machine, on the value in effect (a default too), only when the daemon starts: a
-# config file can be written and checked elsewhere.
-HOST_CHECKS = {"cni_bin_dirs": _check_dirs_exist}
+# Checked against this machine (its syscall layer given), on the value in effect (a default too), only when the
+# daemon starts: a config file can be written and checked elsewhere.
+HOST_CHECKS: dict[str, Callable[[Any, Syscalls], None]] = {"cni_bin_dirs": _check_dirs_exist,
+                                                           "cgroup_driver": _check_systemd_host}
 
 
 def _typed(option: Option, value: Any) -> Any:
@@ -223,10 +238,10 @@ def _apply(values: dict[str, Any], raw: dict[str, Any], name_of: Any) -> None:
             raise InvalidArgumentError(f"{name_of(key)}: {e}") from e
 
 
-def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> Config:
+def load(path: str | None, flags: dict[str, Any], *, host: Syscalls | None = None) -> Config:
     """Defaults, then the TOML file at `path`, then `flags` (setting key -> value; None or an empty tuple is a
-    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `on_host`: also
-    the HOST_CHECKS (what must exist on this machine), as the daemon does at start."""
+    flag not given). Raises InvalidArgumentError naming the file or flag and the setting. `host`: this
+    machine's syscall layer, for the HOST_CHECKS too (what must exist on it), as the daemon does at start."""
     import tomllib
     values: dict[str, Any] = {}
     if path is not None:
@@ -242,10 +257,10 @@ def load(path: str | None, flags: dict[str, Any], *, on_host: bool = False) -> C
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     _apply(values, given, lambda key: flag_of[key])
     cfg = Config(**values)
-    if on_host:
+    if host is not None:
         for key, check in HOST_CHECKS.items():
             try:
-                check(getattr(cfg, key))
+                check(getattr(cfg, key), host)
             except ValueError as e:
                 where = flag_of[key] if key in given else f"{path}: {key}" if key in values else f"{key} (default)"
                 raise InvalidArgumentError(f"{where}: {e}") from e

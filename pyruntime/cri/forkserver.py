@@ -70,6 +70,7 @@ PRELOAD = (
     "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2", "pyruntime.linux.seccomp.compiler",
     "pyruntime.linux.seccomp.loader", "pyruntime.linux.seccomp.profile", "pyruntime.linux.syscalls",
     "pyruntime.logline", "pyruntime.oci.spec", "pyruntime.runtime", "pyruntime.settings",
+    "pyruntime.linux.cgroups.systemd", "jeepney", "jeepney.io.blocking",  # the systemd driver, its D-Bus client
 )
 # The puller's, on top of PRELOAD: the registry client and the unpacking, which the launcher does not load itself
 # (their modules' at-fork hooks and pages would make each of its forks slower).
@@ -281,8 +282,8 @@ class _Server:
         if stays(job):
             from pyruntime.linux import cgroups
             try:
-                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent, job.sandbox_id), job.sandbox_id,
-                                         self.kernel)
+                cgroup = cgroups.manager(pause_cgroup(job.cgroup_parent, job.sandbox_id, job.systemd_cgroup),
+                                         job.sandbox_id, self.kernel, systemd=job.systemd_cgroup)
             except ValueError as e:
                 raise InvalidArgumentError(f"cgroup_parent: {e}") from e
         try:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+CGROUP_PREFIX = "pyruntime-cri"  # the systemd driver's scope prefix, as containerd's "cri-containerd"
+
 
 @dataclass
 class PauseJob:
     """cgroup_parent: a pause that stays (share_pid) joins `<cgroup_parent>/pause` (made if missing, as runc
     makes a container's cgroup), or /pyruntime/<sandbox_id> without one (pause.pause_cgroup). A leaf of its own
     rather than the parent itself, because on cgroup v2 a cgroup with processes can't enable controllers for
-    the pod's container cgroups."""
+    the pod's container cgroups. systemd_cgroup: the pause is the scope pyruntime-cri-<sandbox_id>.scope in the
+    pod's slice instead (the systemd driver's)."""
 
     sandbox_id: str
     ns_dir: str
@@ -28,6 +31,7 @@ class PauseJob:
     # a user namespace of the pod's own (mode POD): [container id, host id, length] ranges; none: the host's
     uid_map: list[list[int]] = field(default_factory=list)
     gid_map: list[list[int]] = field(default_factory=list)
+    systemd_cgroup: bool = False
 
 
 @dataclass

@@ -54,7 +54,8 @@ SOCKET_MODE = 0o660  # containerd's: root and the socket's group (root's) connec
 PRELOAD = (
     "pyruntime.container.control", "pyruntime.fieldreader", "pyruntime.linux.capabilities",
     "pyruntime.linux.cgroups.devicefilter", "pyruntime.linux.cgroups.resources", "pyruntime.linux.cgroups.v1",
-    "pyruntime.linux.cgroups.v2", "pyruntime.linux.seccomp.profile", "pyruntime.oci.spec",
+    "pyruntime.linux.cgroups.v2", "pyruntime.linux.cgroups.systemd", "pyruntime.linux.seccomp.profile",
+    "pyruntime.oci.spec", "jeepney", "jeepney.io.blocking",  # the systemd driver's D-Bus client
 )
 
 
@@ -71,7 +72,7 @@ def _options(f: Any) -> Any:
 def main(config_path: str | None, **flags: Any) -> None:
     """The CRI v1 server (RuntimeService and ImageService) of pyruntime."""
     try:
-        cfg = config.load(config_path, flags, on_host=True)
+        cfg = config.load(config_path, flags, host=LinuxSyscalls())
         serve(cfg)
     except PyRuntimeError as e:
         raise click.ClickException(str(e)) from e

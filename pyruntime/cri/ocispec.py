@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable, Iterable
 
 from proto import api_pb2
+from pyruntime.cri.jobs import CGROUP_PREFIX
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.seccomp_default import DEFAULT_CAPS
 from pyruntime.errors import InternalError, InvalidArgumentError
@@ -29,7 +30,6 @@ MASKED_PATHS = ("/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/pro
                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware",
                 "/sys/devices/virtual/powercap", "/proc/scsi")
 READONLY_PATHS = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
-CGROUP_PREFIX = "pyruntime-cri"  # the systemd driver's scope prefix, as containerd's "cri-containerd"
 MAX_ID_FILE = 4 << 20  # /etc/passwd and /etc/group of an image larger than this are refused
 
 # annotations containerd's CRI sets on a container's spec (pkg/cri/annotations)
@@ -683,8 +683,8 @@ def cgroups_path(parent: str, container_id: str, driver: str) -> str:
     """linux.cgroupsPath: <parent>/<id> for cgroupfs (under /pyruntime when the pod has no parent), and
     systemd's slice:prefix:name form for the systemd driver, as containerd names them."""
     if driver == "systemd":
-        slice_name = os.path.basename(parent.rstrip("/")) or "system.slice"
-        return f"{slice_name}:{CGROUP_PREFIX}:{container_id}"
+        from pyruntime.linux.cgroups.systemd import scope_path
+        return scope_path(parent, CGROUP_PREFIX, container_id)
     if driver != "cgroupfs":
         raise InvalidArgumentError(f"cgroup_driver: {driver!r} is neither cgroupfs nor systemd")
     if not parent:

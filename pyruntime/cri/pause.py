@@ -36,7 +36,7 @@ from pynode_os.files import NONE, atomic_write
 from pynode_os.proc import process_start_time
 from pynode_os.sysctl import IPC, NET, namespace_of, normalize, proc_path
 from pyruntime import channel
-from pyruntime.cri.jobs import PauseInfo, PauseJob
+from pyruntime.cri.jobs import CGROUP_PREFIX, PauseInfo, PauseJob
 from pyruntime.errors import InternalError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux import userns
@@ -63,10 +63,13 @@ def stays(job: PauseJob) -> bool:
     return job.share_pid
 
 
-def pause_cgroup(cgroup_parent: str, sandbox_id: str) -> str:
+def pause_cgroup(cgroup_parent: str, sandbox_id: str, systemd: bool = False) -> str:
     """Where a pause that stays lives: a leaf of the pod's cgroup, or with no parent the cgroup a pause
     container of the pod would have (/pyruntime/<id>, as the runtime names a parentless cgroupsPath), never
-    the daemon's own."""
+    the daemon's own. `systemd`: the scope a pause container of the pod would be, in the pod's slice."""
+    if systemd:
+        from pyruntime.linux.cgroups.systemd import scope_path
+        return scope_path(cgroup_parent, CGROUP_PREFIX, sandbox_id)
     return f"{cgroup_parent.rstrip('/')}/{PAUSE_CGROUP}" if cgroup_parent else f"/{DEFAULT_PARENT}/{sandbox_id}"
 
 
@@ -183,7 +186,7 @@ def become_pause(job: PauseJob, kernel: Syscalls, report: socket.socket, cgroup:
                 raise InternalError(f"pause {pid}: exited during its set-up")
             atomic_write(pidfile(job.ns_dir), json.dumps({"pid": pid, "start_time": start}).encode(), mode=0o600,
                          sync=NONE)
-        own = pause_cgroup(job.cgroup_parent, job.sandbox_id) if cgroup is not None else ""
+        own = pause_cgroup(job.cgroup_parent, job.sandbox_id, job.systemd_cgroup) if cgroup is not None else ""
         channel.send(report, {"pid": pid, "start_time": start, "namespaces": namespaces, "cgroup": own})
     except BaseException as e:
         if pod_init:
@@ -336,14 +339,15 @@ def _settle(job: PauseJob, kernel: Syscalls, ready: int) -> None:
             pass
 
 
-def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscalls) -> None:
+def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscalls, systemd: bool = False) -> None:
     """Kills the pause (only if its pid and start time still name it), waits for it to be gone, removes
-    the pins under ns_dir and the pause's cgroup. Idempotent: a pause already gone, pins already removed
-    are no error, so StopPodSandbox can always finish."""
+    the pins under ns_dir and the pause's cgroup (`systemd`: its scope). Idempotent: a pause already gone, pins
+    already removed are no error, so StopPodSandbox can always finish."""
     if isinstance(pause, PauseInfo):
         pid, start, cgroup = pause.pid, pause.start_time, pause.cgroup
     else:
-        pid, start, cgroup = pause.pause_pid, pause.pause_start_time, pause_cgroup(pause.cgroup_parent, pause.id)
+        pid, start = pause.pause_pid, pause.pause_start_time
+        cgroup = pause_cgroup(pause.cgroup_parent, pause.id, systemd)
     if pid <= 0:  # a run cut short before the record had the pid: the pause's own note has it
         pid, start = _recorded_pause(ns_dir)
     if pid > 0:
@@ -353,7 +357,7 @@ def release_pause(pause: PauseInfo | SandboxRecord, ns_dir: str, kernel: Syscall
     unpin(ns_dir, kernel)
     if cgroup:
         from pyruntime.linux import cgroups
-        manager = cgroups.manager(cgroup, "", kernel)
+        manager = cgroups.manager(cgroup, "", kernel, systemd=systemd)
         if manager.exists():
             manager.destroy()
 

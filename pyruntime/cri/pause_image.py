@@ -79,7 +79,7 @@ class Pauses:
 
     def run_pause(self, job: PauseJob) -> PauseInfo:
         if not self.image:
-            return self.launcher.run_pause(job)
+            return self.launcher.run_pause(replace(job, systemd_cgroup=self.cgroup_driver == "systemd"))
         check_sysctls(job.sysctls, new_net=job.new_net, new_ipc=job.new_ipc)
         bundle = self.bundle(job.sandbox_id)
         os.makedirs(bundle, mode=0o700, exist_ok=True)
@@ -186,7 +186,8 @@ class Pauses:
             self.images.store.release_rootfs(snapshot_key(sandbox_id))
             shutil.rmtree(self._supervisor_dir(sandbox_id), ignore_errors=True)
         if record is not None:
-            release_pause(record, ns_dir, self.kernel)  # a built-in pause; and the pins of either
+            # a built-in pause; and the pins of either
+            release_pause(record, ns_dir, self.kernel, systemd=self.cgroup_driver == "systemd")
         else:
             unpin(ns_dir, self.kernel)
         shutil.rmtree(bundle, ignore_errors=True)

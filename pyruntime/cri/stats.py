@@ -189,10 +189,19 @@ def container_stats(record: ContainerRecord, runtime: Runtime, layout: Layout) -
 
 def _pod_cgroup_data(parent: str, runtime: Runtime) -> dict | None:
     """The pod cgroup's figures read with the runtime's own cgroup reader (through the runtime's syscall
-    layer); None without a pod cgroup, or a runtime that was given no syscall layer."""
-    if not parent or "/" not in parent or runtime.kernel is None:  # "/" not in: a systemd slice name
+    layer); None without a pod cgroup, or a runtime that was given no syscall layer. A systemd slice (the
+    kubelet gives its name or its expanded path) is read at its expanded path."""
+    if not parent or runtime.kernel is None:
         return None
+    from pynode_os.systemd import expand_slice
     from pyruntime.linux.cgroups import CgroupError, manager
+    if parent.endswith(".slice"):
+        try:
+            parent = expand_slice(parent.rstrip("/").rsplit("/", 1)[-1])
+        except ValueError:
+            return None
+    elif "/" not in parent:
+        return None
     try:
         cgroup = manager(parent if parent.startswith("/") else "/" + parent, "pod", runtime.kernel)
         return cgroup.stats() if cgroup.exists() else None

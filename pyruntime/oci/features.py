@@ -8,6 +8,7 @@ from pyruntime.oci.state import OCI_VERSION
 
 
 def features(kernel: Syscalls) -> dict:
+    from pynode_os.systemd import booted
     from pyruntime.linux import capabilities
     from pyruntime.linux.cgroups import detect
     from pyruntime.linux.seccomp import compiler
@@ -21,7 +22,8 @@ def features(kernel: Syscalls) -> dict:
         "linux": {
             "namespaces": list(NAMESPACE_TYPES),
             "capabilities": [capabilities.name(c) for c in range(capabilities.last_cap() + 1)],
-            "cgroup": {"v1": version == "v1", "v2": version == "v2", "systemd": False, "systemdUser": False,
+            "cgroup": {"v1": version == "v1", "v2": version == "v2", "systemd": version == "v2" and booted(),
+                       "systemdUser": False,
                        "rdma": False},
             "seccomp": compiler.features(),
             "apparmor": {"enabled": False},

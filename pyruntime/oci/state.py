@@ -34,14 +34,15 @@ class ContainerState:
     command loads it and `dataclasses` (with the inspect module it pulls in) is a large import."""
 
     FIELDS = ("id", "bundle", "rootfs", "pid", "pid_start", "created", "owner", "cgroups_path", "annotations",
-              "creator_pid", "creator_start", "namespaces", "process", "hooks", "seccomp", "resources", "personality")
+              "creator_pid", "creator_start", "namespaces", "process", "hooks", "seccomp", "resources", "personality",
+              "systemd_cgroup")
     __slots__ = FIELDS
 
     def __init__(self, id: str, bundle: str, rootfs: str, pid: int = 0, pid_start: int = 0, created: str = "",
                  owner: str = "", cgroups_path: str = "", annotations: dict[str, str] | None = None,
                  creator_pid: int = 0, creator_start: int = 0, namespaces: dict[str, str | None] | None = None,
                  process: dict | None = None, hooks: dict[str, list] | None = None, seccomp: dict | None = None,
-                 resources: dict | None = None, personality: str | None = None) -> None:
+                 resources: dict | None = None, personality: str | None = None, systemd_cgroup: bool = False) -> None:
         self.id = id
         self.bundle = bundle
         self.rootfs = rootfs
@@ -62,10 +63,11 @@ class ContainerState:
         self.seccomp = seccomp
         self.resources: dict = {} if resources is None else resources
         self.personality = personality  # linux.personality.domain, which exec'd processes get too
+        self.systemd_cgroup = systemd_cgroup  # the cgroup is a systemd scope (linux/cgroups/systemd.py)
 
     @classmethod
     def of_spec(cls, id: str, spec: Spec, *, bundle: str, created: str, owner: str, creator_pid: int,
-                creator_start: int) -> ContainerState:
+                creator_start: int, systemd_cgroup: bool = False) -> ContainerState:
         """The record of a container made from `spec`, with the sections later commands need."""
         raw = spec.raw
         linux = raw.get("linux") or {}
@@ -75,7 +77,7 @@ class ContainerState:
                    annotations=spec.annotations, namespaces={ns.type: ns.path for ns in spec.linux.namespaces},
                    process=raw.get("process") or {}, hooks={k: hooks[k] for k in LATER_HOOKS if hooks.get(k)},
                    seccomp=linux.get("seccomp"), resources=linux.get("resources") or {},
-                   personality=spec.linux.personality)
+                   personality=spec.linux.personality, systemd_cgroup=systemd_cgroup)
 
     @property
     def userns(self) -> bool:

@@ -26,13 +26,15 @@ NS_FLAGS = {"pid": sc.CLONE_NEWPID, "network": sc.CLONE_NEWNET, "mount": sc.CLON
             "uts": sc.CLONE_NEWUTS, "user": sc.CLONE_NEWUSER, "cgroup": sc.CLONE_NEWCGROUP, "time": sc.CLONE_NEWTIME}
 # the spec's namespace type of each namespace pynode_os.sysctl names
 SYSCTL_NAMESPACES = {sysctl.IPC: "ipc", sysctl.NET: "network", sysctl.UTS: "uts"}
+SYSTEMD_PROPERTY = "org.systemd.property."  # runc's annotations that become unit properties
 MAX_ID_MAP_LINES = 340  # the kernel's limit on lines in uid_map/gid_map (since 4.15)
 ID_MAX = 1 << 32
 
 
 def validate(spec: Spec, cgroup_driver: str, kernel: Syscalls) -> None:
-    """Raises SpecError for the first rule `spec` breaks; `cgroup_driver` is cgroups.detect()'s "v1" or "v2",
-    and `kernel` answers what the namespace files given by path are."""
+    """Raises SpecError for the first rule `spec` breaks; `cgroup_driver` is cgroups.detect()'s "v1" or "v2", or
+    "systemd" for the systemd driver (on a v2 host, which the caller checked), and `kernel` answers what the
+    namespace files given by path are."""
     linux = spec.linux
     _namespaces(linux, kernel)
     _id_mappings(linux)
@@ -43,7 +45,7 @@ def validate(spec: Spec, cgroup_driver: str, kernel: Syscalls) -> None:
     _sysctls(linux)
     _mounts(spec.mounts, spec.linux, spec.root.path)
     _devices(linux)
-    _cgroups(linux, cgroup_driver)
+    _cgroups(linux, cgroup_driver, spec.annotations)
 
 
 def _ns_index(linux: Linux, kind: str) -> int:
@@ -184,12 +186,21 @@ def _devices(linux: Linux) -> None:
         seen[path] = i
 
 
-def _cgroups(linux: Linux, driver: str) -> None:
-    from pyruntime.linux.cgroups.paths import split_path
+def _cgroups(linux: Linux, driver: str, annotations: dict[str, str]) -> None:
     try:
-        split_path(linux.cgroups_path, "id")
+        if driver == "systemd":
+            from pyruntime.linux.cgroups.systemd import parse_path
+            parse_path(linux.cgroups_path, "id")
+        else:
+            from pyruntime.linux.cgroups.paths import split_path
+            split_path(linux.cgroups_path, "id")
     except ValueError as e:
         raise SpecError(str(e)) from e
+    if driver == "systemd":
+        for key in sorted(annotations):
+            if key.startswith(SYSTEMD_PROPERTY):
+                raise SpecError(f"annotations.{key}: unit properties from annotations are not supported by "
+                                "pyruntime's systemd driver")
     res = linux.resources
     if res is None:
         return

@@ -43,6 +43,7 @@ from tests.kit.cri_images import BUSYBOX, HTTPD
 
 HTTPD_INDEX = "It works!"  # HTTPD: busybox httpd on port 80
 CGROUP_PREFIX = "pynode-crie2e"
+TEST_SLICE = "pynodecrie2e"  # with the systemd driver, the pods' slices are below pynodecrie2e.slice
 
 WRAPPER = """#!/bin/sh
 export PYCNI_HELPER_SOCKET={helper} PYCNI_HELPER_LOG={work}/helper.log
@@ -61,15 +62,18 @@ class CriNode(PyruntimeCri):
     """One pyruntime-cri (`.url`, `.work`, `.start()`, `.stop()`, `.kill()`, `.cleanup()`) and the gRPC calls
     a test makes on it. `network`: the CNI network name (default pyt-BRIDGE); `netns`: the name of a network
     namespace (under /run/netns) to run the daemon in, or None; `work`: its work dir (default a new one
-    under /var/tmp, removed by cleanup()); `log_level`: the daemon's --log-level (default its own)."""
+    under /var/tmp, removed by cleanup()); `log_level`: the daemon's --log-level (default its own);
+    `cgroup_driver`: its --cgroup-driver (default its own, cgroupfs)."""
 
     def __init__(self, hosts_dir: Path, *, bridge: str, subnet: str, network: str | None = None,
-                 netns: str | None = None, work: Path | None = None, log_level: str | None = None) -> None:
+                 netns: str | None = None, work: Path | None = None, log_level: str | None = None,
+                 cgroup_driver: str | None = None) -> None:
         if work is None:
             work = Path(tempfile.mkdtemp(prefix="pynode-crinode-", dir="/var/tmp"))
         work.mkdir(parents=True, exist_ok=True)
         super().__init__(work, hosts_dir)
         self.bridge, self.subnet, self.netns, self.log_level = bridge, subnet, netns, log_level
+        self.cgroup_driver = cgroup_driver
         self.network = network or f"pyt-{bridge}"
         self.helper = f"pyt-crinode-{secrets.token_hex(4)}"
         self.inject_dir = work / "inject"
@@ -97,7 +101,8 @@ class CriNode(PyruntimeCri):
         prefix = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
         daemon = Path(sys.executable).with_name("pyruntime-cri")  # this checkout's, whatever PATH says
         level = ["--log-level", self.log_level] if self.log_level else []
-        return [*prefix, str(daemon), *super().argv()[1:], *level]
+        driver = ["--cgroup-driver", self.cgroup_driver] if self.cgroup_driver else []
+        return [*prefix, str(daemon), *super().argv()[1:], *level, *driver]
 
     def inject(self, plugin: str, command: str, *, sleep: float | None = None, fail: bool = False) -> None:
         """Makes `plugin`'s next `command` calls sleep first, or fail; inject(..) with neither undoes it."""
@@ -255,11 +260,16 @@ class Crictl:
 
     def pod_config(self, name: str, **extra) -> dict:
         """A pod config whose containers log under the scratch dir and whose cgroups sit below a parent of
-        its own (removed by `pod()` as the kubelet removes a pod's cgroup)."""
+        its own (removed by `pod()` as the kubelet removes a pod's cgroup): with the systemd driver a slice
+        below TEST_SLICE, given as the kubelet gives it (the expanded path)."""
         uid = f"uid-{name}-{time.monotonic_ns()}"
+        parent = f"/{CGROUP_PREFIX}-{name}"
+        if self.node.cgroup_driver == "systemd":
+            pod_slice = f"{TEST_SLICE}-{name.replace('-', '_')}.slice"
+            parent = f"/{TEST_SLICE}.slice/{pod_slice}"
         config: dict = {"metadata": {"name": name, "namespace": "crie2e", "uid": uid, "attempt": 0},
                         "log_directory": str(self.work / "logs" / uid),
-                        "linux": {"cgroup_parent": f"/{CGROUP_PREFIX}-{name}"}}
+                        "linux": {"cgroup_parent": parent}}
         for key, value in extra.items():
             if isinstance(value, dict) and isinstance(config.get(key), dict):
                 config[key] = {**config[key], **value}
@@ -312,14 +322,23 @@ class Pod:
 
 def remove_cgroup(parent: str) -> None:
     """The pod's cgroup parent in every hierarchy (v1) or the unified one; the runtime removes only the
-    containers' and the pause's cgroups below it."""
+    containers' and the pause's cgroups below it. A systemd slice (the systemd driver's) is stopped, as the
+    kubelet stops a pod's slice."""
     if not parent:
+        return
+    if parent.endswith(".slice"):
+        stop_slice(os.path.basename(parent.rstrip("/")))
         return
     root = Path("/sys/fs/cgroup")
     candidates = [root / parent.lstrip("/")] if (root / "cgroup.controllers").exists() else [
         h / parent.lstrip("/") for h in root.iterdir() if h.is_dir() and not h.is_symlink()]
     for path in candidates:
         hosts.remove_cgroup(path)
+
+
+def stop_slice(name: str) -> None:
+    """Stops a slice and what is left in it; one that is not there is stopped already."""
+    subprocess.run(["systemctl", "stop", name], capture_output=True, timeout=60)
 
 
 def cgroup_file(parent: str, cid: str, v1: str, v2: str) -> Path:
@@ -333,12 +352,13 @@ def cgroup_file(parent: str, cid: str, v1: str, v2: str) -> Path:
 
 
 @contextlib.contextmanager
-def running_cri(tmp: Path) -> Iterator[Crictl]:
+def running_cri(tmp: Path, cgroup_driver: str | None = None) -> Iterator[Crictl]:
     """A CriNode on its own bridge with busybox and httpd pulled, driven by crictl, until the block ends;
-    then every pod goes, and whatever is left on the host is removed and reported."""
+    then every pod goes, and whatever is left on the host is removed and reported. `cgroup_driver`: the
+    daemon's (its default if None); with systemd, TEST_SLICE is stopped at the end too."""
     with critest_registry(tmp / "mirror") as mirror:
         before = HostState.take()
-        node = CriNode(mirror.hosts_dir, bridge="pyt-crie2e0", subnet="10.236.0.0/16")
+        node = CriNode(mirror.hosts_dir, bridge="pyt-crie2e0", subnet="10.236.0.0/16", cgroup_driver=cgroup_driver)
         server = Crictl(node)
         leaks = ""
         try:
@@ -352,6 +372,8 @@ def running_cri(tmp: Path) -> Iterator[Crictl]:
             work = node.work
             try:
                 node.cleanup()
+                if cgroup_driver == "systemd":
+                    stop_slice(f"{TEST_SLICE}.slice")
             finally:
                 leaks = cleanup(before, work, {mirror.registry_pid})
     if leaks:

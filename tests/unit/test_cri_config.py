@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pynode_os.cgroups import CGROUP2_SUPER_MAGIC
 from pyruntime.cri import config
 from pyruntime.cri.main import claim_socket, main
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
+from pyruntime.linux.syscalls import Syscalls
 
 
 def test_defaults_pass_their_own_checks():
@@ -38,7 +40,6 @@ def test_file_then_flags(tmp_path):
     ('cni_bin_dirs = ["relative"]', "config.toml: cni_bin_dirs: must be an absolute path"),
     ('listen = "tcp://127.0.0.1:1"', "config.toml: listen: must be unix://PATH"),
     ('stream_address = "127.0.0.1"', "config.toml: stream_address: must be HOST:PORT"),
-    ('cgroup_driver = "systemd"', "config.toml: cgroup_driver: systemd:"),
     ('log_level = "loud"', "config.toml: log_level: must be one of"),
     ('image_pull_progress_timeout = "5 minutes"', "config.toml: image_pull_progress_timeout: must be a duration"),
     ('listne = "unix:///x"', "config.toml: listne: unknown setting"),
@@ -169,3 +170,48 @@ def test_bad_registry_auth_is_named_without_its_secret(value, message):
     text = str(raised.value)
     assert text.startswith("--registry-auth: ") and message in text
     assert SECRET not in text and "alice" not in text
+
+
+TMPFS_MAGIC = 0x01021994
+
+
+class CgroupRoot(Syscalls):
+    """A host whose cgroup root is of filesystem type `magic`."""
+
+    def __init__(self, magic: int) -> None:
+        self.magic = magic
+
+    def statfs_type(self, path: str) -> int:
+        return self.magic
+
+
+def test_the_systemd_driver_is_refused_at_start_on_a_host_without_systemd(tmp_path, monkeypatch):
+    """Taken as a setting anywhere; at start (with the host's syscall layer) only where the driver works, with
+    its reason."""
+    from pyruntime.linux.cgroups import systemd
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    flags = {"cgroup_driver": "systemd", "cni_bin_dirs": (str(bin_dir),)}
+    cfg = config.load(None, flags)
+    assert cfg.cgroup_driver == "systemd"
+    assert cfg.runtime_settings("/r", "/i").systemd_cgroup
+    v1, v2 = CgroupRoot(TMPFS_MAGIC), CgroupRoot(CGROUP2_SUPER_MAGIC)  # a legacy or hybrid host's root; unified
+    monkeypatch.setattr(systemd, "booted", lambda: False)
+    with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: systemd is not running on this host"):
+        config.load(None, flags, host=v2)
+    monkeypatch.setattr(systemd, "booted", lambda: True)
+    with pytest.raises(InvalidArgumentError, match=r"^--cgroup-driver: systemd: the systemd cgroup driver needs a "
+                                                   r"cgroup v2"):
+        config.load(None, flags, host=v1)
+    assert config.load(None, flags, host=v2).cgroup_driver == "systemd"
+    assert config.load(None, {**flags, "cgroup_driver": "cgroupfs"}, host=v1).cgroup_driver == "cgroupfs"
+
+
+def test_the_daemon_checks_the_systemd_driver_against_this_host(tmp_path, monkeypatch):
+    from pyruntime.cri import main as cri_main
+    from pyruntime.linux.cgroups import systemd
+    monkeypatch.setattr(systemd, "booted", lambda: False)
+    monkeypatch.setattr(cri_main, "serve", lambda cfg: pytest.fail("served without the host's checks"))
+    result = CliRunner().invoke(main, ["--cgroup-driver", "systemd", "--cni-bin-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "--cgroup-driver: systemd: systemd is not running on this host" in result.output

@@ -547,8 +547,18 @@ def test_cgroups_path():
     assert ocispec.cgroups_path("", "c1", "cgroupfs") == "/pyruntime/c1"
     assert ocispec.cgroups_path("/kubepods.slice/kubepods-pod1.slice", "c1", "systemd") == \
         "kubepods-pod1.slice:pyruntime-cri:c1"
+    assert ocispec.cgroups_path("kubepods-besteffort-pod1_2.slice", "c1", "systemd") == \
+        "kubepods-besteffort-pod1_2.slice:pyruntime-cri:c1"
+    assert ocispec.cgroups_path("", "c1", "systemd") == "system.slice:pyruntime-cri:c1"
     with pytest.raises(InvalidArgumentError):
         ocispec.cgroups_path("", "c1", "bogus")
+
+
+def test_a_built_in_pause_that_stays_is_a_scope_in_the_pods_slice_with_the_systemd_driver():
+    from pyruntime.cri.pause import pause_cgroup
+    parent = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice"
+    assert pause_cgroup(parent, "s1", systemd=True) == "kubepods-besteffort-pod1_2.slice:pyruntime-cri:s1"
+    assert pause_cgroup("/kubepods/besteffort/pod1", "s1") == "/kubepods/besteffort/pod1/pause"
 
 
 def test_annotations(rootfs, layout):

@@ -100,6 +100,15 @@ def test_command_line_stops_naming_the_setting(tmp_path):
     assert "unknown field bogus" in result.output
 
 
+def test_the_systemd_cgroup_driver_stops_the_start_on_a_host_without_systemd(tmp_path, monkeypatch):
+    from pykubelet import main as kubelet_main
+    monkeypatch.setattr(kubelet_main, "booted", lambda: False)
+    result = CliRunner().invoke(main, ["--config", str(write(tmp_path, {"cgroupDriver": "systemd"})),
+                                       "--hostname-override", "n"])
+    assert result.exit_code == 2
+    assert "cgroupDriver: systemd: systemd is not running on this host" in result.output
+
+
 DATA = Path(__file__).parent / "data" / "kubelet"
 
 

@@ -224,8 +224,6 @@ def test_node_readings(tmp_path):
     info = manager.meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nInactive(file): 300 kB\nHugePages_Total: 0\n")
     assert manager.memory_observation(info) == Observation(400 * 1024, 1000 * 1024)
     assert manager.pid_observation(4_194_304, 300) == Observation(4_194_004, 4_194_304)
-    assert manager.slice_path("kubepods-besteffort-pod1_2.slice") == \
-        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice"
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_bytes(b"x" * 8192)
     (tmp_path / "d" / "hard").hardlink_to(tmp_path / "d" / "f")

@@ -20,7 +20,7 @@ START_PATH = ["pyruntime.cli.main", "pyruntime.runtime", "pyruntime.container.cr
               "pyruntime.container.exec", "pyruntime.linux.capabilities", "pyruntime.linux.seccomp.profile",
               "pyruntime.linux.seccomp.compiler", "pyruntime.linux.seccomp.loader",
               "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2", "pyruntime.linux.cgroups.resources",
-              "pyruntime.oci.validate"]
+              "pyruntime.linux.cgroups.systemd", "pyruntime.oci.validate"]
 HEAVY = {"json", "re", "enum", "socket", "signal", "selectors", "collections", "functools", "contextlib", "array",
          "typing", "dataclasses", "inspect", "subprocess", "threading", "logging", "shutil", "tempfile"}
 
@@ -43,3 +43,9 @@ def test_start_and_state_load_neither_the_cgroup_managers_nor_ctypes():
     stops short of the managers and the syscall layer, a quarter of those commands' imports."""
     watched = {"ctypes", "pyruntime.linux.syscalls", "pyruntime.linux.cgroups.v1", "pyruntime.linux.cgroups.v2"}
     assert _loaded(["pyruntime.cli.main", "pyruntime.runtime", "pyruntime.container.control"], watched) == []
+
+
+def test_the_systemd_driver_loads_its_d_bus_client_only_to_talk_to_systemd():
+    """`--systemd-cgroup create` validates its path and builds the scope's properties before it asks systemd;
+    jeepney comes with the first call (pynode_os.systemd.DBusSystemd), and never to a cgroupfs command."""
+    assert _loaded([*START_PATH, "pynode_os.systemd"], {"jeepney"}) == []

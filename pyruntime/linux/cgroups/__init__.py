@@ -70,13 +70,17 @@ def mounts() -> HostMounts:
 
 
 def manager(cgroups_path: str, container_id: str, kernel: Syscalls,
-            host_mounts: HostMounts | None = None) -> CgroupManager:
+            host_mounts: HostMounts | None = None, systemd: bool = False) -> CgroupManager:
     """The manager for a container's cgroupsPath; a path this runtime refuses raises ValueError.
 
     An absolute path is relative to each hierarchy's root, a relative one to the runtime's own cgroup (on a
     pure v2 host to its parent, as runc's fs2 driver: paths.parent_of_own), and an empty one means
-    /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None).
+    /pyruntime/<id>. `host_mounts`: mounts() as the caller read it (read if None). `systemd`: the systemd
+    driver's scope for a "slice:prefix:name" path (systemd.py), whose D-Bus client is loaded only then.
     """
+    if systemd:
+        from pyruntime.linux.cgroups.systemd import SystemdManager
+        return SystemdManager(cgroups_path, container_id, kernel)
     from pyruntime.linux.cgroups.v1 import V1Manager
     from pyruntime.linux.cgroups.v2 import V2Manager
     absolute, parts = split_path(cgroups_path, container_id)

@@ -198,6 +198,11 @@ class CgroupManager(ABC):
     def add(self, pid: int) -> None:
         """Moves a process, with all its threads, into the cgroup."""
 
+    def needs_pid(self) -> bool:
+        """True when the cgroup is made only around a first process (systemd's scope): the caller then forks
+        that process outside any cgroup and hands it to add(), which makes the cgroup."""
+        return False
+
     @abstractmethod
     def cgroup2_dir(self) -> str | None:
         """The cgroup's directory in the cgroup2 hierarchy (a unified host's, or a hybrid host's cgroup2
