@@ -58,11 +58,15 @@ GUEST_SUITE = (  # relative to the checkout: what runs the runtime on the host's
     "tests/integration/test_cni_bridge.py::test_vlan",  # the bridge's VLAN filtering, which this VM's kernel lacks
     "tests/integration/test_cri_crictl.py",  # the CRI through crictl: limits in the pod's cgroups, exec, logs
     "tests/integration/test_cri_registry_creds.py",  # the node's registry credentials reach no other registry
+    "tests/integration/test_systemd_cgroup.py",  # issue 24 item 4: containers as transient scopes, the slices
+    "tests/integration/test_cri_systemd.py",  # pyruntime-cri with cgroup_driver systemd: a pod's scopes, limits
 )
 GUEST_SKIPS = {  # test id (less its parameters) -> why it cannot run on a pure v2 host
     "tests/integration/test_devices_v2.py::test_program_answers_as_the_v1_devices_cgroup":
         "the differential test compares the program with the v1 devices cgroup, which a pure v2 host has not "
         "(it runs on the hybrid host in make test)",
+    "tests/integration/test_systemd_cgroup.py::test_the_driver_is_refused_with_its_reason_where_it_cannot_work":
+        "the refusal is for a host without systemd or cgroup v2; this one has both (it runs on the hybrid host)",
 }
 GUEST_DIR = "/root/pynode-suite"  # the checkout's tests/ and setup.cfg (pytest's config), .venv the node's venv
 GUEST_VENV = "/opt/pynode/venv"  # provision.sh's
