@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from collections import deque
-from pathlib import Path
 
 from pynode_os.files import atomic_write, make_dirs
 from pynode_os.systemd import SystemdError, manager_call, open_bus, reply
@@ -32,7 +30,7 @@ LOGIND_PATH = "/org/freedesktop/login1"
 LOGIND_INTERFACE = "org.freedesktop.login1.Manager"
 LOGIND_UNIT = "systemd-logind.service"
 SIGHUP = 1
-CONF_DIR = Path("/etc/systemd/logind.conf.d")
+CONF_DIR = "/etc/systemd/logind.conf.d"
 KUBELET_CONF = "99-kubelet.conf"
 
 
@@ -74,10 +72,10 @@ def override_text(seconds: float) -> str:
     return f"# Kubelet logind override\n[Login]\nInhibitDelayMaxSec={seconds:.0f}\n"
 
 
-def override_inhibit_delay(seconds: float, directory: Path = CONF_DIR) -> Path:
+def override_inhibit_delay(seconds: float, directory: str = CONF_DIR) -> str:
     """Writes the kubelet's logind drop-in (in effect after reload()); returns its path."""
     make_dirs(directory, 0o755, chmod=os.chmod, narrow=False)  # logind's directory, maybe made by the admin
-    path = directory / KUBELET_CONF
+    path = os.path.join(directory, KUBELET_CONF)
     atomic_write(path, override_text(seconds).encode(), mode=0o644)
     return path
 
@@ -115,6 +113,8 @@ class DBusLogind(Logind):
     def watch_shutdown(self) -> None:
         """The match names no sender, as the stock kubelet's: a PrepareForShutdown sent by anyone on the bus
         with logind's path and interface counts (Kubernetes' e2e tests emit it with dbus-send)."""
+        from collections import deque
+
         from jeepney import MatchRule, message_bus
         rule = MatchRule(type="signal", interface=LOGIND_INTERFACE, member="PrepareForShutdown", path=LOGIND_PATH)
         self._signals = self._conn.filter(rule, queue=deque())

@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
@@ -111,7 +110,7 @@ class ShutdownManager:
     def __init__(self, settings: Settings, *, events: EventRecorder | None = None,
                  on_change: Callable[[], None] = lambda: None,
                  connect: Callable[[], logind_os.Logind] = logind_os.DBusLogind,
-                 conf_dir: Path = logind_os.CONF_DIR, clock: Callable[[], float] = time.monotonic) -> None:
+                 conf_dir: str = logind_os.CONF_DIR, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings, self.events, self.on_change, self.clock = settings, events, on_change, clock
         self.periods = periods(settings)
         self._connect, self._conf_dir = connect, conf_dir

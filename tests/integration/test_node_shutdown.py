@@ -36,7 +36,8 @@ NODE, NODE_IP = "pynode-shutdown", "10.201.0.44"
 GRACE, CRITICAL_GRACE = 8, 4  # the pods below system-critical get 8 - 4 s, then the critical ones 4 s
 SLACK = 3.0  # a kill's start and the runtime's stop, over the grace period
 SLEEPER = ["sh", "-c", "echo started; exec sleep 3600"]  # pid 1 ignores SIGTERM: killed at its grace's end
-DROP_IN = logind.CONF_DIR / logind.KUBELET_CONF
+CONF_DIR = Path(logind.CONF_DIR)
+DROP_IN = CONF_DIR / logind.KUBELET_CONF
 LOCK = ("shutdown", "kubelet", "Kubelet needs time to handle node shutdown", "delay")
 
 
@@ -95,14 +96,14 @@ def logind_as_found() -> Iterator[float]:
     """logind's InhibitDelayMaxSec now; afterwards, the kubelet's drop-in gone (or as it was) and logind
     reloaded with it, and no shutdown left announced."""
     before = DROP_IN.read_bytes() if DROP_IN.exists() else None
-    made_dir = not logind.CONF_DIR.exists()
+    made_dir = not CONF_DIR.exists()
     delay = inhibit_delay()
     yield delay
     emit(False)
     if before is None:
         DROP_IN.unlink(missing_ok=True)
         if made_dir:
-            shutil.rmtree(logind.CONF_DIR, ignore_errors=True)
+            shutil.rmtree(CONF_DIR, ignore_errors=True)
     else:
         DROP_IN.write_bytes(before)
     subprocess.run(["systemctl", "kill", "--signal=HUP", logind.LOGIND_UNIT], check=True, timeout=30)

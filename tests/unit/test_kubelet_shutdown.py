@@ -131,7 +131,8 @@ class Clock:
 
 def manager(tmp_path, fake: FakeLogind, **settings) -> shutdown.ShutdownManager:
     s = Settings(node_name="n", **settings)
-    return shutdown.ShutdownManager(s, connect=lambda: fake, conf_dir=tmp_path / "logind.conf.d", clock=Clock())
+    return shutdown.ShutdownManager(s, connect=lambda: fake, conf_dir=str(tmp_path / "logind.conf.d"),
+                                     clock=Clock())
 
 
 def test_a_shorter_inhibit_delay_is_raised_by_the_drop_in_and_a_reload(tmp_path):

@@ -5,6 +5,7 @@ as the stock kubelet writes it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -89,7 +90,7 @@ def test_the_logind_client_hands_out_prepare_for_shutdown_from_any_sender():
 
 @pytest.mark.parametrize("seconds", [30, 30.4])
 def test_the_drop_in_is_the_stock_kubelets(tmp_path, seconds):
-    path = logind.override_inhibit_delay(seconds, tmp_path / "logind.conf.d")
+    path = Path(logind.override_inhibit_delay(seconds, str(tmp_path / "logind.conf.d")))
     assert path == tmp_path / "logind.conf.d" / "99-kubelet.conf"
     assert path.read_text() == "# Kubelet logind override\n[Login]\nInhibitDelayMaxSec=30\n"
     assert oct(path.stat().st_mode & 0o777) == oct(0o644 & ~_umask())
