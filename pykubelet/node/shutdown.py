@@ -183,7 +183,7 @@ class ShutdownManager:
                 log.info("logind's InhibitDelayMaxSec is %gs, less than the %ds shutdown grace period: "
                          "wrote %s and reloaded logind", current, want, path)
                 logind.reload()
-                current = self._wait_delay(logind, want, stop)
+                self._wait_delay(logind, want, stop)
             self._take(logind)
             logind.watch_shutdown()
         except BaseException:
@@ -193,20 +193,19 @@ class ShutdownManager:
                  ", ".join(f"{p.priority}: {p.seconds}s" for p in self.periods))
         return logind
 
-    def _wait_delay(self, logind: logind_os.Logind, want: int, stop: threading.Event) -> float:
+    def _wait_delay(self, logind: logind_os.Logind, want: int, stop: threading.Event) -> None:
         """logind reloads its configuration after the SIGHUP returns: InhibitDelayMaxSec is read until it
         allows `want`, a few times over three seconds, as the stock kubelet's backoff."""
         current = logind.inhibit_delay()
         attempts = 1
         for pause in DELAY_CHECKS:
             if want <= current or stop.wait(pause):
-                return current
+                return
             current = logind.inhibit_delay()
             attempts += 1
         if want > current:
             raise SystemdError(f"timed out after {attempts} attempts waiting for logind InhibitDelayMaxSec to "
                                f"update to {want}s (shutdownGracePeriod), current value is {current:g}s")
-        return current
 
     def _take(self, logind: logind_os.Logind) -> None:
         fd = logind.inhibit(*INHIBIT)
@@ -245,9 +244,11 @@ class ShutdownManager:
             return
         try:
             self.kill_pods()
+        except Exception as e:  # the lock goes all the same: a kubelet that failed must not hold the shutdown
+            log.warning("node shutdown manager: stopping the pods: %s", e, exc_info=True)
         finally:
             self._release()
-            log.info("node shutdown manager: pods stopped, the node shuts down")
+            log.info("node shutdown manager: lock released, the node shuts down")
 
     def kill_pods(self) -> None:
         """Each group's pods killed at once, the group waited for up to its period before the next starts."""

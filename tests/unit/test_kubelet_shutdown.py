@@ -271,3 +271,16 @@ def test_a_pod_killed_for_the_shutdown_is_failed_and_never_starts_again(tmp_path
     assert (sent["phase"], sent["reason"], sent["message"]) == ("Failed", "Terminated", shutdown.MESSAGE)
     workers.sync(UID)
     assert rt.started == ["c-0"]
+
+
+def test_a_failure_while_stopping_the_pods_still_releases_the_lock(tmp_path, caplog):
+    fake = FakeLogind(delay=30)
+    m = manager(tmp_path, fake, shutdown_grace_period=10)
+
+    def pods() -> list[Pod]:
+        raise OSError("no pods to read")
+    m.bind(pods, lambda *_: threading.Event())
+    m._start(threading.Event())
+    with caplog.at_level(logging.WARNING):
+        m.handle(fake, True)
+    assert not is_open(fake.locks[0]) and "stopping the pods: no pods to read" in caplog.text
