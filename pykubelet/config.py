@@ -94,8 +94,10 @@ class Settings:
     system_reserved: dict[str, int] = field(default_factory=dict)
     kube_reserved: dict[str, int] = field(default_factory=dict)
     enforce_node_allocatable: list[str] = field(default_factory=lambda: ["pods"])
+    # graceful node shutdown (pykubelet/node/shutdown.py): off while all are zero or empty
     shutdown_grace_period: float = 0.0
     shutdown_grace_period_critical_pods: float = 0.0
+    shutdown_grace_period_by_pod_priority: list[dict[str, int]] = field(default_factory=list)
     node_labels: dict[str, str] = field(default_factory=dict)  # set at registration (--node-labels)
     register_with_taints: list[dict[str, str]] = field(default_factory=list)  # {key, value, effect}
     not_implemented: list[str] = field(default_factory=list)  # file fields taken and not acted on: a warning
@@ -658,10 +660,10 @@ FILE_FIELDS: dict[str, Field] = {
     "logging.options.json.infoBufferSize": ignored(any_quantity),
     "enableSystemLogHandler": ignored(boolean, pointer=True),
     "enableSystemLogQuery": ignored(boolean, pointer=True),
-    "shutdownGracePeriod": Field(duration, "shutdown_grace_period", implemented=False),
-    "shutdownGracePeriodCriticalPods": Field(duration, "shutdown_grace_period_critical_pods", implemented=False),
-    "shutdownGracePeriodByPodPriority": ignored(list_of(struct(priority=integer(-2**31, 2**31 - 1),
-                                                               shutdownGracePeriodSeconds=integer(0)))),
+    "shutdownGracePeriod": sets("shutdown_grace_period", duration),
+    "shutdownGracePeriodCriticalPods": sets("shutdown_grace_period_critical_pods", duration),
+    "shutdownGracePeriodByPodPriority": sets("shutdown_grace_period_by_pod_priority", list_of(struct(
+        priority=integer(-2**31, 2**31 - 1), shutdownGracePeriodSeconds=integer(0)))),
     "crashLoopBackOff.maxContainerRestartPeriod": ignored(duration, pointer=True),
     "reservedMemory": ignored(list_of(struct(numaNode=integer(0), limits=map_of(any_quantity)))),
     "enableProfilingHandler": ignored(boolean, pointer=True),
@@ -805,6 +807,7 @@ def _validate(s: Settings) -> Settings:
     if s.container_log_monitor_interval < 3:
         raise ConfigError("containerLogMonitorInterval: expected at least 3s, as the kubelet, got "
                           f"{s.container_log_monitor_interval:g}s")
+    _validate_shutdown(s)
     if s.bootstrap_kubeconfig is not None and s.kubeconfig is None:
         raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the kubelet writes its credential to")
     bootstrapped = ("kubeconfig",) if s.bootstrap_kubeconfig is not None else ()  # written by the bootstrap
@@ -815,6 +818,20 @@ def _validate(s: Settings) -> Settings:
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
     return s
+
+
+def _validate_shutdown(s: Settings) -> None:
+    """The stock kubelet's checks of the graceful shutdown periods."""
+    total, critical = s.shutdown_grace_period, s.shutdown_grace_period_critical_pods
+    for name, value in (("shutdownGracePeriod", total), ("shutdownGracePeriodCriticalPods", critical)):
+        if 0 < value < 1:
+            raise ConfigError(f"{name}: expected zero or at least 1s, as the kubelet, got {value:g}s")
+    if critical > total:
+        raise ConfigError(f"shutdownGracePeriodCriticalPods: expected at most shutdownGracePeriod ({total:g}s), "
+                          f"got {critical:g}s")
+    if s.shutdown_grace_period_by_pod_priority and (total or critical):
+        raise ConfigError("shutdownGracePeriodByPodPriority: expected either it or shutdownGracePeriod and "
+                          "shutdownGracePeriodCriticalPods, as the kubelet, got both")
 
 
 def eviction_thresholds(s: Settings) -> list:

@@ -48,6 +48,7 @@ PRELOAD = (
     "pykubelet.runtime", "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics",
     "pykubelet.volumes.manager", "yaml",
     "pykubelet.pods.slices", "jeepney", "jeepney.io.blocking",  # the systemd cgroup driver's slices, over D-Bus
+    "pykubelet.node.shutdown",  # graceful node shutdown, over logind's D-Bus
 )
 
 
@@ -214,8 +215,10 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         client = api_pods = services = tls = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         from pykubelet.eviction.manager import EvictionManager
+        from pykubelet.node.shutdown import ShutdownManager
 
         evictions = EvictionManager(runtime, settings)
+        shutdown = ShutdownManager(settings)
         loops: list[tuple[str, Callable[[threading.Event], None]]] = []
         if settings.kubeconfig is None:
             log.info("no --kubeconfig: standalone mode, static pods only")
@@ -234,8 +237,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             tls = _serving_tls(settings, client, loops)
             events = EventRecorder(client, settings.node_name)
             events.event(node_ref(settings.node_name), NORMAL, "Starting", "Starting kubelet.")
-            status = NodeStatus(client, runtime, settings, events=events, pressure=evictions.conditions)
-            evictions.on_change = status.changed.set
+            status = NodeStatus(client, runtime, settings, events=events, pressure=evictions.conditions,
+                                shutdown=shutdown.problem)
+            evictions.on_change = shutdown.on_change = status.changed.set
             if not register(client, settings, status, stop):
                 return
             api_pods = pod_informer(client, settings.node_name)
@@ -260,8 +264,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             workers.slices.ensure_node()  # kubepods.slice and the QoS slices, before any pod (as the stock kubelet)
         evictions.events = events
         evictions.bind(workers.reported_pods, workers.evict)
+        shutdown.events = events
+        shutdown.bind(workers.reported_pods, workers.kill)
         if workers.admission is not None:
             workers.admission.pressure = evictions.admit
+            workers.admission.shutdown = shutdown.admit
+        if shutdown.enabled:
+            loops.append(("node-shutdown", shutdown.run))
         loops += [("pod-workers", workers.run), ("image-gc", ImageGC(runtime, settings, events).run),
                   ("eviction", evictions.run),
                   ("log-rotation", LogRotator(runtime, settings).run)]

@@ -19,6 +19,8 @@ One module per job, each the one implementation there is:
   three times: the OCI validation, the CRI pause, the kubelet's admission);
 - systemd: slice naming and units started and stopped over D-Bus, for the runtime's systemd cgroup driver (its
   scopes) and the kubelet's (its slices), which may not import each other.
+- logind: systemd-logind's shutdown inhibitor lock and PrepareForShutdown, for the kubelet's graceful node
+  shutdown, over `systemd`'s D-Bus helpers.
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls

@@ -192,17 +192,13 @@ class DBusSystemd(SystemdBus):
         from collections import deque
 
         from jeepney import MatchRule, message_bus
-        from jeepney.io.blocking import open_dbus_connection
-        try:
-            conn = open_dbus_connection(bus=self._address)
-        except (OSError, ValueError, KeyError) as e:
-            raise SystemdError(f"connect to the D-Bus system bus: {e}") from e
+        conn = open_bus(self._address)
         rule = MatchRule(type="signal", sender=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE, member="JobRemoved",
                          path=SYSTEMD_PATH)
         try:
             self._jobs = conn.filter(rule, queue=deque())
-            _reply(conn, message_bus.AddMatch(rule))
-            _reply(conn, _manager_call("Subscribe", None, ()))
+            reply(conn, message_bus.AddMatch(rule))
+            reply(conn, manager_call("Subscribe", None, ()))
         except BaseException:
             conn.close()
             raise
@@ -210,7 +206,7 @@ class DBusSystemd(SystemdBus):
         return conn
 
     def _call(self, member: str, signature: str | None, *body: object) -> tuple:
-        return _reply(self._connect(), _manager_call(member, signature, body))
+        return reply(self._connect(), manager_call(member, signature, body))
 
     def start_transient_unit(self, name: str, properties: list[Property]) -> str:
         return str(self._call("StartTransientUnit", "ssa(sv)a(sa(sv))", name, "replace", properties, [])[0])
@@ -230,8 +226,8 @@ class DBusSystemd(SystemdBus):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"job {job}")
-            try:
-                conn.recv_until_filtered(self._jobs, timeout=left)
+            try:  # jeepney pops the signal it waited for off the queue and returns it: back it goes
+                self._jobs.appendleft(conn.recv_until_filtered(self._jobs, timeout=left))
             except TimeoutError:
                 raise TimeoutError(f"job {job}") from None
 
@@ -246,7 +242,7 @@ class DBusSystemd(SystemdBus):
             from jeepney import DBusAddress, Properties
             get = Properties(DBusAddress(SYSTEMD_PATH, SYSTEMD_BUS_NAME, MANAGER_INTERFACE)).get("Version")
             try:
-                (value,) = _reply(self._connect(), get)
+                (value,) = reply(self._connect(), get)
                 self._version = version_number(str(value[1]))
             except SystemdError:
                 self._version = -1
@@ -258,16 +254,27 @@ class DBusSystemd(SystemdBus):
             self._conn = None
 
 
-def _manager_call(member: str, signature: str | None, body: tuple) -> Any:
+def open_bus(address: str = "SYSTEM", enable_fds: bool = False) -> Any:
+    """A jeepney connection to the bus at `address` ("SYSTEM": the system bus); `enable_fds` lets replies carry
+    file descriptors (logind's inhibitor locks, pynode_os/logind.py). Raises SystemdError when none answers."""
+    from jeepney.io.blocking import open_dbus_connection
+    try:
+        return open_dbus_connection(bus=address, enable_fds=enable_fds)
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemdError(f"connect to the D-Bus system bus: {e}") from e
+
+
+def manager_call(member: str, signature: str | None, body: tuple) -> Any:
+    """A call of systemd's Manager (org.freedesktop.systemd1.Manager)."""
     from jeepney import DBusAddress, new_method_call
     return new_method_call(DBusAddress(SYSTEMD_PATH, SYSTEMD_BUS_NAME, MANAGER_INTERFACE), member, signature, body)
 
 
-def _reply(conn: Any, message: Any) -> tuple:
+def reply(conn: Any, message: Any) -> tuple:
     """The body of the reply to `message`; an error reply raises SystemdError with its D-Bus name."""
     from jeepney import DBusErrorResponse, MessageType
-    reply = conn.send_and_get_reply(message, timeout=JOB_TIMEOUT)
-    if reply.header.message_type == MessageType.error:
-        error = DBusErrorResponse(reply)
+    answer = conn.send_and_get_reply(message, timeout=JOB_TIMEOUT)
+    if answer.header.message_type == MessageType.error:
+        error = DBusErrorResponse(answer)
         raise SystemdError(f"{error.name}: {' '.join(str(d) for d in error.data)}", error.name)
-    return tuple(reply.body)
+    return tuple(answer.body)

@@ -370,10 +370,11 @@ def admit(pod: Pod, conditions: list[str]) -> str | None:
     return f"The node had condition: [{' '.join(conditions)}]. "
 
 
-def evicted_status(last: dict, message: str, now: str) -> dict:
+def evicted_status(last: dict, message: str, now: str, reason: str = REASON) -> dict:
     """The status of an evicted pod, once its containers are killed, as the kubelet's: phase Failed, reason
     Evicted, a DisruptionTarget condition, not ready, and every container terminated (`last`: the status
-    last sent, for the containers' ids and start times)."""
+    last sent, for the containers' ids and start times). A pod the shutdown manager killed has it too, with
+    its own `reason` (pykubelet/node/shutdown.py)."""
     def terminated(s: dict) -> dict:
         running = (s.get("state") or {}).get("running")
         if running is not None:
@@ -394,7 +395,7 @@ def evicted_status(last: dict, message: str, now: str) -> dict:
             c.update(status="False", **({} if c["type"] == "PodReadyToStartContainers" else {"reason": "PodFailed"}))
     conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
                        "message": message})
-    status = {**last, "phase": "Failed", "reason": REASON, "message": message, "conditions": conditions}
+    status = {**last, "phase": "Failed", "reason": reason, "message": message, "conditions": conditions}
     for kind in ("containerStatuses", "initContainerStatuses"):
         if kind in last:
             status[kind] = [terminated(s) for s in last[kind]]

@@ -11,7 +11,8 @@ NodeHasSufficientMemory...), and Ready says which part failed: "container runtim
 down" names the CRI endpoint, so a NotReady node tells its operator where to look.
 
 A runtime that answers slowly is not a runtime that is down: only a failed CRI Status call or a runtime
-that says it is not ready turns Ready False, never a slow pod sync (upstream's "PLEG is not healthy").
+that says it is not ready turns Ready False, never a slow pod sync (upstream's "PLEG is not healthy"); and
+the host shutting down ("node is shutting down", pykubelet/node/shutdown.py).
 """
 from __future__ import annotations
 
@@ -171,10 +172,12 @@ class NodeStatus:
 
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings,
                  clock: Callable[[], float] = time.monotonic, events: EventRecorder | None = None,
-                 pressure: Callable[[], list[str]] = list) -> None:
-        # pressure(): the pressure conditions that hold (the eviction manager's, pykubelet/eviction)
+                 pressure: Callable[[], list[str]] = list,
+                 shutdown: Callable[[], str | None] = lambda: None) -> None:
+        # pressure(): the pressure conditions that hold (the eviction manager's, pykubelet/eviction);
+        # shutdown(): "node is shutting down" while it is (pykubelet/node/shutdown.py), else None
         self.client, self.runtime, self.settings, self.events = client, runtime, settings, events
-        self.pressure = pressure
+        self.pressure, self.shutdown = pressure, shutdown
         self._clock = clock
         self._transitions: dict[str, tuple[str, str]] = {}  # type -> (status, lastTransitionTime)
         self._last_sent: dict | None = None
@@ -196,6 +199,9 @@ class NodeStatus:
             reason, message = CONDITION_TEXT[kind][under]
             out.append(self._condition(kind, "True" if under else "False", reason, message, now))
         problems = runtime_problems(self.runtime, self.settings.container_runtime_endpoint)
+        shutting_down = self.shutdown()
+        if shutting_down is not None:
+            problems.append(shutting_down)
         if problems:
             out.append(self._condition("Ready", "False", "KubeletNotReady", "; ".join(problems), now))
         else:

@@ -196,6 +196,8 @@ class Admission:
         self._runtime_class_known = runtime_class_known
         # the eviction manager's admit handler (pykubelet/eviction): a rejection message under node pressure
         self.pressure: Callable[[Pod], str | None] = lambda _pod: None
+        # the shutdown manager's (pykubelet/node/shutdown.py), the kubelet's last: a rejection while it shuts down
+        self.shutdown: Callable[[Pod], Verdict | None] = lambda _pod: None
         self._sysctls = sysctls or Allowlist.for_node([])
         self._admitted: set[str] = set()
         self._rejected: dict[str, Verdict] = {}
@@ -218,6 +220,8 @@ class Admission:
             pressure = self.pressure(pod)
             if pressure is not None:  # the kubelet's first admit handler: its verdict stands before the others'
                 verdict = Verdict(False, "Evicted", pressure)
+            if verdict.admit:
+                verdict = self.shutdown(pod) or verdict
             if verdict.admit:
                 self._admitted.add(uid)
             else:

@@ -38,6 +38,7 @@ from pykubelet.events import WARNING, EventRecorder, pod_ref
 from pykubelet.eviction.policy import REASON as EVICTED
 from pykubelet.eviction.policy import evicted_status
 from pykubelet.health import Heartbeats
+from pykubelet.node.shutdown import REASON as SHUT_DOWN
 from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
@@ -88,7 +89,8 @@ class PodWorkers:
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
         # pod uid -> (the informer's object, its parse): a change is a new object, parsed once
         self._parsed: dict[str, tuple[Any, Pod]] = {}
-        self._evictions: dict[str, tuple[str, int, threading.Event]] = {}  # uid -> (message, grace, done)
+        # uid -> (reason, message, grace, done): a kill the eviction or the shutdown manager asked for
+        self._kills: dict[str, tuple[str, str, int, threading.Event]] = {}
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
 
@@ -138,11 +140,11 @@ class PodWorkers:
             return None
         sent = self.statuses.last(uid)
         with self._lock:
-            eviction = self._evictions.get(uid)
-        if eviction is not None:
-            self._evict(uid, pod, state, *eviction)
+            kill = self._kills.get(uid)
+        if kill is not None:
+            self._kill_now(uid, pod, state, *kill)
             return None
-        if sent.get("reason") == EVICTED:  # nothing of an evicted pod starts again
+        if sent.get("reason") in (EVICTED, SHUT_DOWN):  # nothing of a pod the kubelet killed starts again
             return None
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
@@ -230,32 +232,40 @@ class PodWorkers:
             self.events.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
-    def evict(self, uid: str, message: str, grace: int, timeout: float = 30.0) -> bool:
-        """Kills pod `uid` (`grace` seconds) and marks it Failed, Evicted, with `message`: the eviction
-        manager's decision (pykubelet/eviction), carried out by the pod's own sync so that it never races
-        one. True once done; False if not done within `timeout` (the kubelet's podCleanupTimeout)."""
+    def kill(self, uid: str, reason: str, message: str, grace: int) -> threading.Event:
+        """Kills pod `uid` (`grace` seconds) and marks it Failed with `reason` and `message` (and a
+        DisruptionTarget condition): the eviction manager's decision (pykubelet/eviction) or the shutdown
+        manager's (pykubelet/node/shutdown.py), carried out by the pod's own sync so that it never races one.
+        The event is set once done."""
         done = threading.Event()
         with self._lock:
-            self._evictions[uid] = (message, grace, done)
+            self._kills[uid] = (reason, message, grace, done)
         self.queue.add(uid)
+        return done
+
+    def evict(self, uid: str, message: str, grace: int, timeout: float = 30.0) -> bool:
+        """kill() as Evicted, waited for: True once done; False if not done within `timeout` (the kubelet's
+        podCleanupTimeout), and then it is not done at all."""
+        done = self.kill(uid, EVICTED, message, grace)
         finished = done.wait(timeout)
         with self._lock:
-            if not finished and self._evictions.get(uid, ("", 0, None))[2] is done:
-                self._evictions.pop(uid)
+            if not finished and self._kills.get(uid, ("", "", 0, None))[3] is done:
+                self._kills.pop(uid)
         return finished
 
-    def _evict(self, uid: str, pod: Pod, state, message: str, grace: int, done: threading.Event) -> None:
+    def _kill_now(self, uid: str, pod: Pod, state, reason: str, message: str, grace: int,
+                  done: threading.Event) -> None:
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
         meta, current = pod.metadata, pod.raw.get("status")
-        status = evicted_status(self.statuses.last(uid) or current or {}, message, now())
+        status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason)
         self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
-        if self.events is not None:
+        if self.events is not None and reason == EVICTED:  # the stock shutdown manager records no pod event
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)
         with self._lock:
-            self._evictions.pop(uid, None)
+            self._kills.pop(uid, None)
         done.set()
 
     def resend_status(self, uid: str) -> None:

@@ -224,10 +224,10 @@ def test_require_systemd_refuses_a_host_without_it(monkeypatch):
 
 def test_the_d_bus_messages_marshal():
     """The property shapes above are what jeepney can put on the wire as a(sv)."""
-    from pynode_os.systemd import _manager_call
+    from pynode_os.systemd import manager_call
     props, _ = systemd.unit_properties("a.slice", "n", 1, Resources(cpu=Cpu(cpus="0-3")), 252)
-    _manager_call("StartTransientUnit", "ssa(sv)a(sa(sv))", ("p-n.scope", "replace", props, [])).serialise(serial=1)
-    _manager_call("SetUnitProperties", "sba(sv)", ("p-n.scope", True, props)).serialise(serial=2)
+    manager_call("StartTransientUnit", "ssa(sv)a(sa(sv))", ("p-n.scope", "replace", props, [])).serialise(serial=1)
+    manager_call("SetUnitProperties", "sba(sv)", ("p-n.scope", True, props)).serialise(serial=2)
 
 
 def _spec(cgroups_path: str, annotations: dict | None = None):

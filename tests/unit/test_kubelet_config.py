@@ -132,7 +132,7 @@ def test_every_v1beta1_field_is_taken():
     values = config.load_file(path)
     s = config.Settings(**values)
     assert s.not_implemented == [name for name, f in config.FILE_FIELDS.items() if not f.implemented]
-    assert "cpuManagerPolicy" in s.not_implemented and "shutdownGracePeriod" in s.not_implemented
+    assert "cpuManagerPolicy" in s.not_implemented and "shutdownGracePeriod" not in s.not_implemented
     assert s.rotate_certificates and s.server_tls_bootstrap
     assert (s.resolv_conf, s.healthz_port, s.healthz_bind_address) == (
         Path("/run/systemd/resolve/resolv.conf"), 10248, "127.0.0.1")
@@ -142,6 +142,7 @@ def test_every_v1beta1_field_is_taken():
     assert s.system_reserved == {"cpu": 500, "memory": 512 << 20, "ephemeral-storage": 1 << 30, "pid": 1000}
     assert s.kube_reserved == {"cpu": 1000, "memory": 256 << 20}
     assert (s.shutdown_grace_period, s.shutdown_grace_period_critical_pods) == (30.0, 10.0)
+    assert s.shutdown_grace_period_by_pod_priority == [{"priority": 100000, "shutdownGracePeriodSeconds": 10}]
     assert s.register_with_taints == [{"key": "example.com/dedicated", "value": "infra", "effect": "NoSchedule"}]
     assert s.verbosity == 2 and s.node_status_report_frequency == 120.0
 
@@ -200,6 +201,12 @@ def test_kubeadms_files_are_taken(tmp_path, name, expected):
     ({"shutdownGracePeriodByPodPriority": [{"priority": 1, "seconds": 3}]},
      "shutdownGracePeriodByPodPriority[0].seconds: expected a field of priority, shutdownGracePeriodSeconds"),
     ({"shutdownGracePeriod": 30}, "shutdownGracePeriod: expected a duration"),
+    ({"shutdownGracePeriod": "10s", "shutdownGracePeriodCriticalPods": "20s"},
+     "shutdownGracePeriodCriticalPods: expected at most shutdownGracePeriod (10s), got 20s"),
+    ({"shutdownGracePeriod": "500ms"}, "shutdownGracePeriod: expected zero or at least 1s, as the kubelet, got 0.5s"),
+    ({"shutdownGracePeriod": "30s", "shutdownGracePeriodByPodPriority": [{"priority": 0,
+                                                                          "shutdownGracePeriodSeconds": 30}]},
+     "shutdownGracePeriodByPodPriority: expected either it or shutdownGracePeriod"),
     ({"staticPodURLHeader": {"X": "a"}}, "staticPodURLHeader.X: expected a list"),
     ({"reservedMemory": [{"numaNode": 0, "limits": {"memory": "lots"}}]},
      "reservedMemory[0].limits.memory: expected a quantity"),

@@ -129,9 +129,11 @@ class Connection:
         return self.answer(message)
 
     def recv_until_filtered(self, queue, timeout=None):
+        """As jeepney's: the message that reached the queue is popped off it and returned."""
         if not self.signals:
             raise TimeoutError
         queue.append(self.signals.pop(0))
+        return queue.popleft()
 
     def close(self):
         self.closed = True
