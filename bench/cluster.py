@@ -32,19 +32,20 @@ from pathlib import Path
 from bench import README, record_section, start_as_root
 from bench.cri import Grpc, daemon_memory, integration_lock, memory_kib, pod_memory
 from bench.runtime import pct
-from pynode_cluster import cluster
+from pynode_cluster import cluster, coredns
 from pynode_cluster.hosts import wait_for
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.cluster_admin import kubectl, provision
 
 PLOT = README.with_name("cluster-start-latency.png")
 BEGIN, END = "<!-- bench-cluster:begin -->", "<!-- bench-cluster:end -->"
-SIZES = (30, 110)
+SIZES = (30, 108)  # 108: the node full (maxPods 110) with CoreDNS's two pods
 PAIRS = tuple(f"{k}/{r}" for k in KUBELETS for r in RUNTIMES)
 BASE, OURS = "kubelet/containerd", "pykubelet/pyruntime-cri"
 APP, NAMESPACE = "bench", "default"
 SETTLE = 5.0  # s after the last pod Ready before memory is read (status patches, the runtime's bookkeeping)
 MIB = 1024
+NAMESPACE_LABEL = "io.kubernetes.pod.namespace"  # the kubelet's label on a container: its pod's namespace
 
 
 def log(message: str) -> None:
@@ -98,19 +99,22 @@ def summary(latencies: list[float]) -> dict[str, float]:
 
 
 def node_empty(node) -> bool:
-    """No ready sandbox, no running container and no IP held in host-local's store (as the journey checks);
-    dead sandboxes the stock kubelet removes later cost nothing running."""
+    """No ready sandbox, no running container and no IP held in host-local's store (as the journey checks) but
+    the cluster's own pods' (CoreDNS, kube-system); dead sandboxes the stock kubelet removes later cost nothing
+    running."""
     from proto import api_pb2
     from pykubelet.runtime import CRIRuntime
 
     client = CRIRuntime(node.endpoint, timeout=30)
     try:
-        if any(s.state == api_pb2.SANDBOX_READY for s in client.list_pod_sandbox()) or any(
-                c.state == api_pb2.CONTAINER_RUNNING for c in client.list_containers()):
+        ready = [s for s in client.list_pod_sandbox() if s.state == api_pb2.SANDBOX_READY]
+        if any(s.metadata.namespace != coredns.NAMESPACE for s in ready) or any(
+                c.state == api_pb2.CONTAINER_RUNNING and c.labels.get(NAMESPACE_LABEL) != coredns.NAMESPACE
+                for c in client.list_containers()):
             return False
     finally:
         client.close()
-    return not [p for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()]
+    return len([p for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()]) == len(ready)
 
 
 def node_memory(node, kubelet: str, runtime: str) -> dict:
@@ -124,7 +128,8 @@ def node_memory(node, kubelet: str, runtime: str) -> dict:
         raise RuntimeError(f"{node.name}: the kubelet or the runtime is not running")
     client = CRIRuntime(node.endpoint, timeout=30)
     try:
-        ready = {s.id for s in client.list_pod_sandbox() if s.state == api_pb2.SANDBOX_READY}
+        ready = {s.id for s in client.list_pod_sandbox()
+                 if s.state == api_pb2.SANDBOX_READY and s.metadata.namespace != coredns.NAMESPACE}
         pods = [(c.pod_sandbox_id, c.id) for c in client.list_containers()
                 if c.state == api_pb2.CONTAINER_RUNNING and c.pod_sandbox_id in ready]
     finally:

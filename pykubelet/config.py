@@ -3,9 +3,11 @@ file (kubelet.config.k8s.io/v1beta1, YAML or JSON, `--config`), then command-lin
 the one before, as the stock kubelet merges them.
 
 A typo in a config file must not silently fall back to a default (a node that registers with the wrong
-max-pods or serves without client CA is worse than one that does not start), so any field this kubelet
-does not know stops start-up naming it, and every value is checked here with a message naming the flag
-or the field path. Everything downstream reads a validated Settings object and never re-parses.
+max-pods or serves without client CA is worse than one that does not start), so a field that is not in
+v1beta1 stops start-up naming it, and every value is checked here, with a message naming the flag or the
+field path. The file the stock kubelet takes is taken here too (kubeadm's, `make cluster`'s): every field of
+v1beta1 is in FILE_FIELDS, either implemented or accepted and named in one warning at start-up
+(Settings.not_implemented). Everything downstream reads a validated Settings object and never re-parses.
 """
 from __future__ import annotations
 
@@ -14,12 +16,17 @@ import ipaddress
 import json
 import re
 import socket
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from pykubelet.durations import duration
 from pykubelet.errors import InvalidArgumentError
+from pykubelet.featuregates import feature_gates
 
 API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KIND = "KubeletConfiguration"
@@ -77,6 +84,26 @@ class Settings:
     eviction_max_pod_grace_period: int = 0
     eviction_pressure_transition_period: float = 300.0
     allowed_unsafe_sysctls: list[str] = field(default_factory=list)  # names, or prefixes ending in *
+    resolv_conf: Path | None = Path("/etc/resolv.conf")  # the host's DNS for pods; None: none (resolvConf "")
+    healthz_port: int = 10248  # 0: no healthz server
+    healthz_bind_address: str = "127.0.0.1"
+    tls_min_version: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
+    tls_cipher_suites: list[str] = field(default_factory=list)  # OpenSSL names of TLS 1.2 suites; empty: its own
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+    # node allocatable: resource -> amount (cpu in millicores, memory and ephemeral-storage in bytes, pid)
+    system_reserved: dict[str, int] = field(default_factory=dict)
+    kube_reserved: dict[str, int] = field(default_factory=dict)
+    enforce_node_allocatable: list[str] = field(default_factory=lambda: ["pods"])
+    shutdown_grace_period: float = 0.0
+    shutdown_grace_period_critical_pods: float = 0.0
+    node_labels: dict[str, str] = field(default_factory=dict)  # set at registration (--node-labels)
+    register_with_taints: list[dict[str, str]] = field(default_factory=list)  # {key, value, effect}
+    not_implemented: list[str] = field(default_factory=list)  # file fields taken and not acted on: a warning
+    # TLS bootstrap and rotation (pykubelet/certificates)
+    bootstrap_kubeconfig: Path | None = None  # with it, --kubeconfig is written once a client cert is issued
+    cert_dir: Path = Path("/var/lib/kubelet/pki")
+    rotate_certificates: bool = False
+    server_tls_bootstrap: bool = False
 
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
@@ -189,59 +216,485 @@ def node_ip(value: Any) -> str:
     return str(ip)
 
 
-# KubeletConfiguration field path -> (Settings attribute, parser). Anything else in a file is refused.
-FILE_FIELDS: dict[str, tuple[str | None, Any]] = {
-    "containerRuntimeEndpoint": ("container_runtime_endpoint", endpoint),
-    "runtimeRequestTimeout": ("runtime_request_timeout", duration),
-    "streamingConnectionIdleTimeout": ("streaming_connection_idle_timeout", duration),
-    "staticPodPath": ("static_pod_path", path),
-    "fileCheckFrequency": ("file_check_frequency", duration),
-    "address": ("address", lambda v: str(ipaddress.ip_address(v))),
-    "port": ("port", integer(1, 65535)),
-    "tlsCertFile": ("tls_cert_file", path),
-    "tlsPrivateKeyFile": ("tls_private_key_file", path),
-    "authentication.x509.clientCAFile": ("client_ca_file", path),
-    "authentication.anonymous.enabled": ("anonymous_auth", boolean),
-    "authentication.webhook.enabled": ("webhook_authentication", boolean),
-    "authentication.webhook.cacheTTL": ("authentication_webhook_cache_ttl", duration),
-    "authorization.mode": ("authorization_mode", one_of("Webhook", "AlwaysAllow")),
-    "authorization.webhook.cacheAuthorizedTTL": ("authorization_webhook_cache_authorized_ttl", duration),
-    "authorization.webhook.cacheUnauthorizedTTL": ("authorization_webhook_cache_unauthorized_ttl", duration),
-    "maxPods": ("max_pods", integer(1)),
-    "podLogsDir": ("pod_logs_dir", path),
-    "syncFrequency": ("sync_frequency", duration),
-    "nodeStatusUpdateFrequency": ("node_status_update_frequency", duration),
-    "nodeStatusReportFrequency": ("node_status_report_frequency", duration),
-    "nodeLeaseDurationSeconds": ("node_lease_duration_seconds", integer(1)),
-    "clusterDNS": ("cluster_dns", ip_list),
-    "clusterDomain": ("cluster_domain", string),
-    "cgroupDriver": ("cgroup_driver", one_of("cgroupfs", "systemd")),
-    "cgroupRoot": ("cgroup_root", string),
-    "imageGCHighThresholdPercent": ("image_gc_high_threshold_percent", integer(0, 100)),
-    "imageGCLowThresholdPercent": ("image_gc_low_threshold_percent", integer(0, 100)),
-    "imageMinimumGCAge": ("image_minimum_gc_age", duration),
-    "containerLogMaxSize": ("container_log_max_size", quantity),
-    "containerLogMaxFiles": ("container_log_max_files", integer(2)),
-    "containerLogMonitorInterval": ("container_log_monitor_interval", duration),
-    "serializeImagePulls": ("serialize_image_pulls", boolean),
-    "evictionHard": ("eviction_hard", eviction_values),
-    "evictionSoft": ("eviction_soft", eviction_values),
-    "evictionSoftGracePeriod": ("eviction_soft_grace_period", eviction_durations),
-    "evictionMinimumReclaim": ("eviction_minimum_reclaim", eviction_values),
-    "evictionMaxPodGracePeriod": ("eviction_max_pod_grace_period", integer(0)),
-    "evictionPressureTransitionPeriod": ("eviction_pressure_transition_period", duration),
-    "allowedUnsafeSysctls": ("allowed_unsafe_sysctls", sysctl_patterns),
-    # settings of the stock kubelet that have no meaning here; accepted so one file serves both
-    "failSwapOn": (None, boolean),
-    "failCgroupV1": (None, boolean),
+# --- parsers of the other v1beta1 types ----------------------------------------------------------------------
+
+class _Below(InvalidArgumentError):
+    """A value's error inside a map or a list: `path` goes after the field's own (".memory.available",
+    "[0].effect"), so the message names the whole field path."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a number, got {value!r}")
+    return float(value)
+
+
+def _at(where: str, parse, value: Any) -> Any:
+    """`parse(value)`, its error named at `where` below the field (a list's index, a map's key) and below that
+    at what the inner parser named."""
+    try:
+        return parse(value)
+    except _Below as e:
+        raise _Below(f"{where}{e.path}", str(e)) from None
+    except ValueError as e:
+        raise _Below(where, str(e)) from None
+
+
+def list_of(parse):
+    def parse_list(value: Any) -> list:
+        if not isinstance(value, list):
+            raise ValueError(f"a list, got {value!r}")
+        return [_at(f"[{i}]", parse, item) for i, item in enumerate(value)]
+    return parse_list
+
+
+def map_of(parse, key=string):
+    """A map of string keys, each value parsed by `parse`."""
+    def parse_map(value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"a map, got {value!r}")
+        return {_at(f".{k}", key, k): _at(f".{k}", parse, v) for k, v in value.items()}
+    return parse_map
+
+
+def struct(**fields):
+    """A list item that is an object of known fields (shutdownGracePeriodByPodPriority's, reservedMemory's...):
+    each present one parsed, any other refused."""
+    def parse_struct(value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"an object, got {value!r}")
+        for k in value:
+            if k not in fields:
+                raise _Below(f".{k}", f"a field of {', '.join(fields)}: unknown field {k}")
+        return {k: _at(f".{k}", fields[k], v) for k, v in value.items()}
+    return parse_struct
+
+
+def each_key(parse_map):
+    """A map parser that judges the map whole (eviction's), called one key at a time so its error names it."""
+    def parse(value: Any) -> dict:
+        if not isinstance(value, dict):
+            return parse_map(value)
+        out: dict = {}
+        for k, v in value.items():
+            try:
+                out.update(parse_map({k: v}))
+            except ValueError as e:
+                raise _Below(f".{k}", str(e).removesuffix(f" for {k}")) from None
+        return out
+    return parse
+
+
+def only(allowed: Any, why: str):
+    """A setting whose one value this kubelet takes is the one it does; any other is refused, saying why."""
+    def parse(value: Any) -> Any:
+        if value != allowed or type(value) is not type(allowed):
+            raise ValueError(f"{json.dumps(allowed)}: {why}, got {value!r}")
+        return value
+    return parse
+
+
+def ip_address(value: Any) -> str:
+    try:
+        return str(ipaddress.ip_address(string(value)))
+    except ValueError:
+        raise ValueError(f"an IP address, got {value!r}") from None
+
+
+_ANY_QUANTITY = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?")
+_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
+             "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
+             "E": Decimal(10**18), **{s: Decimal(1 << (10 * (i + 1))) for i, s in enumerate(
+                 ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
+
+
+def any_quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity of any unit ("0", "1Gi", "100m", "1e3"), as its amount (of settings not
+    implemented: it is checked, and zero is told from the rest)."""
+    m = _ANY_QUANTITY.fullmatch(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) \
+        else None
+    if m is None:
+        raise ValueError(f"a quantity such as \"1Gi\" or \"100m\", got {value!r}")
+    amount = Decimal(m.group(1))
+    return amount * Decimal(10) ** int(m.group(2)) if m.group(2) else amount * _SUFFIXES.get(m.group(3), 1)
+
+
+def duration_or_nanoseconds(value: Any) -> float:
+    """logging.flushFrequency: a duration, or an integer of nanoseconds (how kubeadm writes it)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value / 1e9
+    return duration(value)
+
+
+TLS_VERSIONS = {"VersionTLS10": ssl.TLSVersion.TLSv1, "VersionTLS11": ssl.TLSVersion.TLSv1_1,
+                 "VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
+# Go's crypto/tls names (and the two short ChaCha20 ones Kubernetes also takes) -> OpenSSL's; the TLS 1.3
+# suites are None: neither Go nor OpenSSL lets them be chosen, they are always on with TLS 1.3
+CIPHER_SUITES: dict[str, str | None] = {
+    "TLS_RSA_WITH_RC4_128_SHA": "RC4-SHA", "TLS_RSA_WITH_3DES_EDE_CBC_SHA": "DES-CBC3-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA", "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256": "AES128-SHA256", "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384", "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA": "ECDHE-ECDSA-RC4-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA": "ECDHE-RSA-RC4-SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA": "ECDHE-RSA-DES-CBC3-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256": "ECDHE-ECDSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256": "ECDHE-RSA-AES128-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_AES_128_GCM_SHA256": None, "TLS_AES_256_GCM_SHA384": None, "TLS_CHACHA20_POLY1305_SHA256": None,
 }
+
+
+def tls_version(value: Any) -> ssl.TLSVersion:
+    if value not in TLS_VERSIONS:
+        raise ValueError(f"one of {', '.join(TLS_VERSIONS)}, got {value!r}")
+    return TLS_VERSIONS[value]
+
+
+def cipher_suites(value: Any) -> list[str]:
+    """tlsCipherSuites: Go's names of the suites, as OpenSSL names them; one OpenSSL cannot use is refused
+    here rather than when the server starts."""
+    if not isinstance(value, list):
+        raise ValueError(f"a list of cipher suite names, got {value!r}")
+    out = []
+    for name in value:
+        if name not in CIPHER_SUITES:
+            raise ValueError(f"cipher suites as Go's crypto/tls names them: cipher suite {name} not supported "
+                             "or doesn't exist")
+        openssl = CIPHER_SUITES[name]
+        if openssl is not None and openssl not in out:
+            out.append(openssl)
+    if out:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).set_ciphers(":".join(out))
+        except ssl.SSLError:
+            raise ValueError(f"cipher suites this host's OpenSSL has, got {', '.join(value)}") from None
+    return out
+
+
+_CPU = re.compile(r"(\d+)(?:\.(\d{1,3}))?(m)?")
+
+
+def reserved(value: Any) -> dict[str, int]:
+    """systemReserved, kubeReserved: cpu ("500m", "1.5"), memory and ephemeral-storage ("1Gi"), pid."""
+    out = {}
+    for name, amount in map_of(lambda v: v)(value).items():
+        try:
+            if name == "cpu":
+                m = _CPU.fullmatch(str(amount)) if isinstance(amount, str | int) and not isinstance(amount, bool) \
+                    else None
+                if m is None or (m.group(3) and m.group(2)):
+                    raise ValueError(f"a cpu quantity such as \"500m\" or \"1.5\", got {amount!r}")
+                out[name] = int(m.group(1)) if m.group(3) else int(m.group(1)) * 1000 + int(
+                    (m.group(2) or "0").ljust(3, "0"))
+            elif name in ("memory", "ephemeral-storage"):
+                out[name] = quantity(amount)
+            elif name == "pid":
+                out[name] = integer(0)(int(amount) if isinstance(amount, str) and amount.isdigit() else amount)
+            else:
+                raise ValueError(f"one of cpu, memory, ephemeral-storage, pid, got {name!r}")
+        except ValueError as e:
+            raise _Below(f".{name}", str(e)) from None
+    return out
+
+
+_NODE_ALLOCATABLE = ("pods", "system-reserved", "kube-reserved", "system-reserved-compressible",
+                     "kube-reserved-compressible", "none")
+
+
+def enforce_node_allocatable(value: Any) -> list[str]:
+    values = list_of(one_of(*_NODE_ALLOCATABLE))(value)
+    if "none" in values and len(values) > 1:
+        raise ValueError(f"\"none\" alone, got {values}")
+    return values
+
+
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def label_key(key: Any) -> str:
+    """A qualified name ("prefix/name" or "name"), as labels' and taints' keys are."""
+    prefix, _, name = string(key).rpartition("/")
+    if not _LABEL_NAME.fullmatch(name) or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+        raise ValueError(f"a qualified name (an optional DNS subdomain prefix and '/', then a name of 63 "
+                         f"alphanumerics, '-', '_' or '.'), got {key!r}")
+    return key
+
+
+def label_value(value: Any) -> str:
+    if value and not _LABEL_NAME.fullmatch(string(value)):
+        raise ValueError(f"a label value (63 alphanumerics, '-', '_' or '.'), got {value!r}")
+    return value
+
+
+# the labels a node may set on itself (k8s.io/kubelet/pkg/apis/well_known_labels.go): any other key in the
+# kubernetes.io or k8s.io namespaces is refused, as NodeRestriction would refuse it at registration
+_KUBELET_LABELS = frozenset((
+    "kubernetes.io/hostname", "topology.kubernetes.io/zone", "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type", "kubernetes.io/os", "kubernetes.io/arch",
+    "beta.kubernetes.io/os", "beta.kubernetes.io/arch"))
+_KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _is_kubernetes_namespace(namespace: str) -> bool:
+    return any(namespace == ns or namespace.endswith("." + ns) for ns in ("kubernetes.io", "k8s.io"))
+
+
+def node_labels(value: Any) -> dict[str, str]:
+    """--node-labels: key=value,... of keys a kubelet may set on its Node."""
+    out = {}
+    for item in (i for i in string(value).split(",") if i):
+        key, eq, val = item.partition("=")
+        if not eq:
+            raise ValueError(f"key=value pairs separated by ',', got {item!r}")
+        out[label_key(key)] = label_value(val)
+    unknown = sorted(k for k in out if _is_kubernetes_namespace(k.rpartition("/")[0]) and k not in _KUBELET_LABELS
+                     and not any(k.rpartition("/")[0] == ns or k.rpartition("/")[0].endswith("." + ns)
+                                 for ns in _KUBELET_LABEL_NAMESPACES))
+    if unknown:
+        raise ValueError(f"labels in the 'kubernetes.io' namespace to begin with an allowed prefix "
+                         f"({', '.join(_KUBELET_LABEL_NAMESPACES)}) or be in the allowed set "
+                         f"({', '.join(sorted(_KUBELET_LABELS))}): unknown 'kubernetes.io' or 'k8s.io' labels "
+                         f"{', '.join(unknown)}")
+    return out
+
+
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def taint(value: Any) -> dict[str, str]:
+    """A registerWithTaints item: {key, value, effect} (timeAdded is the API server's to set)."""
+    t = struct(key=label_key, value=label_value, effect=one_of(*_TAINT_EFFECTS), timeAdded=string)(value)
+    if "key" not in t or "effect" not in t:
+        raise ValueError(f"a taint with a key and an effect, got {value!r}")
+    return {"key": t["key"], "value": t.get("value", ""), "effect": t["effect"]}
+
+
+def taints(value: Any) -> list[dict[str, str]]:
+    """--register-with-taints: key=value:Effect or key:Effect, separated by ','."""
+    out = []
+    for item in (i for i in string(value).split(",") if i):
+        kv, colon, effect = item.rpartition(":")
+        if not colon:
+            raise ValueError(f"taints as key=value:Effect separated by ',', got {item!r}")
+        key, _, val = kv.partition("=")
+        out.append(taint({"key": key, "value": val, "effect": effect}))
+    return out
+
+
+# --- the KubeletConfiguration's fields ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Field:
+    parse: Callable[[Any], Any]
+    attr: str | None = None  # the Settings attribute its value goes to
+    implemented: bool = True  # False: taken (its value checked) and named in the start-up warning
+    # a Go pointer: a zero value (0, "", false, "0s") is a value; of any other field it is the field left out,
+    # as Go reads it (kubeadm writes "0s" for each duration it leaves to the kubelet's defaults)
+    pointer: bool = False
+
+
+def sets(attr: str, parse, pointer: bool = False) -> Field:
+    return Field(parse, attr, pointer=pointer)
+
+
+def checked(parse) -> Field:
+    """Implemented in that the only values taken are what this kubelet does (readOnlyPort 0...)."""
+    return Field(parse)
+
+
+def ignored(parse, pointer: bool = False) -> Field:
+    return Field(parse, implemented=False, pointer=pointer)
+
+
+def resolv_conf(value: Any) -> Path | None:
+    """The host's resolver file for pods; "" is none."""
+    return Path(value) if string(value) else None
+
+
+EVICTION_VALUES = each_key(eviction_values)
+EVICTION_DURATIONS = each_key(eviction_durations)
+_NO_READ_ONLY_PORT = "this node serves no unauthenticated port"
+_DURATION_MAP = map_of(duration)
+_STRINGS = list_of(string)
+_STRING_MAP = map_of(string)
+
+# Every field of kubelet.config.k8s.io/v1beta1 (k8s.io/kubelet/config/v1beta1/types.go, 1.37) by its path.
+FILE_FIELDS: dict[str, Field] = {
+    "enableServer": checked(only(True, "the kubelet's server is how the API server reaches its pods")),
+    "staticPodPath": sets("static_pod_path", path),
+    "podLogsDir": sets("pod_logs_dir", path),
+    "syncFrequency": sets("sync_frequency", duration),
+    "fileCheckFrequency": sets("file_check_frequency", duration),
+    "httpCheckFrequency": ignored(duration),
+    "staticPodURL": ignored(string),
+    "staticPodURLHeader": ignored(map_of(_STRINGS)),
+    "address": sets("address", ip_address),
+    "port": sets("port", integer(1, 65535)),
+    "readOnlyPort": checked(only(0, _NO_READ_ONLY_PORT)),
+    "tlsCertFile": sets("tls_cert_file", path),
+    "tlsPrivateKeyFile": sets("tls_private_key_file", path),
+    "tlsCipherSuites": sets("tls_cipher_suites", cipher_suites),
+    "tlsCurvePreferences": ignored(list_of(integer(0, 65535))),
+    "tlsMinVersion": sets("tls_min_version", tls_version),
+    "rotateCertificates": sets("rotate_certificates", boolean),
+    "serverTLSBootstrap": sets("server_tls_bootstrap", boolean),
+    "authentication.x509.clientCAFile": sets("client_ca_file", path),
+    "authentication.webhook.enabled": sets("webhook_authentication", boolean, pointer=True),
+    "authentication.webhook.cacheTTL": sets("authentication_webhook_cache_ttl", duration),
+    "authentication.anonymous.enabled": sets("anonymous_auth", boolean, pointer=True),
+    "authorization.mode": sets("authorization_mode", one_of("Webhook", "AlwaysAllow")),
+    "authorization.webhook.cacheAuthorizedTTL": sets("authorization_webhook_cache_authorized_ttl", duration),
+    "authorization.webhook.cacheUnauthorizedTTL": sets("authorization_webhook_cache_unauthorized_ttl", duration),
+    "registryPullQPS": ignored(integer(0), pointer=True),
+    "registryBurst": ignored(integer(0)),
+    "imagePullCredentialsVerificationPolicy": ignored(one_of(
+        "NeverVerify", "NeverVerifyPreloadedImages", "NeverVerifyAllowlistedImages", "AlwaysVerify")),
+    "preloadedImagesVerificationAllowlist": ignored(_STRINGS),
+    "eventRecordQPS": ignored(integer(0), pointer=True),
+    "eventBurst": ignored(integer(0)),
+    "enableDebuggingHandlers": ignored(boolean, pointer=True),
+    "enableContentionProfiling": ignored(boolean),
+    "healthzPort": sets("healthz_port", integer(0, 65535), pointer=True),
+    "healthzBindAddress": sets("healthz_bind_address", ip_address),
+    "oomScoreAdj": ignored(integer(-1000, 1000), pointer=True),
+    "clusterDomain": sets("cluster_domain", string),
+    "clusterDNS": sets("cluster_dns", ip_list),
+    "streamingConnectionIdleTimeout": sets("streaming_connection_idle_timeout", duration),
+    "nodeStatusUpdateFrequency": sets("node_status_update_frequency", duration),
+    "nodeStatusReportFrequency": sets("node_status_report_frequency", duration),
+    "nodeLeaseDurationSeconds": sets("node_lease_duration_seconds", integer(1)),
+    "imageMinimumGCAge": sets("image_minimum_gc_age", duration),
+    "imageMaximumGCAge": ignored(duration),
+    "imageGCHighThresholdPercent": sets("image_gc_high_threshold_percent", integer(0, 100), pointer=True),
+    "imageGCLowThresholdPercent": sets("image_gc_low_threshold_percent", integer(0, 100), pointer=True),
+    "volumeStatsAggPeriod": ignored(duration),
+    "kubeletCgroups": ignored(string),
+    "systemCgroups": ignored(string),
+    "cgroupRoot": sets("cgroup_root", string),
+    "cgroupsPerQOS": checked(only(True, "pods' cgroups are always under kubepods by QoS class")),
+    "cgroupDriver": sets("cgroup_driver", one_of("cgroupfs", "systemd")),
+    "cpuManagerPolicy": ignored(one_of("none", "static")),
+    "singleProcessOOMKill": ignored(boolean, pointer=True),
+    "cpuManagerPolicyOptions": ignored(_STRING_MAP),
+    "cpuManagerReconcilePeriod": ignored(duration),
+    "memoryManagerPolicy": ignored(one_of("None", "Static")),
+    "topologyManagerPolicy": ignored(one_of("none", "best-effort", "restricted", "single-numa-node")),
+    "topologyManagerScope": ignored(one_of("container", "pod")),
+    "topologyManagerPolicyOptions": ignored(_STRING_MAP),
+    "qosReserved": ignored(_STRING_MAP),
+    "runtimeRequestTimeout": sets("runtime_request_timeout", duration),
+    "hairpinMode": ignored(one_of("promiscuous-bridge", "hairpin-veth", "none")),
+    "maxPods": sets("max_pods", integer(1)),
+    "podCIDR": ignored(string),
+    "podPidsLimit": ignored(integer(-1), pointer=True),
+    "resolvConf": sets("resolv_conf", resolv_conf, pointer=True),
+    "runOnce": ignored(boolean),
+    "cpuCFSQuota": ignored(boolean, pointer=True),
+    "cpuCFSQuotaPeriod": ignored(duration, pointer=True),
+    "nodeStatusMaxImages": ignored(integer(-1), pointer=True),
+    "maxOpenFiles": ignored(integer(0)),
+    "contentType": ignored(string),
+    "kubeAPIQPS": ignored(integer(0), pointer=True),
+    "kubeAPIBurst": ignored(integer(0)),
+    "serializeImagePulls": sets("serialize_image_pulls", boolean, pointer=True),
+    "maxParallelImagePulls": ignored(integer(1), pointer=True),
+    "evictionHard": sets("eviction_hard", EVICTION_VALUES, pointer=True),
+    "evictionSoft": sets("eviction_soft", EVICTION_VALUES, pointer=True),
+    "evictionSoftGracePeriod": sets("eviction_soft_grace_period", EVICTION_DURATIONS, pointer=True),
+    "evictionPressureTransitionPeriod": sets("eviction_pressure_transition_period", duration),
+    "evictionMaxPodGracePeriod": sets("eviction_max_pod_grace_period", integer(0)),
+    "evictionMinimumReclaim": sets("eviction_minimum_reclaim", EVICTION_VALUES, pointer=True),
+    "mergeDefaultEvictionSettings": ignored(boolean, pointer=True),
+    "podsPerCore": ignored(integer(0)),
+    "enableControllerAttachDetach": ignored(boolean, pointer=True),
+    "protectKernelDefaults": ignored(boolean),
+    "makeIPTablesUtilChains": ignored(boolean, pointer=True),
+    "iptablesMasqueradeBit": ignored(integer(0, 31), pointer=True),
+    "iptablesDropBit": ignored(integer(0, 31), pointer=True),
+    "featureGates": sets("feature_gates", feature_gates),
+    "failSwapOn": ignored(boolean, pointer=True),
+    "memorySwap.swapBehavior": ignored(one_of("NoSwap", "LimitedSwap")),
+    "containerLogMaxSize": sets("container_log_max_size", quantity),
+    "containerLogMaxFiles": sets("container_log_max_files", integer(2), pointer=True),
+    "containerLogMaxWorkers": ignored(integer(1), pointer=True),
+    "containerLogMonitorInterval": sets("container_log_monitor_interval", duration, pointer=True),
+    "configMapAndSecretChangeDetectionStrategy": ignored(one_of("Get", "Cache", "Watch")),
+    "systemReserved": sets("system_reserved", reserved),
+    "kubeReserved": sets("kube_reserved", reserved),
+    "reservedSystemCPUs": ignored(string),
+    "showHiddenMetricsForVersion": ignored(string),
+    "systemReservedCgroup": ignored(string),
+    "kubeReservedCgroup": ignored(string),
+    "enforceNodeAllocatable": ignored(enforce_node_allocatable, pointer=True),
+    "allowedUnsafeSysctls": sets("allowed_unsafe_sysctls", sysctl_patterns),
+    "defaultPodSysctls": ignored(_STRING_MAP),
+    "volumePluginDir": ignored(string),
+    "providerID": ignored(string),
+    "kernelMemcgNotification": ignored(boolean),
+    "logging.format": ignored(one_of("text", "json")),
+    "logging.flushFrequency": ignored(duration_or_nanoseconds),
+    "logging.verbosity": sets("verbosity", integer(0)),
+    "logging.vmodule": ignored(list_of(struct(filePattern=string, verbosity=integer(0)))),
+    "logging.options.text.splitStream": ignored(boolean),
+    "logging.options.text.infoBufferSize": ignored(any_quantity),
+    "logging.options.json.splitStream": ignored(boolean),
+    "logging.options.json.infoBufferSize": ignored(any_quantity),
+    "enableSystemLogHandler": ignored(boolean, pointer=True),
+    "enableSystemLogQuery": ignored(boolean, pointer=True),
+    "shutdownGracePeriod": Field(duration, "shutdown_grace_period", implemented=False),
+    "shutdownGracePeriodCriticalPods": Field(duration, "shutdown_grace_period_critical_pods", implemented=False),
+    "shutdownGracePeriodByPodPriority": ignored(list_of(struct(priority=integer(-2**31, 2**31 - 1),
+                                                               shutdownGracePeriodSeconds=integer(0)))),
+    "crashLoopBackOff.maxContainerRestartPeriod": ignored(duration, pointer=True),
+    "reservedMemory": ignored(list_of(struct(numaNode=integer(0), limits=map_of(any_quantity)))),
+    "enableProfilingHandler": ignored(boolean, pointer=True),
+    "enableDebugFlagsHandler": ignored(boolean, pointer=True),
+    "seccompDefault": ignored(boolean, pointer=True),
+    "memoryThrottlingFactor": ignored(number, pointer=True),
+    "memoryReservationPolicy": ignored(one_of("None", "HardReservation")),
+    "registerWithTaints": sets("register_with_taints", list_of(taint)),
+    "registerNode": checked(only(True, "this kubelet registers its Node")),
+    "tracing.endpoint": ignored(string, pointer=True),
+    "tracing.samplingRatePerMillion": ignored(integer(0, 1_000_000), pointer=True),
+    "localStorageCapacityIsolation": ignored(boolean, pointer=True),
+    "containerRuntimeEndpoint": sets("container_runtime_endpoint", endpoint),
+    "imageServiceEndpoint": ignored(string),
+    "failCgroupV1": ignored(boolean, pointer=True),
+    "userNamespaces.idsPerPod": ignored(integer(65536), pointer=True),
+}
+_PARENTS = {p.rsplit(".", i)[0] for p in FILE_FIELDS for i in range(1, p.count(".") + 1)}
+
+
+def _zero(value: Any) -> bool:
+    return value is None or (not isinstance(value, Path) and not value)
 
 
 def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in obj.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and any(f.startswith(name + ".") for f in FILE_FIELDS):
+        if name in _PARENTS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ValueError(f"{name}: expected an object, got {value!r}")
             out.update(_flatten(value, name + "."))
         else:
             out[name] = value
@@ -249,7 +702,8 @@ def _flatten(obj: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def load_file(path_: Path) -> dict[str, Any]:
-    """The Settings attributes a KubeletConfiguration file sets."""
+    """The Settings attributes a KubeletConfiguration file sets, and under "not_implemented" the paths of the
+    fields it gives that this kubelet takes and does not act on."""
     import yaml  # JSON is YAML: one parser for both
 
     try:
@@ -261,25 +715,44 @@ def load_file(path_: Path) -> dict[str, Any]:
     if doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
         raise ConfigError(f"--config {path_}: kind/apiVersion must be {KIND} {API_VERSION}, "
                           f"got {doc.get('kind')!r} {doc.get('apiVersion')!r}")
-    values: dict[str, Any] = {}
-    fields = _flatten({k: v for k, v in doc.items() if k not in ("kind", "apiVersion")})
+    try:
+        fields = _flatten({k: v for k, v in doc.items() if k not in ("kind", "apiVersion")})
+    except ValueError as e:
+        raise ConfigError(f"--config {path_}: {e}") from None
     unknown = sorted(set(fields) - set(FILE_FIELDS))
     if unknown:
         raise ConfigError(f"--config {path_}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    not_implemented = []
     for name, raw in fields.items():
-        attr, parse = FILE_FIELDS[name]
+        f = FILE_FIELDS[name]
+        if raw is None or (raw == "" and not f.pointer):
+            continue  # null, or the empty string of a string: the field left out
         try:
-            value = parse(raw)
+            value = f.parse(raw)
+        except _Below as e:
+            raise ConfigError(f"--config {path_}: {name}{e.path}: expected {e}") from e
         except ValueError as e:
             raise ConfigError(f"--config {path_}: {name}: expected {e}") from e
-        if attr is not None:
-            values[attr] = value
+        if _zero(value) and not f.pointer:
+            continue
+        if not f.implemented:
+            not_implemented.append(name)
+        if f.attr is not None:
+            values[f.attr] = value
+    if "node_status_update_frequency" in values and "node_status_report_frequency" not in values:
+        # as the kubelet's defaulting: a report period left out follows an update period that is set
+        values["node_status_report_frequency"] = values["node_status_update_frequency"]
+    if not_implemented:
+        values["not_implemented"] = not_implemented
     return values
 
 
 # flag name -> (Settings attribute, parser of the string click hands over)
 FLAGS: dict[str, tuple[str, Any]] = {
     "kubeconfig": ("kubeconfig", path),
+    "bootstrap_kubeconfig": ("bootstrap_kubeconfig", path),
+    "cert_dir": ("cert_dir", path),
     "container_runtime_endpoint": ("container_runtime_endpoint", endpoint),
     "pod_manifest_path": ("static_pod_path", path),
     "hostname_override": ("node_name", string),
@@ -291,6 +764,8 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "client_ca_file": ("client_ca_file", path),
     "max_pods": ("max_pods", integer(1)),
     "allowed_unsafe_sysctls": ("allowed_unsafe_sysctls", comma_list(sysctl_patterns)),
+    "node_labels": ("node_labels", node_labels),
+    "register_with_taints": ("register_with_taints", taints),
     "v": ("verbosity", integer(0)),
 }
 
@@ -330,8 +805,13 @@ def _validate(s: Settings) -> Settings:
     if s.container_log_monitor_interval < 3:
         raise ConfigError("containerLogMonitorInterval: expected at least 3s, as the kubelet, got "
                           f"{s.container_log_monitor_interval:g}s")
-    for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
+    if s.bootstrap_kubeconfig is not None and s.kubeconfig is None:
+        raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the kubelet writes its credential to")
+    bootstrapped = ("kubeconfig",) if s.bootstrap_kubeconfig is not None else ()  # written by the bootstrap
+    for name in ("kubeconfig", "bootstrap_kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
         p = getattr(s, name)
+        if name in bootstrapped:
+            continue
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")
     return s
@@ -345,5 +825,5 @@ def eviction_thresholds(s: Settings) -> list:
 
 def dump(s: Settings) -> str:
     """The merged settings, for the log at -v 1 and above."""
-    return json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(s).items()},
+    return json.dumps({k: str(v) if isinstance(v, Path | Enum) else v for k, v in dataclasses.asdict(s).items()},
                       sort_keys=True)

@@ -39,3 +39,26 @@ def go_duration(seconds: float) -> str:
         if seconds * scale >= 1 or unit == "µs":
             return f"{seconds * scale:.6f}".rstrip("0").rstrip(".") + unit
     return ""
+
+
+def duration_string(seconds: float) -> str:
+    """A duration as Go's time.Duration.String writes it into a configuration: "4h0m0s", "1m0s", "20s",
+    "100ms", "0s"."""
+    ns = round(seconds * 1e9)
+    if ns < 0:
+        return "-" + duration_string(-seconds)
+    if ns == 0:
+        return "0s"
+    if ns < 10**9:
+        for unit, scale in (("ns", 1), ("µs", 10**3), ("ms", 10**6)):
+            if ns < scale * 1000:
+                return _fraction(ns, scale) + unit
+    hours, rest = divmod(ns, 3600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    return (f"{hours}h" if hours else "") + (f"{minutes}m" if hours or minutes else "") + _fraction(rest, 10**9) + "s"
+
+
+def _fraction(n: int, scale: int) -> str:
+    whole, part = divmod(n, scale)
+    digits = len(str(scale)) - 1
+    return f"{whole}.{part:0{digits}d}".rstrip("0") if part else str(whole)

@@ -43,14 +43,14 @@ class _Seen:
     last: datetime.datetime
 
 
-def pod_ref(pod: Pod, container: str | None = None, init: bool = False) -> dict:
+def pod_ref(pod: Pod, container: str | None = None) -> dict:
     """The involvedObject of an event about `pod`, or about one of its containers."""
     meta = pod.metadata
     ref = {"apiVersion": "v1", "kind": "Pod", "name": meta.name, "namespace": meta.namespace, "uid": meta.uid}
     if meta.resource_version:
         ref["resourceVersion"] = meta.resource_version
     if container is not None:
-        ref["fieldPath"] = f"spec.{'initContainers' if init else 'containers'}{{{container}}}"
+        ref["fieldPath"] = pod.field_path(container)
     return ref
 
 

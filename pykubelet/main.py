@@ -2,11 +2,12 @@
 file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
-before it), then with a kubeconfig the Node registration, the lease heartbeat, the node status loop, the
+before it), then with a kubeconfig the TLS bootstrap (with --bootstrap-kubeconfig; pykubelet/certificates),
+the Node registration, the lease heartbeat, the node status loop, the
 Node's pod CIDR handed to the runtime, the pod informer; then the pod workers (pykubelet/pods) over the pod
 sources (API pods and the static pods of --pod-manifest-path, whose mirror pods it keeps); without a
 kubeconfig, standalone mode: static pods only, no API client, statuses kept in memory and events logged. In
-both, the HTTPS server (pykubelet/server).
+both, the HTTPS server (pykubelet/server) and, before the rest, the healthz server (pykubelet/server/healthz.py).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -34,15 +35,18 @@ PRELOAD = (
     "cryptography.hazmat.primitives.serialization", "cryptography.x509", "cryptography.x509.oid", "grpc", "httpx2",
     "lightkube", "lightkube.core.decoders", "lightkube.core.exceptions", "lightkube.core.resource",
     "lightkube.core.selector", "lightkube.models.authentication_v1", "lightkube.models.authorization_v1",
-    "lightkube.models.meta_v1", "lightkube.resources.authentication_v1", "lightkube.resources.authorization_v1",
-    "lightkube.resources.coordination_v1", "lightkube.resources.core_v1", "lightkube.resources.node_v1",
-    "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer", "pykubelet.api.workqueue",
-    "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager", "pykubelet.eviction.policy",
-    "pykubelet.images.gc", "pykubelet.logs.rotation", "pykubelet.node.lease", "pykubelet.node.podcidr",
-    "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission", "pykubelet.pods.criconfig",
-    "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources", "pykubelet.pods.static",
-    "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime", "pykubelet.server.app",
-    "pykubelet.server.metrics", "pykubelet.volumes.manager", "yaml",
+    "lightkube.models.certificates_v1", "lightkube.models.core_v1", "lightkube.models.meta_v1",
+    "lightkube.resources.authentication_v1", "lightkube.resources.authorization_v1",
+    "lightkube.resources.certificates_v1", "lightkube.resources.coordination_v1", "lightkube.resources.core_v1",
+    "lightkube.resources.node_v1", "lightkube.types", "msgspec", "pykubelet.api.client", "pykubelet.api.informer",
+    "pykubelet.api.workqueue", "pykubelet.certificates.manager", "pykubelet.certificates.policy",
+    "pykubelet.certificates.store", "pykubelet.dirs", "pykubelet.events", "pykubelet.eviction.manager",
+    "pykubelet.eviction.policy", "pykubelet.images.gc", "pykubelet.logs.rotation", "pykubelet.node.lease",
+    "pykubelet.node.podcidr", "pykubelet.node.registration", "pykubelet.node.status", "pykubelet.pods.admission",
+    "pykubelet.pods.criconfig", "pykubelet.pods.labels", "pykubelet.pods.podspec", "pykubelet.pods.sources",
+    "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime",
+    "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics", "pykubelet.volumes.manager",
+    "yaml",
     "pykubelet.pods.slices", "jeepney", "jeepney.io.blocking",  # the systemd cgroup driver's slices, over D-Bus
 )
 
@@ -107,7 +111,7 @@ def _runtime_class_known(client):
 
 
 def _admission(client, runtime, settings: config.Settings, sources):
-    from pykubelet.node.status import allocatable, machine_capacity
+    from pykubelet.node.status import node_allocatable
     from pykubelet.pods.admission import Admission, Cached
     from pykubelet.pods.labels import POD_UID
     from pykubelet.pods.sysctls import Allowlist
@@ -116,9 +120,67 @@ def _admission(client, runtime, settings: config.Settings, sources):
     return Admission(
         settings.node_name, pods=lambda: runnable(p.to_dict() for p in sources.objects()),
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
-        allocatable=Cached(lambda: allocatable(machine_capacity(settings), settings.eviction_hard)),
+        allocatable=Cached(lambda: node_allocatable(settings)),
         labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
         sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls))
+
+
+def _client(settings: config.Settings, stop: threading.Event, loops: list):
+    """The API client, after the TLS bootstrap when there is a --bootstrap-kubeconfig (None: stopped while
+    waiting for the certificate); with rotateCertificates, its transport reloads each new client
+    certificate and the rotation loop joins `loops`."""
+    from pykubelet.api.client import ReloadingTransport, make_client
+    from pykubelet.certificates import manager, policy
+    from pykubelet.certificates.store import FileStore
+    from pykubelet.errors import KubeletError
+
+    assert settings.kubeconfig is not None
+    if settings.bootstrap_kubeconfig is not None:
+        try:
+            if not manager.bootstrap_client(settings.kubeconfig, settings.bootstrap_kubeconfig, settings.cert_dir,
+                                            settings.node_name, stop):
+                return None
+        except KubeletError as e:  # denied, not approved in time, unreachable, a cert dir it can't write
+            raise SystemExit(f"pykubelet: TLS bootstrap: {e}") from e
+    if not settings.rotate_certificates:
+        return make_client(settings.kubeconfig)
+    store = FileStore(manager.CLIENT_STORE, settings.cert_dir)
+    current = store.current()  # a rotated pair wins over the kubeconfig's own files, as in the kubelet
+    transport = ReloadingTransport(settings.kubeconfig, store.current_path if current is not None else None)
+    client = make_client(settings.kubeconfig, transport=transport)
+    rotation = manager.CertificateManager(
+        client, store, policy.CLIENT_SIGNER, lambda: policy.client_template(settings.node_name),
+        lambda pair: transport.reload(store.current_path),
+        current=current or manager.kubeconfig_pair(settings.kubeconfig))
+    loops.append(("client-certificate", rotation.run))
+    return client
+
+
+def _serving_tls(settings: config.Settings, client, loops: list):
+    """With serverTLSBootstrap, the HTTPS server's context from the kubelet-serving signer's certificate
+    (the self-signed one or --tls-cert-file until the first is issued), and its rotation loop."""
+    if not settings.server_tls_bootstrap:
+        return None
+    import datetime
+
+    from pykubelet.certificates import manager, policy
+    from pykubelet.certificates.store import FileStore
+    from pykubelet.node.status import addresses
+    from pykubelet.server.tls import ServingTLS
+
+    def template() -> policy.Template | None:
+        return policy.serving_template(settings.node_name, addresses(settings))
+
+    store = FileStore(manager.SERVER_STORE, settings.cert_dir)
+    current = store.current()
+    wanted = template()
+    usable = current is not None and wanted is not None and policy.unsatisfied(
+        current.leaf, wanted, datetime.datetime.now(datetime.UTC)) is None
+    tls = ServingTLS(settings, (current.path, current.path) if usable and current is not None else None)
+    rotation = manager.CertificateManager(client, store, policy.SERVING_SIGNER, template,
+                                          lambda pair: tls.load(pair.path, pair.path), current=current)
+    loops.append(("serving-certificate", rotation.run))
+    return tls
 
 
 def run(settings: config.Settings, stop: threading.Event) -> None:
@@ -132,6 +194,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     threads: list[threading.Thread] = []
     informers: list = []
     server = None
+    from pykubelet.server.healthz import Healthz
+
+    healthz = Healthz(settings.healthz_bind_address, settings.healthz_port).start() if settings.healthz_port else None
     try:
         if not wait_for_runtime(runtime, stop):
             return
@@ -143,7 +208,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.pods.workers import PodWorkers
         from pykubelet.server.metrics import Metrics
 
-        client = api_pods = services = None
+        client = api_pods = services = tls = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         from pykubelet.eviction.manager import EvictionManager
 
@@ -154,14 +219,16 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             if settings.static_pod_path is None:
                 log.warning("standalone mode without --pod-manifest-path: there is nothing to run")
         else:
-            from pykubelet.api.client import make_client
             from pykubelet.api.informer import node_informer, pod_informer, service_informer
             from pykubelet.node.lease import NodeLease
             from pykubelet.node.podcidr import PodCIDR
             from pykubelet.node.registration import register
             from pykubelet.node.status import NodeStatus
 
-            client = make_client(settings.kubeconfig)
+            client = _client(settings, stop, loops)
+            if client is None:
+                return
+            tls = _serving_tls(settings, client, loops)
             events = EventRecorder(client, settings.node_name)
             events.event(node_ref(settings.node_name), NORMAL, "Starting", "Starting kubelet.")
             status = NodeStatus(client, runtime, settings, events=events, pressure=evictions.conditions)
@@ -207,11 +274,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.server.app import KubeletServer
 
         server = KubeletServer(settings, runtime, client, pods=workers.pod, pod_list=workers.pods,
-                               metrics=metrics).start()
+                               metrics=metrics, tls=tls, probes=workers.probes.tallies).start()
         stop.wait()
     finally:
         if server is not None:
             server.stop()
+        if healthz is not None:
+            healthz.stop()
         for informer in informers:
             informer.stop()
         for t in threads:
@@ -225,6 +294,10 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON); flags override it.")
 @click.option("--kubeconfig", help="Kubeconfig of the API server; without it: standalone mode (static pods only).")
+@click.option("--bootstrap-kubeconfig", help="Kubeconfig with a bootstrap token: without a valid client certificate "
+              "in --kubeconfig, the kubelet asks for one with it (a CSR) and writes --kubeconfig.")
+@click.option("--cert-dir", help="Where the client and serving certificates obtained by CSR go "
+              "[/var/lib/kubelet/pki].")
 @click.option("--container-runtime-endpoint", help="The CRI socket [unix:///run/containerd/containerd.sock].")
 @click.option("--pod-manifest-path", help="Directory (or file) of static pod manifests.")
 @click.option("--hostname-override", help="The node's name [the host name].")
@@ -237,8 +310,13 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 @click.option("--max-pods", type=int, help="Pods this node runs at most [110].")
 @click.option("--allowed-unsafe-sysctls", help="Comma-separated unsafe sysctls (or prefixes ending in *) pods may "
               "set, besides the safe ones; namespaced ones only.")
+@click.option("--node-labels", help="Labels the Node is registered with, key=value,...: in the kubernetes.io "
+              "namespace only kubelet.kubernetes.io/, node.kubernetes.io/ and the well-known node labels.")
+@click.option("--register-with-taints", help="Taints the Node is registered with, key=value:Effect,...")
+@click.option("--pod-infra-container-image", help="Accepted and ignored, as by the stock kubelet: the runtime "
+              "chooses the sandbox image.")
 @click.option("-v", "--v", "v", type=int, help="Log verbosity (0: info, 1 and above: debug) [0].")
-def main(config_file: Path | None, **flags) -> None:
+def main(config_file: Path | None, pod_infra_container_image: str | None, **flags) -> None:
     """pykubelet: a kubelet in Python, for a stock kube-apiserver and any CRI runtime."""
     try:
         settings = config.build(flags, config_file)
@@ -253,6 +331,12 @@ def main(config_file: Path | None, **flags) -> None:
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.info("starting pykubelet for node %s", settings.node_name)
+    if settings.not_implemented:
+        log.warning("--config %s: taken but not implemented by pykubelet: %s", config_file,
+                    ", ".join(settings.not_implemented))
+    if pod_infra_container_image is not None:
+        log.info("--pod-infra-container-image %s: ignored, as by the stock kubelet: the container runtime "
+                 "chooses the sandbox image", pod_infra_container_image)
     log.debug("settings: %s", config.dump(settings))
     stop = threading.Event()
 

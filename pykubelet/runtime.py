@@ -190,6 +190,14 @@ class CRIRuntime:
         return list(self._call(self._runtime, "ListContainerStats",
                                api_pb2.ListContainerStatsRequest(filter=filter)).stats)
 
+    def update_container_resources(self, container_id: str, linux: api_pb2.LinuxContainerResources) -> None:
+        self._call(self._runtime, "UpdateContainerResources", api_pb2.UpdateContainerResourcesRequest(
+            container_id=container_id, linux=linux))
+
+    def update_pod_sandbox_resources(self, pod_sandbox_id: str, resources: api_pb2.LinuxContainerResources) -> None:
+        self._call(self._runtime, "UpdatePodSandboxResources", api_pb2.UpdatePodSandboxResourcesRequest(
+            pod_sandbox_id=pod_sandbox_id, resources=resources))
+
     def update_runtime_config(self, pod_cidr: str) -> None:
         self._call(self._runtime, "UpdateRuntimeConfig", api_pb2.UpdateRuntimeConfigRequest(
             runtime_config=api_pb2.RuntimeConfig(network_config=api_pb2.NetworkConfig(pod_cidr=pod_cidr))))

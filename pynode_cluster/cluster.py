@@ -26,8 +26,9 @@ from pathlib import Path
 import psutil
 
 from pykubelet.pods.termination import cgroup_hierarchies
-from pynode_cluster import components, hosts, pki
+from pynode_cluster import components, coredns, hosts, pki
 from pynode_cluster.node import KUBELETS, RUNTIMES, Node
+from pynode_os.files import atomic_write
 
 STATE = Path(os.environ.get("PYNODE_CLUSTER_DIR", "/var/lib/pynode/cluster"))
 RUN = Path(os.environ.get("PYNODE_CLUSTER_RUN", "/run/pynode/cluster"))
@@ -37,6 +38,11 @@ NET = "10.203.0"  # the hosts' subnet: the host's side of the bridge .1, the con
 HOST_IP, CP_IP = f"{NET}.1", f"{NET}.10"
 CP_NETNS = "pync-cp"
 APISERVER_PORT = 6443
+# The kubelets' resolvConf: the DNS of dnsPolicy Default pods, CoreDNS's among them, whose Corefile forwards
+# there what is not the cluster's. The control plane's address, where nothing listens on port 53: a name outside
+# the cluster fails at once and no query leaves the machine. (A host's own resolv.conf may name 127.0.0.53,
+# which inside a pod is the pod itself: CoreDNS's loop plugin would stop it.)
+RESOLV_CONF = STATE / "resolv.conf"
 ETCD_PORTS = (2379, 2380)
 CONTAINER_LOGS = Path("/var/log/containers")  # the stock kubelet's symlinks: a path it hard-codes
 CONTAINERD_RUN = Path("/run/containerd")  # containerd 1.6's shims put their sockets here whatever the config says
@@ -60,7 +66,7 @@ class NodeRecord:
 
     def node(self) -> Node:
         return Node(self.name, self.address, STATE / "nodes" / self.name, RUN / self.name, self.kubelet,
-                    self.runtime)
+                    self.runtime, cluster_dns=components.DNS_IP, resolv_conf=RESOLV_CONF)
 
 
 @dataclass
@@ -188,6 +194,7 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     RUN.mkdir(parents=True, exist_ok=True)
     log_dir = STATE / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(RESOLV_CONF, f"nameserver {CP_IP}\n".encode(), mode=0o644)
 
     hosts.make_bridge(BRIDGE, f"{HOST_IP}/24")
     hosts.make_host(CP_NETNS, BRIDGE, f"{CP_IP}/24")
@@ -202,8 +209,12 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     for stem, (user, groups) in pki.CONTROL_PLANE_USERS.items():
         pki.user_kubeconfig(ca, STATE / f"{stem}.kubeconfig", server, user, groups)
     proxy = STATE / "kube-proxy.kubeconfig"
+    front_proxy = pki.front_proxy(pki_dir / "front-proxy").dir
+    ca.ensure(pki.metrics_server_serving(CP_IP))
+    metrics_kubeconfig = pki.user_kubeconfig(ca, STATE / "metrics-server.kubeconfig", server,
+                                             components.METRICS_SERVER_USER)
     argvs = components.control_plane_argvs(address=CP_IP, port=APISERVER_PORT, pki=pki_dir, etcd_dir=STATE / "etcd",
-                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE)
+                                           etcd_ports=ETCD_PORTS, kubeconfigs=STATE, front_proxy=front_proxy)
 
     d = daemons()
     hosts_dir = STATE / "certs.d"
@@ -224,6 +235,13 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": components.KUBEADM_RBAC}))
     for name in ("kube-controller-manager", "kube-scheduler"):
         d.start(name, argvs[name], log_dir / f"{name}.log", CP_NETNS)
+    # metrics-server beside them, for `kubectl top`: the aggregator reaches it in the control plane's netns
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "List",
+        "items": components.metrics_server_objects(CP_IP, ca.pair.cert.read_bytes())}))
+    d.start("metrics-server", components.metrics_server_argv(kubeconfig=metrics_kubeconfig, address=CP_IP,
+                                                             pki=pki_dir),
+            log_dir / "metrics-server.log", CP_NETNS)
 
     for n in record.nodes:
         print(f"{n.name} ({n.address}): {runtime}, {kubelet}", file=out)
@@ -266,6 +284,31 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
+    # metrics.k8s.io answers once metrics-server does; `kubectl top` has figures after its second scrape
+    hosts.wait_for("the metrics.k8s.io APIService Available", lambda: kubectl(
+        "get", "apiservice", "v1beta1.metrics.k8s.io", "-o",
+        'jsonpath={.status.conditions[?(@.type=="Available")].status}', check=False).stdout == "True", 90,
+        failed=lambda: d.exited("metrics-server"))
+    print(f"cluster DNS: CoreDNS {coredns.VERSION} at {components.DNS_IP}", file=out)
+    _deploy_dns()
+
+
+def _deploy_dns() -> None:
+    """kubeadm's CoreDNS add-on, available before `up` returns: a cluster's pods find Services by name from the
+    first. If it does not come up, the error says what its pods say."""
+    items = coredns.manifests(components.DNS_IP, components.CLUSTER_DOMAIN)
+    kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    ns = ["-n", coredns.NAMESPACE]
+    rollout = kubectl("rollout", "status", f"deployment/{coredns.NAME}", *ns, "--timeout=120s", check=False,
+                      timeout=150)
+    if rollout.returncode != 0:
+        selector = ",".join(f"{k}={v}" for k, v in coredns.LABELS.items())
+        pods = kubectl("get", "pods", *ns, "-l", selector, "-o", "wide", check=False).stdout
+        statuses = kubectl("get", "pods", *ns, "-l", selector, "-o", "jsonpath={.items[*].status}",
+                           check=False).stdout
+        logs = kubectl("logs", *ns, "-l", selector, "--tail", "20", check=False)
+        raise ClusterError(f"CoreDNS did not become available: {rollout.stderr.strip()}\n{pods}\n{statuses}\n"
+                           f"{logs.stdout}{logs.stderr}")
 
 
 # ---- down --------------------------------------------------------------------------------------------------
@@ -305,7 +348,7 @@ def _down() -> list[str]:
         # it would go with the netns, within a second or two: gone now, as everything else
         subprocess.run(["ip", "netns", "exec", n.netns, sys.executable, "-m", "cni_plugins", "helper-stop"],
                        capture_output=True, timeout=30)
-    for name in ("kube-scheduler", "kube-controller-manager"):
+    for name in ("metrics-server", "kube-scheduler", "kube-controller-manager"):
         d.stop(name)
     d.stop("kube-apiserver", grace=15)
     for name in d.names():  # etcd, the registry, and whatever a failed start left

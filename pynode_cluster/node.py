@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cni_plugins.install import DEFAULT_CONFLIST, install
-from pynode_cluster.components import peer
+from pynode_cluster.components import CLUSTER_DOMAIN, peer
 from pyruntime.settings import DEFAULT_HOSTS_DIR
 
 KUBELETS = ("pykubelet", "kubelet")
@@ -100,6 +100,8 @@ class Node:
     run: Path
     kubelet: str = "pykubelet"
     runtime: str = "pyruntime-cri"
+    cluster_dns: str = ""  # the kubelets' clusterDNS (the kube-dns Service's address); "": none
+    resolv_conf: Path | None = None  # the kubelets' resolvConf (dnsPolicy Default's DNS); None: the stock one ""
 
     @property
     def sock(self) -> Path:
@@ -199,9 +201,14 @@ class Node:
             "authorization": {"mode": "Webhook"},
             "failSwapOn": False, "failCgroupV1": False, "syncFrequency": "10s",
         }
+        if self.cluster_dns:
+            config |= {"clusterDNS": [self.cluster_dns], "clusterDomain": CLUSTER_DOMAIN}
+        if self.resolv_conf:
+            config["resolvConf"] = str(self.resolv_conf)
         if self.kubelet == "kubelet":
             # the stock kubelet on hybrid (v1) cgroups, its files kept under the node's directory
-            config |= {"volumePluginDir": str(self.dir / "volume-plugins"), "resolvConf": "",
+            config |= {"volumePluginDir": str(self.dir / "volume-plugins"),
+                       "resolvConf": str(self.resolv_conf) if self.resolv_conf else "",
                        "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
                        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
                                         "imagefs.available": "1%"}}

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from pynode_cluster.components import APISERVER_NAMES, SERVICE_IP
+from pynode_cluster.components import APISERVER_NAMES, METRICS_SERVER_NAMES, SERVICE_IP
 from pynode_os.files import atomic_write
 
 
@@ -181,6 +181,22 @@ def apiserver_certs(address: str, service_ip: str = SERVICE_IP) -> tuple[Cert, .
     return (Cert("apiserver", "kube-apiserver", client=False, server=True,
                  hosts=(address, service_ip, *APISERVER_NAMES)),
             Cert("apiserver-kubelet-client", "kube-apiserver-kubelet-client", groups=("kubeadm:cluster-admins",)))
+
+
+def front_proxy(dir: Path) -> CA:
+    """kubeadm's front-proxy CA in `dir` and the client cert it issues the aggregator (front-proxy-client,
+    components.apiserver_argv's names): an extension API server trusts the user the aggregator names in its
+    headers only from this client, so a client cert of the cluster CA cannot pass as it."""
+    ca = CA(dir, "front-proxy-ca")
+    ca.ensure(Cert("front-proxy-client", "front-proxy-client"))
+    return ca
+
+
+def metrics_server_serving(address: str) -> Cert:
+    """metrics-server's serving cert for its address and the name the aggregator verifies it by (the
+    Service's), so that its APIService carries the cluster CA as caBundle instead of skipping verification."""
+    return Cert("metrics-server-serving", "metrics-server", client=False, server=True,
+                hosts=(address, *METRICS_SERVER_NAMES))
 
 
 def kubelet_serving(node: str, address: str) -> Cert:

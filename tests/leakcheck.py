@@ -95,15 +95,24 @@ def _state() -> set[str]:
 
 
 def _descendants() -> set[str]:
-    """Only a zombie says its state: a daemon that was running before a test and sleeps after it is no leak."""
+    """Only a zombie says its state: a daemon that was running before a test and sleeps after it is no leak.
+    A process is named by its pid and start time: one that retitled itself meanwhile (pyruntime-cri's
+    launcher, once its imports are done) is the same process (`_identity`)."""
     out = set()
     for child in psutil.Process().children(recursive=True):
         try:
             zombie = " (zombie)" if child.status() == psutil.STATUS_ZOMBIE else ""
-            out.add(f"{child.pid} {' '.join(child.cmdline())[:120]}{zombie}")
+            out.add(f"{child.pid}@{child.create_time():.2f} {' '.join(child.cmdline())[:120]}{zombie}")
         except psutil.Error:
             pass
     return out
+
+
+def _identity(kind: str, item: str) -> str:
+    """What makes two snapshots' items the same one: a process's pid, start time and zombie state."""
+    if kind != "processes":
+        return item
+    return item.split(" ", 1)[0] + (" (zombie)" if item.endswith(" (zombie)") else "")
 
 
 KINDS: dict[str, Callable[[], set[str]]] = {
@@ -133,7 +142,8 @@ class Snapshot:
     def leaked_since(self, before: Snapshot) -> dict[str, list[str]]:
         leaks = {}
         for kind, now in self.kinds.items():
-            new = sorted(now - before.kinds.get(kind, set()))
+            seen = {_identity(kind, item) for item in before.kinds.get(kind, set())}
+            new = sorted(item for item in now if _identity(kind, item) not in seen)
             if new:
                 leaks[kind] = new
         return leaks

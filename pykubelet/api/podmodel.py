@@ -49,6 +49,7 @@ class ObjectMeta:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     resource_version: str = ""
+    generation: int = 0  # a resize bumps it: the resize conditions' observedGeneration
     deletion_timestamp: str | None = None
     deletion_grace_period_seconds: int | None = None
 
@@ -68,6 +69,10 @@ class Resources:
     limits, as the API server's defaulting does."""
     requests: dict[str, str] = field(default_factory=dict)
     limits: dict[str, str] = field(default_factory=dict)
+
+
+RESIZE_RESOURCES = ("cpu", "memory")
+RESIZE_RESTART_POLICIES = ("NotRequired", "RestartContainer")
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,9 @@ class Container:
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
+    target_container_name: str = ""  # an ephemeral container's: whose pid namespace it joins (`kubectl debug --target`)
+    # resizePolicy: resource -> NotRequired or RestartContainer; a resource not named is NotRequired
+    resize_policy: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_sidecar(self) -> bool:
@@ -293,6 +301,9 @@ class Volume:
 class PodSpec:
     containers: tuple[Container, ...]
     init_containers: tuple[Container, ...] = ()
+    # added to a running pod through the ephemeralcontainers subresource (`kubectl debug`); started once, never
+    # restarted, never part of the pod's phase or readiness
+    ephemeral_containers: tuple[Container, ...] = ()
     volumes: tuple[Volume, ...] = ()
     restart_policy: str = "Always"
     termination_grace_period_seconds: int = DEFAULT_GRACE
@@ -318,6 +329,7 @@ class PodSpec:
     runtime_class_name: str = ""
     os_name: str | None = None
     overhead: dict[str, str] = field(default_factory=dict)
+    resources: Resources | None = None  # pod-level resources (spec.resources): the pod's cgroup, not a container's
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -362,11 +374,20 @@ class Pod:
         return f"{self.metadata.namespace}/{self.metadata.name}"
 
     def container(self, name: str) -> Container:
-        """Container `name`, regular or init (the API keeps their names apart)."""
-        return next(c for c in self.spec.all_containers if c.name == name)
+        """Container `name`, regular, init or ephemeral (the API keeps their names apart)."""
+        return next(c for c in self.spec.all_containers + self.spec.ephemeral_containers if c.name == name)
 
     def is_init(self, name: str) -> bool:
         return any(c.name == name for c in self.spec.init_containers)
+
+    def is_ephemeral(self, name: str) -> bool:
+        return any(c.name == name for c in self.spec.ephemeral_containers)
+
+    def field_path(self, name: str) -> str:
+        """Where container `name` is in the pod, as events name it (`spec.initContainers{setup}`)."""
+        kind = ("initContainers" if self.is_init(name) else
+                "ephemeralContainers" if self.is_ephemeral(name) else "containers")
+        return f"spec.{kind}{{{name}}}"
 
 
 # --- parsing -----------------------------------------------------------------------------------------
@@ -394,6 +415,7 @@ def _meta(m: Obj) -> ObjectMeta:
     return ObjectMeta(name=m.str("name", required=True), namespace=m.str("namespace", "default"),
                       uid=m.str("uid", required=True), labels=m.str_map("labels"),
                       annotations=m.str_map("annotations"), resource_version=m.str("resourceVersion", ""),
+                      generation=m.int("generation", 0, lo=0),
                       deletion_timestamp=m.str("deletionTimestamp"),
                       deletion_grace_period_seconds=m.int("deletionGracePeriodSeconds", lo=0))
 
@@ -404,6 +426,8 @@ def _spec(s: Obj) -> PodSpec:
     return PodSpec(
         containers=tuple(_container(c) for c in s.objs("containers")),
         init_containers=tuple(_container(c) for c in s.objs("initContainers")),
+        ephemeral_containers=tuple(replace(_container(c), target_container_name=c.str("targetContainerName", ""))
+                                   for c in s.objs("ephemeralContainers")),
         volumes=tuple(_volume(v) for v in s.objs("volumes")),
         restart_policy=s.choice("restartPolicy", RESTART_POLICIES, "restart policy", "Always"),
         termination_grace_period_seconds=s.int("terminationGracePeriodSeconds", DEFAULT_GRACE, lo=0),
@@ -422,7 +446,13 @@ def _spec(s: Obj) -> PodSpec:
         tolerations=tuple(t.raw for t in s.objs("tolerations")), node_selector=s.str_map("nodeSelector"),
         affinity=s.get("affinity", dict, {}), runtime_class_name=s.str("runtimeClassName", ""),
         os_name=None if (os_ := s.obj("os")) is None else os_.str("name", required=True),
-        overhead=s.quantities("overhead"))
+        overhead=s.quantities("overhead"),
+        resources=None if (res := s.obj("resources")) is None else _resources(res))
+
+
+def _resources(res: Obj) -> Resources:
+    limits = res.quantities("limits")
+    return Resources(requests={**limits, **res.quantities("requests")}, limits=limits)
 
 
 def _pod_security(sc: Obj) -> PodSecurityContext:
@@ -460,8 +490,6 @@ def _security(sc: Obj) -> SecurityContext:
 def _container(c: Obj) -> Container:
     image = c.str("image", required=True)
     res = c.obj("resources")
-    limits = {} if res is None else res.quantities("limits")
-    requests = {**limits, **({} if res is None else res.quantities("requests"))}
     sc = c.obj("securityContext")
     return Container(
         name=c.str("name", required=True), image=image, raw=c.raw,
@@ -474,7 +502,8 @@ def _container(c: Obj) -> Container:
                                   host_ip=p.str("hostIP", ""),
                                   protocol=p.choice("protocol", PROTOCOLS, "protocol", "TCP"))
                     for p in c.objs("ports")),
-        resources=Resources(requests=requests, limits=limits),
+        resources=Resources() if res is None else _resources(res),
+        resize_policy=dict(_resize_policy(p) for p in c.objs("resizePolicy")),
         volume_mounts=tuple(VolumeMount(name=m.str("name", required=True), mount_path=m.str("mountPath", required=True),
                                         read_only=m.bool("readOnly"), sub_path=m.str("subPath", ""),
                                         sub_path_expr=m.str("subPathExpr", ""),
@@ -493,6 +522,13 @@ def _container(c: Obj) -> Container:
         security_context=SecurityContext() if sc is None else _security(sc),
         restart_policy=c.choice("restartPolicy", ("Always",), "container restart policy"),
         stdin=c.bool("stdin"), stdin_once=c.bool("stdinOnce"), tty=c.bool("tty"))
+
+
+def _resize_policy(p: Obj) -> tuple[str, str]:
+    p.str("resourceName", required=True)
+    p.str("restartPolicy", required=True)
+    return (p.choice("resourceName", RESIZE_RESOURCES, "resize policy resource", ""),
+            p.choice("restartPolicy", RESIZE_RESTART_POLICIES, "resize restart policy", ""))
 
 
 PROBE_ACTIONS = ("exec", "httpGet", "tcpSocket", "grpc")

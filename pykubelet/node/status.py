@@ -77,17 +77,39 @@ def machine_capacity(settings: Settings) -> dict[str, str]:
             "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
 
 
-def allocatable(capacity: dict[str, str], hard: Mapping[str, policy.Value] | None = None) -> dict[str, str]:
-    """Capacity less the hard eviction thresholds (`hard`: evictionHard, the kubelet's defaults if None;
-    no kube/system reservations are configured)."""
+def allocatable(capacity: dict[str, str], hard: Mapping[str, policy.Value] | None = None,
+                reserved: Mapping[str, int] | None = None) -> dict[str, str]:
+    """Capacity less what is reserved for the system and the kubelet (`reserved`: resource -> cpu
+    millicores, bytes, or pids: systemReserved and kubeReserved summed, reserved_for(settings)) and less the
+    hard eviction thresholds (`hard`: evictionHard, the kubelet's defaults if None), as the kubelet's node
+    allocatable."""
     hard = policy.DEFAULT_HARD if hard is None else hard
+    reserved = reserved or {}
     none = policy.Value(quantity=0)
     out = dict(capacity)
+    if reserved.get("cpu"):
+        millicores = max(0, int(capacity["cpu"]) * 1000 - reserved["cpu"])
+        out["cpu"] = str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
     memory = int(capacity["memory"].removesuffix("Ki")) * 1024
-    out["memory"] = f"{max(0, memory - hard.get('memory.available', none).of(memory)) // 1024}Ki"
+    memory_left = memory - reserved.get("memory", 0) - hard.get("memory.available", none).of(memory)
+    out["memory"] = f"{max(0, memory_left) // 1024}Ki"
     storage = int(capacity["ephemeral-storage"].removesuffix("Ki")) * 1024
-    out["ephemeral-storage"] = str(max(0, storage - hard.get("nodefs.available", none).of(storage)))
+    storage_left = storage - reserved.get("ephemeral-storage", 0) - hard.get("nodefs.available", none).of(storage)
+    out["ephemeral-storage"] = str(max(0, storage_left))
     return out
+
+
+def reserved_for(settings: Settings) -> dict[str, int]:
+    """systemReserved and kubeReserved summed, by resource."""
+    out = dict(settings.system_reserved)
+    for name, amount in settings.kube_reserved.items():
+        out[name] = out.get(name, 0) + amount
+    return out
+
+
+def node_allocatable(settings: Settings) -> dict[str, str]:
+    """This node's allocatable, as its status reports it."""
+    return allocatable(machine_capacity(settings), settings.eviction_hard, reserved_for(settings))
 
 
 def _existing(p: Path) -> Path:
@@ -194,7 +216,8 @@ class NodeStatus:
     def build(self) -> dict[str, Any]:
         capacity = machine_capacity(self.settings)
         status: dict[str, Any] = {"capacity": capacity,
-                                  "allocatable": allocatable(capacity, self.settings.eviction_hard),
+                                  "allocatable": allocatable(capacity, self.settings.eviction_hard,
+                                                             reserved_for(self.settings)),
                                   "addresses": addresses(self.settings), "conditions": self.conditions(),
                                   "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}}}
         try:

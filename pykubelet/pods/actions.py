@@ -2,30 +2,35 @@
 
 A pure function of the pod, what the runtime has of it, the probes' verdicts and the restart back-offs:
 the sandbox to make (and the dead ones to stop first), then, in order, the containers to kill and why,
-the ones to start (the next init container, the sidecars, the regular containers the restart policy
-restarts), the ones that wait out their CrashLoopBackOff and with which message, and the dead containers
-to remove. The executor (pods/sync.py) carries the steps out in that order and reports what failed;
-deciding nothing itself, it cannot decide differently from the table test of this module.
+the ones to start (the ephemeral containers not started yet, the next init container, the sidecars, the
+regular containers the restart policy restarts), the ones that wait out their CrashLoopBackOff and with
+which message, the in-place resizes (what the kubelet allocated a running container against what it was
+last given: pods/allocation.py), and the dead containers to remove. The executor (pods/sync.py) carries the steps out in
+that order and reports what failed; deciding nothing itself, it cannot decide differently from the table
+test of this module.
 
 Two facts only the acts can tell, and the plan says what hangs on each:
 - whether a start succeeded: a sidecar that did not start holds back the init containers after it
   (StartContainer.halt_unless_started);
 - how a killed container ended: after a failed probe the restart policy decides on the exit the kill
   left, and the restart's back-off counts from it, so `after_kill` decides again, on the status the
-  runtime gives once the container is stopped. A spec change restarts the container whatever the policy.
+  runtime gives once the container is stopped. A spec change restarts the container whatever the policy, and
+  so does a resize of a resource whose resizePolicy is RestartContainer.
 A pod with no sandbox gets only the sandbox: its containers are decided, by a second call, against the
 runtime's state once the sandbox is made.
 """
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Protocol
 
 from proto import api_pb2
-from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod
+from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, Resources
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import is_finished, termination_grace
+from pykubelet.pods.podspec import is_finished, parse_quantity, termination_grace
 from pykubelet.pods.runtimepod import RuntimePod
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -47,10 +52,21 @@ class Backoffs(Protocol):
     def current(self, key: str) -> float: ...
 
 
+class Actuated(Protocol):
+    """What a pod's containers and its cgroup were last given (pykubelet/pods/allocation.py's PodResources)."""
+
+    @property
+    def containers(self) -> Mapping[str, Resources]: ...
+
+    @property
+    def pod(self) -> Resources | None: ...
+
+
 class KillReason(enum.Enum):
     POD_DONE = "the pod's regular containers are done"  # a sidecar: it never keeps a pod from completing
     PROBE_FAILED = "failed its liveness or startup probe"  # the restart policy decides on its exit
     SPEC_CHANGED = "its spec changed"  # restarted whatever the policy, as the kubelet's
+    RESIZED = "its resize requires a restart"  # resizePolicy RestartContainer: restarted whatever the policy
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,16 @@ class StartContainer:
     backoff_key: str | None = None  # a restart after an exit: the back-off counts it
     remove_first: str | None = None  # a container created but never started (a pass that died half-way)
     halt_unless_started: bool = False  # the steps after it wait until it has started
+    target_id: str = ""  # an ephemeral container's target: the container whose pid namespace it joins
+
+
+@dataclass(frozen=True)
+class CannotStart:
+    """A container that cannot be made this pass, and why, as its waiting reason shows it; the next pass
+    decides again."""
+    name: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +111,27 @@ class RemoveContainers:
     container_ids: tuple[str, ...]
 
 
-Step = KillContainer | StartContainer | BackOff | RemoveContainers
+@dataclass(frozen=True)
+class ResizeContainer:
+    """UpdateContainerResources of a running container for one resource: `resources` is what it is to have
+    once done, `resource`'s requests and limit as allocated and the other one's as it has them (the stock
+    kubelet's updatePodContainerResources), so that one resource's failure leaves the other as it was."""
+    name: str
+    container_id: str
+    resource: str  # "memory" or "cpu"
+    resources: Resources
+    decrease: bool = False  # the limit (or without a limit change, the request) goes down
+    limit_decrease: bool = False  # a memory limit lowered or set: refused while the container uses that much
+
+
+@dataclass(frozen=True)
+class ResizePod:
+    """The pod-level resources (spec.resources) to the pod's cgroup: UpdatePodSandboxResources."""
+    resources: Resources
+    decrease: bool = False  # a limit goes down: after the containers' resizes, else before them
+
+
+Step = KillContainer | StartContainer | BackOff | CannotStart | RemoveContainers | ResizeContainer | ResizePod
 
 
 @dataclass(frozen=True)
@@ -102,14 +148,16 @@ class PodActions:
         return {s.name: (CRASH_LOOP, s.message) for s in self.steps if isinstance(s, BackOff)}
 
 
-def compute_pod_actions(pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> PodActions:
-    """What this sync of `pod` does, given what the runtime has of it (`state`)."""
+def compute_pod_actions(pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs,
+                        actuated: Actuated | None = None) -> PodActions:
+    """What this sync of `pod` (with its allocated resources) does, given what the runtime has of it (`state`)
+    and what its running containers were last given (`actuated`; None: nothing to resize)."""
     if state.sandbox is None:
         if is_finished(pod):
             return PodActions()  # a finished pod is not brought back
         return PodActions(create_sandbox=True, sandbox_attempt=len(state.sandboxes),
                           sandboxes_to_stop=tuple(s.id for s in state.sandboxes))
-    return _Planner(pod, state, probes, backoffs).actions()
+    return _Planner(pod, state, probes, backoffs, actuated).actions()
 
 
 def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2.ContainerStatus,
@@ -119,7 +167,7 @@ def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2
     in the plan are dropped (a sidecar that must start before the next init container does not)."""
     planner = _Planner(pod, state, probes, backoffs)
     container = pod.container(kill.name)
-    if kill.reason is KillReason.SPEC_CHANGED:
+    if kill.reason in (KillReason.SPEC_CHANGED, KillReason.RESIZED):
         return [planner.start(container, status)], False
     if kill.reason is KillReason.PROBE_FAILED:
         if pod.is_init(kill.name):  # a sidecar: the init containers have no probes
@@ -128,12 +176,38 @@ def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2
     return [], False
 
 
+RESIZABLE = ("memory", "cpu")
+
+
+def _effective(r: Resources, pod_level: Resources | None) -> dict[str, tuple[Decimal | None, Decimal | None]]:
+    """resource -> (request, limit) as amounts, the limit falling back to the pod-level one."""
+    out: dict[str, tuple[Decimal | None, Decimal | None]] = {}
+    for name in RESIZABLE:
+        limit = r.limits.get(name, pod_level.limits.get(name) if pod_level is not None else None)
+        request = r.requests.get(name)
+        out[name] = (None if request is None else parse_quantity(request),
+                     None if limit is None else parse_quantity(limit))
+    return out
+
+
+def _with(base: Resources, source: Resources, resource: str) -> Resources:
+    """`base` with `resource`'s request and limit as `source` has them (or has not)."""
+    def merged(mine: dict[str, str], theirs: dict[str, str]) -> dict[str, str]:
+        out = {k: v for k, v in mine.items() if k != resource}
+        if resource in theirs:
+            out[resource] = theirs[resource]
+        return out
+    return Resources(requests=merged(base.requests, source.requests), limits=merged(base.limits, source.limits))
+
+
 class _Planner:
     """One computation of a pod's actions against one ready sandbox."""
 
-    def __init__(self, pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs) -> None:
+    def __init__(self, pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs,
+                 actuated: Actuated | None = None) -> None:
         assert state.sandbox is not None
-        self.pod, self.state, self.probes, self.backoffs = pod, state, probes, backoffs
+        self.pod, self.state, self.probes, self.backoffs, self.actuated = pod, state, probes, backoffs, actuated
+        self.resizes: list[ResizeContainer] = []
         self.sandbox_id = state.sandbox.id
         self.uid = pod.uid
         self.policy = pod.spec.restart_policy
@@ -147,6 +221,9 @@ class _Planner:
         steps: list[Step] = []
         if self.finished:
             steps += self._stop_sidecars()
+        else:  # before the init containers, as the kubelet's: a debugger may look at one that is stuck
+            for container in self.pod.spec.ephemeral_containers:
+                steps += self.ephemeral(container)
         # init containers, one at a time, in order; each must succeed (a sidecar: start) before the next starts
         for container in self.pod.spec.init_containers:
             current = self.current(container.name)
@@ -154,22 +231,31 @@ class _Planner:
                 more, halt = self.sidecar(container, current)
                 steps += more
                 if halt:
-                    return PodActions(steps=tuple(steps))
+                    return self._plan(steps)
                 continue
             if current is not None and current.state == api_pb2.CONTAINER_EXITED and current.exit_code == 0:
                 continue
             if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
-                return PodActions(steps=tuple(steps))  # the PLEG brings the pod back when it exits
+                return self._plan(steps)  # the PLEG brings the pod back when it exits
             if current is not None and self.policy == "Never":
                 return PodActions(steps=tuple(steps), init_failed=True)
             steps.append(self.start(container, current))
-            return PodActions(steps=tuple(steps))
+            return self._plan(steps)
         for container in self.pod.spec.containers:
             steps += self.regular(container, self.current(container.name))
         dead = self._dead()
-        if dead:
-            steps.append(RemoveContainers(dead))
-        return PodActions(steps=tuple(steps))
+        return self._plan(steps, RemoveContainers(dead) if dead else None)
+
+    def _plan(self, steps: list[Step], last: RemoveContainers | None = None) -> PodActions:
+        """The steps with the resizes after them, as the kubelet's SyncPod: memory before cpu, each resource's
+        decreases before its increases; the pod's cgroup before the containers' when it grows, after when
+        it shrinks."""
+        ordered = sorted(self.resizes, key=lambda r: (r.resource != "memory", not r.decrease))
+        resizes: list[Step] = list(ordered)
+        pod_step = self._resize_pod()
+        if pod_step is not None:
+            resizes = [*resizes, pod_step] if pod_step.decrease else [pod_step, *resizes]
+        return PodActions(steps=tuple(steps + resizes + ([last] if last is not None else [])))
 
     def current(self, name: str) -> api_pb2.ContainerStatus | None:
         """The newest container `name`, if it is in the ready sandbox."""
@@ -189,6 +275,9 @@ class _Planner:
             kill = None if probed else self._probe_kill(container, current)
             if kill is not None:
                 return [kill], False
+            resized = self.resize(container, current)
+            if resized:
+                return resized, False
             return [], not (self.initialized or self._started(container.name, current.id))
         step = self.start(container, current)
         if self.initialized:
@@ -196,6 +285,24 @@ class _Planner:
         if isinstance(step, BackOff) or container.startup_probe is not None:
             return [step], True  # the next one waits until this one has started (its startup probe)
         return [replace(step, halt_unless_started=True)], False
+
+    def ephemeral(self, container: Container) -> list[Step]:
+        """Started once, never restarted: whatever ran of that name, in any sandbox, is its one run (but a
+        container created and never started, which is made again). With a target, it joins the pid
+        namespace of the target's newest container, as the kubelet's getTargetID."""
+        current = self.current(container.name)
+        if self.state.history(container.name) and (current is None or current.state != api_pb2.CONTAINER_CREATED):
+            return []
+        target_id = ""
+        if container.target_container_name:
+            target = self.state.history(container.target_container_name)
+            if not target:
+                return [CannotStart(container.name, "CreateContainerConfigError",
+                                    f"unable to find target container {container.target_container_name}")]
+            target_id = target[0].id
+        step = self.start(container, current)
+        assert isinstance(step, StartContainer)  # only an exited container waits out a back-off
+        return [replace(step, target_id=target_id)]
 
     def regular(self, container: Container, current: api_pb2.ContainerStatus | None,
                 probed: bool = False) -> list[Step]:
@@ -206,10 +313,48 @@ class _Planner:
                                       KillReason.SPEC_CHANGED,
                                       f"Container {container.name} definition changed, will be restarted")]
             kill = None if probed else self._probe_kill(container, current)
-            return [kill] if kill is not None else []
+            return [kill] if kill is not None else self.resize(container, current)
         if current is not None and current.state != api_pb2.CONTAINER_CREATED and not self._restarts(current):
             return []
         return [self.start(container, current)]
+
+    def resize(self, container: Container, current: api_pb2.ContainerStatus) -> list[Step]:
+        """A running container whose allocation differs from what it was given, as the kubelet's
+        computePodResizeAction: killed (and so restarted) if a changed resource's resizePolicy is
+        RestartContainer, else an UpdateContainerResources per changed resource, queued in self.resizes for
+        the end of the plan. Its effective values have the pod-level limits where it has none."""
+        if self.actuated is None or container.name not in self.actuated.containers:
+            return []
+        pod_level = self.pod.spec.resources
+        want = _effective(container.resources, pod_level)
+        have = _effective(self.actuated.containers[container.name], self.actuated.pod)
+        changed = [r for r in RESIZABLE if want.get(r) != have.get(r)]
+        if not changed:
+            return []
+        if any(container.resize_policy.get(r) == "RestartContainer" for r in changed):
+            return [KillContainer(container.name, current.id,
+                                  int(current.annotations.get(GRACE, "") or DEFAULT_GRACE), KillReason.RESIZED,
+                                  f"Container {container.name} resize requires restart")]
+        given = self.actuated.containers[container.name]
+        for r in changed:  # memory first: the cpu update carries the memory the memory update gave
+            (req_w, lim_w), (req_h, lim_h) = want[r], have[r]
+            decrease = (lim_w or 0) < (lim_h or 0) if lim_w != lim_h else (req_w or 0) < (req_h or 0)
+            given = _with(given, container.resources, r)
+            self.resizes.append(ResizeContainer(
+                container.name, current.id, r, given, decrease=decrease,
+                limit_decrease=r == "memory" and lim_w is not None and (lim_h is None or lim_w < lim_h)))
+        return []
+
+    def _resize_pod(self) -> ResizePod | None:
+        """The pod's cgroup, when its pod-level resources were resized."""
+        allocated = self.pod.spec.resources
+        if self.actuated is None or allocated is None:
+            return None
+        want, have = _effective(Resources(), allocated), _effective(Resources(), self.actuated.pod)
+        if want == have:
+            return None
+        return ResizePod(allocated, decrease=any((want[r][1] or 0) < (have[r][1] or 0)
+                                                 for r in RESIZABLE if want[r][1] is not None))
 
     def _restarts(self, ended: api_pb2.ContainerStatus) -> bool:
         """Whether the restart policy restarts a regular container that ended so."""

@@ -54,15 +54,20 @@ def _request(container: Container, resource: str) -> Decimal:
 def pod_requests(pod: Pod) -> dict[str, Decimal]:
     """What the pod asks of the node, as the scheduler counts it: the sum over its containers and its
     restartable (sidecar) init containers, or the largest one-at-a-time init container if more, plus the
-    pod overhead. cpu in cores, memory in bytes (a request defaults to the limit)."""
+    pod overhead; a pod-level request (spec.resources) stands for its containers'. cpu in cores, memory in
+    bytes (a request defaults to the limit)."""
     out: dict[str, Decimal] = {}
     spec = pod.spec
     overhead = spec.overhead
+    pod_level = spec.resources.requests if spec.resources is not None else {}
     for resource in ("cpu", "memory"):
+        extra = parse_quantity(overhead[resource]) if resource in overhead else Decimal(0)
+        if resource in pod_level:
+            out[resource] = parse_quantity(pod_level[resource]) + extra
+            continue
         sidecars = sum((_request(c, resource) for c in spec.init_containers if c.is_sidecar), Decimal(0))
         regular = sum((_request(c, resource) for c in spec.containers), Decimal(0)) + sidecars
         init = max((_request(c, resource) for c in spec.init_containers if not c.is_sidecar), default=Decimal(0))
-        extra = parse_quantity(overhead[resource]) if resource in overhead else Decimal(0)
         out[resource] = max(regular, init + sidecars) + extra
     return out
 
@@ -206,9 +211,7 @@ class Admission:
             if has_runtime_state:  # admitted by an earlier run of the kubelet
                 self._admitted.add(uid)
                 return ADMIT
-            on_node = self._on_node()
-            others = [p for p in self._pods() if p.uid != uid and (p.uid in self._admitted or p.uid in on_node)
-                      and p.status.phase not in TERMINAL]
+            others = self._others(uid)
             verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
                             node_name=self.node_name, runtime_class_known=self._runtime_class_known,
                             sysctls=self._sysctls)
@@ -221,6 +224,19 @@ class Admission:
                 self._rejected[uid] = verdict
                 log.warning("pod %s rejected: %s: %s", pod.key, verdict.reason, verdict.message)
             return verdict
+
+    def _others(self, uid: str) -> list[Pod]:
+        on_node = self._on_node()
+        return [p for p in self._pods() if p.uid != uid and (p.uid in self._admitted or p.uid in on_node)
+                and p.status.phase not in TERMINAL]
+
+    def others(self, uid: str) -> list[Pod]:
+        """The admitted pods but `uid`, still running: what a resize of `uid` is weighed against."""
+        with self._lock:
+            return self._others(uid)
+
+    def allocatable(self) -> dict[str, str]:
+        return self._allocatable()
 
     def forget(self, uid: str) -> None:
         with self._lock:

@@ -8,12 +8,14 @@ find the pod again.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Container, DNSConfig, Pod
+from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
 from pykubelet.pods import userns
+from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
     GRACE,
@@ -27,6 +29,8 @@ from pykubelet.pods.labels import (
     container_hash,
 )
 from pykubelet.pods.podspec import expand, parse_quantity, plain_env, qos_class, security_context, supplemental_groups
+
+log = logging.getLogger(__name__)
 
 # what the kubelet masks and makes read-only in every unprivileged container (procMount Default)
 MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -55,8 +59,12 @@ def log_directory(pod: Pod, settings: Settings) -> Path:
     return settings.pod_logs_dir / f"{m.namespace}_{m.name}_{m.uid}"
 
 
-def linux_resources(container: Container) -> api_pb2.LinuxContainerResources:
-    requests, limits = container.resources.requests, container.resources.limits
+def linux_resources(resources: Resources, pod_level: Resources | None = None) -> api_pb2.LinuxContainerResources:
+    """A container's (or with pod-level resources, the pod's) cgroup settings; a container without a cpu or
+    memory limit of its own has the pod-level one, as the stock kubelet's generateLinuxContainerResources."""
+    requests, limits = resources.requests, resources.limits
+    if pod_level is not None:
+        limits = {**{k: v for k, v in pod_level.limits.items() if k in ("cpu", "memory")}, **limits}
     out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
     cpu_request = requests.get("cpu", limits.get("cpu"))
     out.cpu_shares = max(MIN_SHARES, int(parse_quantity(cpu_request) * 1024)) if cpu_request else MIN_SHARES
@@ -84,39 +92,14 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
         ipc=NAMESPACE_MODE[spec.host_ipc])
 
 
-def dns_config(pod: Pod, settings: Settings) -> api_pb2.DNSConfig | None:
-    """ClusterFirst: the cluster DNS and its search path; Default (or no cluster DNS): the runtime's (the
-    host's); None: only the pod's dnsConfig, which is merged over the others as the kubelet does."""
-    spec = pod.spec
-    policy = spec.dns_policy
-    if policy == "ClusterFirst" and spec.host_network:
-        policy = "Default"
-    if policy == "ClusterFirstWithHostNet":
-        policy = "ClusterFirst"
-    servers: list[str] = []
-    searches: list[str] = []
-    options: list[str] = []
-    if policy == "ClusterFirst" and settings.cluster_dns:
-        domain, ns = settings.cluster_domain, pod.metadata.namespace
-        servers = list(settings.cluster_dns)
-        searches = [f"{ns}.svc.{domain}", f"svc.{domain}", domain] if domain else []
-        options = ["ndots:5"]
-    extra = spec.dns_config or DNSConfig()
-    servers += [s for s in extra.nameservers if s not in servers]
-    searches += [s for s in extra.searches if s not in searches]
-    for name, value in extra.options:
-        text = f"{name}:{value}" if value is not None else name
-        options = [o for o in options if o.split(":")[0] != name] + [text]
-    if not (servers or searches or options):
-        return None
-    return api_pb2.DNSConfig(servers=servers, searches=searches, options=options)
-
-
-def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
-                   host_range: int | None = None) -> api_pb2.PodSandboxConfig:
-    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py)."""
+def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: int | None = None,
+                   dns: PodDNS | None = None) -> api_pb2.PodSandboxConfig:
+    """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
+    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
     meta, spec = pod.metadata, pod.spec
-    hostname = settings.node_name if spec.host_network else (spec.hostname or meta.name)[:63]
+    # none for a hostNetwork pod, as from the stock kubelet: it has the host's UTS namespace, whose name a runtime
+    # must not set (runc refuses a hostname without a private UTS namespace)
+    hostname = "" if spec.host_network else (spec.hostname or meta.name)[:63]
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
                                  host_port=p.host_port, host_ip=p.host_ip)
              for c in spec.containers for p in c.ports if p.host_port]
@@ -135,22 +118,25 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0,
         security.run_as_group.value = sc.run_as_group
     linux = api_pb2.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent(pod, settings), security_context=security,
                                           sysctls=dict(sc.sysctls))
+    if spec.resources is not None:  # the pod-level resources, for a runtime that sizes the pod's cgroup by them
+        linux.resources.CopyFrom(linux_resources(spec.resources))
     config = api_pb2.PodSandboxConfig(
         metadata=api_pb2.PodSandboxMetadata(name=meta.name, namespace=meta.namespace, uid=meta.uid, attempt=attempt),
         hostname=hostname, log_directory=str(log_directory(pod, settings)), port_mappings=ports,
         labels={**meta.labels, POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid},
         annotations=meta.annotations, linux=linux)
-    dns = dns_config(pod, settings)
     if dns is not None:
-        config.dns_config.CopyFrom(dns)
+        config.dns_config.CopyFrom(api_pb2.DNSConfig(servers=dns.servers, searches=dns.searches, options=dns.options))
     return config
 
 
 def container_config(pod: Pod, container: Container, image_ref: str, restart: int,
                      sandbox: api_pb2.PodSandboxConfig, *, envs: dict[str, str] | None = None,
-                     mounts: list[api_pb2.Mount] | None = None) -> api_pb2.ContainerConfig:
+                     mounts: list[api_pb2.Mount] | None = None, target_id: str = "") -> api_pb2.ContainerConfig:
     """`envs` and `mounts`: the resolved env and the volume mounts (pykubelet/volumes/manager.py); not
-    hashed, so a changed configMap does not restart the container."""
+    hashed, so a changed configMap does not restart the container. `target_id`: an ephemeral container's
+    target, whose pid namespace it joins (TARGET), unless the pod's containers share one already (the
+    pod's or the node's), as the kubelet's generateLinuxContainerConfig."""
     meta, own = pod.metadata, container.security_context
     sc = security_context(pod, container)
     unmasked = own.privileged or own.proc_mount == "Unmasked"
@@ -162,6 +148,8 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
         supplemental_groups=supplemental_groups(pod),
         no_new_privs=own.allow_privilege_escalation is False, seccomp=seccomp(sc.seccomp_profile),
         masked_paths=[] if unmasked else MASKED_PATHS, readonly_paths=[] if unmasked else READONLY_PATHS)
+    if target_id and security.namespace_options.pid == api_pb2.CONTAINER:
+        security.namespace_options.pid, security.namespace_options.target_id = api_pb2.TARGET, target_id
     if sc.run_as_user is not None:
         security.run_as_user.value = sc.run_as_user
     if sc.run_as_group is not None:
@@ -186,7 +174,8 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
                      **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
         log_path=f"{container.name}/{restart}.log", mounts=mounts or [],
         stdin=container.stdin, stdin_once=container.stdin_once, tty=container.tty,
-        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container), security_context=security))
+        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container.resources, pod.spec.resources),
+                                           security_context=security))
 
 
 def _idmapped(mount: api_pb2.Mount, userns_options: api_pb2.UserNamespace) -> api_pb2.Mount:

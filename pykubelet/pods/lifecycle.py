@@ -51,10 +51,6 @@ def run_hook(runtime: cri.CRIRuntime, container: Container, container_id: str, h
     return outcome
 
 
-def container_field_path(pod: Pod, name: str) -> str:
-    return f"spec.{'initContainers' if pod.is_init(name) else 'containers'}{{{name}}}"
-
-
 def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, container_id: str, grace: int,
                    pod_ip: str = "", event: EventFn | None = None, why: str | None = None) -> None:
     """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds, then stops it
@@ -66,7 +62,7 @@ def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, containe
     if pod is not None and container is not None and container.pre_stop is not None and grace > 0:
         began = time.monotonic()
         outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, grace,
-                           container_field_path(pod, name))
+                           pod.field_path(name))
         if not outcome.ok:
             message = f"PreStopHook failed: {outcome.message}"
             log.warning("pod %s: container %s: %s", pod.key, name, message)
@@ -86,7 +82,7 @@ def post_start(runtime: cri.CRIRuntime, pod: Pod, container: Container, containe
         return None
     grace = termination_grace(pod)
     outcome = run_hook(runtime, container, container_id, "postStart", pod_ip, grace,
-                       container_field_path(pod, container.name))
+                       pod.field_path(container.name))
     if outcome.ok:
         return None
     message = f"PostStartHook failed: {outcome.message}".strip()

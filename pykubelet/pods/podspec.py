@@ -31,9 +31,14 @@ def parse_quantity(value: Any) -> Decimal:
 
 
 def qos_class(pod: Pod) -> str:
-    containers = pod.spec.containers + pod.spec.init_containers
-    requests = [c.resources.requests for c in containers]
-    limits = [c.resources.limits for c in containers]
+    """The API's GetPodQOS: of the pod-level resources (spec.resources) when it has them, else of its
+    containers'. A resize never changes it (the API server refuses one that would)."""
+    if pod.spec.resources is not None:
+        requests, limits = [pod.spec.resources.requests], [pod.spec.resources.limits]
+    else:
+        containers = pod.spec.containers + pod.spec.init_containers
+        requests = [c.resources.requests for c in containers]
+        limits = [c.resources.limits for c in containers]
     if not any(requests) and not any(limits):
         return "BestEffort"
     if all(lim.get("cpu") and lim.get("memory") and req.get("cpu", lim["cpu"]) == lim["cpu"]

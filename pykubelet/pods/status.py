@@ -14,8 +14,10 @@ import threading
 from typing import Any
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Container, Pod
+from pykubelet.api.podmodel import Container, Pod, Resources
+from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
+from pykubelet.pods.podspec import parse_quantity
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.sync import SyncResult
 
@@ -41,8 +43,58 @@ def _terminated(s: api_pb2.ContainerStatus, runtime_name: str) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+MIN_MILLI_CPU_LIMIT = 10  # the kubelet's MinMilliCPULimit: below it a quota is not what was asked
+BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
+
+
+def _cpu(milli: int) -> str:
+    """A cpu amount as the API writes a DecimalSI milli quantity: "2", "250m"."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _bytes(n: int) -> str:
+    """A memory amount as the API writes a BinarySI quantity: "64Mi", or the bytes when no suffix is exact."""
+    for i, suffix in enumerate(BINARY_SUFFIXES):
+        unit = 1 << (10 * (len(BINARY_SUFFIXES) - i))
+        if n and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def _millis(quantity: str | None) -> int:
+    return 0 if quantity is None else int(parse_quantity(quantity) * 1000)
+
+
+def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | None,
+                     actuated: Resources | None) -> dict[str, dict[str, str]]:
+    """status.containerStatuses[].resources, as the kubelet's convertContainerStatusResources: the allocation,
+    and for a running container the cpu and memory limits and the cpu request it has in the runtime (its
+    ContainerStatus's resources, else what the kubelet last gave it), each where the allocation has a
+    limit (a request) at all. The memory request is the allocation's: no cgroup holds it."""
+    requests, limits = dict(allocated.requests), dict(allocated.limits)
+    if running is not None:
+        given = actuated or allocated
+        linux = running.resources.linux if running.HasField("resources") else None
+        cpu_limit = (linux.cpu_quota * 1000 // linux.cpu_period if linux is not None and linux.cpu_period > 0
+                     and linux.cpu_quota > 0 else _millis(given.limits.get("cpu")))
+        cpu_request = (-(-linux.cpu_shares * 1000 // 1024) if linux is not None and linux.cpu_shares >= MIN_SHARES
+                       else _millis(given.requests.get("cpu")))
+        memory_limit = linux.memory_limit_in_bytes if linux is not None else 0
+        if limits:
+            if cpu_limit and (cpu_limit > MIN_MILLI_CPU_LIMIT or _millis(limits.get("cpu")) > MIN_MILLI_CPU_LIMIT):
+                limits["cpu"] = _cpu(cpu_limit)
+            if memory_limit > 0:
+                limits["memory"] = _bytes(memory_limit)
+            elif "memory" in given.limits:
+                limits["memory"] = given.limits["memory"]
+        if requests and cpu_request and (cpu_request > MIN_SHARES or _millis(requests.get("cpu")) > MIN_SHARES):
+            requests["cpu"] = _cpu(cpu_request)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
 def container_status(container: Container, history: list[api_pb2.ContainerStatus], waiting: tuple[str, str] | None,
-                     runtime_name: str, default_waiting: str) -> dict:
+                     runtime_name: str, default_waiting: str, actuated: Resources | None = None) -> dict:
+    """`actuated`: what the kubelet last gave the container (pods/allocation.py), for its status resources."""
     out: dict[str, Any] = {"name": container.name, "image": container.image, "imageID": "",
                            "restartCount": 0, "ready": False, "started": False}
     latest = history[0] if history else None
@@ -66,6 +118,11 @@ def container_status(container: Container, history: list[api_pb2.ContainerStatus
         reason, message = waiting or (default_waiting, "")
         out["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
     out["lastState"] = {"terminated": _terminated(previous, runtime_name)} if previous is not None else {}
+    if latest is not None:  # as the kubelet's: the resources of a container the runtime has
+        running = latest if latest.state == api_pb2.CONTAINER_RUNNING else None
+        out["resources"] = status_resources(container.resources, running, actuated)
+        if container.resources.requests:
+            out["allocatedResources"] = dict(container.resources.requests)
     return out
 
 
@@ -103,8 +160,12 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
 
 
 def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
-               probes=None) -> dict:
-    """`probes` (a pykubelet.prober.manager.ProbeManager) says which running containers are started and ready."""
+               probes=None, actuated: dict[str, Resources] | None = None,
+               resize_conditions: list[dict[str, Any]] | None = None) -> dict:
+    """Of the allocated `pod` (pods/allocation.py: the resources the kubelet granted it). `probes` (a
+    pykubelet.prober.manager.ProbeManager) says which running containers are started and ready; `actuated`
+    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones."""
+    given = actuated or {}
     # the status as last written (the kubelet's own fields of it, kept: qosClass, startTime)
     spec, previous, uid = pod.spec, pod.raw.get("status") or {}, pod.uid
     init_statuses = []
@@ -113,7 +174,8 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
     sidecars_ready = True
     for c in spec.init_containers:
         history = state.history(c.name)
-        s = container_status(c, history, result.waiting.get(c.name), runtime_name, "PodInitializing")
+        s = container_status(c, history, result.waiting.get(c.name), runtime_name, "PodInitializing",
+                             given.get(c.name))
         if c.is_sidecar:  # initialized once started; ready by its probes while it runs
             _gate_by_probes(s, uid, history, probes)
             sidecars_ready = sidecars_ready and s["ready"]
@@ -126,9 +188,17 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
     statuses = []
     for c in spec.containers:
         history = state.history(c.name)
-        s = container_status(c, history, result.waiting.get(c.name), runtime_name, default)
+        s = container_status(c, history, result.waiting.get(c.name), runtime_name, default, given.get(c.name))
         _gate_by_probes(s, uid, history, probes)
         statuses.append(s)
+    # as the kubelet's: reported as containers are, but no probe makes them ready or started, and they count
+    # for neither the phase nor the pod's readiness
+    ephemeral_statuses = []
+    for c in spec.ephemeral_containers:
+        s = container_status(c, state.history(c.name), result.waiting.get(c.name), runtime_name, default)
+        s["ready"] = False
+        del s["started"]
+        ephemeral_statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
     containers_ready = init_done and sidecars_ready and all(s["ready"] for s in statuses)
     sandbox_ready = state.sandbox is not None
@@ -142,11 +212,14 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
              **({} if containers_ready else {"reason": "ContainersNotReady"})},
             {"type": "ContainersReady", "status": str(containers_ready),
              **({} if containers_ready else {"reason": "ContainersNotReady"})},
-            {"type": "PodScheduled", "status": "True"}],
+            {"type": "PodScheduled", "status": "True"},
+            *(resize_conditions or [])],
         "containerStatuses": statuses,
     }
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
+    if ephemeral_statuses:
+        status["ephemeralContainerStatuses"] = ephemeral_statuses
     if host_ip:
         status["hostIP"], status["hostIPs"] = host_ip, [{"ip": host_ip}]
     net = state.sandbox_status.network if state.sandbox_status is not None else None

@@ -26,30 +26,35 @@ from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
 from pykubelet.errors import FailedPreconditionError
-from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
+from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import lifecycle, securitycontext, userns
+from pykubelet.pods import dns, lifecycle, securitycontext, userns
 from pykubelet.pods.actions import (
     CRASH_LOOP,
     BackOff,
+    CannotStart,
     KillContainer,
     KillReason,
     PodActions,
     Probes,
+    ResizeContainer,
+    ResizePod,
     StartContainer,
+    Step,
     after_kill,
     compute_pod_actions,
 )
 from pykubelet.pods.backoff import Backoff
-from pykubelet.pods.criconfig import container_config, log_directory, sandbox_config
+from pykubelet.pods.criconfig import container_config, linux_resources, log_directory, sandbox_config
 from pykubelet.pods.podspec import is_finished, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pynode_os.systemd import SystemdError
 
 if TYPE_CHECKING:
+    from pykubelet.pods.allocation import AllocationManager
     from pykubelet.pods.env import EnvSource
     from pykubelet.pods.slices import PodSlices
     from pykubelet.volumes.manager import VolumeManager
@@ -70,6 +75,7 @@ class SyncResult:
     waiting: dict[str, tuple[str, str]] = field(default_factory=dict)  # container -> (reason, message)
     requeue_after: float | None = None
     init_failed: bool = False
+    resize_error: str | None = None  # why an accepted resize was not actuated (PodResizeInProgress, Error)
 
     def again_in(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
@@ -86,12 +92,14 @@ class PodSyncer:
     def __init__(self, runtime: cri.CRIRuntime, settings: Settings, backoff: Backoff | None = None,
                  image_backoff: Backoff | None = None, events: EventRecorder | None = None,
                  probes: Probes | None = None, volumes: VolumeManager | None = None,
-                 env: EnvSource | None = None, slices: PodSlices | None = None) -> None:
+                 env: EnvSource | None = None, allocations: AllocationManager | None = None,
+                 slices: PodSlices | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
         self.slices = slices  # the systemd cgroup driver's pod slices; None: the runtime makes the pod's cgroup
         self.probes = probes  # None: no probes, every running container is started and healthy
         self.volumes = volumes  # None: no volumes
         self.env = env  # None: the env's plain values only
+        self.allocations = allocations  # None: no resize (the pod's spec is what its containers have)
         self.backoff = backoff or Backoff()
         self.image_backoff = image_backoff or Backoff()
         self._pull_lock = threading.Lock() if settings.serialize_image_pulls else None
@@ -119,10 +127,9 @@ class PodSyncer:
                 self._failed_pulls.pop(key, None)
 
     def event(self, pod: Pod, container: str | None, type_: str, reason: str, message: str) -> None:
-        """An event about `pod`, or about its (init or regular) container `container`."""
+        """An event about `pod`, or about its (init, regular or ephemeral) container `container`."""
         if self.events is not None:
-            init = container is not None and pod.is_init(container)
-            self.events.event(pod_ref(pod, container, init), type_, reason, message)
+            self.events.event(pod_ref(pod, container), type_, reason, message)
 
     # --- images -----------------------------------------------------------------------------------
 
@@ -196,18 +203,31 @@ class PodSyncer:
         if not is_finished(pod) and not self._mount_volumes(pod, result, starting=state.sandbox is None) \
                 and state.sandbox is None:
             return result  # the sandbox waits for the volumes, as the kubelet's
-        actions = compute_pod_actions(pod, state, self.probes, self.backoff)
+        actuated = self.allocations.actuated.get(pod.uid) if self.allocations is not None else None
+        actions = compute_pod_actions(pod, state, self.probes, self.backoff, actuated)
         if actions.create_sandbox:
             made = self._create_sandbox(pod, state, actions, result)
             if made is None:
                 return result
             state, sandbox_cfg = made
             actions = compute_pod_actions(pod, state, self.probes, self.backoff)  # its containers, in it
+            if self.allocations is not None:  # the pod's cgroup was made with its allocated pod-level resources
+                self.allocations.actuated.set_pod(pod.uid, pod.spec.resources)
         elif state.sandbox is None:
             return result  # a finished pod is not brought back
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
-            sandbox_cfg = sandbox_config(pod, self.settings, attempt=state.sandbox.metadata.attempt,
-                                         host_range=self.userns.host_range(pod))
+            attempt, host_range = state.sandbox.metadata.attempt, self.userns.host_range(pod)
+            if any(isinstance(step, StartContainer) for step in actions.steps):
+                # as the kubelet's: the config (and the DNS with its warnings) is formed again only for a start,
+                # and no container starts without it
+                try:
+                    sandbox_cfg = self._sandbox_config(pod, attempt, host_range)
+                except dns.DNSError as e:
+                    log.warning("pod %s: the sandbox's config: %s", pod.key, e)
+                    result.again_in(10.0)
+                    return result
+            else:
+                sandbox_cfg = sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range)
         self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 
@@ -233,7 +253,14 @@ class PodSyncer:
             self.event(pod, None, WARNING, "FailedCreatePodSandBox", str(e))
             result.again_in(10.0)
             return None
-        sandbox_cfg = sandbox_config(pod, self.settings, attempt=actions.sandbox_attempt, host_range=host_range)
+        try:
+            sandbox_cfg = self._sandbox_config(pod, actions.sandbox_attempt, host_range)
+        except dns.DNSError as e:
+            for c in spec.containers:
+                result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
+            self.event(pod, None, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {e}")
+            result.again_in(10.0)
+            return None
         log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
         try:
             if self.slices is not None:
@@ -260,6 +287,19 @@ class PodSyncer:
             return None
         return state, sandbox_cfg
 
+    def _sandbox_config(self, pod: Pod, attempt: int, host_range: int | None) -> api_pb2.PodSandboxConfig:
+        """The sandbox's config with the pod's DNS, the host's resolv.conf read now; the kubelet's warnings on
+        the way (limits exceeded, no cluster DNS) recorded. Raises dns.DNSError."""
+        found = dns.pod_dns(pod, cluster_dns=self.settings.cluster_dns, cluster_domain=self.settings.cluster_domain,
+                            host=dns.read_resolv_conf(self.settings.resolv_conf),
+                            node_ips=[self.settings.node_ip] if self.settings.node_ip else [])
+        for reason, message in found.pod_events:
+            self.event(pod, None, WARNING, reason, message)
+        if self.events is not None:
+            for reason, message in found.node_events:
+                self.events.event(node_ref(self.settings.node_name), WARNING, reason, message)
+        return sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range, dns=found)
+
     def _carry_out(self, pod: Pod, state: RuntimePod, actions: PodActions, sandbox_cfg: api_pb2.PodSandboxConfig,
                    result: SyncResult) -> None:
         """The steps in order; a kill's follow-up is decided once it is done, and a start that failed, when the
@@ -267,9 +307,16 @@ class PodSyncer:
         assert state.sandbox is not None
         sandbox_id = state.sandbox.id
         steps, whole = list(actions.steps), True
+        result.resize_error = self._memory_decreases(pod, steps)
+        if result.resize_error is not None:  # as the kubelet's: no part of the resize is done
+            steps = [s for s in steps if not isinstance(s, ResizeContainer | ResizePod)]
+            result.again_in(10.0)
         while steps:
             step = steps.pop(0)
-            if isinstance(step, KillContainer):
+            if isinstance(step, ResizeContainer | ResizePod):
+                if not self._resize(pod, step, sandbox_id, result):
+                    steps = [s for s in steps if not isinstance(s, ResizeContainer | ResizePod)]
+            elif isinstance(step, KillContainer):
                 after = self._kill(pod, step, state)
                 if after is not None:
                     more, halt = after_kill(pod, state, step, after, self.probes, self.backoff)
@@ -284,10 +331,59 @@ class PodSyncer:
             elif isinstance(step, StartContainer):
                 if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
                     return
+            elif isinstance(step, CannotStart):
+                result.waiting[step.name] = (step.reason, step.message)
+                self.event(pod, step.name, WARNING, "Failed", f"Error: {step.message}")
+                result.again_in(2.0)
             else:
                 for container_id in step.container_ids:
                     self._remove(container_id)
         result.init_failed = whole and actions.init_failed
+
+    def _memory_decreases(self, pod: Pod, steps: list[Step]) -> str | None:
+        """Why the plan's memory limit decreases cannot be done now (None: they can), as the kubelet's
+        validateMemoryResizeAction: a limit at or below what the container uses would have it OOM-killed, so
+        the resize waits (PodResizeInProgress, Error) until the usage is lower or the resize is undone."""
+        errors = []
+        for step in steps:
+            if not (isinstance(step, ResizeContainer) and step.limit_decrease):
+                continue
+            limit = linux_resources(step.resources, pod.spec.resources).memory_limit_in_bytes
+            try:
+                memory = self.runtime.container_stats(step.container_id).memory
+            except cri.CRIError:
+                memory = api_pb2.MemoryUsage()
+            if not memory.HasField("usage_bytes"):
+                errors.append(f'missing container "{step.name}" memory usage')
+            elif memory.usage_bytes.value >= limit:
+                errors.append(f'attempting to set container "{step.name}" memory limit ({limit}) below current '
+                              f"usage ({memory.usage_bytes.value})")
+        if not errors:
+            return None
+        return "cannot decrease memory limits: " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+
+    def _resize(self, pod: Pod, step: ResizeContainer | ResizePod, sandbox_id: str, result: SyncResult) -> bool:
+        """One in-place resize, recorded as actuated once the runtime took it; False (and the pod's resize
+        error) if it refused, and the resizes after it wait for the next pass, as the kubelet's."""
+        assert self.allocations is not None  # only planned against its records
+        try:
+            if isinstance(step, ResizePod):
+                try:
+                    self.runtime.update_pod_sandbox_resources(sandbox_id, linux_resources(step.resources))
+                except cri.Unimplemented:  # as the kubelet's: a runtime without it sizes no pod cgroup by it
+                    log.debug("pod %s: the runtime has no UpdatePodSandboxResources", pod.key)
+                self.allocations.actuated.set_pod(pod.uid, step.resources)
+                return True
+            self.runtime.update_container_resources(step.container_id,
+                                                    linux_resources(step.resources, pod.spec.resources))
+        except cri.CRIError as e:
+            log.warning("pod %s: resize: %s", pod.key, e)
+            result.resize_error = e.details
+            result.again_in(10.0)
+            return False
+        log.info("pod %s: container %s: %s resized in place", pod.key, step.name, step.resource)
+        self.allocations.actuated.set_container(pod.uid, step.name, step.resources)
+        return True
 
     def _kill(self, pod: Pod, kill: KillContainer, state: RuntimePod) -> api_pb2.ContainerStatus | None:
         """Stops the container (its preStop first); its status after, when what follows depends on it."""
@@ -296,6 +392,8 @@ class PodSyncer:
             log.info("pod %s: stopping sidecar %s", name, kill.name)
         elif kill.reason is KillReason.SPEC_CHANGED:
             log.info("pod %s: container %s changed: recreating", name, kill.name)
+        elif kill.reason is KillReason.RESIZED:
+            log.info("pod %s: container %s resized: restarting", name, kill.name)
         else:
             log.info("pod %s: %s", name, kill.message)
         lifecycle.stop_container(self.runtime, pod, kill.name, kill.container_id, kill.grace,
@@ -333,7 +431,8 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e}")
             result.again_in(2.0)
             return False
-        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts)
+        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts,
+                                  target_id=step.target_id)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)
         except cri.CRIError as e:
@@ -342,6 +441,8 @@ class PodSyncer:
             result.again_in(self.backoff.initial)
             return False
         self.event(pod, name, NORMAL, "Created", f"Created container: {name}")
+        if self.allocations is not None:  # made with its allocation: what it has until resized
+            self.allocations.actuated.set_container(pod.uid, name, container.resources)
         try:
             self.runtime.start_container(cid)
         except cri.CRIError as e:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import key_of
@@ -38,6 +39,7 @@ from pykubelet.eviction.policy import REASON as EVICTED
 from pykubelet.eviction.policy import evicted_status
 from pykubelet.pods import termination
 from pykubelet.pods.admission import Admission, rejected_status
+from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
 from pykubelet.pods.pleg import PLEG
@@ -74,8 +76,10 @@ class PodWorkers:
         self.env = EnvSource(client, settings, self.volumes.allocatable,
                              services=None if services is None else self._services)
         self.slices = PodSlices(settings) if settings.cgroup_driver == "systemd" else None
+        self.allocations = AllocationManager(settings.root_dir)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
-                                volumes=self.volumes, env=self.env, slices=self.slices)
+                                volumes=self.volumes, env=self.env, allocations=self.allocations,
+                                slices=self.slices)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -141,11 +145,17 @@ class PodWorkers:
             pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
         if self.admission is not None and not self._admit(uid, pod, state):
             return None
+        pod = self._allocate(pod)
         result = self.syncer.sync(pod, state)
         state = observe(self.runtime, uid)
         self.probes.sync_pod(pod, state)
+        self._actuated(pod, state, result.resize_error)
+        actuated = self.allocations.actuated.get(uid) or PodResources()
         status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
-                            probes=self.probes)
+                            probes=self.probes, actuated=actuated.containers,
+                            resize_conditions=self.allocations.conditions(uid))
+        if status["phase"] in TERMINAL:  # as the kubelet's: a finished pod has no resize to report
+            status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
         if status["phase"] in TERMINAL and state.sandbox is not None:
             # a finished pod keeps its containers (for logs) but not its sandbox and IP, as the kubelet's
             termination.kill_pod_sandbox(self.runtime, state)
@@ -159,6 +169,31 @@ class PodWorkers:
             if seen is not None and self.on_started is not None:
                 self.on_started(time.monotonic() - seen)
         return result.requeue_after
+
+    def _allocate(self, pod: Pod) -> Pod:
+        """The admitted `pod` with the resources the kubelet granted it, a resize in its spec weighed first
+        against the node's allocatable and the other pods' allocations (pods/allocation.py)."""
+        uid = pod.uid
+        self.allocations.admitted(pod)
+        self.allocations.restore(uid, (pod.raw.get("status") or {}).get("conditions") or [])
+        admission = self.admission
+        if admission is not None:
+            event = self.allocations.handle_resize(
+                pod, lambda: [self.allocations.allocated_pod(p) for p in admission.others(uid)], admission.allocatable)
+        else:  # no admission (tests): the node's room is not weighed
+            event = self.allocations.handle_resize(pod, list, dict)
+        self._resize_event(pod, event)
+        return self.allocations.allocated_pod(pod)
+
+    def _actuated(self, pod: Pod, state, error: str | None) -> None:
+        """After a sync: whether the allocated `pod`'s resize is done (PodResizeInProgress while not)."""
+        running = {c.name for c in resizable(pod)
+                   if (h := state.history(c.name)) and h[0].state == api_pb2.CONTAINER_RUNNING}
+        self._resize_event(pod, self.allocations.actuation_done(pod, running, error))
+
+    def _resize_event(self, pod: Pod, event) -> None:
+        if event is not None and self.events is not None:
+            self.events.event(pod_ref(pod), event.type, event.reason, event.message)
 
     def pods(self) -> list[dict]:
         """The pods this kubelet runs (API and static pods), each with the status it last reported, as the
@@ -254,6 +289,9 @@ class PodWorkers:
                 self._parsed.pop(uid, None)
                 self._first_seen.pop(uid, None)
             self.statuses.forget(uid)
+            self.allocations.forget(uid)
+            for waiting in self.allocations.deferred():  # its room may be what their resize waits for
+                self.queue.add(waiting)
             self.backoff.forget_prefix(uid + "/")
             self.syncer.forget(uid)
             if self.admission is not None:
@@ -301,6 +339,7 @@ class PodWorkers:
         while not self.informer.wait_synced(0.5):
             if stop.is_set():
                 return
+        self.allocations.retain({obj.metadata.uid for obj in self.informer.objects()})
         threads = [threading.Thread(target=self._dispatch, name="pod-dispatch", daemon=True),
                    threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
                     threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),

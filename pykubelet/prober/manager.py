@@ -21,13 +21,14 @@ the container so that the restart policy decides its fate.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from proto import api_pb2
 from pykubelet import runtime as cri
@@ -44,6 +45,23 @@ ATTRIBUTES = {STARTUP: "startup_probe", LIVENESS: "liveness_probe", READINESS: "
 TITLES = {STARTUP: "Startup", LIVENESS: "Liveness", READINESS: "Readiness"}
 # what a probe reports for a container it has not yet decided on (the kubelet's initial values)
 INITIAL = {STARTUP: Result.UNKNOWN, LIVENESS: Result.SUCCESS, READINESS: Result.FAILURE}
+DURATION_BUCKETS = (.005, .01, .025, .05, .1, .25, .5, 1.0, 2.5, 5.0, 10.0)  # prometheus' DefBuckets, as upstream's
+
+
+@dataclass(frozen=True)
+class ProbeTally:
+    """One probe's counts since its worker started, for /metrics/probes (upstream's prober_probe_total
+    and prober_probe_duration_seconds): they go with the worker, as upstream deletes a worker's series
+    when it stops, so a pod gone from the node leaves no series behind."""
+    kind: str  # "Liveness", "Readiness", "Startup" (upstream's probe_type label)
+    container: str
+    pod: str
+    namespace: str
+    uid: str
+    successful: int
+    failed: int
+    buckets: tuple[int, ...]  # successful probes' durations, per DURATION_BUCKETS (not cumulative) and over
+    duration_sum: float
 
 
 def probed_containers(pod: Pod) -> list[Container]:
@@ -71,9 +89,27 @@ class Worker:
     due: float = 0.0
     busy: bool = False
     stopped: bool = False
+    successful: int = 0
+    failed: int = 0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS) + 1))
+    duration_sum: float = 0.0
 
     def result_for(self, container_id: str) -> Result:
         return self.result if container_id and container_id == self.container_id else INITIAL[self.kind]
+
+    def count(self, result: Result, seconds: float) -> None:
+        """Counts a probe that ran to a verdict (one that errored is not counted, as upstream's)."""
+        if result is Result.FAILURE:
+            self.failed += 1
+            return
+        self.successful += 1
+        self.buckets[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+        self.duration_sum += seconds
+
+    def tally(self) -> ProbeTally:
+        meta = self.pod.metadata
+        return ProbeTally(TITLES[self.kind], self.name, meta.name, meta.namespace, self.uid, self.successful,
+                          self.failed, tuple(self.buckets), self.duration_sum)
 
     def reset(self, container_id: str, started_at: float) -> None:
         self.container_id, self.started_at = container_id, started_at
@@ -193,6 +229,11 @@ class ProbeManager:
                             w.probe.termination_grace_period_seconds)
         return None
 
+    def tallies(self) -> list[ProbeTally]:
+        """The counts of every probe that has run a probe to a verdict, for /metrics/probes."""
+        with self._cond:
+            return [w.tally() for w in self._workers.values() if w.successful or w.failed]
+
     # --- running the probes ---------------------------------------------------------------------------
 
     def _schedule(self, w: Worker, due: float) -> None:
@@ -249,6 +290,7 @@ class ProbeManager:
         if time.time() < started_at + w.probe.initial_delay_seconds:
             return None
         field_path = f"spec.containers{{{w.name}}}.{FIELDS[w.kind]}"
+        began = time.monotonic()
         outcome = run_action(self.runtime, w.probe.action, w.container, cid, w.pod_ip, w.probe.timeout_seconds,
                              field_path)
         if outcome.result is Result.UNKNOWN:  # not run: no verdict, but said, as the kubelet's
@@ -256,6 +298,7 @@ class ProbeManager:
             self._event(w, WARNING, "Unhealthy", f"{TITLES[w.kind]} probe errored: {outcome.message}")
             return outcome
         with self._cond:
+            w.count(outcome.result, time.monotonic() - began)
             if w.container_id != cid or w.stopped:
                 return outcome  # the container was replaced meanwhile: not its verdict
             changed = w.record(outcome)
@@ -277,5 +320,5 @@ class ProbeManager:
 
     def _event(self, w: Worker, type_: str, reason: str, message: str) -> None:
         if self.events is not None:
-            self.events.event(pod_ref(w.pod, w.name, w.pod.is_init(w.name)), type_, reason, message)
+            self.events.event(pod_ref(w.pod, w.name), type_, reason, message)
 

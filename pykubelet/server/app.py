@@ -53,12 +53,14 @@ from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
 from pykubelet.errors import InvalidArgumentError, KubeletError
 from pykubelet.pods.labels import CONTAINER_NAME, POD_NAME, POD_NAMESPACE, POD_UID
+from pykubelet.prober.manager import ProbeTally
 from pykubelet.server import logs, streaming
 from pykubelet.server.authn import Authenticator, User
 from pykubelet.server.authz import Authorizer, attributes
-from pykubelet.server.metrics import CONTENT_TYPE, Metrics
+from pykubelet.server.configz import configz
+from pykubelet.server.metrics import CONTENT_TYPE, Metrics, ProbeCollector, ResourceCollector, registry, render
 from pykubelet.server.stats import Summary
-from pykubelet.server.tls import serving_context
+from pykubelet.server.tls import ServingTLS
 
 log = logging.getLogger("pykubelet.server")
 
@@ -108,13 +110,17 @@ class KubeletServer:
     """`client`: the kubelet's lightkube client (None in standalone mode); `pods(uid)`: the desired pod
     (PodWorkers.pod) for restart policies, when there is an API server; `pod_list()`: every pod the
     kubelet has, with its status (PodWorkers.pods), for /pods; `metrics`: the kubelet's Metrics (the pod
-    workers observe into it), a fresh one if not given."""
+    workers observe into it), a fresh one if not given; `probes()`: the probes' counts (ProbeManager.tallies)
+    for /metrics/probes; `tls`: the serving context a certificate manager swaps on rotation
+    (serverTLSBootstrap), else one made from the settings."""
 
     def __init__(self, settings: Settings, runtime: cri.CRIRuntime, client=None,
                  pods: Callable[[str], Pod | None] | None = None,
                  pod_list: Callable[[], list[dict]] | None = None, metrics: Metrics | None = None,
-                 limits: Limits | None = None) -> None:
+                 probes: Callable[[], list[ProbeTally]] | None = None, limits: Limits | None = None,
+                 tls: ServingTLS | None = None) -> None:
         self.settings, self.runtime, self.pods, self.pod_list = settings, runtime, pods, pod_list
+        self.tls = tls
         self.limits = limits or Limits()
         self.authn = Authenticator(client, anonymous=settings.anonymous_auth,
                                    webhook=settings.webhook_authentication,
@@ -124,6 +130,8 @@ class KubeletServer:
                                 settings.authorization_webhook_cache_unauthorized_ttl)
         self.metrics = metrics or Metrics(runtime, settings.node_name)
         self.summary = Summary(runtime, settings)
+        self.resource_metrics = registry(ResourceCollector(self.summary.cpu_and_memory))
+        self.probe_metrics = registry(ProbeCollector(probes or list))
         if client is None and (settings.webhook_authentication or settings.authorization_mode == "Webhook"):
             log.warning("no API server: bearer tokens are refused%s", " and every request is denied "
                         "(authorization mode Webhook)" if settings.authorization_mode == "Webhook" else "")
@@ -234,7 +242,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], kubelet: KubeletServer) -> None:
         self.kubelet = kubelet
         self.limits = kubelet.limits
-        self.context = serving_context(kubelet.settings)
+        self.tls = kubelet.tls or ServingTLS(kubelet.settings)
         self.slots = threading.BoundedSemaphore(self.limits.connections)
         self.refused_logged = 0.0
         if ":" in address[0]:
@@ -268,7 +276,7 @@ class _Server(ThreadingHTTPServer):
         timeout on the socket, CPython's SSLSocket.do_handshake waits against one deadline for the whole
         call, not per read."""
         try:
-            tls = self.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            tls = self.tls.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
         except (ssl.SSLError, OSError) as e:
             log.debug("TLS with %s: %s", client_address, e)
             return
@@ -494,6 +502,12 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, "ok")
         if head == "metrics" and not args:
             return self.reply(200, self.kubelet.metrics.render(), CONTENT_TYPE)
+        if head == "metrics" and args == ["resource"]:
+            return self.reply(200, render(self.kubelet.resource_metrics), CONTENT_TYPE)
+        if head == "metrics" and args == ["probes"]:
+            return self.reply(200, render(self.kubelet.probe_metrics), CONTENT_TYPE)
+        if head == "configz" and not args:
+            return self.reply(200, configz(self.kubelet.settings), "application/json")
         if head == "stats" and args in (["summary"], []):
             return self.reply(200, json.dumps(self.kubelet.summary.summary(), indent=2).encode(),
                               "application/json")

@@ -7,7 +7,8 @@ goes on to token or anonymous authentication, as with Go's VerifyClientCertIfGiv
 The private key is written 0600 into a new file renamed over the old one, in ROOT/pki 0700, whatever the
 umask and whatever mode an older version left (an O_TRUNC open kept a wider file's mode), and never
 logged. A self-signed certificate is kept across restarts (an API server pinned to it keeps working) and
-remade only when it is missing or expired.
+remade only when it is missing or expired. With serverTLSBootstrap the certificate is the one the
+cluster's kubelet-serving signer issued (pykubelet.certificates), swapped in on each rotation (ServingTLS).
 """
 from __future__ import annotations
 
@@ -65,18 +66,38 @@ def self_signed(pki: Path, host: str, addresses: list[str]) -> tuple[Path, Path]
     return cert_path, key_path
 
 
-def serving_context(settings: Settings) -> ssl.SSLContext:
-    """The server's SSLContext (TLS 1.2 and up, HTTP/1.1 only: the streaming upgrades need it)."""
-    if settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
+def serving_context(settings: Settings, pair: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """The server's SSLContext: tlsMinVersion (TLS 1.2) and up, with tlsCipherSuites if given (they choose
+    among the suites of TLS 1.2 and below; TLS 1.3's are always on, as with Go), HTTP/1.1 only: the streaming
+    upgrades need it. It serves `pair` (certificate, key) when given: the one serverTLSBootstrap obtained."""
+    if pair is not None:
+        cert, key = pair
+    elif settings.tls_cert_file is not None and settings.tls_private_key_file is not None:
         cert, key = settings.tls_cert_file, settings.tls_private_key_file
     else:
         addresses = [a for a in (settings.node_ip,) if a]
         cert, key = self_signed(settings.root_dir / "pki", settings.node_name, addresses)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.minimum_version = settings.tls_min_version
+    if settings.tls_cipher_suites:
+        ctx.set_ciphers(":".join(settings.tls_cipher_suites))
     ctx.load_cert_chain(cert, key)
     ctx.set_alpn_protocols(["http/1.1"])
     if settings.client_ca_file is not None:
         ctx.load_verify_locations(cafile=str(settings.client_ca_file))
         ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
+
+
+class ServingTLS:
+    """The context each new connection's handshake uses. A rotated serving certificate comes in as a new
+    context swapped in whole (an attribute write, atomic under the GIL), so a handshake sees the old pair or
+    the new one and connections already made keep theirs; loading a chain into a context other threads are
+    wrapping sockets with is not something OpenSSL promises to be safe."""
+
+    def __init__(self, settings: Settings, pair: tuple[Path, Path] | None = None) -> None:
+        self.settings = settings
+        self.context = serving_context(settings, pair)
+
+    def load(self, cert: Path, key: Path) -> None:
+        self.context = serving_context(self.settings, (cert, key))

@@ -88,9 +88,9 @@ class VolumeManager:
     def allocatable(self) -> dict[str, str]:
         """The node's allocatable resources: the default limits of the downward API."""
         if self._allocatable is None:
-            from pykubelet.node.status import allocatable, machine_capacity
+            from pykubelet.node.status import node_allocatable
 
-            return allocatable(machine_capacity(self.settings))
+            return node_allocatable(self.settings)
         return self._allocatable()
 
     # --- volumes --------------------------------------------------------------------------------------
@@ -233,7 +233,8 @@ class VolumeManager:
 
 
 def _container_field(pod: Pod, container: Container) -> str:
-    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers)):
+    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers),
+                             ("ephemeralContainers", pod.spec.ephemeral_containers)):
         for i, c in enumerate(containers):
             if c.name == container.name:
                 return f"spec.{kind}[{i}]"

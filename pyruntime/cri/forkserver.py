@@ -239,7 +239,7 @@ class _Server:
         try:
             op = request["op"]
             start = {"pause": self._start_pause, "create": self._start_create, "exec": self._start_exec,
-                     "pull": self._start_pull}.get(op)
+                     "pull": self._start_pull, "ready": self._ready}.get(op)
             if start is None:
                 raise InvalidArgumentError(f"launcher: unknown request {op!r}")
             stdio = iter(fds)
@@ -249,6 +249,10 @@ class _Server:
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _ready(self, rid: int, _job, _stdio) -> None:
+        """Answered from the loop, so once the imports are done, the puller forked and the title set."""
+        self._reply(rid, {"ok": {}})
 
     def _fork(self, rid: int, op: str, job, child, extra: dict | None = None,
               keep: tuple[int, ...] = ()) -> _Pending:

@@ -108,6 +108,12 @@ class Launcher:
 
     # -- requests
 
+    def wait_ready(self) -> None:
+        """Returns once the server has its imports done and its puller forked: the daemon listens only then,
+        so its first client finds the launcher's processes as they will stay, and a launcher that can't start
+        stops the daemon's start instead of its first pod."""
+        self._call("ready", {})
+
     def run_pause(self, job: PauseJob) -> PauseInfo:
         """Returns once the pod's namespaces are pinned (and its pause runs, when one stays); a failure leaves
         no pin, cgroup or process."""

@@ -191,6 +191,7 @@ def _serve(cfg: config.Config, layout: Layout, settings: Settings, launcher: Any
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stopping.set())
+    launcher.wait_ready()
     server.start()
     log.info("serving CRI v1 on unix://%s", cfg.socket_path)
     try:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the stock control plane and node binaries the cluster tests run beside ours: kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, kubelet and kubectl from the k8s.io/kubernetes
+# kube-controller-manager, kube-scheduler, kube-proxy, kubelet, kubectl and kubeadm from the k8s.io/kubernetes
 # module, and etcd from go.etcd.io/etcd/server/v3, into $PEERS_BIN/kubernetes. Skipped when the outputs
-# exist with the right version stamp.
+# exist with the right version stamp. kubeadm came later than the others and has a stamp of its own, so a
+# machine that has them builds kubeadm alone.
 #
 # k8s.io/kubernetes is not meant to be required as a module: its go.mod maps 33 k8s.io/* modules to
 # ./staging/src/..., which a requiring module cannot see. So the scratch module replaces each of them by
@@ -17,10 +18,14 @@ bin="${PEERS_BIN:-$HOME/.cache/pynode/bin}/kubernetes"
 export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" GOFLAGS="${GOFLAGS:--mod=mod}"
 stamp="$bin/.version"
 want="kubernetes $K8S_VERSION etcd $ETCD_VERSION"
+kubeadm_stamp="$bin/.kubeadm-version"
 commands=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-  exit 0
-fi
+[ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && have_rest=1 || have_rest=
+[ -x "$bin/kubeadm" ] && [ "$(cat "$kubeadm_stamp" 2>/dev/null)" = "$K8S_VERSION" ] && have_kubeadm=1 || have_kubeadm=
+[ -n "$have_rest" ] && [ -n "$have_kubeadm" ] && exit 0
+build=()
+[ -n "$have_rest" ] || build+=("${commands[@]}")
+[ -n "$have_kubeadm" ] || build+=(kubeadm)
 mkdir -p "$bin"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -47,8 +52,9 @@ fi
   echo "//go:build tools"
   echo "package tools"
   echo "import ("
-  for c in "${commands[@]}"; do [ "$c" = kubectl ] || echo "	_ \"k8s.io/kubernetes/cmd/$c/app\""; done
-  echo "	_ \"k8s.io/kubectl/pkg/cmd\""
+  for c in "${build[@]}"; do
+    if [ "$c" = kubectl ]; then echo "	_ \"k8s.io/kubectl/pkg/cmd\""; else echo "	_ \"k8s.io/kubernetes/cmd/$c/app\""; fi
+  done
   echo ")"
 } > "$work/k8s/tools.go"
 minor="${K8S_VERSION#v1.}" && minor="${minor%%.*}"
@@ -57,13 +63,17 @@ ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
 (
   cd "$work/k8s"
   go mod tidy >/dev/null
-  for c in "${commands[@]}"; do
-    [ -x "$bin/$c" ] && "$bin/$c" --version 2>/dev/null | grep -q "$K8S_VERSION" && continue
+  for c in "${build[@]}"; do
+    # kubeadm has no --version: `kubeadm version -o short`
+    if [ "$c" = kubeadm ]; then version=(version -o short); else version=(--version); fi
+    [ -x "$bin/$c" ] && "$bin/$c" "${version[@]}" 2>/dev/null | grep -q "$K8S_VERSION" && continue
     echo "building $c $K8S_VERSION" >&2
     nice go build -trimpath -ldflags "$ldflags" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
     mv "$bin/$c.tmp" "$bin/$c"
   done
 )
+[ -n "$have_kubeadm" ] || echo "$K8S_VERSION" > "$kubeadm_stamp"
+[ -n "$have_rest" ] && exit 0
 
 # etcd: its own main is in a module that is not meant to be required either; etcdmain.Main is
 mkdir -p "$work/etcd"

@@ -1,5 +1,6 @@
 """The user's journey of issue 11 on `make cluster`: `kubectl create deployment` on a stock control plane ends in
-reachable pods and a working Service on our node, for each pair of kubelet and runtime of the interop matrix.
+reachable pods and a working Service on our node, for each pair of kubelet and runtime of the interop matrix;
+and a pod finds the Service by its name through the cluster DNS (CoreDNS on our nodes, issue 24).
 
 Each test brings the cluster up with the provisioning entry point `make cluster` runs
 (vagrant/provision/cluster.py), walks the journey with the real kubectl as the seed documents tell it, and takes
@@ -20,7 +21,7 @@ import requests
 
 from proto import api_pb2
 from pykubelet.runtime import CRIRuntime
-from pynode_cluster import cluster
+from pynode_cluster import cluster, components, coredns
 from pynode_cluster.node import KUBELETS, RUNTIMES
 from tests.kit.busybox import CACHE
 from tests.kit.cluster_admin import get, http, kubectl, provision
@@ -31,6 +32,7 @@ RESULTS = CACHE / "cluster-journey.md"
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_BEGIN, README_END = "<!-- cluster-journey:begin -->", "<!-- cluster-journey:end -->"
 REPLICAS = 3
+NAMESPACE_LABEL = "io.kubernetes.pod.namespace"  # the kubelet's label on a container: its pod's namespace
 # pairs that cannot walk the journey yet, and why (xfail, not hidden)
 KNOWN: dict[tuple[str, str], str] = {}
 
@@ -120,15 +122,42 @@ def run_client(targets: list[str]) -> str:
     return text
 
 
+def dns_client(names: list[str]) -> str:
+    """The log of a busybox pod on node-1 (dnsPolicy ClusterFirst, the default) that shows its resolv.conf, asks
+    the cluster DNS for the first name with nslookup, then for each name asks the DNS for its address (busybox's
+    own resolver, nslookup: the static busybox's wget crashes on a name) and fetches / from that address with
+    nc, saying `ok NAME` for each answer. busybox's nslookup applies the search path to a name without a dot
+    only, so a name is either whole or one word."""
+    fetch = "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 \"$ip\" 80 | grep -q 'It works'"
+    script = ("cat /etc/resolv.conf; echo ---; nslookup " + names[0] + "; echo ---; " +
+              "; ".join(f"ip=$(nslookup {n} | awk '/^Address/ {{a = $2}} END {{print a}}'); "
+                        f"if {fetch}; then echo ok {n}; else echo failed {n} at $ip; fi" for n in names)
+              + "; echo done; sleep 3600")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dns-client"},
+           "spec": {"nodeName": "node-1", "terminationGracePeriodSeconds": 1, "containers": [
+               {"name": "client", "image": BUSYBOX, "command": ["sh", "-c", script]}]}}
+    kubectl("apply", "-f", "-", input=json.dumps(pod))
+    text = wait_for("the DNS client's answers", lambda: (lambda out: "done" in out and out)(
+        kubectl("logs", "dns-client", check=False).stdout), 90)
+    kubectl("delete", "pod", "dns-client", "--wait=true", timeout=90)
+    return text
+
+
+def cluster_pods() -> list[dict]:
+    """The cluster's own pods (CoreDNS), which stay on the nodes whatever the journey does."""
+    return get("pods", "-n", coredns.NAMESPACE)
+
+
 def web_pods() -> list[dict]:
     return [p for p in get("pods", "-l", "app=web") if not p["metadata"].get("deletionTimestamp")]
 
 
 def nodes_hold_only(pods: list[dict]) -> bool:
-    """Whether the nodes hold exactly `pods`: a ready sandbox for each (no other) and host-local IPs for
-    their IPs (no other)."""
+    """Whether the nodes hold exactly `pods` and the cluster's own: a ready sandbox for each (no other) and
+    host-local IPs for their IPs (no other)."""
     state = cluster.Record.load()
     assert state is not None
+    pods = pods + cluster_pods()
     want_uids = {p["metadata"]["uid"] for p in pods}
     want_ips = {p["status"].get("podIP") for p in pods}
     uids, ips = set(), set()
@@ -224,6 +253,17 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
     client_log = run_client(targets)
     for target in targets:
         assert f"ok {target}\n" in client_log, client_log
+    # and by its name: CoreDNS runs on our node(s) behind the kube-dns Service at the kubelets' clusterDNS
+    dns = get("pods", "-n", coredns.NAMESPACE, "-l", "k8s-app=kube-dns")
+    assert len(dns) == coredns.REPLICAS and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in names
+                                                for p in dns), [p["status"] for p in dns]
+    names_log = dns_client(["web.default.svc.cluster.local", "web"])
+    resolv, looked_up, fetched = names_log.split("---\n")
+    assert f"nameserver {components.DNS_IP}\n" in resolv and "options ndots:5" in resolv, resolv
+    assert "search default.svc.cluster.local svc.cluster.local cluster.local" in resolv, resolv
+    assert f"Address: {cluster_ip}\n" in looked_up, looked_up
+    for name in ("web.default.svc.cluster.local", "web"):
+        assert f"ok {name}\n" in fetched, names_log
 
     # scale up: 10 pods running on the node(s); back to 1: 9 terminated (Killing), their sandboxes and IPs gone
     kubectl("scale", "deployment/web", "--replicas=10")
@@ -299,7 +339,8 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
     for record in state.nodes:
         cri = CRIRuntime(record.node().endpoint, timeout=30)
         try:
-            wait_for("no running container on the node", lambda cri=cri: not any(
-                c.state == api_pb2.CONTAINER_RUNNING for c in cri.list_containers()), 60)
+            wait_for("no running container on the node but the cluster's", lambda cri=cri: not any(
+                c.state == api_pb2.CONTAINER_RUNNING and c.labels.get(NAMESPACE_LABEL) != coredns.NAMESPACE
+                for c in cri.list_containers()), 60)
         finally:
             cri.close()

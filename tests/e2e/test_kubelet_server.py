@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from tests.kit.controlplane import ControlPlane, peer
-from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, delete, get_pod, pod_spec, wait_for, wait_pod
+from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, delete, get_pod, pod_spec, secured_config, wait_for, wait_pod
 
 NODE = "kserver-node"
 NODE_IP = "127.0.0.1"
@@ -30,18 +30,10 @@ PORT = 10350
 BASE = f"https://{NODE_IP}:{PORT}"
 
 
-def kubelet_config(cp: ControlPlane) -> dict:
-    assert cp.ca is not None
-    serving = cp.ca.issue(f"kubelet-serving-{NODE}", f"system:node:{NODE}", groups=("system:nodes",), client=False,
-                          server=True, hosts=(NODE_IP, NODE))
-    return {"port": PORT, "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
-            "authentication": {"x509": {"clientCAFile": str(cp.ca.pair.cert)}, "anonymous": {"enabled": False},
-                               "webhook": {"enabled": True}},
-            # a denial is remembered for 1 s (30 s by default) so the test sees a new binding soon
-            "authorization": {"mode": "Webhook", "webhook": {"cacheUnauthorizedTTL": "1s"}}}
+def KUBELET_CONFIG(cp: ControlPlane) -> dict:
+    return secured_config(cp, NODE, NODE_IP, PORT)
 
 
-KUBELET_CONFIG = kubelet_config
 LOGGER = ("echo start; i=0; while [ $i -lt 3 ]; do echo line $i; i=$((i+1)); sleep 1; done; exit 1")
 
 

@@ -183,24 +183,37 @@ def remove_chains(network: str) -> None:
 HOSTPORT_CHAINS = ("CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SETMARK", "CNI-HOSTPORT-MASQ")
 
 
-def hostport_chains() -> set[tuple[str, str]]:
-    """The portmap plugins' shared nat chains present now, as (tool, chain)."""
+def hostport_state() -> set[tuple[str, str]]:
+    """The portmap plugins' shared nat chains and their rules present now, as (tool, "-N CHAIN") and
+    (tool, "-A CHAIN ..."): the plugins make them once and never remove them, so a machine may have them
+    before a test does."""
     found = set()
     for tool in ("iptables", "ip6tables"):
         listing = subprocess.run([tool, "-w", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
-        found |= {(tool, line.split()[1]) for line in listing.splitlines()
-                  if line.startswith("-N ") and line.split()[1] in HOSTPORT_CHAINS}
+        for line in listing.splitlines():
+            fields = line.split()
+            if len(fields) > 1 and fields[0] in ("-N", "-A") and fields[1] in HOSTPORT_CHAINS:
+                found.add((tool, line))
     return found
 
 
-def remove_hostport_chains(keep: set[tuple[str, str]]) -> None:
-    """Removes the shared portmap chains not in `keep` and every jump to them (what a test's pods made first)."""
-    for tool, chain in sorted(hostport_chains() - keep):
+def remove_hostport_state(keep: set[tuple[str, str]]) -> None:
+    """Removes what a test's pods made of the shared portmap chains: the rules not in `keep` (a masquerade
+    mark bit of the test's, added to chains the machine had), then the chains not in `keep` and every jump
+    to them."""
+    made = hostport_state() - keep
+    for tool, line in sorted(made):
+        if line.startswith("-A "):
+            subprocess.run([tool, "-w", "-t", "nat", "-D", *shlex.split(line)[1:]], check=False, capture_output=True)
+    for tool, line in sorted(made):
+        if not line.startswith("-N "):
+            continue
+        chain = line.split()[1]
         nat = [tool, "-w", "-t", "nat"]
         listing = subprocess.run([*nat, "-S"], capture_output=True, text=True, check=False).stdout
-        for line in listing.splitlines():
-            if line.startswith("-A ") and line.endswith(f"-j {chain}"):
-                subprocess.run([*nat, "-D", *shlex.split(line)[1:]], check=False, capture_output=True)
+        for rule in listing.splitlines():
+            if rule.startswith("-A ") and rule.endswith(f"-j {chain}"):
+                subprocess.run([*nat, "-D", *shlex.split(rule)[1:]], check=False, capture_output=True)
         subprocess.run([*nat, "-F", chain], check=False, capture_output=True)
         subprocess.run([*nat, "-X", chain], check=False, capture_output=True)
 

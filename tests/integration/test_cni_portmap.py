@@ -16,8 +16,8 @@ import pytest
 from tests.integration.cni_helpers import (
     PEERS_CNI,
     CNIEnv,
-    hostport_chains,
-    remove_hostport_chains,
+    hostport_state,
+    remove_hostport_state,
     tcp_roundtrip,
 )
 
@@ -35,13 +35,13 @@ MAPPINGS = [
 @pytest.fixture
 def hostport(cni: CNIEnv) -> Iterator[CNIEnv]:
     """The cni world with the reference portmap beside ours; the shared chains it had before are kept."""
-    before = hostport_chains()
+    before = hostport_state()
     if REFERENCE.is_file():
         os.symlink(REFERENCE, cni.bin_dir / "portmap")
     try:
         yield cni
     finally:
-        remove_hostport_chains(before)
+        remove_hostport_state(before)
 
 
 def nat_rules() -> list[str]:
@@ -80,7 +80,7 @@ def test_same_rules_as_reference(hostport: CNIEnv, extra: dict) -> None:
     cni = hostport
     network, bridge = cni.network(), cni.bridge()
     netns, prev = pod(cni, network, bridge, "10.222.50.0/24", "fd00:222:50::/64")
-    before, shared = nat_rules(), hostport_chains()
+    before, shared = nat_rules(), hostport_state()
     if extra.get("externalSetMarkChain"):
         subprocess.run(["iptables", "-w", "-t", "nat", "-N", "KUBE-MARK-X"], check=True)
         subprocess.run(["ip6tables", "-w", "-t", "nat", "-N", "KUBE-MARK-X"], check=True)
@@ -100,7 +100,7 @@ def test_same_rules_as_reference(hostport: CNIEnv, extra: dict) -> None:
             after_del = sorted(set(nat_rules()) - set(before))
             assert cni.run(plugin, "DEL", conf, netns, "pm1").ok, "a second DEL is fine"
             seen[plugin] = (add.out, after_add, routed, after_del)
-            remove_hostport_chains(shared)
+            remove_hostport_state(shared)
     finally:
         for tool in ("iptables", "ip6tables"):
             subprocess.run([tool, "-w", "-t", "nat", "-X", "KUBE-MARK-X"], check=False, capture_output=True)

@@ -20,7 +20,8 @@ PROC_LINK = "registry.k8s.io/e2e-test-images/proc-symlink:1"  # busybox whose /p
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
+def hosts_dir(tmp_path_factory):
+    """A registry with busybox and an image whose /proc is a symlink; its hosts dir."""
     tmp = tmp_path_factory.mktemp("registry")
     registry = Registry(tmp / "registry").start()
     try:
@@ -32,16 +33,23 @@ def node(tmp_path_factory):
         desc, _ = add_image(layout, [(tar_directory(rootfs), "gzip")])
         write_index(layout, [desc], tag="1")
         registry.push(layout, PROC_LINK.split("/", 1)[1], tag="1")
-        n = CriNode(write_hosts_dir(tmp / "certs.d", registry.host), bridge="pyt-crierr0", subnet="10.233.0.0/24")
-        try:
-            n.start()
-            n.pull(BUSYBOX)
-            n.pull(PROC_LINK)
-            yield n
-        finally:
-            n.cleanup()
+        yield write_hosts_dir(tmp / "certs.d", registry.host)
     finally:
         registry.stop()
+
+
+@pytest.fixture
+def node(hosts_dir):
+    """A daemon per test: what its pods make on the host (the bridge, the CNI helper) is the test's to leave
+    nothing of."""
+    n = CriNode(hosts_dir, bridge="pyt-crierr0", subnet="10.233.0.0/24")
+    try:
+        n.start()
+        n.pull(BUSYBOX)
+        n.pull(PROC_LINK)
+        yield n
+    finally:
+        n.cleanup()
 
 
 def _create(node: CriNode, name: str, image: str, mounts: list[api_pb2.Mount]) -> grpc.RpcError:

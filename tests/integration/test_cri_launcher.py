@@ -22,7 +22,7 @@ from pyruntime.cri.jobs import ContainerJob, ExecJob, PauseJob
 from pyruntime.cri.launcher import Launcher
 from pyruntime.cri.model import Layout, SandboxRecord
 from pyruntime.cri.pause import pidfile, release_pause
-from pyruntime.errors import AlreadyExistsError, InternalError, InvalidArgumentError, NotFoundError
+from pyruntime.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from pyruntime.linux import syscalls as sc
 from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.settings import Settings
@@ -288,7 +288,7 @@ def test_exec_with_a_tty(launcher, container):
 
 
 def test_exec_failures_are_errors_of_their_kind(launcher, container):
-    with pytest.raises(InternalError, match="executable file not found"):
+    with pytest.raises(InvalidArgumentError, match="executable file not found"):  # the caller's argv
         launcher.exec(ExecJob(container, ["no-such-binary"]), None, None, None)
     with pytest.raises(NotFoundError):
         launcher.exec(ExecJob("no-such-container", ["true"]), None, None, None)

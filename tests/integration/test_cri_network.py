@@ -15,7 +15,7 @@ from proto import api_pb2
 from pyruntime import errors
 from pyruntime.cri.network import Network
 from pyruntime.linux.syscalls import LinuxSyscalls
-from tests.integration.cni_helpers import CNIEnv, hostport_chains, ping, remove_hostport_chains, tcp_roundtrip
+from tests.integration.cni_helpers import CNIEnv, hostport_state, ping, remove_hostport_state, tcp_roundtrip
 
 pytestmark = pytest.mark.usefixtures("restore_forwarding")
 
@@ -55,11 +55,11 @@ class Node:
 @pytest.fixture
 def node(cni: CNIEnv, tmp_path: Path):
     """The plugins run as a CRI server runs them, through the resident helper (the test's own, stopped by cni)."""
-    shared = hostport_chains()
+    shared = hostport_state()
     try:
         yield Node(cni, tmp_path)
     finally:
-        remove_hostport_chains(shared)
+        remove_hostport_state(shared)
 
 
 def dnat_chains() -> list[str]:

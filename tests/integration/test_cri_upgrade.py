@@ -33,7 +33,7 @@ from proto import api_pb2
 from pykubelet import runtime as cri
 from pynode_cluster.hosts import wait_for
 from tests.conformance.critest import critest_registry
-from tests.integration.cni_helpers import chains_for, hostport_chains, remove_hostport_chains
+from tests.integration.cni_helpers import chains_for, hostport_state, remove_hostport_state
 from tests.kit.cri_server import BUSYBOX, HTTPD, Crictl, CriNode, Pod, remove_cgroup
 from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups
 
@@ -111,7 +111,7 @@ def mirror(tmp_path_factory):
 def node(mirror) -> Iterator[CodeNode]:
     n = CodeNode(mirror.hosts_dir, bridge="pyt-upgr0", subnet="10.240.0.0/24")
     n.cgroup_parents = []
-    shared_chains = hostport_chains()
+    shared_chains = hostport_state()
     try:
         yield n
     finally:
@@ -121,7 +121,7 @@ def node(mirror) -> Iterator[CodeNode]:
         finally:
             for parent in n.cgroup_parents:
                 remove_cgroup(parent)
-            remove_hostport_chains(shared_chains)  # the portmap plugin's, which it leaves as the reference's does
+            remove_hostport_state(shared_chains)  # the portmap plugin's, which it leaves as the reference's does
 
 
 @contextlib.contextmanager

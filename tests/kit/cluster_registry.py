@@ -1,7 +1,7 @@
 """The test registry as a part of `make cluster` (vagrant/provision/cluster.py, in a checkout): docker-registry in
 the control plane's network namespace, holding the test images (busybox, the httpd stand-in, pause;
-tests/kit/cri_images.py), and the certs.d mirror config that sends registry.k8s.io, docker.io ... to it, so the
-cluster's pods pull their images without leaving the machine.
+tests/kit/cri_images.py) and CoreDNS's (tests/kit/coredns.py), and the certs.d mirror config that sends
+registry.k8s.io, docker.io ... to it, so the cluster's pods pull their images without leaving the machine.
 
 It lives with the test kit because the images are built by it; pynode_cluster runs from an installed wheel
 (the lab's VMs) and takes this as a hook (cluster.up(images=...)).
@@ -15,6 +15,7 @@ import requests
 
 from pynode_cluster import hosts
 from tests.integration.registry_server import REGISTRY_BIN, Registry
+from tests.kit import coredns
 from tests.kit.cri_images import push_all, write_hosts_dir
 
 PORT = 5000
@@ -46,6 +47,7 @@ def start(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_di
             return f"{address}:{PORT}"
 
     push_all(ClusterRegistry(root), root / "images")
+    coredns.push(ClusterRegistry(root))
     shutil.rmtree(root / "images", ignore_errors=True)
     write_hosts_dir(hosts_dir, host)
     return host

@@ -30,6 +30,7 @@ class FakeCRI(cri.CRIRuntime):
         self.sandbox_of: dict[str, str] = {}  # container id -> its sandbox's
         self.images: list[api_pb2.Image] = []
         self.stats: list[api_pb2.ContainerStats] = []  # what ListContainerStats answers
+        self.memory_usage: dict[str, int] = {}  # ContainerStats: container id -> its memory usage (else none)
         self.conditions = {"RuntimeReady": api_pb2.RuntimeCondition(type="RuntimeReady", status=True),
                            "NetworkReady": api_pb2.RuntimeCondition(type="NetworkReady", status=True)}
         self.handlers: list[api_pb2.RuntimeHandler] = []
@@ -156,6 +157,7 @@ class FakeCRI(cri.CRIRuntime):
             id=container_id, metadata=config.metadata, state=api_pb2.CONTAINER_CREATED, created_at=self._now(),
             image=config.image, image_ref=config.image.image, labels=config.labels, annotations=config.annotations,
             log_path=config.log_path)
+        self.statuses[container_id].resources.linux.CopyFrom(config.linux.resources)
         self.sandbox_of[container_id] = pod_sandbox_id
         return container_id
 
@@ -208,6 +210,17 @@ class FakeCRI(cri.CRIRuntime):
         self._rpc("Exec", request)
         self.execs.append(request)
         return self.stream_url
+
+    def update_container_resources(self, container_id: str, linux: api_pb2.LinuxContainerResources) -> None:
+        self._rpc("UpdateContainerResources", container_id, linux)
+        self._status("UpdateContainerResources", container_id).resources.linux.CopyFrom(linux)
+
+    def container_stats(self, container_id: str) -> api_pb2.ContainerStats:
+        self._rpc("ContainerStats", container_id)
+        stats = api_pb2.ContainerStats(attributes=api_pb2.ContainerAttributes(id=container_id))
+        if container_id in self.memory_usage:
+            stats.memory.usage_bytes.value = self.memory_usage[container_id]
+        return stats
 
     def list_container_stats(self, filter: api_pb2.ContainerStatsFilter | None = None) -> list[api_pb2.ContainerStats]:
         self._rpc("ListContainerStats")

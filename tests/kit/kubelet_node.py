@@ -105,6 +105,19 @@ class Kubelet:
             self.proc.wait()
 
 
+def secured_config(cp: ControlPlane, node: str, node_ip: str, port: int) -> dict:
+    """A KubeletConfiguration serving :`port` as kubeadm's kubelets do: a serving certificate of the cluster CA,
+    client certificates of that CA, bearer tokens by TokenReview, no anonymous access, authorization by
+    SubjectAccessReview, a denial remembered for 1 s (30 s by default) so a test sees a new binding soon."""
+    assert cp.ca is not None
+    serving = cp.ca.issue(f"kubelet-serving-{node}", f"system:node:{node}", groups=("system:nodes",), client=False,
+                          server=True, hosts=(node_ip, node))
+    return {"port": port, "tlsCertFile": str(serving.cert), "tlsPrivateKeyFile": str(serving.key),
+            "authentication": {"x509": {"clientCAFile": str(cp.ca.pair.cert)}, "anonymous": {"enabled": False},
+                               "webhook": {"enabled": True}},
+            "authorization": {"mode": "Webhook", "webhook": {"cacheUnauthorizedTTL": "1s"}}}
+
+
 def apply(cp: ControlPlane, tmp: Path, obj: dict, kind: str = "Pod") -> None:
     manifest = tmp / f"{kind.lower()}-{obj['metadata']['name']}.json"
     manifest.write_text(json.dumps({"apiVersion": "v1", "kind": kind, **obj}))
@@ -139,4 +152,4 @@ def on_node(runtime: cri.CRIRuntime, uid: str) -> tuple[list, list]:
 
 
 def delete(cp: ControlPlane, name: str) -> None:
-    cp.kubectl("delete", "pod", name, "--wait=true", "--timeout=60s", timeout=90)
+    cp.kubectl("delete", "pod", name, "--ignore-not-found", "--wait=true", "--timeout=60s", timeout=90)

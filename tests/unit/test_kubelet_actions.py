@@ -10,18 +10,22 @@ from dataclasses import dataclass, field
 import pytest
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Pod, parse_pod
+from pykubelet.api.podmodel import Pod, Resources, parse_pod
 from pykubelet.pods.actions import (
     BackOff,
+    CannotStart,
     KillContainer,
     KillReason,
     PodActions,
     RemoveContainers,
+    ResizeContainer,
+    ResizePod,
     StartContainer,
     Step,
     after_kill,
     compute_pod_actions,
 )
+from pykubelet.pods.allocation import PodResources
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, RESTART_COUNT, container_hash
 from pykubelet.pods.runtimepod import RuntimePod
@@ -40,16 +44,20 @@ def spec(name: str, **fields) -> dict:
 MAIN, SETUP, SETUP2 = spec("main"), spec("setup"), spec("setup2")
 SIDE, SIDE2 = spec("side", restartPolicy="Always"), spec("side2", restartPolicy="Always")
 SIDE_PROBED = spec("side", restartPolicy="Always", startupProbe={"exec": {"command": ["true"]}})
+DEBUG, DEBUG_MAIN = spec("debug", stdin=True, tty=True), spec("debug", targetContainerName="main")
 
 
 def pod(*containers: dict, init: tuple[dict, ...] = (), policy: str | None = None, phase: str | None = None,
-        grace: int | None = None) -> Pod:
+        grace: int | None = None, ephemeral: tuple[dict, ...] = (), resources: dict | None = None) -> Pod:
     p: dict = {"metadata": {"name": "p", "namespace": "ns", "uid": UID},
-               "spec": {"containers": list(containers), "initContainers": list(init)}}
+               "spec": {"containers": list(containers), "initContainers": list(init),
+                        "ephemeralContainers": list(ephemeral)}}
     if policy is not None:
         p["spec"]["restartPolicy"] = policy
     if grace is not None:
         p["spec"]["terminationGracePeriodSeconds"] = grace
+    if resources is not None:
+        p["spec"]["resources"] = resources
     if phase is not None:
         p["status"] = {"phase": phase}
     return parse_pod(p)
@@ -71,7 +79,7 @@ class C:
 
 def runtime(p: Pod, *containers: C, sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)) -> RuntimePod:
     """What the runtime has of `p`: `containers` and `sandboxes` (id, ready) newest first."""
-    specs = {c.name: c for c in p.spec.all_containers}
+    specs = {c.name: c for c in p.spec.all_containers + p.spec.ephemeral_containers}
     statuses = []
     for c in containers:
         annotations = {RESTART_COUNT: str(c.restart),
@@ -129,6 +137,7 @@ class Case:
     sandboxes: tuple[tuple[str, bool], ...] = (("s", True),)  # (id, ready), newest first
     probes: Probes = field(default_factory=Probes)
     backoffs: Backoff = field(default_factory=backoffs)
+    actuated: PodResources | None = None  # what the running containers were last given (None: no records)
 
 
 def steps(*s: Step) -> PodActions:
@@ -140,6 +149,24 @@ INIT = pod(MAIN, init=(SETUP, SETUP2))
 SIDECARS = pod(MAIN, init=(SIDE, SETUP))
 DONE = pod(MAIN, init=(SIDE, SIDE2), policy="Never", grace=7)
 NO_SANDBOX: tuple[tuple[str, bool], ...] = ()
+
+
+def res(cpu: str | None = None, memory: str | None = None, *, limits: bool = True) -> Resources:
+    """Requests of `cpu` and `memory`, and the same limits unless not `limits`."""
+    amounts = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    return Resources(requests=dict(amounts), limits=dict(amounts) if limits else {})
+
+
+def sized(name: str, r: Resources, **fields) -> dict:
+    return spec(name, resources={"requests": r.requests, "limits": r.limits}, **fields)
+
+
+def given(*containers: tuple[str, Resources], pod_level: Resources | None = None) -> PodResources:
+    return PodResources(dict(containers), pod_level)
+
+
+RESTART_MEMORY = [{"resourceName": "memory", "restartPolicy": "RestartContainer"},
+                  {"resourceName": "cpu", "restartPolicy": "NotRequired"}]
 
 CASES = [
     # --- the sandbox ----------------------------------------------------------------------------------
@@ -218,6 +245,80 @@ CASES = [
          (C("main", "m1", changed=True, grace=45),),
          steps(KillContainer("main", "m1", 45, KillReason.SPEC_CHANGED,
                              "Container main definition changed, will be restarted"))),
+    # --- ephemeral containers (kubectl debug) ---------------------------------------------------------
+    Case("an ephemeral container added to a running pod starts, alone", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("main", "m1"),), steps(StartContainer("debug", 0))),
+    Case("with a target: in the pid namespace of the target's container", pod(MAIN, ephemeral=(DEBUG_MAIN,)),
+         (C("main", "m1"),), steps(StartContainer("debug", 0, target_id="m1"))),
+    Case("the target's newest container, wherever it is: the runtime says if it can join it",
+         pod(MAIN, ephemeral=(DEBUG_MAIN,)), (C("main", "m2", "exited", exit=1), C("main", "m1", "exited")),
+         steps(StartContainer("debug", 0, target_id="m2"), waits("main"), RemoveContainers(("m1",))),
+         backoffs=backoffs(MAIN)),
+    Case("a target with no container yet: not made this pass, as the kubelet's config error",
+         pod(MAIN, init=(SETUP,), ephemeral=(DEBUG_MAIN,)), (C("setup", "i1"),),
+         steps(CannotStart("debug", "CreateContainerConfigError", "unable to find target container main"))),
+    Case("started before the init containers, so a debugger can look at a stuck one",
+         pod(MAIN, init=(SETUP,), ephemeral=(DEBUG,)), (C("setup", "i1", "exited", exit=1),),
+         steps(StartContainer("debug", 0), waits("setup")), backoffs=backoffs(SETUP)),
+    Case("a running ephemeral container is left, and its pod's containers too", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("debug", "d1"), C("main", "m1")), PodActions()),
+    *(Case(f"an ephemeral container that exited {code} is never restarted, whatever the policy",
+           pod(MAIN, ephemeral=(DEBUG,)), (C("debug", "d1", "exited", exit=code), C("main", "m1")), PodActions())
+      for code in (0, 1)),
+    Case("an ephemeral container of a dead sandbox is not run again in the new one",
+         pod(MAIN, ephemeral=(DEBUG,)), (C("main", "m2", sandbox="s2"), C("debug", "d1", "exited", sandbox="s1"),
+                                         C("main", "m1", "exited", sandbox="s1")),
+         PodActions(), sandboxes=(("s2", True), ("s1", False))),
+    Case("an ephemeral container created but never started is made again", pod(MAIN, ephemeral=(DEBUG,)),
+         (C("debug", "d1", "created"), C("main", "m1")), steps(StartContainer("debug", 1, remove_first="d1"))),
+    Case("a done pod starts no ephemeral container", pod(MAIN, policy="Never", ephemeral=(DEBUG,)),
+         (C("main", "m1", "exited"),), PodActions()),
+    # --- in-place resize: the allocation (the pod's resources) against what the container was given -----
+    Case("allocated as given: nothing to do", pod(sized("main", res("500m", "64Mi"))), (C("main", "m1"),),
+         PodActions(), actuated=given(("main", res("0.5", "67108864")))),
+    Case("no record of what it was given: nothing to resize", pod(sized("main", res("1", "64Mi"))),
+         (C("main", "m1"),), PodActions(), actuated=given()),
+    Case("a cpu increase: UpdateContainerResources, the memory as given", pod(sized("main", res("1", "64Mi"))),
+         (C("main", "m1"),), steps(ResizeContainer("main", "m1", "cpu", res("1", "64Mi"))),
+         actuated=given(("main", res("500m", "64Mi")))),
+    Case("a memory limit decrease is one (checked against the usage when done)",
+         pod(sized("main", res("500m", "32Mi"))), (C("main", "m1"),),
+         steps(ResizeContainer("main", "m1", "memory", res("500m", "32Mi"), decrease=True, limit_decrease=True)),
+         actuated=given(("main", res("500m", "64Mi")))),
+    Case("memory before cpu, each one's decreases before its increases",
+         pod(sized("main", res("1", "128Mi")), sized("web", res("250m", "32Mi"))), (C("web", "w1"), C("main", "m1")),
+         steps(ResizeContainer("web", "w1", "memory", res("500m", "32Mi"), decrease=True, limit_decrease=True),
+               ResizeContainer("main", "m1", "memory", res("500m", "128Mi")),
+               ResizeContainer("web", "w1", "cpu", res("250m", "32Mi"), decrease=True),
+               ResizeContainer("main", "m1", "cpu", res("1", "128Mi"))),
+         actuated=given(("main", res("500m", "64Mi")), ("web", res("500m", "64Mi")))),
+    Case("a request alone changes: resized, the limit kept", pod(sized("main", Resources({"cpu": "200m"}, {}))),
+         (C("main", "m1"),), steps(ResizeContainer("main", "m1", "cpu", Resources({"cpu": "200m"}, {}))),
+         actuated=given(("main", Resources({"cpu": "100m"}, {})))),
+    Case("resizePolicy RestartContainer for a changed resource: killed, then started again",
+         pod(sized("main", res("500m", "128Mi"), resizePolicy=RESTART_MEMORY)), (C("main", "m1", grace=20),),
+         steps(KillContainer("main", "m1", 20, KillReason.RESIZED, "Container main resize requires restart")),
+         actuated=given(("main", res("500m", "64Mi")))),
+    Case("RestartContainer for memory, only the cpu changed: in place",
+         pod(sized("main", res("1", "64Mi"), resizePolicy=RESTART_MEMORY)), (C("main", "m1"),),
+         steps(ResizeContainer("main", "m1", "cpu", res("1", "64Mi"))), actuated=given(("main", res("500m", "64Mi")))),
+    Case("an exited container is not resized: it starts again with its allocation",
+         pod(sized("main", res("1", "64Mi"))), (C("main", "m1", "exited", finished=NOW - 60),),
+         steps(StartContainer("main", 1, backoff_key=key(sized("main", res("1", "64Mi"))))),
+         actuated=given(("main", res("500m", "64Mi")))),
+    Case("a running sidecar is resized too", pod(MAIN, init=(sized("side", res("1"), restartPolicy="Always"),)),
+         (C("main", "m1"), C("side", "s1")),
+         steps(ResizeContainer("side", "s1", "cpu", res("1"))), actuated=given(("side", res("500m")), ("main", res()))),
+    Case("a pod-level limit raised: the pod's cgroup first, then the containers that have none of their own",
+         pod(sized("main", Resources({"cpu": "100m"}, {})), resources={"limits": {"cpu": "2"}}), (C("main", "m1"),),
+         steps(ResizePod(res("2")), ResizeContainer("main", "m1", "cpu", Resources({"cpu": "100m"}, {}))),
+         actuated=given(("main", Resources({"cpu": "100m"}, {})), pod_level=res("1"))),
+    Case("a pod-level limit lowered: the containers first, then the pod's cgroup",
+         pod(sized("main", Resources({"cpu": "100m"}, {})), resources={"limits": {"cpu": "500m"}}),
+         (C("main", "m1"),),
+         steps(ResizeContainer("main", "m1", "cpu", Resources({"cpu": "100m"}, {}), decrease=True),
+               ResizePod(res("500m"), decrease=True)),
+         actuated=given(("main", Resources({"cpu": "100m"}, {})), pod_level=res("1"))),
     Case("dead containers go but the newest dead one", P,
          (C("main", "m3"), C("main", "m2", "exited"), C("main", "m1", "exited")), steps(RemoveContainers(("m1",)))),
     Case("an exited current container is the newest dead one", pod(MAIN, policy="Never"),
@@ -229,7 +330,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_compute_pod_actions(case: Case) -> None:
     state = runtime(case.pod, *case.containers, sandboxes=case.sandboxes)
-    assert compute_pod_actions(case.pod, state, case.probes, case.backoffs) == case.expected
+    assert compute_pod_actions(case.pod, state, case.probes, case.backoffs, case.actuated) == case.expected
 
 
 def test_the_waits_are_the_containers_waiting_reasons() -> None:
@@ -254,6 +355,9 @@ KILLED = ("exited", 137, NOW - 60)  # how the killed container ended: state, exi
     ("still running: left", P, PROBE_KILL, ("running", 0, 0), ([], False)),
     ("a changed spec restarts whatever the policy", pod(MAIN, policy="Never"),
      KillContainer("main", "m1", 30, KillReason.SPEC_CHANGED, "changed"), KILLED,
+     ([StartContainer("main", 1, backoff_key=key(MAIN))], False)),
+    ("a resize that requires a restart restarts whatever the policy", pod(MAIN, policy="Never"),
+     KillContainer("main", "m1", 30, KillReason.RESIZED, "Container main resize requires restart"), KILLED,
      ([StartContainer("main", 1, backoff_key=key(MAIN))], False)),
     ("a sidecar before initialization: the next init container waits for its start", SIDECARS, SIDE_KILL, KILLED,
      ([StartContainer("side", 1, backoff_key=key(SIDE), halt_unless_started=True)], False)),

@@ -36,15 +36,17 @@ def write(tmp_path: Path, fields: str) -> Path:
 
 
 @pytest.mark.parametrize("fields,error", [
-    ("evictionHard: {memory.available: lots}\n", "evictionHard: expected not a quantity: 'lots' for memory.available"),
-    ("evictionHard: {memory.free: 1Mi}\n", "evictionHard: expected an eviction signal"),
+    ("evictionHard: {memory.available: lots}\n", "evictionHard.memory.available: expected not a quantity: 'lots'"),
+    ("evictionHard: {memory.free: 1Mi}\n", "evictionHard.memory.free: expected an eviction signal"),
     ("evictionSoft: {nodefs.available: 20%}\n",
      "evictionSoftGracePeriod: no grace period for the soft threshold nodefs.available"),
     ("evictionSoftGracePeriod: {nodefs.available: 1m}\n",
      "evictionSoftGracePeriod: nodefs.available has no soft threshold in evictionSoft"),
-    ("evictionSoftGracePeriod: {nodefs.available: soon}\n", "evictionSoftGracePeriod: expected a duration"),
+    ("evictionSoftGracePeriod: {nodefs.available: soon}\n",
+     "evictionSoftGracePeriod.nodefs.available: expected a duration"),
     ("evictionMaxPodGracePeriod: -1\n", "evictionMaxPodGracePeriod: expected an integer"),
-    ("evictionMinimumReclaim: {pid.available: 200%}\n", "evictionMinimumReclaim: expected a percentage between"),
+    ("evictionMinimumReclaim: {pid.available: 200%}\n",
+     "evictionMinimumReclaim.pid.available: expected a percentage between"),
 ])
 def test_config_errors_name_the_field(tmp_path, fields, error):
     with pytest.raises(config.ConfigError, match=None) as e:

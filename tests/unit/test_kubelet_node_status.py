@@ -105,3 +105,55 @@ def test_condition_flips_are_node_events(tmp_path):
     down(runtime)
     ns.build()
     assert [r for _, _, r, _ in recorded] == ["NodeNotReady"]
+
+
+def test_allocatable_is_capacity_less_reservations_and_eviction_thresholds(tmp_path):
+    """systemReserved and kubeReserved summed come off capacity, as in the stock kubelet's node allocatable."""
+    capacity = {"cpu": "2", "memory": "1048576Ki", "ephemeral-storage": "1000Ki", "pods": "9"}
+    a = node_status.allocatable(capacity, reserved={"cpu": 300, "memory": 100 << 20, "ephemeral-storage": 1 << 10})
+    assert a == {"cpu": "1700m", "memory": f"{1048576 - 102400 - 102400}Ki", "ephemeral-storage": str(921600 - 1024),
+                 "pods": "9"}
+    settings = Settings(node_name="node-a", root_dir=tmp_path, system_reserved={"cpu": 500, "memory": 1 << 20},
+                        kube_reserved={"cpu": 500, "pid": 100})
+    assert node_status.reserved_for(settings) == {"cpu": 1000, "memory": 1 << 20, "pid": 100}
+    ns, _, _ = reporter(tmp_path, lambda: 0.0)
+    ns.settings = settings
+    status = ns.build()
+    assert int(status["allocatable"]["cpu"]) == int(status["capacity"]["cpu"]) - 1
+
+
+def test_registration_carries_node_labels_and_taints(tmp_path):
+    """--node-labels and --register-with-taints go on the Node this kubelet creates; an existing Node gets the
+    labels back, its taints are left as they are (the stock kubelet's)."""
+    import threading
+
+    from lightkube.core.exceptions import ApiError
+    from lightkube.models.meta_v1 import Status
+
+    from pykubelet.node.registration import register
+
+    class Client(FakeClient):
+        def __init__(self, exists: bool) -> None:
+            super().__init__()
+            self.exists, self.created = exists, list[dict]()
+
+        def create(self, node):
+            if self.exists:
+                raise ApiError(status=Status(code=409, message="exists"))
+            self.created.append(node.to_dict())
+
+    settings = Settings(node_name="node-a", root_dir=tmp_path, node_labels={"example.com/rack": "r1"},
+                        register_with_taints=[{"key": "example.com/gpu", "value": "", "effect": "NoSchedule"}])
+    ns, _, _ = reporter(tmp_path, lambda: 0.0)
+    for exists in (False, True):
+        client = Client(exists)
+        ns.client, ns.settings = client, settings
+        assert register(client, settings, ns, threading.Event())
+        if exists:
+            name, body = client.patches[0]
+            assert name == "node-a" and body["metadata"]["labels"]["example.com/rack"] == "r1"
+        else:
+            (node,) = client.created
+            assert node["metadata"]["labels"]["example.com/rack"] == "r1"
+            assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "node-a"
+            assert node["spec"]["taints"] == [{"key": "example.com/gpu", "value": "", "effect": "NoSchedule"}]

@@ -17,6 +17,7 @@ from pykubelet.api.podmodel import (
     Pod,
     Probe,
     ProjectedSource,
+    Resources,
     ServiceAccountTokenProjection,
     SleepAction,
     UnsupportedProjection,
@@ -91,6 +92,16 @@ def test_pull_policy_by_tag(image: str, policy: str):
      "spec.volumes[0].configMap.items[0].path: required"),
     (pod(volumes=[{"name": "v", "secret": {"defaultMode": 0o1777}}]),
      "spec.volumes[0].secret.defaultMode: 1023 is out of range [0, 511]"),
+    (pod(ephemeralContainers=[{"name": "debugger", "image": "busybox", "targetContainerName": 1}]),
+     "spec.ephemeralContainers[0].targetContainerName: must be a string, got 1"),
+    (pod(ephemeralContainers=[{"name": "debugger"}]), "spec.ephemeralContainers[0].image: required"),
+    (pod(containers=[{"name": "c", "image": "i", "resizePolicy": [{"resourceName": "gpu",
+                                                                  "restartPolicy": "NotRequired"}]}]),
+     'spec.containers[0].resizePolicy[0].resourceName: unknown resize policy resource "gpu"'),
+    (pod(containers=[{"name": "c", "image": "i", "resizePolicy": [{"resourceName": "cpu"}]}]),
+     "spec.containers[0].resizePolicy[0].restartPolicy: required"),
+    (pod(resources={"limits": {"cpu": []}}),
+     'spec.resources.limits["cpu"]: must be a string or an integer or a number, got []'),
 ])
 def test_errors_name_the_field_path(raw: dict, message: str):
     with pytest.raises(FieldError) as err:
@@ -157,3 +168,31 @@ def test_lookups_of_containers_and_sidecars():
     assert side.is_sidecar and p.is_init("side") and not p.is_init("c") and p.key == "default/web"
     with pytest.raises(StopIteration):
         p.container("missing")
+
+
+def test_ephemeral_containers_are_parsed_apart_with_their_target():
+    """What `kubectl debug -it web --image=busybox --target=c` adds through the ephemeralcontainers subresource."""
+    raw = pod(ephemeralContainers=[{"name": "debugger-x", "image": "busybox", "targetContainerName": "c",
+                                    "stdin": True, "tty": True, "terminationMessagePolicy": "File"}])
+    p = parse_pod(raw)
+    (debugger,) = p.spec.ephemeral_containers
+    assert (debugger.target_container_name, debugger.stdin, debugger.tty, debugger.image_pull_policy) == (
+        "c", True, True, "Always")
+    assert debugger.raw is raw["spec"]["ephemeralContainers"][0]
+    # not among the containers the pod's phase, probes and admission read; found by name all the same
+    assert [c.name for c in p.spec.all_containers] == ["c"] and p.container("debugger-x") is debugger
+    assert p.is_ephemeral("debugger-x") and not p.is_init("debugger-x") and not p.is_ephemeral("c")
+    assert p.spec.containers[0].target_container_name == ""
+    assert [p.field_path(n) for n in ("debugger-x", "c")] == ["spec.ephemeralContainers{debugger-x}",
+                                                               "spec.containers{c}"]
+
+
+def test_resize_policies_pod_level_resources_and_the_generation():
+    p = parse_pod({**pod(containers=[{"name": "c", "image": "i", "resizePolicy": [
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"}]}],
+        resources={"limits": {"cpu": "2"}, "requests": {"memory": "1Gi"}}),
+        "metadata": {"name": "web", "uid": "u-1", "generation": 3}})
+    assert p.spec.containers[0].resize_policy == {"memory": "RestartContainer"}
+    assert p.spec.resources == Resources(requests={"cpu": "2", "memory": "1Gi"}, limits={"cpu": "2"})
+    assert p.metadata.generation == 3
+    assert parse_pod(pod()).spec.resources is None

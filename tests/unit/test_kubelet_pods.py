@@ -14,6 +14,7 @@ from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, sandbox_config
+from pykubelet.pods.dns import pod_dns
 from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.runtimepod import RuntimePod
@@ -75,7 +76,8 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     settings = Settings(node_name="n1", pod_logs_dir=Path("/logs"), cluster_dns=["10.96.0.10"],
                         cluster_domain="cluster.local")
     p = pod(containers=[{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}])
-    config = sandbox_config(p, settings, attempt=2)
+    config = sandbox_config(p, settings, attempt=2, dns=pod_dns(p, cluster_dns=settings.cluster_dns,
+                                                                cluster_domain=settings.cluster_domain, host=""))
     assert (config.metadata.name, config.metadata.namespace, config.metadata.uid, config.metadata.attempt) == \
         ("web", "ns", UID, 2)
     assert config.hostname == "web" and config.log_directory == f"/logs/ns_web_{UID}"
@@ -87,8 +89,9 @@ def test_sandbox_config_labels_logs_dns_ports_and_cgroup():
     assert config.linux.cgroup_parent == f"/kubepods/besteffort/pod{UID}"
     assert config.linux.security_context.namespace_options.network == api_pb2.POD
     host = sandbox_config(pod(hostNetwork=True), settings)
-    assert host.hostname == "n1" and host.linux.security_context.namespace_options.network == api_pb2.NODE
-    assert not host.HasField("dns_config")  # the host's resolv.conf
+    assert host.hostname == "" and host.linux.security_context.namespace_options.network == api_pb2.NODE
+    assert not host.HasField("dns_config")  # no DNS given: the runtime's own (the host's resolv.conf)
+
 
 
 def test_container_config_hash_restart_count_resources_and_log_path():
@@ -306,3 +309,93 @@ def test_a_pod_gone_from_the_api_and_the_runtime_still_leaves_nothing_on_the_nod
     volumes.mkdir(parents=True)
     assert workers.sync(UID) is None
     assert not logs.parent.exists() and not volumes.parent.exists()
+
+
+DEBUGGER = {"name": "debugger", "image": "img:1", "targetContainerName": "c", "stdin": True, "tty": True}
+
+
+def test_an_ephemeral_container_with_a_target_joins_its_pid_namespace_unless_the_pod_shares_one():
+    for spec, pid, target in (({}, api_pb2.TARGET, "c-0"), ({"shareProcessNamespace": True}, api_pb2.POD, ""),
+                              ({"hostPID": True}, api_pb2.NODE, "")):
+        p = pod(ephemeralContainers=[DEBUGGER], **spec)
+        sandbox = sandbox_config(p, Settings())
+        config = container_config(p, p.spec.ephemeral_containers[0], "i", 0, sandbox, target_id="c-0")
+        ns = config.linux.security_context.namespace_options
+        assert (ns.pid, ns.target_id) == (pid, target)
+        assert config.stdin and config.tty and config.labels["io.kubernetes.container.name"] == "debugger"
+        assert sandbox.linux.security_context.namespace_options.pid != api_pb2.TARGET  # the sandbox's untouched
+
+
+def test_status_of_ephemeral_containers_as_the_kubelets():
+    """Reported as containers are, never ready nor started, and outside the phase and the pod's readiness."""
+    debugger = container("d1", api_pb2.CONTAINER_EXITED, 0, exit_code=1)
+    debugger.labels["io.kubernetes.container.name"] = "debugger"
+    state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0), debugger)
+    s = pod_status.pod_status(pod(ephemeralContainers=[DEBUGGER]), state, SyncResult(), host_ip=None,
+                              runtime_name="containerd")
+    (es,) = s["ephemeralContainerStatuses"]
+    assert (es["name"], es["containerID"], es["ready"], es["restartCount"]) == ("debugger", "containerd://d1", False, 0)
+    assert es["state"]["terminated"]["exitCode"] == 1 and "started" not in es
+    assert s["phase"] == "Running" and {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "True"
+    waiting = SyncResult(waiting={"debugger": ("ErrImagePull", "no such image")})
+    (es,) = pod_status.pod_status(pod(ephemeralContainers=[DEBUGGER]), runtime_pod(), waiting, host_ip=None,
+                                  runtime_name="x")["ephemeralContainerStatuses"]
+    assert es["state"] == {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}
+    assert "ephemeralContainerStatuses" not in pod_status.pod_status(pod(), state, SyncResult(), host_ip=None,
+                                                                     runtime_name="x")
+
+
+def test_kubectl_debug_starts_the_ephemeral_container_once_in_the_running_pod(tmp_path):
+    """The executor against the fake runtime: the pod runs; the ephemeral container its API object gains is
+    started in its sandbox, in the target's pid namespace, without touching the pod's container; once it
+    exits it is never started again. A target that has no container yet: a config error, then a start."""
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+
+    rt = FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    syncer = PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"))
+    syncer.sync(pod(), observe(rt, UID))
+    assert rt.started == ["c-0"]
+    debugged = pod(ephemeralContainers=[DEBUGGER])
+    assert not syncer.sync(debugged, observe(rt, UID)).waiting
+    assert rt.started == ["c-0", "debugger-0"] and rt.sandbox_of["debugger-0"] == rt.sandbox_of["c-0"]
+    (created,) = [args[1] for rpc, *args in rt.calls
+                  if rpc == "CreateContainer" and args[1].metadata.name == "debugger"]
+    assert (created.linux.security_context.namespace_options.pid,
+            created.linux.security_context.namespace_options.target_id) == (api_pb2.TARGET, "c-0")
+    rt.exit("debugger-0", 0)
+    syncer.sync(debugged, observe(rt, UID))
+    assert rt.started == ["c-0", "debugger-0"]  # neither restarted
+
+    fresh = FakeCRI()
+    fresh.add_image("sha256:i", "img:1")
+    early = PodSyncer(fresh, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"))
+    gated = pod(initContainers=[{"name": "init", "image": "img:1"}], ephemeralContainers=[DEBUGGER])
+    result = early.sync(gated, observe(fresh, UID))
+    assert result.waiting == {"debugger": ("CreateContainerConfigError", "unable to find target container c")}
+    assert fresh.started == ["init-0"] and result.requeue_after is not None
+    fresh.exit("init-0", 0)
+    early.sync(gated, observe(fresh, UID))
+    early.sync(gated, observe(fresh, UID))
+    assert fresh.started == ["init-0", "c-0", "debugger-0"]
+
+
+def test_the_workers_see_an_ephemeral_container_patched_in(tmp_path):
+    """PATCH pods/NAME/ephemeralcontainers changes the pod object: the informer's MODIFIED queues the pod and
+    hands a new object, which is parsed again."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache = Cache()
+    workers = PodWorkers(None, FakeCRI(), Settings(root_dir=tmp_path), cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    assert workers.queue.get(timeout=0) == UID
+    before = workers.pod(UID)
+    assert before is not None and before.spec.ephemeral_containers == ()
+    workers.queue.done(UID)
+    workers._on_pod("MODIFIED", None, cache.put({**raw, "spec": {**raw["spec"], "ephemeralContainers": [DEBUGGER]}}))
+    assert workers.queue.get(timeout=0) == UID
+    after = workers.pod(UID)
+    assert after is not None and [c.name for c in after.spec.ephemeral_containers] == ["debugger"]

@@ -485,6 +485,9 @@ def test_a_hanging_post_start_holds_only_its_own_pod(tmp_path):
         def wait_synced(self, _timeout: float) -> bool:
             return True
 
+        def objects(self) -> list:
+            return []
+
     rt = HangingHooks()
     hooked = {"name": "c", "lifecycle": {"postStart": {"exec": {"command": ["hang"]}}}}
     hanging = pod(hooked, grace=10 ** 6)
@@ -549,3 +552,30 @@ def test_probes_that_hang_hold_none_but_their_own_thread():
         stop.set()
         t.join(10)
     assert not t.is_alive()
+
+
+def test_probes_are_counted_by_result_as_upstreams_prober_probe_total():
+    """Verdicts count by result (an errored probe counts not at all, as upstream throws it away), across
+    the container's restarts, and go with the worker when the pod leaves."""
+    rt = FakeCRI()
+    rt.exec_answers = {"alive": 1, "gone": cri.NotFound("ExecSync", grpc.StatusCode.NOT_FOUND, "no container")}
+    c = {"name": "c", "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 3},
+         "readinessProbe": {"exec": {"command": ["ready"]}}}
+    m, _ = manager(rt)
+    m.sync_pod(pod(c), running(("c", "c1")))
+    workers = {k[2]: w for k, w in m._workers.items()}
+    assert m.tallies() == []  # nothing ran: no series
+    m.probe_once(workers[READINESS])
+    m.probe_once(workers[LIVENESS])
+    m.sync_pod(pod(c), running(("c", "c2")))  # a restart: the same series go on
+    m.probe_once(workers[READINESS])
+    rt.exec_answers["ready"] = rt.exec_answers["gone"]
+    m.probe_once(workers[READINESS])  # errored: not counted
+    tallies = {t.kind: t for t in m.tallies()}
+    assert (tallies["Readiness"].successful, tallies["Readiness"].failed) == (2, 0)
+    assert (tallies["Liveness"].successful, tallies["Liveness"].failed) == (0, 1)
+    t = tallies["Readiness"]
+    assert (t.container, t.pod, t.namespace, t.uid) == ("c", "p", "ns", UID)
+    assert sum(t.buckets) == 2 and t.duration_sum >= 0 and sum(tallies["Liveness"].buckets) == 0
+    m.remove_pod(UID)
+    assert m.tallies() == []

@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -210,6 +211,9 @@ def test_follow_stops_when_the_client_leaves(tmp_path):
     ("GET", "/stats/summary", [("get", "stats")]),
     ("GET", "/metrics", [("get", "metrics")]),
     ("GET", "/metrics/cadvisor", [("get", "metrics")]),
+    ("GET", "/metrics/resource", [("get", "metrics")]),
+    ("GET", "/metrics/probes", [("get", "metrics")]),
+    ("GET", "/configz", [("get", "configz"), ("get", "proxy")]),
     ("GET", "/logs/syslog", [("get", "log")]),
     ("GET", "/healthz", [("get", "healthz"), ("get", "proxy")]),
     ("GET", "/pods", [("get", "pods"), ("get", "proxy")]),
@@ -361,6 +365,41 @@ def test_the_server_authenticates_authorizes_and_serves(tmp_path, pki, log_file)
         server.stop()
 
 
+def test_resource_and_probe_metrics_and_configz_are_served(tmp_path, pki, log_file):
+    from pykubelet.prober.manager import ProbeTally
+
+    runtime = one_pod(log_file)
+    runtime.stats = [api_pb2.ContainerStats(
+        attributes=api_pb2.ContainerAttributes(id="c1", metadata=api_pb2.ContainerMetadata(name="app")),
+        cpu=api_pb2.CpuUsage(timestamp=2_000_000_000, usage_core_nano_seconds=api_pb2.UInt64Value(value=5 * 10**9)),
+        memory=api_pb2.MemoryUsage(timestamp=2_000_000_000, working_set_bytes=api_pb2.UInt64Value(value=7)))]
+    tally = ProbeTally("Readiness", "app", "web", "default", "u1", 1, 0, (1,) + (0,) * 11, 0.001)
+    s = Settings(node_name="node-a", node_ip="127.0.0.1", address="127.0.0.1", port=0, root_dir=tmp_path / "root",
+                 tls_cert_file=pki.serving.cert, tls_private_key_file=pki.serving.key,
+                 client_ca_file=pki.ca.pair.cert)
+    server = KubeletServer(s, runtime, client=FakeReviews(allowed=True), probes=lambda: [tally]).start()
+    base, ca = f"https://127.0.0.1:{server.port}", str(pki.ca.pair.cert)
+    as_apiserver = (str(pki.apiserver.cert), str(pki.apiserver.key))
+    try:
+        r = requests.get(f"{base}/metrics/resource", verify=ca, cert=as_apiserver, timeout=5)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain; version=")
+        assert 'container_cpu_usage_seconds_total{container="app",namespace="default",pod="web"} 5.0 2000' in r.text
+        assert "resource_scrape_error 0.0" in r.text
+        r = requests.get(f"{base}/metrics/probes", verify=ca, cert=as_apiserver, timeout=5)
+        assert ('prober_probe_total{container="app",namespace="default",pod="web",pod_uid="u1",'
+                'probe_type="Readiness",result="successful"} 1.0') in r.text
+        r = requests.get(f"{base}/configz", verify=ca, cert=as_apiserver, timeout=5)
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.json()["kubeletconfig"]["authentication"]["x509"] == {"clientCAFile": str(pki.ca.pair.cert)}
+        server.authz.client.allowed = False
+        alice = (str(pki.alice.cert), str(pki.alice.key))
+        r = requests.get(f"{base}/configz", verify=ca, cert=alice, timeout=5)
+        assert r.status_code == 403
+        assert "Forbidden (user=alice, verb=get, resource=nodes, subresource=configz)" in r.text
+    finally:
+        server.stop()
+
+
 def test_an_upgraded_stream_is_spliced_to_the_runtime(tmp_path, pki, log_file):
     """A stand-in streaming server answers 101 and echoes: the client's upgrade request reaches it with
     its protocol headers but not its credentials, and bytes flow both ways."""
@@ -468,3 +507,42 @@ def test_a_stalled_session_is_ended_after_the_idle_timeout(stalled):
             s.close()
         for t in threads:
             t.join(10)
+
+
+def test_serving_context_takes_tls_min_version_and_cipher_suites(tmp_path):
+    from pykubelet.server.tls import serving_context
+
+    settings = Settings(node_name="node-a", root_dir=tmp_path, tls_min_version=ssl.TLSVersion.TLSv1_3)
+    assert serving_context(settings).minimum_version == ssl.TLSVersion.TLSv1_3
+    settings = Settings(node_name="node-a", root_dir=tmp_path, tls_cipher_suites=["ECDHE-ECDSA-AES256-GCM-SHA384"])
+    tls12 = [c["name"] for c in serving_context(settings).get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 == ["ECDHE-ECDSA-AES256-GCM-SHA384"]
+
+
+def test_healthz_answers_ok_and_nothing_else():
+    """The plain-HTTP health check (healthzPort), apart from the authenticated server."""
+    import http.client
+
+    from pykubelet.server.healthz import Healthz
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    healthz = Healthz("127.0.0.1", port).start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/healthz")
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        r = conn.getresponse()
+        assert (r.status, r.read()) == (200, b"ok")
+        conn.request("GET", "/pods")
+        assert conn.getresponse().status == 404
+        conn.close()
+    finally:
+        healthz.stop()

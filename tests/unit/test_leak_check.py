@@ -21,6 +21,16 @@ def test_what_a_fixture_allows_is_no_leak_and_the_rest_is() -> None:
     assert check.leaks(Snapshot({"cgroups": {"/cg/a", "/cg/qos"}, "links": {"lo"}})) == {}
 
 
+def test_a_process_is_its_pid_and_start_time_not_its_title() -> None:
+    """pyruntime-cri's launcher retitles itself once its imports are done: the same process, no leak; a new
+    process is one, and so is one that became a zombie."""
+    before = Snapshot({"processes": {"7@100.00 python -P -c import sys", "8@101.00 sleep 9"}})
+    now = Snapshot({"processes": {"7@100.00 pyruntime-launcher", "8@101.00 sleep 9 (zombie)",
+                                  "9@102.00 pyruntime-puller", "7@103.00 reused pid"}})
+    assert Check(before).leaks(now) == {"processes": ["7@103.00 reused pid", "8@101.00 sleep 9 (zombie)",
+                                                      "9@102.00 pyruntime-puller"]}
+
+
 def test_an_allowance_names_a_kind_the_check_knows() -> None:
     with pytest.raises(ValueError, match=r"no leak kind 'cgroup': one of \[.*'cgroups'"):
         Check(Snapshot()).allow("cgroup", lambda _: True)
