@@ -42,7 +42,9 @@ from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
+from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
+from pykubelet.pods.podspec import is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
@@ -76,10 +78,12 @@ class PodWorkers:
         self.env = EnvSource(client, settings, self.volumes.allocatable,
                              services=None if services is None else self._services)
         self.slices = PodSlices(settings) if settings.cgroup_driver == "systemd" else None
+        self.cgroups = NodeCgroups(settings, self.slices,
+                                   lambda: [p for p in self.reported_pods() if not is_finished(p)])
         self.allocations = AllocationManager(settings.root_dir)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes, env=self.env, allocations=self.allocations,
-                                slices=self.slices)
+                                cgroups=self.cgroups)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add)
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
