@@ -252,8 +252,9 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources),
-                             services=services, on_started=metrics.pod_start_duration.observe)
+                             services=services, on_started=metrics.pod_start_duration.observe, cgroups=True)
         try:  # kubepods and the QoS cgroups with their limits, before any pod
+            assert workers.cgroups is not None
             workers.cgroups.ensure_node()
             events.event(node_ref(settings.node_name), NORMAL, "NodeAllocatableEnforced",
                          "Updated Node Allocatable limit across pods")

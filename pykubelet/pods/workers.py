@@ -60,10 +60,12 @@ class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *,
                  runtime_name: str = "", events: EventRecorder | None = None,
                  admission: Admission | None = None, services=None,
-                 on_started: Callable[[float], None] | None = None) -> None:
+                 on_started: Callable[[float], None] | None = None, cgroups: bool = False) -> None:
         # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods);
         # services: the Service informer (None in standalone mode); on_started(seconds): a pod reached
-        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds)
+        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds); cgroups: the
+        # kubelet makes and limits the pods' cgroups (the kubelet's run; tests leave the host's alone), as it
+        # always does their slices under the systemd driver, where the runtime makes no parent
         self.on_started = on_started
         self._first_seen: dict[str, float] = {}  # pod uid -> when first seen, until it runs
         self.client, self.runtime, self.settings, self.informer = client, runtime, settings, informer
@@ -78,8 +80,8 @@ class PodWorkers:
         self.env = EnvSource(client, settings, self.volumes.allocatable,
                              services=None if services is None else self._services)
         self.slices = PodSlices(settings) if settings.cgroup_driver == "systemd" else None
-        self.cgroups = NodeCgroups(settings, self.slices,
-                                   lambda: [p for p in self.reported_pods() if not is_finished(p)])
+        self.cgroups = NodeCgroups(settings, self.slices, self._active_pods) \
+            if cgroups or self.slices is not None else None
         self.allocations = AllocationManager(settings.root_dir)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes, env=self.env, allocations=self.allocations,
@@ -106,6 +108,13 @@ class PodWorkers:
                 self._first_seen[uid] = time.monotonic()
             self._keys[uid] = key_of(pod)
         self.queue.add(uid)
+
+    def _active_pods(self) -> list[Pod]:
+        """The pods parsed and not finished, whose requests the burstable QoS cgroup's shares sum: the parses
+        kept, not the informer's objects parsed again for each pod made."""
+        with self._lock:
+            pods = [pod for _obj, pod in self._parsed.values()]
+        return [p for p in pods if not is_finished(p)]
 
     def pod(self, uid: str) -> Pod | None:
         """The desired pod of `uid` from the informer's cache, parsed once per change of it (FieldError names
