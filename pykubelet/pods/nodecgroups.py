@@ -15,6 +15,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from pykubelet.api.podmodel import Pod
@@ -93,10 +94,15 @@ class NodeCgroups:
         self.update_qos((pod,))
         self._apply(pod_cgroup_name(pod.uid, qos_class(pod), self.settings), self.pod_config(pod), update=False)
 
-    def update_pod(self, pod: Pod) -> None:
-        """The pod's cgroup to the pod's resources after (or, for a resize that only increases, before) its
-        containers' in-place resize."""
-        self._apply(pod_cgroup_name(pod.uid, qos_class(pod), self.settings), self.pod_config(pod), update=True)
+    def update_pod(self, pod: Pod, leave: frozenset[str] = frozenset()) -> None:
+        """The pod's cgroup to the pod's resources, those of `leave` ("cpu", "memory") as they are: at an
+        in-place resize, what grows before its containers do and what shrinks after."""
+        rc = self.pod_config(pod)
+        if "cpu" in leave:
+            rc = replace(rc, cpu_shares=None, cpu_quota=None, cpu_period=None)
+        if "memory" in leave:
+            rc = replace(rc, memory=None)
+        self._apply(pod_cgroup_name(pod.uid, qos_class(pod), self.settings), rc, update=True)
 
     def update_qos(self, more: tuple[Pod, ...] = ()) -> None:
         pods = {p.uid: p for p in [*self.active_pods(), *more]}

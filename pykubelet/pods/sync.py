@@ -312,9 +312,10 @@ class PodSyncer:
             steps = [s for s in steps if not isinstance(s, ResizeContainer | ResizePod)]
             result.again_in(10.0)
         resizes = [s for s in steps if isinstance(s, ResizeContainer | ResizePod)]
-        shrinks = any(s.limit_decrease if isinstance(s, ResizeContainer) else s.decrease for s in resizes)
-        if resizes and not shrinks:  # the pod's cgroup grows first: on cgroup v1 a child's quota fits its parent's
-            self._resize_pod_cgroup(pod, result)
+        shrinking = {s.resource if isinstance(s, ResizeContainer) else r
+                     for s in resizes if s.decrease for r in ("cpu", "memory")}
+        if resizes:  # what grows, in the pod's cgroup first: on cgroup v1 a child's CFS quota must fit its parent's
+            self._resize_pod_cgroup(pod, result, leave=frozenset(shrinking))
         while steps:
             step = steps.pop(0)
             if isinstance(step, ResizeContainer | ResizePod):
@@ -342,17 +343,17 @@ class PodSyncer:
             else:
                 for container_id in step.container_ids:
                     self._remove(container_id)
-        if resizes and shrinks and result.resize_error is None:  # after its containers shrank
+        if shrinking and result.resize_error is None:  # what shrinks, after its containers did
             self._resize_pod_cgroup(pod, result)
         result.init_failed = whole and actions.init_failed
 
-    def _resize_pod_cgroup(self, pod: Pod, result: SyncResult) -> None:
-        """The pod's cgroup to its resized limits, as the kubelet's doPodResizeAction sets the pod's cgroup
-        config; a failure is the pod's resize error."""
+    def _resize_pod_cgroup(self, pod: Pod, result: SyncResult, leave: frozenset[str] = frozenset()) -> None:
+        """The pod's cgroup to its resized limits but those of `leave` ("cpu", "memory"), as the kubelet's
+        doPodResizeAction sets the pod's cgroup config; a failure is the pod's resize error."""
         if self.cgroups is None:
             return
         try:
-            self.cgroups.update_pod(pod)
+            self.cgroups.update_pod(pod, leave)
         except (SystemdError, OSError) as e:
             log.warning("pod %s: resize: the pod's cgroup: %s", pod.key, e)
             result.resize_error = str(e)

@@ -153,3 +153,13 @@ def test_enforcing_a_reserved_cgroup_needs_it_named(tmp_path):
     path.write_text(path.read_text() + "enforceNodeAllocatable: [pods, pods]\n")
     with pytest.raises(ConfigError, match="enforceNodeAllocatable"):
         load_file(path)
+
+
+def test_a_resize_writes_what_grows_first_and_what_shrinks_after(tmp_path, files):
+    cgroups = NodeCgroups(Settings(), None, list, root=str(tmp_path), version="v1")
+    cgroups.update_pod(pod(G), leave=frozenset({"memory"}))
+    cgroup = tmp_path / "{}" / "kubepods" / f"pod{UID}"
+    assert (Path(str(cgroup).format("cpu")) / "cpu.cfs_quota_us").read_text() == "50000"
+    assert not (Path(str(cgroup).format("memory")) / "memory.limit_in_bytes").exists()
+    cgroups.update_pod(pod(G))
+    assert (Path(str(cgroup).format("memory")) / "memory.limit_in_bytes").read_text() == str(128 << 20)
