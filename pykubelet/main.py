@@ -47,7 +47,6 @@ PRELOAD = (
     "pykubelet.pods.static", "pykubelet.pods.sysctls", "pykubelet.pods.workers", "pykubelet.runtime",
     "pykubelet.server.app", "pykubelet.server.healthz", "pykubelet.server.metrics", "pykubelet.volumes.manager",
     "yaml",
-    "pykubelet.pods.cgroupconfig", "pykubelet.pods.nodecgroups",
     "pykubelet.pods.slices", "jeepney", "jeepney.io.blocking",  # the systemd cgroup driver's slices, over D-Bus
 )
 

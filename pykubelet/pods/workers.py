@@ -51,6 +51,7 @@ from pykubelet.pods.status import StatusManager, now, pod_status
 from pykubelet.pods.sync import PodSyncer
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
+from pynode_os.systemd import SystemdError
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -346,6 +347,11 @@ class PodWorkers:
                 uids = list(self._keys)
             for uid in uids:
                 self.queue.add(uid)
+            if self.cgroups is not None:  # as the stock kubelet's periodic QoS update: pods gone leave the sum
+                try:
+                    self.cgroups.update_qos()
+                except (OSError, SystemdError) as e:
+                    log.warning("the burstable QoS cgroup's cpu shares: %s", e)
 
     def run(self, stop: threading.Event) -> None:
         """Waits for the pod informer's first list, then syncs pods until `stop`."""
