@@ -97,7 +97,6 @@ class Settings:
     system_reserved_cgroup: str = ""  # the existing cgroup enforceNodeAllocatable's system-reserved limits
     kube_reserved_cgroup: str = ""
     pod_pids_limit: int = -1  # each pod cgroup's pids.max; -1: none
-    cpu_cfs_quota: bool = True  # false: no pod cgroup gets a CFS quota
     shutdown_grace_period: float = 0.0
     shutdown_grace_period_critical_pods: float = 0.0
     node_labels: dict[str, str] = field(default_factory=dict)  # set at registration (--node-labels)
@@ -612,7 +611,7 @@ FILE_FIELDS: dict[str, Field] = {
     "podPidsLimit": sets("pod_pids_limit", integer(-1), pointer=True),
     "resolvConf": sets("resolv_conf", resolv_conf, pointer=True),
     "runOnce": ignored(boolean),
-    "cpuCFSQuota": sets("cpu_cfs_quota", boolean, pointer=True),
+    "cpuCFSQuota": ignored(boolean, pointer=True),
     "cpuCFSQuotaPeriod": ignored(duration, pointer=True),
     "nodeStatusMaxImages": ignored(integer(-1), pointer=True),
     "maxOpenFiles": ignored(integer(0)),

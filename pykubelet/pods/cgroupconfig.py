@@ -120,10 +120,10 @@ def pod_limits(pod: Pod) -> dict[str, Decimal]:
     return limits
 
 
-def pod_config(pod: Pod, pids_limit: int = -1, cfs_quota: bool = True, period: int = QUOTA_PERIOD) -> ResourceConfig:
+def pod_config(pod: Pod, pids_limit: int = -1, period: int = QUOTA_PERIOD) -> ResourceConfig:
     """ResourceConfigForPod, with podPidsLimit as EnsureExists adds it: shares from the requests; the quota and
     the memory limit only when every container has that limit, or the pod-level resources do; a BestEffort
-    pod the minimal shares alone. `cfs_quota` False (cpuCFSQuota): no quota."""
+    pod the minimal shares alone. cpuCFSQuota is taken as true: containers get their quota whatever it says."""
     qos = qos_class(pod)
     pids = pids_limit if pids_limit > 0 else None
     if qos == "BestEffort":
@@ -137,7 +137,7 @@ def pod_config(pod: Pod, pids_limit: int = -1, cfs_quota: bool = True, period: i
         or bool(parse_quantity(pod_level.limits.get("memory", "0")))
     reqs, limits = pod_requests(pod), pod_limits(pod)
     shares = milli_cpu_to_shares(_milli(reqs.get("cpu", Decimal(0))))
-    quota = milli_cpu_to_quota(_milli(limits.get("cpu", Decimal(0))), period) if cfs_quota else -1
+    quota = milli_cpu_to_quota(_milli(limits.get("cpu", Decimal(0))), period)
     memory = _bytes(limits.get("memory", Decimal(0)))
     if qos == "Guaranteed":
         return ResourceConfig(cpu_shares=shares, cpu_quota=quota, cpu_period=period, memory=memory, pids=pids)

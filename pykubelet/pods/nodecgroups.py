@@ -62,8 +62,7 @@ class NodeCgroups:
     # --- deciding, from the settings -----------------------------------------------------------------------
 
     def pod_config(self, pod: Pod) -> ResourceConfig:
-        s = self.settings
-        return cgroupconfig.pod_config(pod, s.pod_pids_limit, s.cpu_cfs_quota)
+        return cgroupconfig.pod_config(pod, self.settings.pod_pids_limit)
 
     def kubepods_config(self, capacity: dict[str, int]) -> ResourceConfig:
         s = self.settings

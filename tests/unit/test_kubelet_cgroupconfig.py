@@ -67,9 +67,8 @@ def test_pod_level_resources_take_precedence():
     assert rc == ResourceConfig(cpu_shares=1024, cpu_quota=200000, cpu_period=100000, memory=1 << 30)
 
 
-def test_a_besteffort_pod_has_the_minimal_shares_and_no_cfs_quota_means_none():
+def test_a_besteffort_pod_has_the_minimal_shares():
     assert cc.pod_config(pod({}), pids_limit=-1) == ResourceConfig(cpu_shares=2)
-    assert cc.pod_config(pod(G), cfs_quota=False).cpu_quota == -1
 
 
 def test_init_containers_and_sidecars_and_overhead():
