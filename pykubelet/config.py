@@ -94,6 +94,9 @@ class Settings:
     system_reserved: dict[str, int] = field(default_factory=dict)
     kube_reserved: dict[str, int] = field(default_factory=dict)
     enforce_node_allocatable: list[str] = field(default_factory=lambda: ["pods"])
+    system_reserved_cgroup: str = ""  # the existing cgroup enforceNodeAllocatable's system-reserved limits
+    kube_reserved_cgroup: str = ""
+    pod_pids_limit: int = -1  # each pod cgroup's pids.max; -1: none
     # graceful node shutdown (pykubelet/node/shutdown.py): off while all are zero or empty
     shutdown_grace_period: float = 0.0
     shutdown_grace_period_critical_pods: float = 0.0
@@ -422,6 +425,8 @@ def enforce_node_allocatable(value: Any) -> list[str]:
     values = list_of(one_of(*_NODE_ALLOCATABLE))(value)
     if "none" in values and len(values) > 1:
         raise ValueError(f"\"none\" alone, got {values}")
+    if len(set(values)) < len(values):
+        raise ValueError(f"each enforcement once, got {values}")
     return values
 
 
@@ -605,7 +610,7 @@ FILE_FIELDS: dict[str, Field] = {
     "hairpinMode": ignored(one_of("promiscuous-bridge", "hairpin-veth", "none")),
     "maxPods": sets("max_pods", integer(1)),
     "podCIDR": ignored(string),
-    "podPidsLimit": ignored(integer(-1), pointer=True),
+    "podPidsLimit": sets("pod_pids_limit", integer(-1), pointer=True),
     "resolvConf": sets("resolv_conf", resolv_conf, pointer=True),
     "runOnce": ignored(boolean),
     "cpuCFSQuota": ignored(boolean, pointer=True),
@@ -642,9 +647,9 @@ FILE_FIELDS: dict[str, Field] = {
     "kubeReserved": sets("kube_reserved", reserved),
     "reservedSystemCPUs": ignored(string),
     "showHiddenMetricsForVersion": ignored(string),
-    "systemReservedCgroup": ignored(string),
-    "kubeReservedCgroup": ignored(string),
-    "enforceNodeAllocatable": ignored(enforce_node_allocatable, pointer=True),
+    "systemReservedCgroup": sets("system_reserved_cgroup", string),
+    "kubeReservedCgroup": sets("kube_reserved_cgroup", string),
+    "enforceNodeAllocatable": sets("enforce_node_allocatable", enforce_node_allocatable, pointer=True),
     "allowedUnsafeSysctls": sets("allowed_unsafe_sysctls", sysctl_patterns),
     "defaultPodSysctls": ignored(_STRING_MAP),
     "volumePluginDir": ignored(string),
@@ -798,6 +803,10 @@ def _validate(s: Settings) -> Settings:
         raise ConfigError(f"--hostname-override: node name {s.node_name!r} is not a DNS-1123 subdomain")
     if (s.tls_cert_file is None) != (s.tls_private_key_file is None):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together: one is missing")
+    for key, cgroup in (("system-reserved", s.system_reserved_cgroup), ("kube-reserved", s.kube_reserved_cgroup)):
+        if not cgroup and (key in s.enforce_node_allocatable or f"{key}-compressible" in s.enforce_node_allocatable):
+            raise ConfigError(f"enforceNodeAllocatable: {key} needs {key.replace('-r', 'R')}Cgroup, the cgroup "
+                              "to limit, as the kubelet")
     try:
         eviction_thresholds(s)
     except ValueError as e:

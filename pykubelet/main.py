@@ -204,7 +204,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     try:
         if not wait_for_runtime(runtime, stop):
             return
-        from pykubelet.events import NORMAL, EventRecorder, node_ref
+        from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref
         from pykubelet.images.gc import ImageGC
         from pykubelet.logs.rotation import LogRotator
         from pykubelet.pods.sources import PodSources
@@ -258,10 +258,17 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
                              events=events, admission=_admission(client, runtime, settings, sources),
-                             services=services, on_started=metrics.pod_start_duration.observe,
+                             services=services, on_started=metrics.pod_start_duration.observe, cgroups=True,
                              heartbeats=heartbeats)
-        if workers.slices is not None:
-            workers.slices.ensure_node()  # kubepods.slice and the QoS slices, before any pod (as the stock kubelet)
+        try:  # kubepods and the QoS cgroups with their limits, before any pod
+            assert workers.cgroups is not None
+            workers.cgroups.ensure_node()
+            events.event(node_ref(settings.node_name), NORMAL, "NodeAllocatableEnforced",
+                         "Updated Node Allocatable limit across pods")
+        except OSError as e:  # a SystemdError stops the start: under systemd no pod's slice could be made
+            log.error("node allocatable: %s", e)
+            events.event(node_ref(settings.node_name), WARNING, "FailedNodeAllocatableEnforcement",
+                         f"Failed to update Node Allocatable Limits: {e}")
         evictions.events = events
         evictions.bind(workers.reported_pods, workers.evict)
         shutdown.events = events

@@ -23,6 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from pynode_os.systemd import Property
+
 log = logging.getLogger(__name__)
 
 ROOT_SLICE = "-.slice"
@@ -56,26 +58,27 @@ class PodSlices:
         self.settings = settings
         self._bus = bus
 
-    def _start(self, paths: list[str]) -> None:
+    def apply(self, name: list[str], properties: list[Property], update: bool) -> None:
+        """The slice of the kubelet's CgroupName `name` started with `properties` (its limits), or, when it
+        exists already, left as it is (a pod's, as EnsureExists) or given them (`update`: kubepods at start, the
+        QoS slices, a resized pod's). Its parents are made by systemd for a slice whose parent is missing."""
         from pynode_os.systemd import start_unit
+        parent, unit = _unit(cgroup_name_to_systemd(name))
         bus = self._bus()
         try:
-            for path in paths:
-                parent, name = _unit(path)
-                start_unit(bus, name, slice_properties(parent, name), ignore_exists=True)
+            start_unit(bus, unit, slice_properties(parent, unit) + properties, ignore_exists=True)
+            if update and properties:
+                bus.set_unit_properties(unit, properties)
         finally:
             bus.close()
 
-    def ensure_node(self) -> None:
-        """kubepods.slice and its QoS slices, at start (raises SystemdError: the kubelet cannot run pods)."""
-        top = kubepods(self.settings)
-        self._start([cgroup_name_to_systemd(top)]
-                    + [cgroup_name_to_systemd(top + [qos.lower()]) for qos in QOS_CLASSES])
-
-    def ensure_pod(self, pod: Pod) -> None:
-        """The pod's slice, before its sandbox: the runtime's scopes go into it. Its parents are made by
-        ensure_node, and by systemd again for a slice whose parent is missing."""
-        self._start([pod_slice_path(pod, self.settings)])
+    def update_unit(self, unit: str, properties: list[Property]) -> None:
+        """An existing unit's limits (systemReservedCgroup's, kubeReservedCgroup's)."""
+        bus = self._bus()
+        try:
+            bus.set_unit_properties(unit, properties)
+        finally:
+            bus.close()
 
     def remove_pod(self, uid: str) -> None:
         """Stops the pod's slice under whichever QoS class it had (a pod known only by its uid has no spec);

@@ -56,7 +56,7 @@ from pynode_os.systemd import SystemdError
 if TYPE_CHECKING:
     from pykubelet.pods.allocation import AllocationManager
     from pykubelet.pods.env import EnvSource
-    from pykubelet.pods.slices import PodSlices
+    from pykubelet.pods.nodecgroups import NodeCgroups
     from pykubelet.volumes.manager import VolumeManager
 
 log = logging.getLogger(__name__)
@@ -93,9 +93,9 @@ class PodSyncer:
                  image_backoff: Backoff | None = None, events: EventRecorder | None = None,
                  probes: Probes | None = None, volumes: VolumeManager | None = None,
                  env: EnvSource | None = None, allocations: AllocationManager | None = None,
-                 slices: PodSlices | None = None) -> None:
+                 cgroups: NodeCgroups | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
-        self.slices = slices  # the systemd cgroup driver's pod slices; None: the runtime makes the pod's cgroup
+        self.cgroups = cgroups  # the pods' cgroups with their limits; None: the runtime makes them, unlimited
         self.probes = probes  # None: no probes, every running container is started and healthy
         self.volumes = volumes  # None: no volumes
         self.env = env  # None: the env's plain values only
@@ -263,10 +263,10 @@ class PodSyncer:
             return None
         log_directory(pod, self.settings).mkdir(parents=True, exist_ok=True)
         try:
-            if self.slices is not None:
-                self.slices.ensure_pod(pod)
-        except SystemdError as e:
-            log.warning("pod %s: its slice: %s", pod.metadata.name, e)
+            if self.cgroups is not None:
+                self.cgroups.ensure_pod(pod)
+        except (SystemdError, OSError) as e:
+            log.warning("pod %s: its cgroup: %s", pod.metadata.name, e)
             for c in spec.containers:
                 result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod's cgroup: {e}")
             self.event(pod, None, WARNING, "FailedCreatePodSandBox", f"failed to create the pod's cgroup: {e}")
@@ -311,6 +311,11 @@ class PodSyncer:
         if result.resize_error is not None:  # as the kubelet's: no part of the resize is done
             steps = [s for s in steps if not isinstance(s, ResizeContainer | ResizePod)]
             result.again_in(10.0)
+        resizes = [s for s in steps if isinstance(s, ResizeContainer | ResizePod)]
+        shrinking = {s.resource if isinstance(s, ResizeContainer) else r
+                     for s in resizes if s.decrease for r in ("cpu", "memory")}
+        if resizes:  # what grows, in the pod's cgroup first: on cgroup v1 a child's CFS quota must fit its parent's
+            self._resize_pod_cgroup(pod, result, leave=frozenset(shrinking))
         while steps:
             step = steps.pop(0)
             if isinstance(step, ResizeContainer | ResizePod):
@@ -338,7 +343,21 @@ class PodSyncer:
             else:
                 for container_id in step.container_ids:
                     self._remove(container_id)
+        if shrinking and result.resize_error is None:  # what shrinks, after its containers did
+            self._resize_pod_cgroup(pod, result)
         result.init_failed = whole and actions.init_failed
+
+    def _resize_pod_cgroup(self, pod: Pod, result: SyncResult, leave: frozenset[str] = frozenset()) -> None:
+        """The pod's cgroup to its resized limits but those of `leave` ("cpu", "memory"), as the kubelet's
+        doPodResizeAction sets the pod's cgroup config; a failure is the pod's resize error."""
+        if self.cgroups is None:
+            return
+        try:
+            self.cgroups.update_pod(pod, leave)
+        except (SystemdError, OSError) as e:
+            log.warning("pod %s: resize: the pod's cgroup: %s", pod.key, e)
+            result.resize_error = str(e)
+            result.again_in(10.0)
 
     def _memory_decreases(self, pod: Pod, steps: list[Step]) -> str | None:
         """Why the plan's memory limit decreases cannot be done now (None: they can), as the kubelet's

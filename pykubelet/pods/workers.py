@@ -44,13 +44,16 @@ from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
+from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
+from pykubelet.pods.podspec import is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
 from pykubelet.pods.sync import PodSyncer
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
+from pynode_os.systemd import SystemdError
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -60,10 +63,13 @@ class PodWorkers:
     def __init__(self, client, runtime: cri.CRIRuntime, settings: Settings, informer, *,
                  runtime_name: str = "", events: EventRecorder | None = None,
                  admission: Admission | None = None, services=None,
-                 on_started: Callable[[float], None] | None = None, heartbeats: Heartbeats | None = None) -> None:
+                 on_started: Callable[[float], None] | None = None, cgroups: bool = False,
+                 heartbeats: Heartbeats | None = None) -> None:
         # informer: the desired pods (pykubelet/pods/sources.PodSources: API pods and static pods);
         # services: the Service informer (None in standalone mode); on_started(seconds): a pod reached
-        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds);
+        # Running that long after the kubelet first saw it (kubelet_pod_start_duration_seconds); cgroups: the
+        # kubelet makes and limits the pods' cgroups (the kubelet's run; tests leave the host's alone), as it
+        # always does their slices under the systemd driver, where the runtime makes no parent;
         # heartbeats: /healthz's, which the PLEG and the resync beat once they run
         self.heartbeats = heartbeats or Heartbeats()
         self.on_started = on_started
@@ -79,11 +85,13 @@ class PodWorkers:
         self.volumes = VolumeManager(client, settings)
         self.env = EnvSource(client, settings, self.volumes.allocatable,
                              services=None if services is None else self._services)
-        self.allocations = AllocationManager(settings.root_dir)
         self.slices = PodSlices(settings) if settings.cgroup_driver == "systemd" else None
+        self.cgroups = NodeCgroups(settings, self.slices, self._active_pods) \
+            if cgroups or self.slices is not None else None
+        self.allocations = AllocationManager(settings.root_dir)
         self.syncer = PodSyncer(runtime, settings, self.backoff, events=events, probes=self.probes,
                                 volumes=self.volumes, env=self.env, allocations=self.allocations,
-                                slices=self.slices)
+                                cgroups=self.cgroups)
         self.statuses = StatusManager(client)
         self.pleg = PLEG(runtime, self.queue.add, beat=lambda: self.heartbeats.beat("pleg"))
         self._keys: dict[str, str] = {}  # pod uid -> "namespace/name"
@@ -107,6 +115,13 @@ class PodWorkers:
                 self._first_seen[uid] = time.monotonic()
             self._keys[uid] = key_of(pod)
         self.queue.add(uid)
+
+    def _active_pods(self) -> list[Pod]:
+        """The pods parsed and not finished, whose requests the burstable QoS cgroup's shares sum: the parses
+        kept, not the informer's objects parsed again for each pod made."""
+        with self._lock:
+            pods = [pod for _obj, pod in self._parsed.values()]
+        return [p for p in pods if not is_finished(p)]
 
     def pod(self, uid: str) -> Pod | None:
         """The desired pod of `uid` from the informer's cache, parsed once per change of it (FieldError names
@@ -347,6 +362,11 @@ class PodWorkers:
                 uids = list(self._keys)
             for uid in uids:
                 self.queue.add(uid)
+            if self.cgroups is not None:  # as the stock kubelet's periodic QoS update: pods gone leave the sum
+                try:
+                    self.cgroups.update_qos()
+                except (OSError, SystemdError) as e:
+                    log.warning("the burstable QoS cgroup's cpu shares: %s", e)
 
     def run(self, stop: threading.Event) -> None:
         """Waits for the pod informer's first list, then syncs pods until `stop`."""

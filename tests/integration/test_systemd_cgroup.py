@@ -125,6 +125,7 @@ def test_the_kubelets_slices_hold_the_runtimes_scopes(runtime, make_bundle, test
     pynodetest-kubepods.slice...), and a container of the pod as pyruntime-cri would make it."""
     from pykubelet.api.podmodel import parse_pod
     from pykubelet.config import Settings
+    from pykubelet.pods.nodecgroups import NodeCgroups
     from pykubelet.pods.slices import PodSlices, pod_slice_path
 
     settings = Settings(cgroup_driver="systemd", cgroup_root="/pynodetest")
@@ -132,11 +133,15 @@ def test_the_kubelets_slices_hold_the_runtimes_scopes(runtime, make_bundle, test
     pod = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": uid},
                      "spec": {"containers": [{"name": "c", "image": "i"}]}})
     slices = PodSlices(settings)
-    slices.ensure_node()
+    cgroups = NodeCgroups(settings, slices, list, version="v2")
+    cgroups.ensure_node({"cpu": 1000, "memory": 1 << 30, "pid": 1000})
     kubepods = ROOT / test_slice / "pynodetest-kubepods.slice"
     assert (kubepods / "pynodetest-kubepods-burstable.slice").is_dir()
     assert (kubepods / "pynodetest-kubepods-besteffort.slice").is_dir()
-    slices.ensure_pod(pod)
+    # the limits as systemd wrote them: node allocatable's, the minimal weight of besteffort
+    assert ((kubepods / "memory.max").read_text(), (kubepods / "pids.max").read_text()) == ("1073741824\n", "1000\n")
+    assert (kubepods / "pynodetest-kubepods-besteffort.slice" / "cpu.weight").read_text() == "1\n"
+    cgroups.ensure_pod(pod)
     path = pod_slice_path(pod, settings)
     pod_slice = os.path.basename(path)
     assert path == (f"/{test_slice}/pynodetest-kubepods.slice/pynodetest-kubepods-besteffort.slice/"

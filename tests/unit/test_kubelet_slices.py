@@ -11,6 +11,7 @@ from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import termination
 from pykubelet.pods.criconfig import cgroup_parent
+from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.slices import PodSlices
 from pynode_os.systemd import SystemdError
 from tests.kit.fake_cri import FakeCRI
@@ -46,24 +47,33 @@ def _slices(bus: FakeSystemd, **settings) -> PodSlices:
     return PodSlices(Settings(cgroup_driver="systemd", **settings), bus=lambda: bus)
 
 
-def test_the_node_slices_each_wanted_by_its_parent():
+def _cgroups(bus: FakeSystemd, **settings) -> NodeCgroups:
+    return NodeCgroups(Settings(cgroup_driver="systemd", **settings), _slices(bus, **settings), list, version="v2")
+
+
+def test_the_node_slices_each_wanted_by_its_parent_with_their_limits():
     bus = FakeSystemd()
-    _slices(bus).ensure_node()
+    _cgroups(bus).ensure_node({"cpu": 2000, "memory": 4 << 30, "pid": 4096})
     started = [(c[1], dict(c[3])["Wants"]) for c in bus.calls if c[0] == "StartTransientUnit"]
     assert started == [("kubepods.slice", ("as", ["-.slice"])),
                        ("kubepods-burstable.slice", ("as", ["kubepods.slice"])),
                        ("kubepods-besteffort.slice", ("as", ["kubepods.slice"]))]
+    updated = {c[1]: dict(c[3]) for c in bus.calls if c[0] == "SetUnitProperties"}
+    assert updated["kubepods.slice"] == {"CPUWeight": ("t", 79), "MemoryMax": ("t", 4 << 30), "TasksMax": ("t", 4096)}
+    assert updated["kubepods-besteffort.slice"] == {"CPUWeight": ("t", 1)}
     assert bus.closed
 
 
-def test_a_pod_slice_is_made_once_and_an_existing_one_left_alone():
+def test_a_pod_slice_is_made_once_with_its_limits_and_an_existing_one_left_alone():
     bus = FakeSystemd()
-    slices = _slices(bus)
-    slices.ensure_pod(pod(BURSTABLE))
-    slices.ensure_pod(pod(BURSTABLE))
-    assert bus.names() == ["StartTransientUnit", "wait", "StartTransientUnit"]
-    name, props = bus.calls[0][1], dict(bus.calls[0][3])
-    assert name == f"kubepods-burstable-pod{UID_}.slice" and props["Wants"] == ("as", ["kubepods-burstable.slice"])
+    cgroups = _cgroups(bus)
+    cgroups.ensure_pod(pod(BURSTABLE))
+    cgroups.ensure_pod(pod(BURSTABLE))
+    pod_calls = [c for c in bus.calls if c[1] == f"kubepods-burstable-pod{UID_}.slice"]
+    assert [c[0] for c in pod_calls] == ["StartTransientUnit", "StartTransientUnit"]
+    props = dict(pod_calls[0][3])
+    assert props["Wants"] == ("as", ["kubepods-burstable.slice"])
+    assert props["CPUWeight"] == ("t", 4) and "MemoryMax" not in props  # 100m: 102 shares
 
 
 def test_clean_up_stops_the_pod_slice_under_any_qos_class(tmp_path):
@@ -83,7 +93,8 @@ def test_the_sync_makes_the_pod_slice_before_the_sandbox(tmp_path: Path):
     rt, bus = FakeCRI(), FakeSystemd()
     rt.add_image("sha256:i", "img:1")
     settings = Settings(cgroup_driver="systemd", root_dir=tmp_path, pod_logs_dir=tmp_path / "logs")
-    PodSyncer(rt, settings, slices=PodSlices(settings, bus=lambda: bus)).sync(pod(), observe(rt, UID))
+    PodSyncer(rt, settings, cgroups=NodeCgroups(settings, PodSlices(settings, bus=lambda: bus), list,
+                                                  version="v2")).sync(pod(), observe(rt, UID))
     (config,) = [c[1] for c in rt.calls if c[0] == "RunPodSandbox"]
     assert f"kubepods-besteffort-pod{UID_}.slice" in bus.units
     assert config.linux.cgroup_parent.endswith(f"/kubepods-besteffort-pod{UID_}.slice")
@@ -99,7 +110,8 @@ def test_a_pod_whose_slice_systemd_refuses_waits_with_the_reason(tmp_path: Path)
 
     rt = FakeCRI()
     settings = Settings(cgroup_driver="systemd", root_dir=tmp_path, pod_logs_dir=tmp_path / "logs")
-    result = PodSyncer(rt, settings, slices=PodSlices(settings, bus=Refusing)).sync(pod(), observe(rt, UID))
+    cgroups = NodeCgroups(settings, PodSlices(settings, bus=Refusing), list, version="v2")
+    result = PodSyncer(rt, settings, cgroups=cgroups).sync(pod(), observe(rt, UID))
     assert not rt.sandboxes
     reason, message = result.waiting["c"]
     assert reason == "ContainerCreating"
