@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,16 @@ def virsh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and result.returncode != 0:
         raise HostError(f"virsh {' '.join(args)}: {result.stderr.strip()}")
     return result
+
+
+def _listening(sock: Path) -> bool:
+    """Whether a daemon accepts on `sock`: the file alone may be left from one that was killed."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(sock))
+        except OSError:
+            return False
+    return True
 
 
 def _answers() -> bool:
@@ -130,8 +141,9 @@ def setup() -> None:
     (LAB_VAR / "console").mkdir(parents=True, exist_ok=True)
     started = _started()
     for name, (sock, argv) in DAEMONS.items():
-        if sock.exists() and (name != "libvirtd" or _answers()):
+        if _listening(sock) and (name != "libvirtd" or _answers()):
             continue
+        sock.unlink(missing_ok=True)  # a daemon killed without its clean-up leaves its socket: it would not start
         RUN.mkdir(parents=True, exist_ok=True)
         if name == "libvirtd":  # its first network adds chains for good: teardown removes the new ones
             started["chains"] = _libvirt_chains()
