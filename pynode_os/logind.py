@@ -117,7 +117,7 @@ class DBusLogind(Logind):
 
         from jeepney import MatchRule, message_bus
         rule = MatchRule(type="signal", interface=LOGIND_INTERFACE, member="PrepareForShutdown", path=LOGIND_PATH)
-        self._signals = self._conn.filter(rule, queue=deque())
+        self._signals = self._conn.filter(rule, queue=deque()).queue  # the handle stays in the connection's filters
         reply(self._conn, message_bus.AddMatch(rule))
 
     def next_shutdown(self, timeout: float) -> bool | None:

@@ -196,7 +196,7 @@ class DBusSystemd(SystemdBus):
         rule = MatchRule(type="signal", sender=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE, member="JobRemoved",
                          path=SYSTEMD_PATH)
         try:
-            self._jobs = conn.filter(rule, queue=deque())
+            self._jobs = conn.filter(rule, queue=deque()).queue  # the handle stays in the connection's filters
             reply(conn, message_bus.AddMatch(rule))
             reply(conn, manager_call("Subscribe", None, ()))
         except BaseException:

@@ -28,8 +28,10 @@ class Connection:
         return self.answer(message)
 
     def filter(self, rule, queue):
+        """jeepney's own handle, as its connection returns it (the queue is its attribute)."""
+        from jeepney.io.common import FilterHandle, MessageFilters
         self.filters.append(rule)
-        return queue
+        return FilterHandle(MessageFilters(), rule, queue)
 
     def recv_until_filtered(self, queue, timeout=None):
         if not self.signals:

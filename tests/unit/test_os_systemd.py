@@ -128,6 +128,12 @@ class Connection:
         self.sent.append(message)
         return self.answer(message)
 
+    def filter(self, rule, queue):
+        """jeepney's own handle, as its connection returns it (the queue is its attribute)."""
+        from jeepney.io.common import FilterHandle, MessageFilters
+        self.rule = rule
+        return FilterHandle(MessageFilters(), rule, queue)
+
     def recv_until_filtered(self, queue, timeout=None):
         """As jeepney's: the message that reached the queue is popped off it and returned."""
         if not self.signals:
@@ -146,9 +152,14 @@ def _job_removed(job: str, unit: str, result: str):
 
 
 def _connected(answer) -> tuple[systemd.DBusSystemd, Connection]:
-    from collections import deque
+    """A client through its own _connect (the JobRemoved match and Subscribe), on the fake connection."""
+    from unittest import mock
     bus, conn = systemd.DBusSystemd(), Connection(answer)
-    bus._conn, bus._jobs = conn, deque()  # as _connect leaves them, without a system bus
+    with mock.patch.object(systemd, "open_bus", lambda *_args, **_kw: conn):
+        assert bus._connect() is conn
+    assert [m.header.fields[HeaderFields.member] for m in conn.sent] == ["AddMatch", "Subscribe"]
+    assert conn.rule.header_fields["member"] == "JobRemoved"
+    conn.sent.clear()
     return bus, conn
 
 
@@ -170,8 +181,9 @@ def test_the_d_bus_client_starts_a_unit_and_waits_for_its_job_removed_signal():
 
 
 def test_the_d_bus_client_names_systemds_error():
-    from jeepney import new_error
-    bus, _conn = _connected(lambda m: new_error(m, UNIT_EXISTS, "s", ("Unit a.scope already exists.",)))
+    from jeepney import new_error, new_method_return
+    bus, _conn = _connected(lambda m: new_error(m, UNIT_EXISTS, "s", ("Unit a.scope already exists.",))
+                            if m.header.fields[HeaderFields.member] == "StartTransientUnit" else new_method_return(m))
     with pytest.raises(SystemdError, match="already exists") as e:
         bus.start_transient_unit("a.scope", [])
     assert e.value.name == UNIT_EXISTS
