@@ -193,11 +193,13 @@ class DBusSystemd(SystemdBus):
 
         from jeepney import MatchRule, message_bus
         conn = open_bus(self._address)
-        rule = MatchRule(type="signal", sender=SYSTEMD_BUS_NAME, interface=MANAGER_INTERFACE, member="JobRemoved",
-                         path=SYSTEMD_PATH)
+        # the bus delivers only systemd's JobRemoved (it resolves the sender's name); a message names its sender
+        # by its unique name (":1.0"), so jeepney's own filter, which compares names, must not ask for systemd's
+        rule = MatchRule(type="signal", interface=MANAGER_INTERFACE, member="JobRemoved", path=SYSTEMD_PATH)
         try:
             self._jobs = conn.filter(rule, queue=deque()).queue  # the handle stays in the connection's filters
-            reply(conn, message_bus.AddMatch(rule))
+            reply(conn, message_bus.AddMatch(MatchRule(sender=SYSTEMD_BUS_NAME, **rule.header_fields,
+                                                       type="signal")))
             reply(conn, manager_call("Subscribe", None, ()))
         except BaseException:
             conn.close()
