@@ -11,36 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pynode_os import logind
-
-
-class Connection:
-    """jeepney's blocking connection as DBusLogind uses it: calls answered by `answer(message)`, signals
-    handed out as jeepney's recv_until_filtered does (popped off the filter queue and returned)."""
-
-    def __init__(self, answer) -> None:
-        self.answer = answer
-        self.sent: list = []
-        self.signals: list = []
-        self.filters: list = []
-
-    def send_and_get_reply(self, message, timeout=None):
-        self.sent.append(message)
-        return self.answer(message)
-
-    def filter(self, rule, queue):
-        """jeepney's own handle, as its connection returns it (the queue is its attribute)."""
-        from jeepney.io.common import FilterHandle, MessageFilters
-        self.filters.append(rule)
-        return FilterHandle(MessageFilters(), rule, queue)
-
-    def recv_until_filtered(self, queue, timeout=None):
-        if not self.signals:
-            raise TimeoutError
-        queue.append(self.signals.pop(0))
-        return queue.popleft()
-
-    def close(self) -> None:
-        pass
+from tests.kit.fake_dbus import Connection
 
 
 def _client(answer) -> tuple[logind.DBusLogind, Connection]:

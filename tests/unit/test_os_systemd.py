@@ -7,6 +7,7 @@ from jeepney.low_level import HeaderFields
 
 from pynode_os import systemd
 from pynode_os.systemd import SystemdError
+from tests.kit.fake_dbus import Connection
 from tests.kit.fake_systemd import UNIT_EXISTS, FakeSystemd
 
 
@@ -114,37 +115,6 @@ def test_slice_properties_are_runcs_for_a_slice():
     assert "Slice" not in props and "Delegate" not in props
 
 
-class Connection:
-    """jeepney's blocking connection as DBusSystemd uses it: each call answered by `answer(message)`, and the
-    JobRemoved signals a test queues delivered into the filter queue when the client waits."""
-
-    def __init__(self, answer) -> None:
-        self.answer = answer
-        self.sent: list = []
-        self.signals: list = []
-        self.closed = False
-
-    def send_and_get_reply(self, message, timeout=None):
-        self.sent.append(message)
-        return self.answer(message)
-
-    def filter(self, rule, queue):
-        """jeepney's own handle, as its connection returns it (the queue is its attribute)."""
-        from jeepney.io.common import FilterHandle, MessageFilters
-        self.rule = rule
-        return FilterHandle(MessageFilters(), rule, queue)
-
-    def recv_until_filtered(self, queue, timeout=None):
-        """As jeepney's: the message that reached the queue is popped off it and returned."""
-        if not self.signals:
-            raise TimeoutError
-        queue.append(self.signals.pop(0))
-        return queue.popleft()
-
-    def close(self):
-        self.closed = True
-
-
 def _job_removed(job: str, unit: str, result: str):
     from jeepney import DBusAddress, new_signal
     emitter = DBusAddress(systemd.SYSTEMD_PATH, interface=systemd.MANAGER_INTERFACE)
@@ -158,7 +128,7 @@ def _connected(answer) -> tuple[systemd.DBusSystemd, Connection]:
     with mock.patch.object(systemd, "open_bus", lambda *_args, **_kw: conn):
         assert bus._connect() is conn
     assert [m.header.fields[HeaderFields.member] for m in conn.sent] == ["AddMatch", "Subscribe"]
-    assert conn.rule.header_fields["member"] == "JobRemoved"
+    assert [r.header_fields["member"] for r in conn.filters] == ["JobRemoved"]
     conn.sent.clear()
     return bus, conn
 
