@@ -51,18 +51,21 @@ state = "{dir}/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 """
-RUNC_BINARY = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "{oci_runtime}"
+RUNC_OPTIONS = """      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
 """
 
 
 def containerd_config(work: Path, sock: Path, cni_bin: Path, cni_conf: Path, hosts: Path | str = "",
-                      sandbox_image: str = SANDBOX_IMAGE, oci_runtime: Path | str = "") -> str:
+                      sandbox_image: str = SANDBOX_IMAGE, oci_runtime: Path | str = "",
+                      systemd_cgroup: bool = False) -> str:
     """containerd 1.6's config with CRI on, its root and state under `work`; `oci_runtime`: the binary its
-    runc shim runs instead of runc."""
+    runc shim runs instead of runc; `systemd_cgroup`: runc's systemd cgroup driver (SystemdCgroup, as on kubeadm's
+    hosts), each container a transient scope in the slice the kubelet gives as the pod's cgroup parent."""
     text = CONTAINERD_CONFIG.format(dir=work, sock=sock, sandbox_image=sandbox_image, cni_bin=cni_bin,
                                     cni_conf=cni_conf, hosts=hosts)
-    return text + (RUNC_BINARY.format(oci_runtime=oci_runtime) if oci_runtime else "")
+    options = ([f'BinaryName = "{oci_runtime}"'] if oci_runtime else []) + \
+        (["SystemdCgroup = true"] if systemd_cgroup else [])
+    return text + (RUNC_OPTIONS + "".join(f"        {line}\n" for line in options) if options else "")
 
 
 def install_plugins(bin_dir: Path) -> None:

@@ -120,9 +120,11 @@ class Endpoint:
 
 
 class Containerd(Endpoint):
-    """Debian's containerd 1.6 with runc (the runc v2 shim) and the reference CNI plugins v1.10.0."""
+    """Debian's containerd 1.6 with runc (the runc v2 shim) and the reference CNI plugins v1.10.0; `cgroup_driver`
+    "systemd": runc's systemd driver (SystemdCgroup), else its cgroupfs one."""
     name = "containerd"
     cni_bin = REFERENCE_CNI
+    cgroup_driver: str | None = None
 
     def cni_setup(self) -> None:
         self.cni_conf.mkdir(parents=True, exist_ok=True)
@@ -132,7 +134,8 @@ class Containerd(Endpoint):
 
     def argv(self) -> list[str]:
         config = self.work / "containerd.toml"
-        config.write_text(containerd_config(self.work, self.sock, self.cni_bin, self.cni_conf, self.hosts_dir))
+        config.write_text(containerd_config(self.work, self.sock, self.cni_bin, self.cni_conf, self.hosts_dir,
+                                            systemd_cgroup=self.cgroup_driver == "systemd"))
         return [shutil.which("containerd") or "/usr/bin/containerd", "--config", str(config)]
 
 

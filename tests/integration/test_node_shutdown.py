@@ -1,7 +1,8 @@
 """pykubelet's graceful node shutdown against a real systemd-logind (the lab's systemd VM; on a host whose system
 bus has no logind, as this project's machine, it skips), driven as Kubernetes' e2e_node drives the stock kubelet's
-(test/e2e_node/node_shutdown_linux_test.go): a standalone pykubelet on pyruntime-cri, with shutdownGracePeriod
-and shutdownGracePeriodCriticalPods, holds logind's delay lock (raising InhibitDelayMaxSec with its drop-in when
+(test/e2e_node/node_shutdown_linux_test.go): a standalone pykubelet on pyruntime-cri, and on containerd 1.6
+(Debian's, with runc: skipped with its reason where it is missing), with shutdownGracePeriod and
+shutdownGracePeriodCriticalPods, holds logind's delay lock (raising InhibitDelayMaxSec with its drop-in when
 logind's is shorter); a PrepareForShutdown(true) sent with dbus-send stops the pod below system-critical
 priority first, with its group's grace, then the critical static pod (priority 2000001000, as kubeadm's
 control plane manifests have it), and releases the lock; PrepareForShutdown(false) takes it again, and the
@@ -13,6 +14,7 @@ put back), logind reloaded, and a PrepareForShutdown(false) sent, as the e2e's A
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ from pynode_os import logind
 from pynode_os.systemd import SystemdError, open_bus, reply
 from tests.conformance.critest import critest_registry
 from tests.integration.cni_helpers import hostport_state, remove_hostport_state
+from tests.kit import containerd_cri
 from tests.kit.cri_server import BUSYBOX, CriNode
 from tests.kit.kubelet_node import Kubelet, kubepods_dirs, remove_new_cgroups
 
@@ -116,17 +119,38 @@ def mirror(tmp_path_factory):
         yield m
 
 
-@pytest.fixture
-def node(mirror) -> Iterator[CriNode]:
-    n = CriNode(mirror.hosts_dir, bridge="pyt-shut0", subnet="10.241.0.0/24")
+@pytest.fixture(params=["pyruntime-cri", "containerd"])
+def node(request, mirror, tmp_path: Path) -> Iterator[str]:
+    """The CRI endpoint of the runtime, serving, with busybox pulled; its pods are the kubelet's to remove."""
+    if request.param == "containerd" and (missing := containerd_cri.missing()) is not None:
+        pytest.skip(missing)
     shared_chains = hostport_state()
     try:
-        yield n
+        with _runtime(request.param, mirror.hosts_dir, tmp_path / "cri") as url:
+            runtime = cri.CRIRuntime(url, timeout=120)
+            try:
+                runtime.pull_image(BUSYBOX)
+            finally:
+                runtime.close()
+            yield url
     finally:
-        try:
-            n.cleanup()
-        finally:
-            remove_hostport_state(shared_chains)
+        remove_hostport_state(shared_chains)
+
+
+@contextlib.contextmanager
+def _runtime(name: str, hosts_dir: Path, work: Path) -> Iterator[str]:
+    if name == "containerd":
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("PYCNI_HELPER", "off")  # containerd runs our plugins with its environment: no helper left
+            with containerd_cri.containerd_cri(work, hosts_dir) as endpoint:
+                yield endpoint.url
+        return
+    n = CriNode(hosts_dir, bridge="pyt-shut0", subnet="10.241.0.0/24")
+    try:
+        n.start()
+        yield n.url
+    finally:
+        n.cleanup()
 
 
 def static_pod(name: str, priority: int | None = None) -> str:
@@ -139,19 +163,17 @@ def static_pod(name: str, priority: int | None = None) -> str:
 
 
 def test_a_shutdown_stops_the_pods_by_priority_within_their_grace_and_releases_loginds_lock(
-        node: CriNode, tmp_path: Path, logind_as_found: float) -> None:
+        node: str, tmp_path: Path, logind_as_found: float) -> None:
     before = kubepods_dirs()  # kubepods and its QoS levels, which the kubelet keeps, are the test's to remove
-    node.start()
-    node.pull(BUSYBOX)
     manifests = tmp_path / "manifests"
     manifests.mkdir()
     (manifests / "web.json").write_text(static_pod("web"))
     (manifests / "critical.json").write_text(static_pod("critical", priority=2_000_001_000))
-    kubelet = Kubelet.for_node(tmp_path / "kubelet", NODE, NODE_IP, node.url, None,
+    kubelet = Kubelet.for_node(tmp_path / "kubelet", NODE, NODE_IP, node, None,
                                {"fileCheckFrequency": "1s", "shutdownGracePeriod": f"{GRACE}s",
                                 "shutdownGracePeriodCriticalPods": f"{CRITICAL_GRACE}s"},
                                "--pod-manifest-path", str(manifests))
-    runtime = cri.CRIRuntime(node.url, timeout=30)
+    runtime = cri.CRIRuntime(node, timeout=30)
     exited = lambda: not kubelet.running() and f"the kubelet exited: {kubelet.log_tail()}"  # noqa: E731
 
     def running() -> set[str]:

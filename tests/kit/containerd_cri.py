@@ -27,8 +27,19 @@ POD_SUBNET = "10.235.0.0/16"
 NETWORK = "pynode-kubelet"
 
 
+def missing() -> str | None:
+    """Why containerd cannot run on this host (a test's reason to skip), None if it can."""
+    absent = [tool for tool in ("containerd", "containerd-shim-runc-v2", "runc") if shutil.which(tool) is None]
+    return (f"{', '.join(absent)} not installed (Debian's containerd package, which pulls runc; the lab's v2 VM "
+            "installs it from prepare --with-tests)") if absent else None
+
+
 class ContainerdCri(Containerd):
     name = "containerd-cri"
+
+    def __init__(self, work: Path, hosts_dir: Path, cgroup_driver: str | None = None) -> None:
+        super().__init__(work, hosts_dir)
+        self.cgroup_driver = cgroup_driver
 
     def cni_setup(self) -> None:
         self.cni_bin = self.work / "cni-bin"
@@ -65,15 +76,17 @@ def _remove_pods(endpoint: ContainerdCri) -> None:
 
 
 @contextlib.contextmanager
-def containerd_cri(work: Path, hosts_dir: Path | None = None) -> Iterator[ContainerdCri]:
+def containerd_cri(work: Path, hosts_dir: Path | None = None, cgroup_driver: str | None = None
+                   ) -> Iterator[ContainerdCri]:
     """containerd with CRI on, serving at `.url` (unix://WORK/cri.sock) until the block ends. `hosts_dir`:
-    a certs.d mirror config (tests/kit/cri_images.write_hosts_dir); none: pulls go nowhere."""
+    a certs.d mirror config (tests/kit/cri_images.write_hosts_dir); none: pulls go nowhere. `cgroup_driver`
+    "systemd": runc's systemd driver (SystemdCgroup), as on kubeadm's hosts."""
     if hosts_dir is None:
         hosts_dir = work / "certs.d"
         hosts_dir.mkdir(parents=True, exist_ok=True)
     run_dir_existed = CONTAINERD_RUN.exists()
     bridge_existed = os.path.exists(f"/sys/class/net/{BRIDGE}")  # the CNI bridge plugin never removes it
-    endpoint = ContainerdCri(work, hosts_dir)
+    endpoint = ContainerdCri(work, hosts_dir, cgroup_driver)
     try:
         endpoint.start()
         yield endpoint

@@ -39,6 +39,7 @@ from proto import api_pb2, api_pb2_grpc
 from pynode_cluster import hosts
 from tests.conformance.critest import CRICTL, HostState, PyruntimeCri, cleanup, conflist, critest_registry
 from tests.integration.cni_helpers import remove_chains
+from tests.kit.containerd_cri import ContainerdCri, containerd_cri
 from tests.kit.cri_images import BUSYBOX, HTTPD
 
 HTTPD_INDEX = "It works!"  # HTTPD: busybox httpd on port 80
@@ -227,8 +228,8 @@ class CriNode(PyruntimeCri):
 
 @dataclass
 class Crictl:
-    """crictl against a CriNode, with the pod and container configs the crictl tests write."""
-    node: CriNode
+    """crictl against a CriNode or containerd, with the pod and container configs the crictl tests write."""
+    node: CriNode | ContainerdCri
     _serial: int = field(default=0)
 
     @property
@@ -352,32 +353,49 @@ def cgroup_file(parent: str, cid: str, v1: str, v2: str) -> Path:
 
 
 @contextlib.contextmanager
-def running_cri(tmp: Path, cgroup_driver: str | None = None) -> Iterator[Crictl]:
-    """A CriNode on its own bridge with busybox and httpd pulled, driven by crictl, until the block ends;
-    then every pod goes, and whatever is left on the host is removed and reported. `cgroup_driver`: the
-    daemon's (its default if None); with systemd, TEST_SLICE is stopped at the end too."""
+def running_cri(tmp: Path, cgroup_driver: str | None = None, runtime: str = "pyruntime-cri") -> Iterator[Crictl]:
+    """A CriNode on its own bridge (`runtime` "containerd": containerd_cri's containerd, the CNI helper off as
+    for the kubelet tests) with busybox and httpd pulled, driven by crictl, until the block ends; then every pod
+    goes, and whatever is left on the host is removed and reported. `cgroup_driver`: the daemon's (its default
+    if None); with systemd, TEST_SLICE is stopped at the end too."""
     with critest_registry(tmp / "mirror") as mirror:
         before = HostState.take()
-        node = CriNode(mirror.hosts_dir, bridge="pyt-crie2e0", subnet="10.236.0.0/16", cgroup_driver=cgroup_driver)
-        server = Crictl(node)
+        work = Path(tempfile.mkdtemp(prefix="pynode-crinode-", dir="/var/tmp"))  # CriNode's own default
         leaks = ""
         try:
-            node.start()
-            with server.pod("warm-up"):  # the bridge exists before any test looks
-                pass
-            for image in (BUSYBOX, HTTPD):
-                server.crictl("pull", image)
-            yield server
+            with _endpoint(runtime, mirror.hosts_dir, work, cgroup_driver) as node:
+                server = Crictl(node)
+                with server.pod("warm-up"):  # the bridge exists before any test looks
+                    pass
+                for image in (BUSYBOX, HTTPD):
+                    server.crictl("pull", image)
+                yield server
         finally:
-            work = node.work
             try:
-                node.cleanup()
                 if cgroup_driver == "systemd":
                     stop_slice(f"{TEST_SLICE}.slice")
             finally:
                 leaks = cleanup(before, work, {mirror.registry_pid})
     if leaks:
-        raise AssertionError(f"pyruntime-cri left behind: {leaks}")
+        raise AssertionError(f"{runtime} left behind: {leaks}")
+
+
+@contextlib.contextmanager
+def _endpoint(runtime: str, hosts_dir: Path, work: Path, cgroup_driver: str | None
+              ) -> Iterator[CriNode | ContainerdCri]:
+    if runtime == "containerd":
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("PYCNI_HELPER", "off")  # containerd runs the plugins with its environment
+            with containerd_cri(work, hosts_dir, cgroup_driver) as endpoint:
+                yield endpoint
+        return
+    node = CriNode(hosts_dir, bridge="pyt-crie2e0", subnet="10.236.0.0/16", cgroup_driver=cgroup_driver,
+                   work=work)
+    try:
+        node.start()
+        yield node
+    finally:
+        node.cleanup()
 
 
 @pytest.fixture(scope="module")

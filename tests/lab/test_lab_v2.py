@@ -8,10 +8,10 @@ pyruntime-cri with crictl, as a kubelet would, and reads the container's limits 
 root container with CAP_MKNOD fails to read the VM's disk through a node it makes. The third uploads the
 checkout's tests/ and the static and dynamic busyboxes the root tests build their rootfs and images from,
 installs pytest from the lab's offline wheelhouse into the node's venv and the packages the CRI tests' fixtures
-run (the test registry, skopeo, gcc) from its offline Debian repository (both from prepare --with-tests), and
-runs GUEST_SUITE there as root under the leak check, as `make test` runs it here: every test must pass, and
-only the tests of GUEST_SKIPS, for the reason given there, may skip. The guest's counts and skips go to the
-terminal summary.
+run (the test registry, skopeo, gcc, containerd) from its offline Debian repository (both from prepare
+--with-tests), and runs GUEST_SUITE there as root under the leak check, as `make test` runs it here: every test
+must pass, and only the tests of GUEST_SKIPS, for the reason given there, may skip. The guest's counts and skips
+go to the terminal summary.
 
 The pykubelet and kube-proxy of the node are stopped first (their pods keep running), and so are systemd's
 timers: the leak check walks the whole cgroup tree and the iptables rules, and a timer's service or a
@@ -59,8 +59,11 @@ GUEST_SUITE = (  # relative to the checkout: what runs the runtime on the host's
     "tests/integration/test_cri_crictl.py",  # the CRI through crictl: limits in the pod's cgroups, exec, logs
     "tests/integration/test_cri_registry_creds.py",  # the node's registry credentials reach no other registry
     "tests/integration/test_systemd_cgroup.py",  # issue 24 item 4: containers as transient scopes, the slices
-    "tests/integration/test_cri_systemd.py",  # pyruntime-cri with cgroup_driver systemd: a pod's scopes, limits
-    "tests/integration/test_node_shutdown.py",  # issue 24 item 8: graceful node shutdown against the real logind
+    # pyruntime-cri with cgroup_driver systemd and containerd with SystemdCgroup: a pod's scopes, limits, and
+    # pykubelet's slices (cgroupDriver systemd) holding them on each
+    "tests/integration/test_cri_systemd.py",
+    # issue 24 item 8: graceful node shutdown against the real logind, on pyruntime-cri and on containerd
+    "tests/integration/test_node_shutdown.py",
 )
 GUEST_SKIPS = {  # test id (less its parameters) -> why it cannot run on a pure v2 host
     "tests/integration/test_devices_v2.py::test_program_answers_as_the_v1_devices_cgroup":
@@ -75,7 +78,8 @@ GUEST_VENV = "/opt/pynode/venv"  # provision.sh's
 GUEST_TEST_DISTRIBUTIONS = ("pytest", "pytest-timeout")
 GUEST_APT = "/var/lib/pynode-lab/apt-tests"  # apt's lists and cache for the test packages (provision.sh's way)
 # debs/tests.txt's packages (lab.py's TEST_PACKAGES) from the lab's repository alone, no service started by
-# their installation (docker-registry's would listen on :5000), dpkg without fsync (an emulated disk)
+# their installation (docker-registry's would listen on :5000, containerd's would be a system containerd the
+# tests' own ones would meet in /run/containerd), dpkg without fsync (an emulated disk)
 INSTALL_TEST_PACKAGES = f"""
 mkdir -p {GUEST_APT}/lists/partial {GUEST_APT}/cache/archives/partial {GUEST_APT}/sources.list.d
 echo 'deb [trusted=yes] file:/opt/pynode-lab/debs ./' > {GUEST_APT}/sources.list

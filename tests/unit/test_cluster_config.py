@@ -9,6 +9,7 @@ import os
 import signal
 import struct
 import tarfile
+import tomllib
 import warnings
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from cryptography import x509
 
 from pykubelet import config as kubelet_config
 from pynode_cluster import cluster, components, coredns, hosts, pki
-from pynode_cluster.node import CNI_BRIDGE, Node, pod_network
+from pynode_cluster.node import CNI_BRIDGE, Node, containerd_config, pod_network
 from tests.kit import coredns as kit_coredns
 
 
@@ -29,6 +30,22 @@ def test_pod_network_is_the_default_conflist_on_the_pod_cidr(tmp_path: Path) -> 
     assert bridge["type"] == "pybridge" and bridge["bridge"] == CNI_BRIDGE and bridge["isDefaultGateway"]
     assert bridge["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
     assert bridge["ipam"]["dataDir"] == str(tmp_path / "ipam")
+
+
+def test_containerds_runc_gets_its_binary_and_the_systemd_driver_only_when_asked(tmp_path: Path) -> None:
+    """A table of runc's options only with something in it, and both options in the one table (TOML refuses a
+    table defined twice)."""
+    def runc_options(**kw) -> dict | None:
+        config = tomllib.loads(containerd_config(tmp_path, tmp_path / "sock", tmp_path / "bin", tmp_path / "net.d",
+                                                 **kw))
+        runc = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]
+        assert runc["runtime_type"] == "io.containerd.runc.v2"
+        return runc.get("options")
+    assert runc_options() is None
+    assert runc_options(oci_runtime="/usr/bin/pyruntime") == {"BinaryName": "/usr/bin/pyruntime"}
+    assert runc_options(systemd_cgroup=True) == {"SystemdCgroup": True}
+    assert runc_options(oci_runtime="/x/pyruntime", systemd_cgroup=True) == {
+        "BinaryName": "/x/pyruntime", "SystemdCgroup": True}
 
 
 def test_write_network_replaces_the_file_whole(tmp_path: Path) -> None:

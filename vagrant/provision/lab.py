@@ -45,9 +45,10 @@ TEST_PEERS = ("crictl",)
 # what the CRI tests' fixtures run in a VM: the test registry and what pushes to it (tests/integration/
 # registry_server.py: docker-registry, skopeo, apache2-utils' htpasswd), and the C compiler that builds the
 # pause and nonewprivs images' static programs (tests/kit/cri_images.py), and nft, with which the CNI tests'
-# fixtures look for and remove the bridge's nat table (tests/integration/cni_helpers.py); installed by the
-# test tier only
-TEST_PACKAGES = ("docker-registry", "skopeo", "apache2-utils", "gcc", "libc6-dev", "nftables")
+# fixtures look for and remove the bridge's nat table (tests/integration/cni_helpers.py), and containerd (1.6,
+# with runc, which its package depends on), the stock runtime the systemd driver's and the node shutdown's tests
+# run beside pyruntime-cri (tests/kit/containerd_cri.py); installed by the test tier only, no service started
+TEST_PACKAGES = ("docker-registry", "skopeo", "apache2-utils", "gcc", "libc6-dev", "nftables", "containerd")
 
 
 class PrepareError(RuntimeError):
