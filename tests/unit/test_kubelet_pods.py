@@ -399,3 +399,103 @@ def test_the_workers_see_an_ephemeral_container_patched_in(tmp_path):
     assert workers.queue.get(timeout=0) == UID
     after = workers.pod(UID)
     assert after is not None and [c.name for c in after.spec.ephemeral_containers] == ["debugger"]
+
+
+def named(name: str, cid: str, state: api_pb2.ContainerState, exit_code: int = 0) -> api_pb2.ContainerStatus:
+    s = container(cid, state, 0, exit_code=exit_code)
+    s.labels["io.kubernetes.container.name"] = name
+    return s
+
+
+def conditions_of(status: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_a_failed_init_container_leaves_the_pod_not_initialized_and_its_containers_pod_initializing():
+    """As the [Conformance] specs "should not start app containers if init containers fail on a RestartAlways
+    pod" and "... on a RestartNever pod" (test/e2e/common/node/init_container.go) check: Initialized False
+    with reason ContainersNotInitialized naming every init container not done, the app containers waiting in
+    PodInitializing; restartPolicy Never fails the pod."""
+    inits = [{"name": "init1", "image": "img:1"}, {"name": "init2", "image": "img:1"}]
+    always = pod(initContainers=inits)
+    result = SyncResult(waiting={"init1": ("CrashLoopBackOff", "back-off 10s restarting failed container=init1")})
+    s = pod_status.pod_status(always, runtime_pod(named("init1", "i1", api_pb2.CONTAINER_EXITED, exit_code=1)),
+                              result, host_ip=None, runtime_name="x")
+    assert s["phase"] == "Pending"
+    init = conditions_of(s)["Initialized"]
+    assert (init["status"], init["reason"], init["message"]) == (
+        "False", "ContainersNotInitialized", "containers with incomplete status: [init1 init2]")
+    ready, containers_ready = conditions_of(s)["Ready"], conditions_of(s)["ContainersReady"]
+    assert ready["status"] == containers_ready["status"] == "False"
+    assert ready["reason"] == containers_ready["reason"] == "ContainersNotReady"
+    assert containers_ready["message"] == "containers with unready status: [c]"
+    assert [c["state"]["waiting"]["reason"] for c in s["containerStatuses"]] == ["PodInitializing"]
+    assert s["initContainerStatuses"][1]["state"]["waiting"]["reason"] == "PodInitializing"
+
+    never = pod(initContainers=inits, restartPolicy="Never")
+    state = runtime_pod(named("init1", "i1", api_pb2.CONTAINER_EXITED),
+                        named("init2", "i2", api_pb2.CONTAINER_EXITED, exit_code=1))
+    s = pod_status.pod_status(never, state, SyncResult(init_failed=True), host_ip=None, runtime_name="x")
+    assert s["phase"] == "Failed"
+    init = conditions_of(s)["Initialized"]
+    assert (init["status"], init["reason"], init["message"]) == (
+        "False", "ContainersNotInitialized", "containers with incomplete status: [init2]")
+    assert conditions_of(s)["Ready"]["reason"] == conditions_of(s)["ContainersReady"]["reason"] == "PodFailed"
+    assert s["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+
+
+def test_a_finished_pod_is_initialized_with_pod_completed():
+    done = runtime_pod(container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0, reason="Completed"))
+    s = pod_status.pod_status(pod(restartPolicy="Never"), done, SyncResult(), host_ip=None, runtime_name="x")
+    assert conditions_of(s)["Initialized"] == {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
+    assert conditions_of(s)["ContainersReady"]["reason"] == "PodCompleted"
+
+
+def test_readiness_gates_hold_ready_until_each_gates_condition_is_true():
+    """As the spec "should support pod readiness gates" (test/e2e/common/node/pods.go): the containers ready,
+    Ready is True only once every readiness gate's condition, which a client sets through pods/status, is
+    True; the kubelet keeps those conditions as the API server has them."""
+    gates = [{"conditionType": "k8s.io/test-condition1"}, {"conditionType": "k8s.io/test-condition2"}]
+    state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0))
+
+    def status(*conditions: tuple[str, str]) -> dict:
+        raw = pod(readinessGates=gates).raw
+        raw["status"] = {"conditions": [{"type": t, "status": v, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                                        for t, v in conditions] + [{"type": "Ready", "status": "False"}]}
+        return pod_status.pod_status(parse_pod(raw), state, SyncResult(), host_ip=None, runtime_name="x")
+
+    s = status()
+    assert conditions_of(s)["ContainersReady"]["status"] == "True"
+    ready = conditions_of(s)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert ready["message"] == ('corresponding condition of pod readiness gate "k8s.io/test-condition1" does not '
+                                'exist., corresponding condition of pod readiness gate "k8s.io/test-condition2" '
+                                'does not exist.')
+    s = status(("k8s.io/test-condition1", "True"))
+    assert conditions_of(s)["Ready"]["message"] == (
+        'corresponding condition of pod readiness gate "k8s.io/test-condition2" does not exist.')
+    s = status(("k8s.io/test-condition1", "True"), ("k8s.io/test-condition2", "False"))
+    assert conditions_of(s)["Ready"]["message"] == (
+        'the status of pod readiness gate "k8s.io/test-condition2" is not "True", but False')
+    s = status(("k8s.io/test-condition1", "True"), ("k8s.io/test-condition2", "True"))
+    assert conditions_of(s)["Ready"] == {"type": "Ready", "status": "True"}
+    assert conditions_of(s)["k8s.io/test-condition2"] == {"type": "k8s.io/test-condition2", "status": "True",
+                                                          "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    client = FakeClient()
+    manager = pod_status.StatusManager(client)
+    assert manager.set_pod_status(UID, s, namespace="ns", name="web")
+    sent = conditions_of(client.patches[0]["status"])
+    assert sent["k8s.io/test-condition1"] == {"type": "k8s.io/test-condition1", "status": "True",
+                                              "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    assert sent["Ready"]["lastTransitionTime"] and "lastProbeTime" in sent["Ready"]
+
+
+def test_readiness_gates_are_parsed_with_their_field_path():
+    import pytest
+
+    from pykubelet.api.fields import FieldError
+
+    assert pod(readinessGates=[{"conditionType": "a/b"}]).spec.readiness_gates == ("a/b",)
+    with pytest.raises(FieldError, match=r"^spec.readinessGates\[0\].conditionType: required$"):
+        pod(readinessGates=[{}])
