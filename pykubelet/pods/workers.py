@@ -20,6 +20,7 @@ informer has synced: until then an unknown UID means "not listed yet", not "dele
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from pykubelet.api.informer import key_of
 from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
-from pykubelet.events import WARNING, EventRecorder, pod_ref
+from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.eviction.policy import REASON as EVICTED
 from pykubelet.eviction.policy import evicted_status
 from pykubelet.health import Heartbeats
@@ -46,7 +47,7 @@ from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
 from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
-from pykubelet.pods.podspec import is_finished
+from pykubelet.pods.podspec import DEADLINE_EXCEEDED, DEADLINE_MESSAGE, deadline_left, is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
@@ -159,10 +160,15 @@ class PodWorkers:
         if kill is not None:
             self._kill_now(uid, pod, state, *kill)
             return None
-        if sent.get("reason") in (EVICTED, SHUT_DOWN):  # nothing of a pod the kubelet killed starts again
-            return None
+        if sent.get("reason") in (EVICTED, SHUT_DOWN, DEADLINE_EXCEEDED):  # nothing of a pod the kubelet killed
+            return None  # starts again
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
+        left = deadline_left(pod, sent.get("startTime") or (pod.raw.get("status") or {}).get("startTime"),
+                             datetime.datetime.now(datetime.UTC))
+        if left is not None and left <= 0 and not is_finished(pod):
+            self._deadline_exceeded(uid, pod, state)
+            return None
         if self.admission is not None and not self._admit(uid, pod, state):
             return None
         pod = self._allocate(pod)
@@ -188,6 +194,8 @@ class PodWorkers:
                 seen = self._first_seen.pop(uid, None)
             if seen is not None and self.on_started is not None:
                 self.on_started(time.monotonic() - seen)
+        if left is not None and status["phase"] not in TERMINAL:  # the deadline is kept without a resync
+            result.again_in(left)
         return result.requeue_after
 
     def _allocate(self, pod: Pod) -> Pod:
@@ -268,14 +276,23 @@ class PodWorkers:
                 self._kills.pop(uid)
         return finished
 
+    def _deadline_exceeded(self, uid: str, pod: Pod, state) -> None:
+        """The kubelet's activeDeadlineHandler: a pod active longer than its activeDeadlineSeconds is killed
+        with its grace period and Failed, reason DeadlineExceeded, a Normal event saying so."""
+        log.info("pod %s: %s", pod.key, DEADLINE_MESSAGE)
+        if self.events is not None:
+            self.events.event(pod_ref(pod), NORMAL, DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+        self._kill_now(uid, pod, state, DEADLINE_EXCEEDED, DEADLINE_MESSAGE, pod.spec.termination_grace_period_seconds,
+                       threading.Event(), disruption=False)
+
     def _kill_now(self, uid: str, pod: Pod, state, reason: str, message: str, grace: int,
-                  done: threading.Event) -> None:
+                  done: threading.Event, disruption: bool = True) -> None:
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
         meta, current = pod.metadata, pod.raw.get("status")
-        status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason)
+        status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason, disruption)
         self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
         if self.events is not None and reason == EVICTED:  # the stock shutdown manager records no pod event
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)

@@ -499,3 +499,69 @@ def test_readiness_gates_are_parsed_with_their_field_path():
     assert pod(readinessGates=[{"conditionType": "a/b"}]).spec.readiness_gates == ("a/b",)
     with pytest.raises(FieldError, match=r"^spec.readinessGates\[0\].conditionType: required$"):
         pod(readinessGates=[{}])
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def event(self, _ref, type_: str, reason: str, message: str) -> None:
+        self.seen.append((type_, reason, message))
+
+
+def test_the_active_deadline_is_what_the_spec_says_now_from_the_start_time():
+    import datetime
+
+    from pykubelet.pods.podspec import deadline_left
+
+    now = datetime.datetime(2026, 1, 1, 0, 1, tzinfo=datetime.UTC)
+    assert deadline_left(pod(), "2026-01-01T00:00:00Z", now) is None
+    assert deadline_left(pod(activeDeadlineSeconds=600), None, now) is None  # not started yet
+    assert deadline_left(pod(activeDeadlineSeconds=600), "2026-01-01T00:00:00Z", now) == 540
+    assert deadline_left(pod(activeDeadlineSeconds=5), "2026-01-01T00:00:00Z", now) == -55
+
+
+def test_a_pod_whose_active_deadline_is_lowered_below_its_age_is_killed_and_failed_with_deadline_exceeded(tmp_path):
+    """As the [Conformance] spec "should allow activeDeadlineSeconds to be updated" (test/e2e/common/node/
+    pods.go): a running pod's activeDeadlineSeconds lowered to 5 through the informer, the pod, started
+    longer ago, is killed and Failed with reason DeadlineExceeded (no DisruptionTarget: its own spec ended
+    it), a Normal event says so, and nothing of it starts again."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, events = Cache(), FakeCRI(), Events()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache,
+                         events=events)  # type: ignore[arg-type]  # a recorder's event() is all the workers call
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+                 "status": {"phase": "Pending", "startTime": "2026-01-01T00:00:00Z"}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    assert workers.sync(UID) is None  # no deadline: nothing to come back for
+    assert workers.statuses.last(UID)["phase"] == "Running" and rt.started == ["c-0"]
+    workers._on_pod("MODIFIED", None, cache.put({**raw, "spec": {**raw["spec"], "activeDeadlineSeconds": 5}}))
+    assert workers.sync(UID) is None
+    status = workers.statuses.last(UID)
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["message"] == "Pod was active on the node longer than the specified deadline"
+    assert "DisruptionTarget" not in conditions_of(status) and conditions_of(status)["Ready"]["status"] == "False"
+    assert status["containerStatuses"][0]["state"]["terminated"]
+    assert ("Normal", "DeadlineExceeded", status["message"]) in events.seen
+    assert not rt.sandboxes and not rt.statuses
+    assert workers.sync(UID) is None and rt.started == ["c-0"]
+
+
+def test_a_pod_with_an_active_deadline_is_synced_again_when_it_runs_out(tmp_path):
+    import datetime
+
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    start = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=100)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    workers._on_pod("ADDED", None, cache.put({
+        "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+        "spec": {"containers": [{"name": "c", "image": "img:1"}], "activeDeadlineSeconds": 3600},
+        "status": {"phase": "Pending", "startTime": start}}))
+    again = workers.sync(UID)
+    assert again is not None and 3400 < again <= 3500
