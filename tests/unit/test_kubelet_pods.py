@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -565,3 +567,69 @@ def test_a_pod_with_an_active_deadline_is_synced_again_when_it_runs_out(tmp_path
         "status": {"phase": "Pending", "startTime": start}}))
     again = workers.sync(UID)
     assert again is not None and 3400 < again <= 3500
+
+
+class SlowStop(FakeCRI):
+    """A runtime whose StopContainer returns once `release` is set: a container taking its grace to end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def stop_container(self, container_id: str, timeout: int = 0) -> None:
+        self.release.wait(10)
+        super().stop_container(container_id, timeout)
+
+
+class ApiClient(FakeClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    def delete(self, _res, name, **_kw) -> None:
+        self.deleted.append(name)
+
+
+def test_a_deleted_pod_turns_not_ready_while_it_terminates_and_its_liveness_is_off(tmp_path):
+    """As the [NodeConformance] specs "should mark readiness on pods to false [and disable liveness probes]
+    while pod is in progress of terminating" (test/e2e/common/node/container_probe.go): once the pod is
+    deleted, its liveness and startup probes stop (a container failing them on its way out is not killed
+    nor reported), its readiness probe goes on, and the status is written while the containers take their
+    grace, so the readiness it loses shows before the pod is gone."""
+    from pykubelet.pods.workers import PodWorkers
+    from pykubelet.prober.manager import LIVENESS, READINESS
+
+    cache, rt, client = Cache(), SlowStop(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(client, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    probe = {"exec": {"command": ["cat"]}, "failureThreshold": 1, "periodSeconds": 2}
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1", "readinessProbe": probe,
+                                          "livenessProbe": probe}], "terminationGracePeriodSeconds": 30}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    probes = workers.probes
+    readiness = probes._workers[(UID, "c", READINESS)]
+    probes.probe_once(readiness)
+    workers.sync(UID)
+    assert conditions_of(workers.statuses.last(UID))["Ready"]["status"] == "True"
+
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                   "deletionGracePeriodSeconds": 30}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    terminating = threading.Thread(target=workers.sync, args=(UID,))
+    terminating.start()
+    deadline = time.monotonic() + 5
+    while (UID, "c", LIVENESS) in probes._workers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (UID, "c", LIVENESS) not in probes._workers and (UID, "c", READINESS) in probes._workers
+    rt.exec_answers["cat"] = 1  # the container, sent its stop signal, stops serving
+    probes.probe_once(readiness)
+    while conditions_of(workers.statuses.last(UID))["Ready"]["status"] == "True" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ready = conditions_of(workers.statuses.last(UID))["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
+    assert terminating.is_alive() and not client.deleted  # still terminating: the pod is there
+    rt.release.set()
+    terminating.join(5)
+    assert not terminating.is_alive() and client.deleted == ["web"] and not probes._workers
