@@ -394,6 +394,7 @@ def evicted_status(last: dict, message: str, now: str, reason: str = REASON, dis
     for c in conditions:
         if c["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers"):
             c.update(status="False", **({} if c["type"] == "PodReadyToStartContainers" else {"reason": "PodFailed"}))
+            c.pop("message", None)  # what was not ready before says nothing of a failed pod
     if disruption:
         conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
                            "message": message})
