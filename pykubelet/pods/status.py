@@ -17,7 +17,7 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import parse_quantity
+from pykubelet.pods.podspec import TERMINAL_PHASES, parse_quantity
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.sync import SyncResult
 
@@ -256,6 +256,8 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         del s["started"]
         ephemeral_statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
+    if pod.status.phase in TERMINAL_PHASES:  # as the kubelet's: a finished pod whose sandbox is gone stays so
+        ph = pod.status.phase
     foreign = [c for c in previous.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
     sidecars = [s for c, s in zip(spec.init_containers, init_statuses, strict=True) if c.is_sidecar]
     containers_ready = containers_ready_condition(sidecars + statuses, ph)

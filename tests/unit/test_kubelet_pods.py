@@ -633,3 +633,26 @@ def test_a_deleted_pod_turns_not_ready_while_it_terminates_and_its_liveness_is_o
     rt.release.set()
     terminating.join(5)
     assert not terminating.is_alive() and client.deleted == ["web"] and not probes._workers
+
+
+def test_a_restart_never_pod_whose_init_container_failed_stays_failed(tmp_path):
+    """Its sandbox stopped, the passes after the one that failed it find nothing to judge the init container
+    by: the phase it was given stays, as the kubelet's (the RestartNever spec's pod ends Failed)."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    workers._on_pod("ADDED", None, cache.put({
+        "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+        "spec": {"restartPolicy": "Never", "initContainers": [{"name": "init", "image": "img:1"}],
+                 "containers": [{"name": "c", "image": "img:1"}]}}))
+    workers.sync(UID)
+    rt.exit("init-0", 1)
+    workers.sync(UID)
+    assert workers.statuses.last(UID)["phase"] == "Failed"
+    assert all(s.state == api_pb2.SANDBOX_NOTREADY for s in rt.sandboxes.values())
+    workers.sync(UID)
+    status = workers.statuses.last(UID)
+    assert status["phase"] == "Failed" and conditions_of(status)["Initialized"]["reason"] == "ContainersNotInitialized"
+    assert rt.started == ["init-0"]
