@@ -162,8 +162,9 @@ class PodWorkers:
         if kill is not None:
             self._kill_now(uid, pod, state, *kill)
             return None
-        if sent.get("reason") in (EVICTED, SHUT_DOWN, DEADLINE_EXCEEDED):  # nothing of a pod the kubelet killed
-            return None  # starts again
+        # nothing of a pod the kubelet killed starts again
+        if sent.get("reason") in (EVICTED, SHUT_DOWN, DEADLINE_EXCEEDED):
+            return None
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
         left = deadline_left(pod, sent.get("startTime") or (pod.raw.get("status") or {}).get("startTime"),
