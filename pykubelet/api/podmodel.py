@@ -330,6 +330,9 @@ class PodSpec:
     os_name: str | None = None
     overhead: dict[str, str] = field(default_factory=dict)
     resources: Resources | None = None  # pod-level resources (spec.resources): the pod's cgroup, not a container's
+    # readinessGates' conditionTypes: the pod is Ready only once each of these conditions, which others set
+    # through pods/status, is True as well
+    readiness_gates: tuple[str, ...] = ()
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -447,7 +450,8 @@ def _spec(s: Obj) -> PodSpec:
         affinity=s.get("affinity", dict, {}), runtime_class_name=s.str("runtimeClassName", ""),
         os_name=None if (os_ := s.obj("os")) is None else os_.str("name", required=True),
         overhead=s.quantities("overhead"),
-        resources=None if (res := s.obj("resources")) is None else _resources(res))
+        resources=None if (res := s.obj("resources")) is None else _resources(res),
+        readiness_gates=tuple(g.str("conditionType", required=True) for g in s.objs("readinessGates")))
 
 
 def _resources(res: Obj) -> Resources:

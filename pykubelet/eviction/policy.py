@@ -370,11 +370,12 @@ def admit(pod: Pod, conditions: list[str]) -> str | None:
     return f"The node had condition: [{' '.join(conditions)}]. "
 
 
-def evicted_status(last: dict, message: str, now: str, reason: str = REASON) -> dict:
+def evicted_status(last: dict, message: str, now: str, reason: str = REASON, disruption: bool = True) -> dict:
     """The status of an evicted pod, once its containers are killed, as the kubelet's: phase Failed, reason
     Evicted, a DisruptionTarget condition, not ready, and every container terminated (`last`: the status
     last sent, for the containers' ids and start times). A pod the shutdown manager killed has it too, with
-    its own `reason` (pykubelet/node/shutdown.py)."""
+    its own `reason` (pykubelet/node/shutdown.py); one past its activeDeadlineSeconds too, without the
+    DisruptionTarget condition (`disruption` False): the pod's own spec ended it, not the node."""
     def terminated(s: dict) -> dict:
         running = (s.get("state") or {}).get("running")
         if running is not None:
@@ -393,8 +394,10 @@ def evicted_status(last: dict, message: str, now: str, reason: str = REASON) -> 
     for c in conditions:
         if c["type"] in ("Ready", "ContainersReady", "PodReadyToStartContainers"):
             c.update(status="False", **({} if c["type"] == "PodReadyToStartContainers" else {"reason": "PodFailed"}))
-    conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
-                       "message": message})
+            c.pop("message", None)  # what was not ready before says nothing of a failed pod
+    if disruption:
+        conditions.append({"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+                           "message": message})
     status = {**last, "phase": "Failed", "reason": reason, "message": message, "conditions": conditions}
     for kind in ("containerStatuses", "initContainerStatuses"):
         if kind in last:

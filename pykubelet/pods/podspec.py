@@ -8,6 +8,7 @@ policy.
 """
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -45,6 +46,21 @@ def qos_class(pod: Pod) -> str:
            and req.get("memory", lim["memory"]) == lim["memory"] for req, lim in zip(requests, limits, strict=True)):
         return "Guaranteed"
     return "Burstable"
+
+
+DEADLINE_EXCEEDED = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+
+
+def deadline_left(pod: Pod, start_time: str | None, now: datetime.datetime) -> float | None:
+    """Seconds until the pod's activeDeadlineSeconds runs out from its status's startTime (<= 0: it has),
+    as the kubelet's activeDeadlineHandler; None without a deadline or a start time. The spec's value as it
+    is now: a client may shorten it on a running pod."""
+    seconds = pod.spec.active_deadline_seconds
+    if seconds is None or not start_time:
+        return None
+    start = datetime.datetime.fromisoformat(start_time.replace("Z", "+00:00"))
+    return seconds - (now - start).total_seconds()
 
 
 def termination_grace(pod: Pod) -> int:

@@ -17,7 +17,7 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import parse_quantity
+from pykubelet.pods.podspec import TERMINAL_PHASES, parse_quantity
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.sync import SyncResult
 
@@ -152,6 +152,64 @@ def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict]) ->
     return "Succeeded"
 
 
+# the conditions the kubelet writes; any other (a readiness gate's, set by a controller through pods/status, or
+# DisruptionTarget) it keeps as the API server has it, as the kubelet's PodConditionByKubelet
+KUBELET_CONDITIONS = ("PodScheduled", "Ready", "Initialized", "ContainersReady", "PodReadyToStartContainers",
+                      "PodResizeInProgress", "PodResizePending")
+
+
+def _condition(type_: str, ok: bool, reason: str = "", message: str = "") -> dict[str, str]:
+    return {"type": type_, "status": str(ok), **({"reason": reason} if reason else {}),
+            **({"message": message} if message else {})}
+
+
+def _names(names: list[str]) -> str:
+    """A list of names as the kubelet's messages print a Go []string: "[a b]"."""
+    return f"[{' '.join(names)}]"
+
+
+def initialized_condition(pod: Pod, init_statuses: list[dict], init_done: bool, ph: str) -> dict[str, str]:
+    """The kubelet's GeneratePodInitializedCondition: which init containers have not completed (a sidecar:
+    not started) say why a pod is not initialized, e.g. one whose init container failed."""
+    if ph == "Succeeded":
+        return _condition("Initialized", True, "PodCompleted")
+    if init_done:
+        return _condition("Initialized", True)
+    incomplete = [c.name for c, s in zip(pod.spec.init_containers, init_statuses, strict=True)
+                  if not (s["started"] if c.is_sidecar else s["ready"])]
+    return _condition("Initialized", False, "ContainersNotInitialized",
+                      f"containers with incomplete status: {_names(incomplete)}")
+
+
+def containers_ready_condition(statuses: list[dict], ph: str) -> dict[str, str]:
+    """The kubelet's GenerateContainersReadyCondition over the sidecars' and regular containers' `statuses`;
+    a finished pod's containers are not ready, whatever they were when last seen."""
+    if ph in ("Succeeded", "Failed"):
+        return _condition("ContainersReady", False, "PodCompleted" if ph == "Succeeded" else "PodFailed")
+    unready = [s["name"] for s in statuses if not s["ready"]]
+    if unready:
+        return _condition("ContainersReady", False, "ContainersNotReady",
+                          f"containers with unready status: {_names(unready)}")
+    return _condition("ContainersReady", True)
+
+
+def ready_condition(pod: Pod, containers_ready: dict[str, str], conditions: list[dict]) -> dict[str, str]:
+    """The kubelet's GeneratePodReadyCondition: ContainersReady's verdict, and once that is True, every
+    readiness gate's condition among `conditions` (the ones others set) must be True too."""
+    if containers_ready["status"] != "True":
+        return {**containers_ready, "type": "Ready"}
+    found = {c.get("type"): c.get("status") for c in conditions}
+    unready = []
+    for gate in pod.spec.readiness_gates:
+        if gate not in found:
+            unready.append(f'corresponding condition of pod readiness gate "{gate}" does not exist.')
+        elif found[gate] != "True":
+            unready.append(f'the status of pod readiness gate "{gate}" is not "True", but {found[gate]}')
+    if unready:
+        return _condition("Ready", False, "ReadinessGatesNotReady", ", ".join(unready))
+    return _condition("Ready", True)
+
+
 def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], probes) -> None:
     """A running container is started once its startup probe passed and ready once its readiness did."""
     if probes is not None and s["started"]:
@@ -171,14 +229,12 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
     init_statuses = []
     init_done = True
     regular_ran = any(state.history(c.name) for c in spec.containers)
-    sidecars_ready = True
     for c in spec.init_containers:
         history = state.history(c.name)
         s = container_status(c, history, result.waiting.get(c.name), runtime_name, "PodInitializing",
                              given.get(c.name))
         if c.is_sidecar:  # initialized once started; ready by its probes while it runs
             _gate_by_probes(s, uid, history, probes)
-            sidecars_ready = sidecars_ready and s["ready"]
             init_done = init_done and (s["started"] or regular_ran)
         else:
             s["ready"] = bool(history) and history[0].state == api_pb2.CONTAINER_EXITED and history[0].exit_code == 0
@@ -200,18 +256,19 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         del s["started"]
         ephemeral_statuses.append(s)
     ph = phase(pod, init_done, result.init_failed, statuses)
-    containers_ready = init_done and sidecars_ready and all(s["ready"] for s in statuses)
-    sandbox_ready = state.sandbox is not None
+    if pod.status.phase in TERMINAL_PHASES:  # as the kubelet's: a finished pod whose sandbox is gone stays so
+        ph = pod.status.phase
+    foreign = [c for c in previous.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
+    sidecars = [s for c, s in zip(spec.init_containers, init_statuses, strict=True) if c.is_sidecar]
+    containers_ready = containers_ready_condition(sidecars + statuses, ph)
     status: dict[str, Any] = {
         "phase": ph, "qosClass": previous.get("qosClass"),
         "startTime": previous.get("startTime") or now(),
         "conditions": [
-            {"type": "PodReadyToStartContainers", "status": str(sandbox_ready)},
-            {"type": "Initialized", "status": str(init_done)},
-            {"type": "Ready", "status": str(containers_ready and ph == "Running"),
-             **({} if containers_ready else {"reason": "ContainersNotReady"})},
-            {"type": "ContainersReady", "status": str(containers_ready),
-             **({} if containers_ready else {"reason": "ContainersNotReady"})},
+            *foreign,
+            {"type": "PodReadyToStartContainers", "status": str(state.sandbox is not None)},
+            initialized_condition(pod, init_statuses, init_done, ph),
+            ready_condition(pod, containers_ready, foreign), containers_ready,
             {"type": "PodScheduled", "status": "True"},
             *(resize_conditions or [])],
         "containerStatuses": statuses,
@@ -245,6 +302,8 @@ class StatusManager:
         if last.get("startTime"):
             status["startTime"] = last["startTime"]
         for c in status.get("conditions", []):
+            if c["type"] not in KUBELET_CONDITIONS:  # another's: sent back as it is
+                continue
             old = before.get(c["type"])
             c["lastProbeTime"] = None
             c["lastTransitionTime"] = old["lastTransitionTime"] if old and old.get("status") == c["status"] \

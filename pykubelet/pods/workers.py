@@ -20,6 +20,7 @@ informer has synced: until then an unknown UID means "not listed yet", not "dele
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from pykubelet.api.informer import key_of
 from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.api.workqueue import ShutDown, WorkQueue
 from pykubelet.config import Settings
-from pykubelet.events import WARNING, EventRecorder, pod_ref
+from pykubelet.events import NORMAL, WARNING, EventRecorder, pod_ref
 from pykubelet.eviction.policy import REASON as EVICTED
 from pykubelet.eviction.policy import evicted_status
 from pykubelet.health import Heartbeats
@@ -46,11 +47,11 @@ from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
 from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
-from pykubelet.pods.podspec import is_finished
+from pykubelet.pods.podspec import DEADLINE_EXCEEDED, DEADLINE_MESSAGE, deadline_left, is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
-from pykubelet.pods.sync import PodSyncer
+from pykubelet.pods.sync import PodSyncer, SyncResult
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
 from pynode_os.systemd import SystemdError
@@ -80,7 +81,10 @@ class PodWorkers:
         self.events, self.admission = events, admission
         self.queue = WorkQueue(base_delay=0.5, max_delay=30.0)
         self.backoff = Backoff()
-        self.probes = ProbeManager(runtime, self.queue.add, events=events, host_ip=settings.node_ip)
+        # uid -> set on a probe's change while the pod is being deleted (its sync is busy killing it)
+        self._terminating: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.probes = ProbeManager(runtime, self._probe_changed, events=events, host_ip=settings.node_ip)
         self.services = services
         self.volumes = VolumeManager(client, settings)
         self.env = EnvSource(client, settings, self.volumes.allocatable,
@@ -99,7 +103,6 @@ class PodWorkers:
         self._parsed: dict[str, tuple[Any, Pod]] = {}
         # uid -> (reason, message, grace, done): a kill the eviction or the shutdown manager asked for
         self._kills: dict[str, tuple[str, str, int, threading.Event]] = {}
-        self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
 
     def _services(self) -> list[dict] | None:
@@ -159,10 +162,16 @@ class PodWorkers:
         if kill is not None:
             self._kill_now(uid, pod, state, *kill)
             return None
-        if sent.get("reason") in (EVICTED, SHUT_DOWN):  # nothing of a pod the kubelet killed starts again
+        # nothing of a pod the kubelet killed starts again
+        if sent.get("reason") in (EVICTED, SHUT_DOWN, DEADLINE_EXCEEDED):
             return None
         if sent.get("phase") in TERMINAL:  # the informer's copy may not show it yet: never start it again
             pod = replace(pod, status=replace(pod.status, phase=sent["phase"]))
+        left = deadline_left(pod, sent.get("startTime") or (pod.raw.get("status") or {}).get("startTime"),
+                             datetime.datetime.now(datetime.UTC))
+        if left is not None and left <= 0 and not is_finished(pod):
+            self._deadline_exceeded(uid, pod, state)
+            return None
         if self.admission is not None and not self._admit(uid, pod, state):
             return None
         pod = self._allocate(pod)
@@ -170,10 +179,7 @@ class PodWorkers:
         state = observe(self.runtime, uid)
         self.probes.sync_pod(pod, state)
         self._actuated(pod, state, result.resize_error)
-        actuated = self.allocations.actuated.get(uid) or PodResources()
-        status = pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
-                            probes=self.probes, actuated=actuated.containers,
-                            resize_conditions=self.allocations.conditions(uid))
+        status = self._status(pod, state, result)
         if status["phase"] in TERMINAL:  # as the kubelet's: a finished pod has no resize to report
             status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
         if status["phase"] in TERMINAL and state.sandbox is not None:
@@ -188,7 +194,25 @@ class PodWorkers:
                 seen = self._first_seen.pop(uid, None)
             if seen is not None and self.on_started is not None:
                 self.on_started(time.monotonic() - seen)
+        if left is not None and status["phase"] not in TERMINAL:  # the deadline is kept without a resync
+            result.again_in(left)
         return result.requeue_after
+
+    def _status(self, pod: Pod, state, result: SyncResult) -> dict:
+        actuated = self.allocations.actuated.get(pod.uid) or PodResources()
+        return pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
+                          probes=self.probes, actuated=actuated.containers,
+                          resize_conditions=self.allocations.conditions(pod.uid))
+
+    def _probe_changed(self, uid: str) -> None:
+        """A probe's result changed: the pod's sync recomputes its status, or, while the pod is being deleted,
+        the termination that holds its sync writes it (pods/termination.py's kill waits out the grace)."""
+        with self._lock:
+            terminating = self._terminating.get(uid)
+        if terminating is not None:
+            terminating.set()
+        else:
+            self.queue.add(uid)
 
     def _allocate(self, pod: Pod) -> Pod:
         """The admitted `pod` with the resources the kubelet granted it, a resize in its spec weighed first
@@ -268,14 +292,23 @@ class PodWorkers:
                 self._kills.pop(uid)
         return finished
 
+    def _deadline_exceeded(self, uid: str, pod: Pod, state) -> None:
+        """The kubelet's activeDeadlineHandler: a pod active longer than its activeDeadlineSeconds is killed
+        with its grace period and Failed, reason DeadlineExceeded, a Normal event saying so."""
+        log.info("pod %s: %s", pod.key, DEADLINE_MESSAGE)
+        if self.events is not None:
+            self.events.event(pod_ref(pod), NORMAL, DEADLINE_EXCEEDED, DEADLINE_MESSAGE)
+        self._kill_now(uid, pod, state, DEADLINE_EXCEEDED, DEADLINE_MESSAGE, pod.spec.termination_grace_period_seconds,
+                       threading.Event(), disruption=False)
+
     def _kill_now(self, uid: str, pod: Pod, state, reason: str, message: str, grace: int,
-                  done: threading.Event) -> None:
+                  done: threading.Event, disruption: bool = True) -> None:
         self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
         meta, current = pod.metadata, pod.raw.get("status")
-        status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason)
+        status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason, disruption)
         self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
         if self.events is not None and reason == EVICTED:  # the stock shutdown manager records no pod event
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)
@@ -301,11 +334,14 @@ class PodWorkers:
 
     def _terminate(self, uid: str, pod: Pod | None, state) -> None:
         skeleton = pod or termination.identity(state, uid) or self._last_seen(uid)
-        self.probes.remove_pod(uid)
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
             log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
-            termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+            if pod is None:
+                termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+            else:
+                self._kill_reporting(pod, state, grace)
+        self.probes.remove_pod(uid)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings, self.slices)
         self.volumes.tokens.forget(uid)
@@ -324,6 +360,46 @@ class PodWorkers:
             self.syncer.forget(uid)
             if self.admission is not None:
                 self.admission.forget(uid)
+
+    def _kill_reporting(self, pod: Pod, state, grace: int) -> None:
+        """Kills the deleted `pod` as the kubelet's SyncTerminatingPod: its liveness and startup probes
+        stopped first, its status written as the kill starts and, while its containers take their grace to
+        end, again whenever a readiness probe changes (checked each second too: a container that ended is not
+        ready), so that endpoints stop sending traffic to a pod on its way out."""
+        uid = pod.uid
+        changed = threading.Event()
+        errors: list[Exception] = []
+
+        def kill() -> None:
+            try:
+                termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+            except Exception as e:  # raised again in the pod's sync, which reports it
+                errors.append(e)
+
+        self.probes.stop_liveness_and_startup(uid)
+        with self._lock:
+            self._terminating[uid] = changed
+        killer = threading.Thread(target=kill, name=f"kill-{uid[:8]}", daemon=True)
+        killer.start()  # first: a status the API server refuses must not keep the pod running
+        try:
+            self._report_terminating(pod)
+            while killer.is_alive():
+                changed.wait(1.0)
+                changed.clear()
+                if killer.is_alive():
+                    self._report_terminating(pod)
+        finally:
+            killer.join()
+            with self._lock:
+                self._terminating.pop(uid, None)
+        if errors:
+            raise errors[0]
+
+    def _report_terminating(self, pod: Pod) -> None:
+        state = observe(self.runtime, pod.uid)
+        meta = pod.metadata
+        self.statuses.set_pod_status(pod.uid, self._status(pod, state, SyncResult()), namespace=meta.namespace,
+                                     name=meta.name, current=pod.raw.get("status"))
 
     # --- running ----------------------------------------------------------------------------------
 

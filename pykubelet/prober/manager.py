@@ -196,6 +196,15 @@ class ProbeManager:
             for key in [k for k in self._workers if k[0] == uid and k not in wanted]:
                 self._workers.pop(key).stopped = True
 
+    def stop_liveness_and_startup(self, uid: str) -> None:
+        """A pod being deleted: its containers get their stop signal and may fail these probes on their way
+        out, which must kill nothing and say nothing, as the kubelet's (its probe workers report success for
+        a deleted pod's liveness and startup and stop). Readiness goes on probing: a terminating container
+        that stops serving turns its pod not Ready while it ends."""
+        with self._cond:
+            for key in [k for k in self._workers if k[0] == uid and k[2] in (LIVENESS, STARTUP)]:
+                self._workers.pop(key).stopped = True
+
     def remove_pod(self, uid: str) -> None:
         """Stops the probes of a pod leaving the node."""
         with self._cond:

@@ -218,6 +218,10 @@ def test_evicted_status_terminates_the_containers():
     assert {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "gone. "} \
         in s["conditions"]
     assert last["conditions"] == [{"type": "Ready", "status": "True"}]  # the status last sent is not changed
+    unready = {**last, "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                                       "message": "containers with unready status: [main]"}]}
+    assert policy.evicted_status(unready, "gone. ", "T1")["conditions"][0] == {
+        "type": "Ready", "status": "False", "reason": "PodFailed"}
 
 
 def test_node_readings(tmp_path):

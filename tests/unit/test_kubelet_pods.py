@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -399,3 +401,258 @@ def test_the_workers_see_an_ephemeral_container_patched_in(tmp_path):
     assert workers.queue.get(timeout=0) == UID
     after = workers.pod(UID)
     assert after is not None and [c.name for c in after.spec.ephemeral_containers] == ["debugger"]
+
+
+def named(name: str, cid: str, state: api_pb2.ContainerState, exit_code: int = 0) -> api_pb2.ContainerStatus:
+    s = container(cid, state, 0, exit_code=exit_code)
+    s.labels["io.kubernetes.container.name"] = name
+    return s
+
+
+def conditions_of(status: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_a_failed_init_container_leaves_the_pod_not_initialized_and_its_containers_pod_initializing():
+    """As the [Conformance] specs "should not start app containers if init containers fail on a RestartAlways
+    pod" and "... on a RestartNever pod" (test/e2e/common/node/init_container.go) check: Initialized False
+    with reason ContainersNotInitialized naming every init container not done, the app containers waiting in
+    PodInitializing; restartPolicy Never fails the pod."""
+    inits = [{"name": "init1", "image": "img:1"}, {"name": "init2", "image": "img:1"}]
+    always = pod(initContainers=inits)
+    result = SyncResult(waiting={"init1": ("CrashLoopBackOff", "back-off 10s restarting failed container=init1")})
+    s = pod_status.pod_status(always, runtime_pod(named("init1", "i1", api_pb2.CONTAINER_EXITED, exit_code=1)),
+                              result, host_ip=None, runtime_name="x")
+    assert s["phase"] == "Pending"
+    init = conditions_of(s)["Initialized"]
+    assert (init["status"], init["reason"], init["message"]) == (
+        "False", "ContainersNotInitialized", "containers with incomplete status: [init1 init2]")
+    ready, containers_ready = conditions_of(s)["Ready"], conditions_of(s)["ContainersReady"]
+    assert ready["status"] == containers_ready["status"] == "False"
+    assert ready["reason"] == containers_ready["reason"] == "ContainersNotReady"
+    assert containers_ready["message"] == "containers with unready status: [c]"
+    assert [c["state"]["waiting"]["reason"] for c in s["containerStatuses"]] == ["PodInitializing"]
+    assert s["initContainerStatuses"][1]["state"]["waiting"]["reason"] == "PodInitializing"
+
+    never = pod(initContainers=inits, restartPolicy="Never")
+    state = runtime_pod(named("init1", "i1", api_pb2.CONTAINER_EXITED),
+                        named("init2", "i2", api_pb2.CONTAINER_EXITED, exit_code=1))
+    s = pod_status.pod_status(never, state, SyncResult(init_failed=True), host_ip=None, runtime_name="x")
+    assert s["phase"] == "Failed"
+    init = conditions_of(s)["Initialized"]
+    assert (init["status"], init["reason"], init["message"]) == (
+        "False", "ContainersNotInitialized", "containers with incomplete status: [init2]")
+    assert conditions_of(s)["Ready"]["reason"] == conditions_of(s)["ContainersReady"]["reason"] == "PodFailed"
+    assert s["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+
+
+def test_a_finished_pod_is_initialized_with_pod_completed():
+    done = runtime_pod(container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0, reason="Completed"))
+    s = pod_status.pod_status(pod(restartPolicy="Never"), done, SyncResult(), host_ip=None, runtime_name="x")
+    assert conditions_of(s)["Initialized"] == {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
+    assert conditions_of(s)["ContainersReady"]["reason"] == "PodCompleted"
+
+
+def test_readiness_gates_hold_ready_until_each_gates_condition_is_true():
+    """As the spec "should support pod readiness gates" (test/e2e/common/node/pods.go): the containers ready,
+    Ready is True only once every readiness gate's condition, which a client sets through pods/status, is
+    True; the kubelet keeps those conditions as the API server has them."""
+    gates = [{"conditionType": "k8s.io/test-condition1"}, {"conditionType": "k8s.io/test-condition2"}]
+    state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0))
+
+    def status(*conditions: tuple[str, str]) -> dict:
+        raw = pod(readinessGates=gates).raw
+        raw["status"] = {"conditions": [{"type": t, "status": v, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                                        for t, v in conditions] + [{"type": "Ready", "status": "False"}]}
+        return pod_status.pod_status(parse_pod(raw), state, SyncResult(), host_ip=None, runtime_name="x")
+
+    s = status()
+    assert conditions_of(s)["ContainersReady"]["status"] == "True"
+    ready = conditions_of(s)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert ready["message"] == ('corresponding condition of pod readiness gate "k8s.io/test-condition1" does not '
+                                'exist., corresponding condition of pod readiness gate "k8s.io/test-condition2" '
+                                'does not exist.')
+    s = status(("k8s.io/test-condition1", "True"))
+    assert conditions_of(s)["Ready"]["message"] == (
+        'corresponding condition of pod readiness gate "k8s.io/test-condition2" does not exist.')
+    s = status(("k8s.io/test-condition1", "True"), ("k8s.io/test-condition2", "False"))
+    assert conditions_of(s)["Ready"]["message"] == (
+        'the status of pod readiness gate "k8s.io/test-condition2" is not "True", but False')
+    s = status(("k8s.io/test-condition1", "True"), ("k8s.io/test-condition2", "True"))
+    assert conditions_of(s)["Ready"] == {"type": "Ready", "status": "True"}
+    assert conditions_of(s)["k8s.io/test-condition2"] == {"type": "k8s.io/test-condition2", "status": "True",
+                                                          "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    client = FakeClient()
+    manager = pod_status.StatusManager(client)
+    assert manager.set_pod_status(UID, s, namespace="ns", name="web")
+    sent = conditions_of(client.patches[0]["status"])
+    assert sent["k8s.io/test-condition1"] == {"type": "k8s.io/test-condition1", "status": "True",
+                                              "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    assert sent["Ready"]["lastTransitionTime"] and "lastProbeTime" in sent["Ready"]
+
+
+def test_readiness_gates_are_parsed_with_their_field_path():
+    import pytest
+
+    from pykubelet.api.fields import FieldError
+
+    assert pod(readinessGates=[{"conditionType": "a/b"}]).spec.readiness_gates == ("a/b",)
+    with pytest.raises(FieldError, match=r"^spec.readinessGates\[0\].conditionType: required$"):
+        pod(readinessGates=[{}])
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def event(self, _ref, type_: str, reason: str, message: str) -> None:
+        self.seen.append((type_, reason, message))
+
+
+def test_the_active_deadline_is_what_the_spec_says_now_from_the_start_time():
+    import datetime
+
+    from pykubelet.pods.podspec import deadline_left
+
+    now = datetime.datetime(2026, 1, 1, 0, 1, tzinfo=datetime.UTC)
+    assert deadline_left(pod(), "2026-01-01T00:00:00Z", now) is None
+    assert deadline_left(pod(activeDeadlineSeconds=600), None, now) is None  # not started yet
+    assert deadline_left(pod(activeDeadlineSeconds=600), "2026-01-01T00:00:00Z", now) == 540
+    assert deadline_left(pod(activeDeadlineSeconds=5), "2026-01-01T00:00:00Z", now) == -55
+
+
+def test_a_pod_whose_active_deadline_is_lowered_below_its_age_is_killed_and_failed_with_deadline_exceeded(tmp_path):
+    """As the [Conformance] spec "should allow activeDeadlineSeconds to be updated" (test/e2e/common/node/
+    pods.go): a running pod's activeDeadlineSeconds lowered to 5 through the informer, the pod, started
+    longer ago, is killed and Failed with reason DeadlineExceeded (no DisruptionTarget: its own spec ended
+    it), a Normal event says so, and nothing of it starts again."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, events = Cache(), FakeCRI(), Events()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache,
+                         events=events)  # type: ignore[arg-type]  # a recorder's event() is all the workers call
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}]},
+                 "status": {"phase": "Pending", "startTime": "2026-01-01T00:00:00Z"}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    assert workers.sync(UID) is None  # no deadline: nothing to come back for
+    assert workers.statuses.last(UID)["phase"] == "Running" and rt.started == ["c-0"]
+    workers._on_pod("MODIFIED", None, cache.put({**raw, "spec": {**raw["spec"], "activeDeadlineSeconds": 5}}))
+    assert workers.sync(UID) is None
+    status = workers.statuses.last(UID)
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")
+    assert status["message"] == "Pod was active on the node longer than the specified deadline"
+    assert "DisruptionTarget" not in conditions_of(status) and conditions_of(status)["Ready"]["status"] == "False"
+    assert status["containerStatuses"][0]["state"]["terminated"]
+    assert ("Normal", "DeadlineExceeded", status["message"]) in events.seen
+    assert not rt.sandboxes and not rt.statuses
+    assert workers.sync(UID) is None and rt.started == ["c-0"]
+
+
+def test_a_pod_with_an_active_deadline_is_synced_again_when_it_runs_out(tmp_path):
+    import datetime
+
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    start = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=100)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    workers._on_pod("ADDED", None, cache.put({
+        "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+        "spec": {"containers": [{"name": "c", "image": "img:1"}], "activeDeadlineSeconds": 3600},
+        "status": {"phase": "Pending", "startTime": start}}))
+    again = workers.sync(UID)
+    assert again is not None and 3400 < again <= 3500
+
+
+class SlowStop(FakeCRI):
+    """A runtime whose StopContainer returns once `release` is set: a container taking its grace to end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def stop_container(self, container_id: str, timeout: int = 0) -> None:
+        self.release.wait(10)
+        super().stop_container(container_id, timeout)
+
+
+class ApiClient(FakeClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleted: list[str] = []
+
+    def delete(self, _res, name, **_kw) -> None:
+        self.deleted.append(name)
+
+
+def test_a_deleted_pod_turns_not_ready_while_it_terminates_and_its_liveness_is_off(tmp_path):
+    """As the [NodeConformance] specs "should mark readiness on pods to false [and disable liveness probes]
+    while pod is in progress of terminating" (test/e2e/common/node/container_probe.go): once the pod is
+    deleted, its liveness and startup probes stop (a container failing them on its way out is not killed
+    nor reported), its readiness probe goes on, and the status is written while the containers take their
+    grace, so the readiness it loses shows before the pod is gone."""
+    from pykubelet.pods.workers import PodWorkers
+    from pykubelet.prober.manager import LIVENESS, READINESS
+
+    cache, rt, client = Cache(), SlowStop(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(client, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    probe = {"exec": {"command": ["cat"]}, "failureThreshold": 1, "periodSeconds": 2}
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1", "readinessProbe": probe,
+                                          "livenessProbe": probe}], "terminationGracePeriodSeconds": 30}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    probes = workers.probes
+    readiness = probes._workers[(UID, "c", READINESS)]
+    probes.probe_once(readiness)
+    workers.sync(UID)
+    assert conditions_of(workers.statuses.last(UID))["Ready"]["status"] == "True"
+
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                   "deletionGracePeriodSeconds": 30}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    terminating = threading.Thread(target=workers.sync, args=(UID,))
+    terminating.start()
+    deadline = time.monotonic() + 5
+    while (UID, "c", LIVENESS) in probes._workers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (UID, "c", LIVENESS) not in probes._workers and (UID, "c", READINESS) in probes._workers
+    rt.exec_answers["cat"] = 1  # the container, sent its stop signal, stops serving
+    probes.probe_once(readiness)
+    while conditions_of(workers.statuses.last(UID))["Ready"]["status"] == "True" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ready = conditions_of(workers.statuses.last(UID))["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ContainersNotReady")
+    assert terminating.is_alive() and not client.deleted  # still terminating: the pod is there
+    rt.release.set()
+    terminating.join(5)
+    assert not terminating.is_alive() and client.deleted == ["web"] and not probes._workers
+
+
+def test_a_restart_never_pod_whose_init_container_failed_stays_failed(tmp_path):
+    """Its sandbox stopped, the passes after the one that failed it find nothing to judge the init container
+    by: the phase it was given stays, as the kubelet's (the RestartNever spec's pod ends Failed)."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt = Cache(), FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    workers._on_pod("ADDED", None, cache.put({
+        "metadata": {"name": "web", "namespace": "ns", "uid": UID},
+        "spec": {"restartPolicy": "Never", "initContainers": [{"name": "init", "image": "img:1"}],
+                 "containers": [{"name": "c", "image": "img:1"}]}}))
+    workers.sync(UID)
+    rt.exit("init-0", 1)
+    workers.sync(UID)
+    assert workers.statuses.last(UID)["phase"] == "Failed"
+    assert all(s.state == api_pb2.SANDBOX_NOTREADY for s in rt.sandboxes.values())
+    workers.sync(UID)
+    status = workers.statuses.last(UID)
+    assert status["phase"] == "Failed" and conditions_of(status)["Initialized"]["reason"] == "ContainersNotInitialized"
+    assert rt.started == ["init-0"]
