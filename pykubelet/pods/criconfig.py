@@ -14,7 +14,7 @@ from pathlib import Path
 from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
-from pykubelet.pods import userns
+from pykubelet.pods import hosts, userns
 from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
@@ -95,11 +95,10 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
 def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: int | None = None,
                    dns: PodDNS | None = None) -> api_pb2.PodSandboxConfig:
     """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
-    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
+    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's). Raises
+    hosts.HostnameError."""
     meta, spec = pod.metadata, pod.spec
-    # none for a hostNetwork pod, as from the stock kubelet: it has the host's UTS namespace, whose name a runtime
-    # must not set (runc refuses a hostname without a private UTS namespace)
-    hostname = "" if spec.host_network else (spec.hostname or meta.name)[:63]
+    hostname = hosts.kernel_hostname(pod, settings.cluster_domain)
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
                                  host_port=p.host_port, host_ip=p.host_ip)
              for c in spec.containers for p in c.ports if p.host_port]
