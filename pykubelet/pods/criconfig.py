@@ -26,6 +26,7 @@ from pykubelet.pods.labels import (
     PORTS,
     RESTART_COUNT,
     TERMINATION_MESSAGE_PATH,
+    TERMINATION_MESSAGE_POLICY,
     container_hash,
 )
 from pykubelet.pods.podspec import expand, parse_quantity, plain_env, qos_class, security_context, supplemental_groups
@@ -169,6 +170,7 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
         labels={POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid, CONTAINER_NAME: container.name},
         annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),
                      TERMINATION_MESSAGE_PATH: container.termination_message_path,
+                     TERMINATION_MESSAGE_POLICY: container.termination_message_policy,
                      # as the pod gave them (the stock kubelet's annotation is its JSON of the ports)
                      **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
         log_path=f"{container.name}/{restart}.log", mounts=mounts or [],

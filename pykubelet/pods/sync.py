@@ -32,7 +32,7 @@ from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import dns, hosts, lifecycle, securitycontext, userns
+from pykubelet.pods import dns, hosts, lifecycle, securitycontext, terminationmessage, userns
 from pykubelet.pods.actions import (
     CRASH_LOOP,
     BackOff,
@@ -508,7 +508,7 @@ class PodSyncer:
     def _container_options(self, pod: Pod, container: Container,
                            sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
         """The container's resolved env (None: its plain values) and its mounts: its volumes, the kubelet's
-        /etc/hosts, as the kubelet's GenerateRunContainerOptions."""
+        /etc/hosts and its termination message file, as the kubelet's GenerateRunContainerOptions."""
         network = self.runtime.pod_sandbox_status(sandbox_id).status.network
         ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
         env = None
@@ -522,6 +522,9 @@ class PodSyncer:
         try:
             if hosts.mounts_hosts(pod, container, ips):
                 mounts.append(self._hosts_mount(pod, base, ips))
+            if container.termination_message_path:
+                mounts.append(api_pb2.Mount(container_path=container.termination_message_path,
+                                            host_path=str(terminationmessage.new_file(base, container.name))))
         except (hosts.HostnameError, OSError) as e:
             raise ContainerConfigError(str(e)) from e
         return env, mounts

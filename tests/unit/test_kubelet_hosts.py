@@ -1,9 +1,11 @@
 """The pod's hostname and /etc/hosts as the kubelet makes them (GeneratePodHostNameAndDomain with 1.37's
 hostnameOverride, GetNodenameForKernel, managedHostsFileContent, nodeHostsFileContent with hostAliases), and
-the sync's mount of the kubelet's hosts file at /etc/hosts unless the container mounts that path."""
+the sync's mounts: the kubelet's hosts file at /etc/hosts unless the container mounts that path, and a new
+world-writable termination message file per container."""
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -130,7 +132,7 @@ def started_config(p: Pod, tmp_path: Path):
     return config
 
 
-def test_the_sync_mounts_the_kubelets_hosts_file(tmp_path: Path):
+def test_the_sync_mounts_the_kubelets_hosts_file_and_a_termination_message_file(tmp_path: Path):
     p = pod(hostnameOverride="override-host", hostAliases=[{"ip": "123.45.67.89", "hostnames": ["foo.local"]}])
     config = started_config(p, tmp_path)
     mounts = {m.container_path: m for m in config.mounts}
@@ -138,6 +140,9 @@ def test_the_sync_mounts_the_kubelets_hosts_file(tmp_path: Path):
     assert etc_hosts == tmp_path / "pods" / UID / "etc-hosts" and not mounts["/etc/hosts"].readonly
     text = etc_hosts.read_text()
     assert "10.0.0.9\toverride-host\n" in text and text.endswith("123.45.67.89\tfoo.local\n")
+    message = Path(mounts["/dev/termination-log"].host_path)
+    assert message.parent == tmp_path / "pods" / UID / "containers" / "c"
+    assert message.read_bytes() == b"" and stat.S_IMODE(message.stat().st_mode) == 0o666
 
 
 def test_a_container_that_mounts_etc_hosts_itself_keeps_its_own(tmp_path: Path):
@@ -145,5 +150,5 @@ def test_a_container_that_mounts_etc_hosts_itself_keeps_its_own(tmp_path: Path):
                          "volumeMounts": [{"name": "v", "mountPath": "/etc/hosts"}]}],
             volumes=[{"name": "v", "hostPath": {"path": str(tmp_path / "own")}}])
     config = started_config(p, tmp_path)
-    assert list(config.mounts) == []  # no volume manager in this sync
+    assert [m.container_path for m in config.mounts] == ["/tmp/msg"]  # no volume manager in this sync
     assert not (tmp_path / "pods" / UID / "etc-hosts").exists()
