@@ -19,7 +19,7 @@ from pathlib import Path
 from proto import api_pb2
 from pykubelet import dirs
 from pykubelet.pods.labels import TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_POLICY
-from pykubelet.server.logs import Joiner, read_lines, tail_offset
+from pykubelet.server.logs import tail_offset
 
 MAX_FILE_BYTES = 4 * 1024  # MaxContainerTerminationMessageLength
 MAX_LOG_BYTES = 2 * 1024  # MaxContainerTerminationMessageLogLength
@@ -91,14 +91,20 @@ def read_file_end(path: str) -> bytes:
 
 
 def read_log_end(path: str) -> bytes:
-    """The container's output of its last MAX_LOG_LINES lines, cut to its last MAX_LOG_BYTES."""
+    """The container's output of its last MAX_LOG_LINES lines, cut to its last MAX_LOG_BYTES: each CRI log
+    record's message, a newline after a full (F) one, so that a last line the container left without its
+    newline (a P record no F record ends) is there too, as the kubelet's ReadLogs gives it."""
     if not path:
         return b""
     out = b""
     with open(path, "rb") as f:
         f.seek(tail_offset(f, MAX_LOG_LINES))
-        for line in read_lines(iter(f), Joiner()):
-            out = (out + line.data)[-MAX_LOG_BYTES:]
+        for record in f:
+            parts = record.rstrip(b"\n").split(b" ", 3)
+            if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
+                continue  # not a CRI log record: the kubelet's parser skips it
+            message = parts[3] if len(parts) == 4 else b""
+            out = (out + message + (b"" if parts[2].split(b":")[0] == b"P" else b"\n"))[-MAX_LOG_BYTES:]
     return out
 
 

@@ -55,6 +55,13 @@ def test_the_logs_last_80_lines_and_2048_bytes(tmp_path: Path):
         "w" * 1000 + "\n"  # the last 2048 bytes
 
 
+def test_a_last_line_without_its_newline_is_there(tmp_path: Path):
+    """`echo -n DONE; exit 1`: the runtime writes DONE as a P record that no F record ends."""
+    s = status(tmp_path, policy=tm.FALLBACK)
+    Path(s.log_path).write_text(f"{STAMP} stdout F first\n{STAMP} stderr P DO\n{STAMP} stderr P NE\n")
+    assert message(s) == "first\nDONE"
+
+
 def test_the_runtimes_message_comes_first(tmp_path: Path):
     assert message(status(tmp_path, file=b"DONE", message="OOM")) == "OOM: DONE"
     assert message(status(tmp_path, file=b"", message="OOM")) == "OOM"
