@@ -208,6 +208,13 @@ class DNSConfig:
     options: tuple[tuple[str, str | None], ...] = ()  # (name, value)
 
 
+@dataclass(frozen=True)
+class HostAlias:
+    """An entry the kubelet adds to the pod's /etc/hosts (pods/hosts.py)."""
+    ip: str
+    hostnames: tuple[str, ...] = ()
+
+
 DEFAULT_MODE = 0o644  # a volume file's mode when neither its item nor its source gives one
 DEFAULT_TOKEN_SECONDS = 3600
 
@@ -319,6 +326,9 @@ class PodSpec:
     host_users: bool = True
     hostname: str = ""
     subdomain: str = ""
+    hostname_override: str | None = None  # the pod's hostname whatever hostname and subdomain say
+    set_hostname_as_fqdn: bool = False
+    host_aliases: tuple[HostAlias, ...] = ()
     security_context: PodSecurityContext = PodSecurityContext()
     image_pull_secrets: tuple[str, ...] = ()
     priority: int = 0
@@ -443,6 +453,9 @@ def _spec(s: Obj) -> PodSpec:
         host_network=s.bool("hostNetwork"), host_pid=s.bool("hostPID"), host_ipc=s.bool("hostIPC"),
         share_process_namespace=s.bool("shareProcessNamespace"), host_users=s.bool("hostUsers", True),
         hostname=s.str("hostname", ""), subdomain=s.str("subdomain", ""),
+        hostname_override=s.str("hostnameOverride"), set_hostname_as_fqdn=s.bool("setHostnameAsFQDN"),
+        host_aliases=tuple(HostAlias(a.str("ip", required=True), a.strings("hostnames"))
+                           for a in s.objs("hostAliases")),
         security_context=PodSecurityContext() if sc is None else _pod_security(sc),
         image_pull_secrets=tuple(r.str("name", "") for r in s.objs("imagePullSecrets")),
         priority=s.int("priority", 0), enable_service_links=s.bool("enableServiceLinks", True),

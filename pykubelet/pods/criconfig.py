@@ -14,7 +14,7 @@ from pathlib import Path
 from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
-from pykubelet.pods import userns
+from pykubelet.pods import hosts, userns
 from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
@@ -26,6 +26,7 @@ from pykubelet.pods.labels import (
     PORTS,
     RESTART_COUNT,
     TERMINATION_MESSAGE_PATH,
+    TERMINATION_MESSAGE_POLICY,
     container_hash,
 )
 from pykubelet.pods.podspec import expand, parse_quantity, plain_env, qos_class, security_context, supplemental_groups
@@ -95,11 +96,10 @@ def namespace_options(pod: Pod) -> api_pb2.NamespaceOption:
 def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: int | None = None,
                    dns: PodDNS | None = None) -> api_pb2.PodSandboxConfig:
     """`host_range`: the first host id of the pod's own user namespace (hostUsers: false; userns.py); `dns`: the
-    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's)."""
+    pod's DNS (pods/dns.py), which the kubelet always gives; without it, the runtime's own (the host's). Raises
+    hosts.HostnameError."""
     meta, spec = pod.metadata, pod.spec
-    # none for a hostNetwork pod, as from the stock kubelet: it has the host's UTS namespace, whose name a runtime
-    # must not set (runc refuses a hostname without a private UTS namespace)
-    hostname = "" if spec.host_network else (spec.hostname or meta.name)[:63]
+    hostname = hosts.kernel_hostname(pod, settings.cluster_domain)
     ports = [api_pb2.PortMapping(protocol=api_pb2.Protocol.Value(p.protocol), container_port=p.container_port,
                                  host_port=p.host_port, host_ip=p.host_ip)
              for c in spec.containers for p in c.ports if p.host_port]
@@ -170,6 +170,7 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
         labels={POD_NAME: meta.name, POD_NAMESPACE: meta.namespace, POD_UID: meta.uid, CONTAINER_NAME: container.name},
         annotations={HASH: container_hash(container), RESTART_COUNT: str(restart), GRACE: str(grace),
                      TERMINATION_MESSAGE_PATH: container.termination_message_path,
+                     TERMINATION_MESSAGE_POLICY: container.termination_message_policy,
                      # as the pod gave them (the stock kubelet's annotation is its JSON of the ports)
                      **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
         log_path=f"{container.name}/{restart}.log", mounts=mounts or [],

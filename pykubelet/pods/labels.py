@@ -22,6 +22,7 @@ HASH = "io.kubernetes.container.hash"
 RESTART_COUNT = "io.kubernetes.container.restartCount"
 GRACE = "io.kubernetes.pod.terminationGracePeriod"
 TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 PORTS = "io.kubernetes.container.ports"
 
 # the container fields that need a new container when they change: not resources (resized in place), not

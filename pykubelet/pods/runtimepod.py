@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from proto import api_pb2
 from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Pod
+from pykubelet.pods import terminationmessage
 from pykubelet.pods.labels import CONTAINER_NAME, POD_UID
 
 
@@ -37,9 +38,11 @@ def observe(runtime: cri.CRIRuntime, uid: str) -> RuntimePod:
     state = RuntimePod(sorted(sandboxes, key=lambda s: -s.created_at), sorted(containers, key=lambda c: -c.created_at))
     for c in state.containers:
         try:
-            state.statuses[c.id] = runtime.container_status(c.id).status
+            status = runtime.container_status(c.id).status
         except cri.NotFound:
-            pass  # removed meanwhile
+            continue  # removed meanwhile
+        terminationmessage.fill_in(status)
+        state.statuses[c.id] = status
     if state.sandbox is not None:
         try:
             state.sandbox_status = runtime.pod_sandbox_status(state.sandbox.id).status

@@ -18,9 +18,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proto import api_pb2
+from pykubelet import dirs
 from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
@@ -30,7 +32,7 @@ from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
-from pykubelet.pods import dns, lifecycle, securitycontext, userns
+from pykubelet.pods import dns, hosts, lifecycle, securitycontext, terminationmessage, userns
 from pykubelet.pods.actions import (
     CRASH_LOOP,
     BackOff,
@@ -51,6 +53,8 @@ from pykubelet.pods.criconfig import container_config, linux_resources, log_dire
 from pykubelet.pods.podspec import is_finished, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
+from pykubelet.volumes.manager import pod_dir
+from pynode_os.files import NONE, atomic_write
 from pynode_os.systemd import SystemdError
 
 if TYPE_CHECKING:
@@ -217,17 +221,16 @@ class PodSyncer:
             return result  # a finished pod is not brought back
         else:  # the range the sandbox was made with, from the pod's record (its containers join that namespace)
             attempt, host_range = state.sandbox.metadata.attempt, self.userns.host_range(pod)
-            if any(isinstance(step, StartContainer) for step in actions.steps):
-                # as the kubelet's: the config (and the DNS with its warnings) is formed again only for a start,
-                # and no container starts without it
-                try:
-                    sandbox_cfg = self._sandbox_config(pod, attempt, host_range)
-                except dns.DNSError as e:
-                    log.warning("pod %s: the sandbox's config: %s", pod.key, e)
-                    result.again_in(10.0)
-                    return result
-            else:
-                sandbox_cfg = sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range)
+            # as the kubelet's: the config (and the DNS with its warnings) is formed again only for a start,
+            # and no container starts without it
+            starting = any(isinstance(step, StartContainer) for step in actions.steps)
+            try:
+                sandbox_cfg = (self._sandbox_config(pod, attempt, host_range) if starting
+                               else sandbox_config(pod, self.settings, attempt=attempt, host_range=host_range))
+            except (dns.DNSError, hosts.HostnameError) as e:
+                log.warning("pod %s: the sandbox's config: %s", pod.key, e)
+                result.again_in(10.0)
+                return result
         self._carry_out(pod, state, actions, sandbox_cfg, result)
         return result
 
@@ -255,7 +258,7 @@ class PodSyncer:
             return None
         try:
             sandbox_cfg = self._sandbox_config(pod, actions.sandbox_attempt, host_range)
-        except dns.DNSError as e:
+        except (dns.DNSError, hosts.HostnameError) as e:
             for c in spec.containers:
                 result.waiting[c.name] = ("ContainerCreating", f"failed to create the pod sandbox: {e}")
             self.event(pod, None, WARNING, "FailedCreatePodSandBox", f"Failed to create pod sandbox: {e}")
@@ -289,7 +292,7 @@ class PodSyncer:
 
     def _sandbox_config(self, pod: Pod, attempt: int, host_range: int | None) -> api_pb2.PodSandboxConfig:
         """The sandbox's config with the pod's DNS, the host's resolv.conf read now; the kubelet's warnings on
-        the way (limits exceeded, no cluster DNS) recorded. Raises dns.DNSError."""
+        the way (limits exceeded, no cluster DNS) recorded. Raises dns.DNSError and hosts.HostnameError."""
         found = dns.pod_dns(pod, cluster_dns=self.settings.cluster_dns, cluster_domain=self.settings.cluster_domain,
                             host=dns.read_resolv_conf(self.settings.resolv_conf),
                             node_ips=[self.settings.node_ip] if self.settings.node_ip else [])
@@ -504,17 +507,46 @@ class PodSyncer:
 
     def _container_options(self, pod: Pod, container: Container,
                            sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
-        """The container's resolved env (None: its plain values) and its volume mounts."""
+        """The container's resolved env (None: its plain values) and its mounts: its volumes, the kubelet's
+        /etc/hosts and its termination message file, as the kubelet's GenerateRunContainerOptions."""
+        network = self.runtime.pod_sandbox_status(sandbox_id).status.network
+        ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
         env = None
         if self.env is not None:
-            network = self.runtime.pod_sandbox_status(sandbox_id).status.network
-            ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
             env = self.env.resolve(
                 pod, container, pod_ips=ips,
                 warn=lambda reason, message: self.event(pod, container.name, WARNING, reason, message))
-        if self.volumes is None:
-            return env, []
-        return env, self.volumes.mounts(pod, container, plain_env(container) if env is None else env)
+        mounts = [] if self.volumes is None else \
+            self.volumes.mounts(pod, container, plain_env(container) if env is None else env)
+        base = pod_dir(self.settings.root_dir, pod.uid)
+        try:
+            if hosts.mounts_hosts(pod, container, ips):
+                mounts.append(self._hosts_mount(pod, base, ips))
+            if container.termination_message_path:
+                mounts.append(api_pb2.Mount(container_path=container.termination_message_path,
+                                            host_path=str(terminationmessage.new_file(base, container.name))))
+        except (hosts.HostnameError, OSError) as e:
+            raise ContainerConfigError(str(e)) from e
+        return env, mounts
+
+    def _hosts_mount(self, pod: Pod, base: Path, ips: list[str]) -> api_pb2.Mount:
+        """The pod's hosts file brought up to date (rewritten only when it changed, so that the containers
+        that have it see one file) and its mount at /etc/hosts (ensureHostsFile, makeHostsMount)."""
+        if pod.spec.host_network:
+            content = hosts.node_hosts(Path(hosts.ETC_HOSTS).read_bytes(), pod.spec.host_aliases)
+        else:
+            hostname, domain = hosts.hostname_and_domain(pod, self.settings.cluster_domain)
+            content = hosts.managed_hosts(ips, hostname, domain, pod.spec.host_aliases)
+        path = hosts.hosts_path(base)
+        try:
+            current = path.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current != content:
+            dirs.make_dirs(base)
+            # no fsync: the file is written again before any container of the pod starts after a reboot
+            atomic_write(path, content, mode=0o644, sync=NONE)
+        return api_pb2.Mount(container_path=hosts.ETC_HOSTS, host_path=str(path))
 
     def _remove(self, container_id: str) -> None:
         try:

@@ -156,7 +156,7 @@ class FakeCRI(cri.CRIRuntime):
         self.statuses[container_id] = api_pb2.ContainerStatus(
             id=container_id, metadata=config.metadata, state=api_pb2.CONTAINER_CREATED, created_at=self._now(),
             image=config.image, image_ref=config.image.image, labels=config.labels, annotations=config.annotations,
-            log_path=config.log_path)
+            log_path=config.log_path, mounts=config.mounts)
         self.statuses[container_id].resources.linux.CopyFrom(config.linux.resources)
         self.sandbox_of[container_id] = pod_sandbox_id
         return container_id

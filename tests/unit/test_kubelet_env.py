@@ -169,3 +169,19 @@ def test_env_source_refuses_an_env_without_the_services_until_they_are_listed():
     standalone = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE)  # no API server: no services
     one = pod_with({"name": "c", "env": [{"name": "A", "value": "1"}]})
     assert standalone.resolve(one, one.spec.containers[0], pod_ips=[], warn=lambda reason, message: None) == {"A": "1"}
+
+
+def test_configmap_keys_that_are_no_shell_names_reach_the_env():
+    """The upstream ConfigMap specs' keys and prefixes ("should be consumable via environment variable", "via
+    the environment", "as environment variable names with various prefixes"): 1.37 takes any printable name
+    without '=', so none is skipped and no warning is given."""
+    objs = cm("c", {"data-1": "value-1", "data-2": "value-2"})
+    warnings: list = []
+    env = env_of({"name": "c", "env": [{"name": "CONFIG_DATA_1",
+                                        "valueFrom": {"configMapKeyRef": {"name": "c", "key": "data-1"}}}],
+                  "envFrom": [{"configMapRef": {"name": "c"}}] + [{"configMapRef": {"name": "c"}, "prefix": p}
+                                                                    for p in ("p-", "1-", "$_-", "ABC_", "#@!")]},
+                 objs, warnings)
+    assert env["CONFIG_DATA_1"] == "value-1" and not warnings
+    for prefix in ("", "p-", "1-", "$_-", "ABC_", "#@!"):
+        assert (env[f"{prefix}data-1"], env[f"{prefix}data-2"]) == ("value-1", "value-2")

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 from typing import ClassVar
 
 import grpc
@@ -380,9 +381,9 @@ def test_sidecar_status_initialized_once_started_and_gates_ready():
     assert {c["type"]: c["status"] for c in s["conditions"]}["Ready"] == "True"
 
 
-def syncer(rt: FakeCRI):
+def syncer(rt: FakeCRI, root: Path):
     """PodSyncer passes, each followed by the probe manager's look at the pod, against pod p's sandbox
-    in `rt`, which has image i:1."""
+    in `rt`, which has image i:1; the kubelet's files under `root`."""
     from pykubelet.config import Settings
     from pykubelet.pods.runtimepod import observe
     from pykubelet.pods.sync import PodSyncer
@@ -390,7 +391,7 @@ def syncer(rt: FakeCRI):
     rt.add_sandbox("s", "p", "ns", UID)
     rt.add_image("sha256:i", "i:1")
     m, _ = manager(rt)
-    s = PodSyncer(rt, Settings(), probes=m)
+    s = PodSyncer(rt, Settings(root_dir=root, pod_logs_dir=root / "logs"), probes=m)
 
     def sync(p: Pod) -> None:
         s.sync(p, observe(rt, UID))
@@ -399,7 +400,7 @@ def syncer(rt: FakeCRI):
     return m, sync
 
 
-def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers():
+def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers(tmp_path: Path):
     rt = FakeCRI()
     rt.exec_answers = {"side-up": 1}
     side = {"name": "side", "image": "i:1", "restartPolicy": "Always",
@@ -407,7 +408,7 @@ def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers
     setup = {"name": "setup", "image": "i:1"}
     main = {"name": "main", "image": "i:1"}
     p = pod(main, init=(side, setup), policy="Never")
-    m, sync = syncer(rt)
+    m, sync = syncer(rt, tmp_path)
     sync(p)
     assert rt.started == ["side-0"]
     sync(p)
@@ -429,12 +430,12 @@ def test_sidecars_start_in_order_keep_running_and_stop_after_the_main_containers
     assert rt.started[-1] == "side-1"  # and not restarted
 
 
-def test_liveness_failure_kills_and_the_restart_policy_restarts():
+def test_liveness_failure_kills_and_the_restart_policy_restarts(tmp_path: Path):
     rt = FakeCRI()
     rt.exec_answers = {"alive": 1}
     main = {"name": "main", "image": "i:1", "livenessProbe": {"exec": {"command": ["alive"]}, "failureThreshold": 1},
             "lifecycle": {"preStop": {"exec": {"command": ["bye"]}}}}
-    m, sync = syncer(rt)
+    m, sync = syncer(rt, tmp_path)
     sync(pod(main))
     m.probe_once(m._workers[(UID, "main", LIVENESS)])
     sync(pod(main))
