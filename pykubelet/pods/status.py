@@ -19,6 +19,7 @@ from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
 from pykubelet.pods.podspec import parse_quantity
 from pykubelet.pods.runtimepod import RuntimePod
+from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE
 from pykubelet.pods.sync import SyncResult
 
 log = logging.getLogger(__name__)
@@ -126,8 +127,10 @@ def container_status(container: Container, history: list[api_pb2.ContainerStatus
     return out
 
 
-def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict]) -> str:
-    """The kubelet's getPhase."""
+def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict], terminal: bool = False) -> str:
+    """The kubelet's getPhase. `terminal`: the pod is being torn down (deleted, its containers all
+    stopped), so none of them restarts whatever the policy: Succeeded if each exited 0, else Failed; a
+    static pod keeps the policy's phase, as the kubelet's."""
     policy = pod.spec.restart_policy
     if init_failed:
         return "Failed"
@@ -143,6 +146,8 @@ def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict]) ->
         return "Pending"
     if running > 0:
         return "Running"
+    if terminal and stopped and pod.metadata.annotations.get(CONFIG_SOURCE) != SOURCE_FILE:
+        return "Failed" if failed else "Succeeded"
     if policy == "Always":
         return "Running"
     if policy == "Never" and failed:
@@ -161,10 +166,11 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
 
 def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
                probes=None, actuated: dict[str, Resources] | None = None,
-               resize_conditions: list[dict[str, Any]] | None = None) -> dict:
+               resize_conditions: list[dict[str, Any]] | None = None, terminal: bool = False) -> dict:
     """Of the allocated `pod` (pods/allocation.py: the resources the kubelet granted it). `probes` (a
     pykubelet.prober.manager.ProbeManager) says which running containers are started and ready; `actuated`
-    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones."""
+    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones;
+    `terminal`: the final status of a deleted pod whose containers have all stopped (see phase)."""
     given = actuated or {}
     # the status as last written (the kubelet's own fields of it, kept: qosClass, startTime)
     spec, previous, uid = pod.spec, pod.raw.get("status") or {}, pod.uid
@@ -199,7 +205,7 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         s["ready"] = False
         del s["started"]
         ephemeral_statuses.append(s)
-    ph = phase(pod, init_done, result.init_failed, statuses)
+    ph = phase(pod, init_done, result.init_failed, statuses, terminal)
     containers_ready = init_done and sidecars_ready and all(s["ready"] for s in statuses)
     sandbox_ready = state.sandbox is not None
     status: dict[str, Any] = {

@@ -51,9 +51,16 @@ def _ignore_missing(call, *args) -> None:
 
 def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | None = None,
              event: lifecycle.EventFn | None = None) -> None:
+    """Stops every container of the pod, then removes all of it from the runtime."""
+    stop_containers(runtime, state, grace, pod, event)
+    remove_from_runtime(runtime, state)
+
+
+def stop_containers(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | None = None,
+                    event: lifecycle.EventFn | None = None) -> None:
     """Stops every container of the pod (`grace` seconds in all, preStop hooks first: the regular ones in
-    parallel, then the sidecars one by one in reverse order, as the kubelet's), then removes all of it
-    from the runtime."""
+    parallel, then the sidecars one by one in reverse order, as the kubelet's). They stay in the runtime,
+    with their exit codes and finish times, for the pod's final status."""
     running = [c for c in state.containers if c.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED)]
     sidecars = [] if pod is None else [c.name for c in pod.spec.init_containers if c.is_sidecar]
     net = state.sandbox_status.network if state.sandbox_status is not None else None
@@ -79,6 +86,10 @@ def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | 
                 stop(c, max(lifecycle.MIN_GRACE, int(deadline - time.monotonic())) if grace > 0 else 0)
     if errors:
         raise errors[0]
+
+
+def remove_from_runtime(runtime: cri.CRIRuntime, state: RuntimePod) -> None:
+    """Stops the pod's sandboxes (its network: the pod IP is released) and removes them and its containers."""
     for s in state.sandboxes:
         _ignore_missing(runtime.stop_pod_sandbox, s.id)
     for c in state.containers:

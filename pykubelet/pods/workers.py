@@ -50,7 +50,7 @@ from pykubelet.pods.podspec import is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
 from pykubelet.pods.status import StatusManager, now, pod_status
-from pykubelet.pods.sync import PodSyncer
+from pykubelet.pods.sync import PodSyncer, SyncResult
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
 from pynode_os.systemd import SystemdError
@@ -305,7 +305,10 @@ class PodWorkers:
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
             log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
-            termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+            termination.stop_containers(self.runtime, state, grace, pod, self.syncer.event)
+            if pod is not None:
+                self._final_status(pod)
+            termination.remove_from_runtime(self.runtime, state)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings, self.slices)
         self.volumes.tokens.forget(uid)
@@ -324,6 +327,19 @@ class PodWorkers:
             self.syncer.forget(uid)
             if self.admission is not None:
                 self.admission.forget(uid)
+
+    def _final_status(self, pod: Pod) -> None:
+        """The status of a deleted pod whose containers have all stopped, sent before they leave the runtime,
+        as the kubelet's syncTerminatingPod: each container terminated with its exit code and finish time,
+        and a terminal phase. A pod kept by a finalizer shows it for as long as it stays."""
+        state = observe(self.runtime, pod.uid)
+        status = pod_status(pod, state, SyncResult(), host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
+                            terminal=True)
+        if status["phase"] in TERMINAL:
+            status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
+        meta = pod.metadata
+        self.statuses.set_pod_status(pod.uid, status, namespace=meta.namespace, name=meta.name,
+                                     current=pod.raw.get("status"))
 
     # --- running ----------------------------------------------------------------------------------
 

@@ -399,3 +399,63 @@ def test_the_workers_see_an_ephemeral_container_patched_in(tmp_path):
     assert workers.queue.get(timeout=0) == UID
     after = workers.pod(UID)
     assert after is not None and [c.name for c in after.spec.ephemeral_containers] == ["debugger"]
+
+
+def test_phase_of_a_deleted_pod_whose_containers_all_stopped_is_terminal():
+    """The kubelet's getPhase with podIsTerminal: none restarts whatever the policy, so Succeeded if each
+    exited 0, else Failed; a container that never ran keeps it Pending; a static pod keeps the policy's."""
+    def phase(p: Pod, *statuses: api_pb2.ContainerStatus) -> str:
+        return pod_status.pod_status(p, runtime_pod(*statuses), SyncResult(), host_ip=None, runtime_name="x",
+                                     terminal=True)["phase"]
+
+    assert phase(pod(), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0)) == "Succeeded"
+    assert phase(pod(), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=137)) == "Failed"
+    assert phase(pod(restartPolicy="OnFailure"), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=1)) == "Failed"
+    assert phase(pod()) == "Pending"
+    static = parse_pod({"metadata": {"name": "web", "namespace": "ns", "uid": UID,
+                                     "annotations": {"kubernetes.io/config.source": "file"}},
+                        "spec": {"containers": [{"name": "c", "image": "img:1"}]}})
+    assert phase(static, container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0)) == "Running"
+
+
+class ApiClient(FakeClient):
+    """Records the status patches and the deletions, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def patch(self, _res, _name, obj, **_kw) -> None:
+        super().patch(_res, _name, obj)
+        self.calls.append("patch")
+
+    def delete(self, _res, _name, **_kw) -> None:
+        self.calls.append("delete")
+
+
+def test_a_deleted_pod_reports_its_containers_terminated_before_it_leaves_the_runtime(tmp_path):
+    """As the kubelet's syncTerminatingPod: once the containers stopped, the pod's status says so (each
+    terminated, with its finish time; a terminal phase) before the containers are removed and the pod
+    object deleted, so a pod kept by a finalizer shows how it ended ([sig-node] Lifecycle Sleep Hook specs
+    wait for the container's terminated state and read its finishedAt)."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, client = Cache(), FakeCRI(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    settings = Settings(root_dir=tmp_path / "root", pod_logs_dir=tmp_path / "logs")
+    workers = PodWorkers(client, rt, settings, cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}], "terminationGracePeriodSeconds": 5}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    assert rt.started == ["c-0"] and client.patches[-1]["status"]["phase"] == "Running"
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:05Z",
+                                   "deletionGracePeriodSeconds": 5, "finalizers": ["test/finalizer"]}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    client.calls.clear()
+    assert workers.sync(UID) is None
+    assert client.calls == ["patch", "delete"] and not rt.statuses  # reported, then removed, then deleted
+    final = client.patches[-1]["status"]
+    (cs,) = final["containerStatuses"]
+    assert final["phase"] == "Succeeded" and cs["state"]["terminated"]["finishedAt"] and not cs["ready"]
+    assert next(c for c in final["conditions"] if c["type"] == "Ready")["status"] == "False"
