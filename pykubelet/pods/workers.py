@@ -44,6 +44,7 @@ from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
+from pykubelet.pods.lifecycle import Deadline
 from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.podspec import is_finished
@@ -99,6 +100,8 @@ class PodWorkers:
         self._parsed: dict[str, tuple[Any, Pod]] = {}
         # uid -> (reason, message, grace, done): a kill the eviction or the shutdown manager asked for
         self._kills: dict[str, tuple[str, str, int, threading.Event]] = {}
+        # uid -> when the grace of its termination under way ends: a deletion with a shorter grace moves it
+        self._deadlines: dict[str, Deadline] = {}
         self._lock = threading.Lock()
         informer.add_handler(self._on_pod)
 
@@ -110,10 +113,14 @@ class PodWorkers:
 
     def _on_pod(self, _kind: str, _old: Any, pod: Any) -> None:
         uid = pod.metadata.uid
+        grace = getattr(pod.metadata, "deletionGracePeriodSeconds", None)
         with self._lock:
             if uid not in self._keys:
                 self._first_seen[uid] = time.monotonic()
             self._keys[uid] = key_of(pod)
+            deadline = self._deadlines.get(uid)
+        if deadline is not None and isinstance(grace, int) and deadline.shorten(grace):
+            log.info("pod %s: grace period shortened to %d s", key_of(pod), grace)
         self.queue.add(uid)
 
     def _active_pods(self) -> list[Pod]:
@@ -305,7 +312,14 @@ class PodWorkers:
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
             log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
-            termination.stop_containers(self.runtime, state, grace, pod, self.syncer.event)
+            deadline = Deadline(grace)
+            with self._lock:
+                self._deadlines[uid] = deadline
+            try:
+                termination.stop_containers(self.runtime, state, grace, pod, self.syncer.event, deadline)
+            finally:
+                with self._lock:
+                    self._deadlines.pop(uid, None)
             if pod is not None:
                 self._final_status(pod)
             termination.remove_from_runtime(self.runtime, state)

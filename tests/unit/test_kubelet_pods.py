@@ -265,7 +265,8 @@ class Cache:
 
     def put(self, raw: dict) -> SimpleNamespace:
         meta = raw["metadata"]
-        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"]),
+        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"],
+                                                       deletionGracePeriodSeconds=meta.get("deletionGracePeriodSeconds")),
                               to_dict=lambda: copy.deepcopy(raw))
         self.objects[f"{meta['namespace']}/{meta['name']}"] = obj
         return obj
@@ -459,3 +460,37 @@ def test_a_deleted_pod_reports_its_containers_terminated_before_it_leaves_the_ru
     (cs,) = final["containerStatuses"]
     assert final["phase"] == "Succeeded" and cs["state"]["terminated"]["finishedAt"] and not cs["ready"]
     assert next(c for c in final["conditions"] if c["type"] == "Ready")["status"] == "False"
+
+
+def test_a_deletion_with_a_shorter_grace_cuts_the_termination_under_way(tmp_path):
+    """As the kubelet's pod workers (a shortened grace cancels the termination and runs it again with the new
+    one): a pod whose preStop sleeps 50 s of its 100 s grace, deleted again with grace 1, ends within it
+    ([sig-node] Lifecycle Sleep Hook reduce GracePeriodSeconds during runtime)."""
+    import threading
+    import time
+
+    from pykubelet.pods.lifecycle import MIN_GRACE
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, client = Cache(), FakeCRI(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(client, rt, Settings(root_dir=tmp_path / "root", pod_logs_dir=tmp_path / "logs"), cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1",
+                                          "lifecycle": {"preStop": {"sleep": {"seconds": 50}}}}],
+                          "terminationGracePeriodSeconds": 100}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:01:40Z",
+                                   "deletionGracePeriodSeconds": 100}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    began = time.monotonic()
+    t = threading.Thread(target=workers.sync, args=(UID,))
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # the preStop sleeps
+    again = {**deleted, "metadata": {**deleted["metadata"], "deletionGracePeriodSeconds": 1}}
+    workers._on_pod("MODIFIED", None, cache.put(again))
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - began < 3
+    assert ("StopContainer", "c-0", MIN_GRACE) in rt.calls and not workers._deadlines

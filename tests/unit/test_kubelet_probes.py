@@ -351,6 +351,39 @@ def test_pre_stop_runs_first_and_its_time_comes_off_the_grace():
     assert rt.calls == [("StopContainer", "c1", 5)]
 
 
+def test_a_shortened_grace_cuts_a_sleeping_pre_stop_and_the_stop_after_it():
+    """A pod deleted again with a shorter grace while its preStop sleeps ends by the new deadline ([sig-node]
+    Lifecycle Sleep Hook reduce GracePeriodSeconds during runtime): the sleep wakes, the stop gets what is
+    left (at least MIN_GRACE)."""
+    rt = FakeCRI()
+    c = {"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 50}}}}
+    deadline = lifecycle.Deadline(100)
+    t = threading.Thread(target=lifecycle.stop_container, args=(rt, pod(c, grace=100), "c", "c1", 100),
+                         kwargs={"deadline": deadline})
+    began = time.monotonic()
+    t.start()
+    time.sleep(0.2)
+    assert t.is_alive() and not deadline.shorten(200)  # a grace only ever decreases
+    assert deadline.shorten(0.3)
+    t.join(5)
+    assert not t.is_alive() and 0.4 < time.monotonic() - began < 2
+    assert rt.calls == [("StopContainer", "c1", lifecycle.MIN_GRACE)]
+    assert deadline.left() == 0
+
+
+def test_a_deadline_sleeps_its_time_or_until_it_ends():
+    now = [0.0]
+    deadline = lifecycle.Deadline(10, clock=lambda: now[0])
+    assert deadline.left() == 10 and deadline.shorten(4) and deadline.left() == 4 and not deadline.shorten(5)
+    now[0] = 5.0
+    deadline.sleep(30)  # over already: returns at once
+    assert deadline.left() == 0
+    real = lifecycle.Deadline(10)
+    began = time.monotonic()
+    real.sleep(0.1)
+    assert 0.1 <= time.monotonic() - began < 1 and 9 < real.left() < 10
+
+
 def test_failed_post_start_kills_the_container():
     rt = FakeCRI()
     rt.exec_answers = {"setup": 2}
