@@ -17,7 +17,7 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import parse_quantity
+from pykubelet.pods.podspec import parse_quantity, should_restart
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE
 from pykubelet.pods.sync import SyncResult
@@ -128,33 +128,30 @@ def container_status(container: Container, history: list[api_pb2.ContainerStatus
 
 
 def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict], terminal: bool = False) -> str:
-    """The kubelet's getPhase. `terminal`: the pod is being torn down (deleted, its containers all
+    """The kubelet's getPhase (with ContainerRestartRules: a container restarts by its own policy and rules,
+    pods/podspec.should_restart). `terminal`: the pod is being torn down (deleted, its containers all
     stopped), so none of them restarts whatever the policy: Succeeded if each exited 0, else Failed; a
     static pod keeps the policy's phase, as the kubelet's."""
-    policy = pod.spec.restart_policy
     if init_failed:
         return "Failed"
     if not init_done:
         return "Pending"
     running = sum("running" in s["state"] for s in statuses)
-    stopped = [s for s in statuses if "terminated" in s["state"]
-               or ("waiting" in s["state"] and "terminated" in s["lastState"])]
+    # each stopped container's exit code (the one it ended with, or before the restart it waits for)
+    stopped = {s["name"]: (s["state"].get("terminated") or s["lastState"]["terminated"]).get("exitCode", 0)
+               for s in statuses if "terminated" in s["state"]
+               or ("waiting" in s["state"] and "terminated" in s["lastState"])}
     waiting = len(statuses) - running - len(stopped)
-    failed = sum((s["state"].get("terminated") or s["lastState"].get("terminated", {})).get("exitCode", 0) != 0
-                 for s in stopped)
+    failed = any(code != 0 for code in stopped.values())
     if waiting > 0:
         return "Pending"
     if running > 0:
         return "Running"
     if terminal and stopped and pod.metadata.annotations.get(CONFIG_SOURCE) != SOURCE_FILE:
         return "Failed" if failed else "Succeeded"
-    if policy == "Always":
-        return "Running"
-    if policy == "Never" and failed:
-        return "Failed"
-    if policy == "OnFailure" and failed:
-        return "Running"
-    return "Succeeded"
+    if any(should_restart(c, pod, stopped[c.name]) for c in pod.spec.containers if c.name in stopped):
+        return "Running"  # one of them is restarting
+    return "Failed" if failed else "Succeeded"
 
 
 def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], probes) -> None:

@@ -494,3 +494,23 @@ def test_a_deletion_with_a_shorter_grace_cuts_the_termination_under_way(tmp_path
     t.join(5)
     assert not t.is_alive() and time.monotonic() - began < 3
     assert ("StopContainer", "c-0", MIN_GRACE) in rt.calls and not workers._deadlines
+
+
+def test_phase_with_a_containers_own_restart_policy_and_rules():
+    """getPhase with ContainerRestartRules: the pod runs while a stopped container restarts by its own
+    policy or a matching rule, else it has ended (Succeeded if each exited 0)."""
+    def phase(policy: str, container: dict, exit_code: int) -> str:
+        p = pod(restartPolicy=policy, containers=[{"name": "c", "image": "img:1", **container}])
+        state = runtime_pod(container_status_exited(exit_code))
+        return pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x")["phase"]
+
+    def container_status_exited(code: int) -> api_pb2.ContainerStatus:
+        return container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=code)
+
+    rule = {"restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}
+    assert phase("Always", {"restartPolicy": "Never"}, 0) == "Succeeded"
+    assert phase("Always", {"restartPolicy": "Never"}, 1) == "Failed"
+    assert phase("Never", {"restartPolicy": "Always"}, 0) == "Running"
+    assert phase("Never", {"restartPolicy": "Never", **rule}, 42) == "Running"
+    assert phase("Never", {"restartPolicy": "Never", **rule}, 1) == "Failed"
+    assert phase("Never", {"restartPolicy": "OnFailure"}, 0) == "Succeeded"
