@@ -14,7 +14,8 @@ changed spec, a finished pod's sidecars) goes through `stop_container` so that p
 A pod deleted again with a shorter grace period (`kubectl delete --grace-period` while it terminates) ends
 by the new deadline, as the kubelet's pod workers cancel the termination under way and run it again with
 the shorter grace: its `Deadline` moves earlier, a sleep hook waiting on it wakes, and the stop that follows
-gets only what is left. An exec or HTTP hook already running keeps the bound it started with.
+gets only what is left. An exec or HTTP hook already running, and a StopContainer already sent, keep the
+bound they started with (the runtime has no way to shorten one).
 """
 from __future__ import annotations
 
