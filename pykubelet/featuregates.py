@@ -6,8 +6,8 @@ The names are those registered in the kubelet's feature gate: Kubernetes' own (p
 with the apiserver's, apiextensions', controller-manager's and zpages' gates it lists), client-go's, the
 logging options' (component-base/logs/api/v1) and the two global toggles AllAlpha and AllBeta; and those of
 them that 1.37 locks to their default (LockToDefault in their specs) take no other value. None of them
-switches anything in pykubelet, whose behaviour is its own: they are known, so that a name is checked, and
-kept in the settings.
+switches anything in pykubelet, whose behaviour is its own, but what the node declares of the features it
+implements (pykubelet/node/features.py): they are known, so that a name is checked, and kept in the settings.
 
 KNOWN and LOCKED are generated from the Go module sources by scripts/gen-featuregates.py; for another
 release, build the peers at it and run `.venv/bin/python scripts/gen-featuregates.py --k8s vX.Y.Z`, which

@@ -112,6 +112,7 @@ def _runtime_class_known(client):
 
 
 def _admission(client, runtime, settings: config.Settings, sources):
+    from pykubelet.node.features import declared_features
     from pykubelet.node.status import node_allocatable
     from pykubelet.pods.admission import Admission, Cached
     from pykubelet.pods.labels import POD_UID
@@ -123,7 +124,8 @@ def _admission(client, runtime, settings: config.Settings, sources):
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
         allocatable=Cached(lambda: node_allocatable(settings)),
         labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
-        sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls))
+        sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls),
+        declared=declared_features(settings.feature_gates))
 
 
 def _client(settings: config.Settings, stop: threading.Event, loops: list):

@@ -26,6 +26,7 @@ from typing import Any
 from pykubelet.api.fields import Obj
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
+RESTART_RULE_ACTIONS = ("Restart", "RestartAllContainers")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
@@ -166,6 +167,18 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class ContainerRestartRule:
+    """A container's restartPolicyRules[] entry (ContainerRestartRules, beta and on in 1.37): `action` when
+    the exit code is (operator In) or is not (NotIn) among `values`."""
+    action: str  # Restart or RestartAllContainers
+    operator: str = "In"
+    values: tuple[int, ...] = ()
+
+    def matches(self, exit_code: int) -> bool:
+        return (exit_code in self.values) == (self.operator == "In")
+
+
+@dataclass(frozen=True)
 class Container:
     name: str
     image: str
@@ -187,7 +200,9 @@ class Container:
     termination_message_policy: str = "File"
     image_pull_policy: str = "IfNotPresent"
     security_context: SecurityContext = SecurityContext()
-    restart_policy: str | None = None  # an init container's "Always": a sidecar
+    # an init container's "Always": a sidecar; else a container's own policy over the pod's (ContainerRestartRules)
+    restart_policy: str | None = None
+    restart_policy_rules: tuple[ContainerRestartRule, ...] = ()
     stdin: bool = False
     stdin_once: bool = False
     tty: bool = False
@@ -537,8 +552,17 @@ def _container(c: Obj) -> Container:
                                             "termination message policy", "File"),
         image_pull_policy=c.choice("imagePullPolicy", PULL_POLICIES, "image pull policy", pull_policy(image)),
         security_context=SecurityContext() if sc is None else _security(sc),
-        restart_policy=c.choice("restartPolicy", ("Always",), "container restart policy"),
+        restart_policy=c.choice("restartPolicy", RESTART_POLICIES, "container restart policy"),
+        restart_policy_rules=tuple(_restart_rule(r) for r in c.objs("restartPolicyRules")),
         stdin=c.bool("stdin"), stdin_once=c.bool("stdinOnce"), tty=c.bool("tty"))
+
+
+def _restart_rule(r: Obj) -> ContainerRestartRule:
+    r.str("action", required=True)
+    codes = r.child("exitCodes")  # the API requires it: a rule matches on exit codes only
+    return ContainerRestartRule(r.choice("action", RESTART_RULE_ACTIONS, "container restart rule action", ""),
+                                codes.choice("operator", ("In", "NotIn"), "exit codes operator", "In"),
+                                codes.ints("values"))
 
 
 def _resize_policy(p: Obj) -> tuple[str, str]:

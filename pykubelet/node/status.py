@@ -30,6 +30,7 @@ from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, EventRecorder, node_ref
 from pykubelet.eviction import policy
+from pykubelet.node.features import declared_features
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,8 @@ class NodeStatus:
                                   "allocatable": allocatable(capacity, self.settings.eviction_hard,
                                                              reserved_for(self.settings)),
                                   "addresses": addresses(self.settings), "conditions": self.conditions(),
-                                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}}}
+                                  "daemonEndpoints": {"kubeletEndpoint": {"Port": self.settings.port}},
+                                  "declaredFeatures": list(declared_features(self.settings.feature_gates))}
         try:
             status["nodeInfo"] = node_info(self.version())
         except cri.CRIError:

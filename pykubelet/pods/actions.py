@@ -30,7 +30,7 @@ from typing import Protocol
 from proto import api_pb2
 from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, Resources
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import is_finished, parse_quantity, termination_grace
+from pykubelet.pods.podspec import is_finished, parse_quantity, should_restart, termination_grace
 from pykubelet.pods.runtimepod import RuntimePod
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -237,7 +237,7 @@ class _Planner:
                 continue
             if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
                 return self._plan(steps)  # the PLEG brings the pod back when it exits
-            if current is not None and self.policy == "Never":
+            if current is not None and not self._init_restarts(container, current):
                 return PodActions(steps=tuple(steps), init_failed=True)
             steps.append(self.start(container, current))
             return self._plan(steps)
@@ -314,7 +314,8 @@ class _Planner:
                                       f"Container {container.name} definition changed, will be restarted")]
             kill = None if probed else self._probe_kill(container, current)
             return [kill] if kill is not None else self.resize(container, current)
-        if current is not None and current.state != api_pb2.CONTAINER_CREATED and not self._restarts(current):
+        if current is not None and current.state != api_pb2.CONTAINER_CREATED \
+                and not should_restart(container, self.pod, current.exit_code):
             return []
         return [self.start(container, current)]
 
@@ -356,9 +357,13 @@ class _Planner:
         return ResizePod(allocated, decrease=any((want[r][1] or 0) < (have[r][1] or 0)
                                                  for r in RESIZABLE if want[r][1] is not None))
 
-    def _restarts(self, ended: api_pb2.ContainerStatus) -> bool:
-        """Whether the restart policy restarts a regular container that ended so."""
-        return not (self.policy == "Never" or (self.policy == "OnFailure" and ended.exit_code == 0))
+    def _init_restarts(self, container: Container, failed: api_pb2.ContainerStatus) -> bool:
+        """Whether an init container that failed runs again (else the pod has failed): by its exit code as
+        any container's (should_restart); one in an unknown state has no exit code, so only the
+        restartPolicy (the container's, else the pod's) says, as the kubelet's."""
+        if failed.state == api_pb2.CONTAINER_EXITED:
+            return should_restart(container, self.pod, failed.exit_code)
+        return (container.restart_policy or self.policy) != "Never"
 
     def start(self, container: Container, current: api_pb2.ContainerStatus | None) -> StartContainer | BackOff:
         """Starts the container, unless it exited and its back-off is not over."""
@@ -389,13 +394,11 @@ class _Planner:
 
     def _regular_done(self) -> bool:
         """Whether every regular container has ended and the restart policy restarts none of them."""
-        if self.policy == "Always":
-            return False
         for c in self.pod.spec.containers:
             current = self.current(c.name)
             if current is None or current.state != api_pb2.CONTAINER_EXITED:
                 return False
-            if self.policy == "OnFailure" and current.exit_code != 0:
+            if should_restart(c, self.pod, current.exit_code):
                 return False
         return True
 

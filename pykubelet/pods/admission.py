@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from pykubelet.api.podmodel import Container, Pod
+from pykubelet.node import features
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
@@ -155,10 +156,14 @@ def ports_conflict(pod: Pod, others: list[Pod]) -> bool:
 
 def check(pod: Pod, others: list[Pod], *, allocatable: dict[str, str], labels: dict[str, str], node_name: str,
           runtime_class_known: Callable[[str], bool] = lambda _name: False,
-          sysctls: Allowlist | None = None) -> Verdict:
+          sysctls: Allowlist | None = None, declared: tuple[str, ...] = ()) -> Verdict:
     """The kubelet's admission of `pod` next to the admitted `others`, first failure only (as the kubelet
-    reports one reason), its handlers in the kubelet's order (sysctls before the predicates). `sysctls`:
-    the node's allowlist (the safe set by default)."""
+    reports one reason), its handlers in the kubelet's order (declared features, then sysctls, before the
+    predicates). `sysctls`: the node's allowlist (the safe set by default); `declared`: the features the
+    node declares (pykubelet/node/features.py)."""
+    lacking = features.missing(pod, declared)
+    if lacking is not None:
+        return Verdict(False, features.FEATURE_UNSUPPORTED, lacking)
     forbidden = (sysctls or Allowlist.for_node([])).admit(pod)
     if forbidden is not None:
         return Verdict(False, FORBIDDEN_REASON, forbidden)
@@ -184,14 +189,14 @@ class Admission:
 
     `pods()`: the desired pods; `on_node()`: the UIDs that have a sandbox on the node;
     `allocatable()` and `labels()`: the node's; `runtime_class_known(name)`: whether a RuntimeClass exists;
-    `sysctls`: the sysctls pods may set (the safe set by default).
+    `sysctls`: the sysctls pods may set (the safe set by default); `declared`: the node's declared features.
     One decision at a time, so two new pods never both take the same room."""
 
     def __init__(self, node_name: str, *, pods: Callable[[], list[Pod]], on_node: Callable[[], set[str]],
                  allocatable: Callable[[], dict[str, str]], labels: Callable[[], dict[str, str]],
                  runtime_class_known: Callable[[str], bool] = lambda _name: False,
-                 sysctls: Allowlist | None = None) -> None:
-        self.node_name = node_name
+                 sysctls: Allowlist | None = None, declared: tuple[str, ...] = ()) -> None:
+        self.node_name, self.declared = node_name, declared
         self._pods, self._on_node, self._allocatable, self._labels = pods, on_node, allocatable, labels
         self._runtime_class_known = runtime_class_known
         # the eviction manager's admit handler (pykubelet/eviction): a rejection message under node pressure
@@ -216,7 +221,7 @@ class Admission:
             others = self._others(uid)
             verdict = check(pod, others, allocatable=self._allocatable(), labels=self._labels(),
                             node_name=self.node_name, runtime_class_known=self._runtime_class_known,
-                            sysctls=self._sysctls)
+                            sysctls=self._sysctls, declared=self.declared)
             pressure = self.pressure(pod)
             if pressure is not None:  # the kubelet's first admit handler: its verdict stands before the others'
                 verdict = Verdict(False, "Evicted", pressure)

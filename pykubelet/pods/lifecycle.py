@@ -10,10 +10,18 @@ whose restart policy then decides, as the kubelet's.
 
 Every stop of a running container by the kubelet (a deletion, a liveness failure, a failed postStart, a
 changed spec, a finished pod's sidecars) goes through `stop_container` so that preStop always runs first.
+
+A pod deleted again with a shorter grace period (`kubectl delete --grace-period` while it terminates) ends
+by the new deadline, as the kubelet's pod workers cancel the termination under way and run it again with
+the shorter grace: its `Deadline` moves earlier, a sleep hook waiting on it wakes, and the stop that follows
+gets only what is left. An exec or HTTP hook already running, and a StopContainer already sent, keep the
+bound they started with (the runtime has no way to shorten one).
 """
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable
 
@@ -29,19 +37,51 @@ MIN_GRACE = 2
 EventFn = Callable[[Pod, str, str, str, str], None]
 
 
+class Deadline:
+    """When a termination's grace ends; it only moves earlier (upstream's calculateEffectiveGracePeriod lets a
+    grace period only decrease)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._at = clock() + seconds
+        self._cond = threading.Condition()
+
+    def shorten(self, seconds: float) -> bool:
+        """The grace ends `seconds` from now if that is sooner; True if it moved."""
+        with self._cond:
+            at = self._clock() + seconds
+            if at >= self._at:
+                return False
+            self._at = at
+            self._cond.notify_all()
+            return True
+
+    def left(self) -> float:
+        with self._cond:
+            return max(0.0, self._at - self._clock())
+
+    def sleep(self, seconds: float) -> None:
+        """Sleeps `seconds`, or until the grace ends if that is sooner (a shortened grace wakes it)."""
+        until = self._clock() + seconds
+        with self._cond:
+            while (wait := min(until, self._at) - self._clock()) > 0:
+                self._cond.wait(wait)
+
+
 def hook_action(container: Container, hook: str) -> HookAction | None:
     return container.post_start if hook == "postStart" else container.pre_stop
 
 
 def run_hook(runtime: cri.CRIRuntime, container: Container, container_id: str, hook: str, pod_ip: str,
-             timeout: float, field_path: str) -> Outcome:
-    """Runs the container's `hook` ("postStart" or "preStop"); SUCCESS if it has none."""
+             timeout: float, field_path: str, sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """Runs the container's `hook` ("postStart" or "preStop"); SUCCESS if it has none. A sleep action sleeps
+    with `sleep` (a Deadline's, for a preStop)."""
     action = hook_action(container, hook)
     if action is None:
         return Outcome(Result.SUCCESS)
     path = f"{field_path}.lifecycle.{hook}"
     if isinstance(action, SleepAction):
-        time.sleep(max(0.0, min(action.seconds, timeout)))
+        sleep(max(0.0, min(action.seconds, timeout)))
         return Outcome(Result.SUCCESS)
     if isinstance(action, TCPSocketAction):  # deprecated for hooks and never run by the kubelet
         return Outcome(Result.SUCCESS, f"{path}.tcpSocket is not supported")
@@ -52,23 +92,27 @@ def run_hook(runtime: cri.CRIRuntime, container: Container, container_id: str, h
 
 
 def stop_container(runtime: cri.CRIRuntime, pod: Pod | None, name: str, container_id: str, grace: int,
-                   pod_ip: str = "", event: EventFn | None = None, why: str | None = None) -> None:
-    """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds, then stops it
-    with what is left of the grace (SIGTERM, then SIGKILL). The Killing event says `why` ("Stopping
-    container NAME" by default), as the kubelet's killContainer."""
+                   pod_ip: str = "", event: EventFn | None = None, why: str | None = None,
+                   deadline: Deadline | None = None) -> None:
+    """Runs the container's preStop hook (if the pod's spec has one) within `grace` seconds (or by
+    `deadline`, the pod's, which may move earlier meanwhile), then stops it with what is left of the grace
+    (SIGTERM, then SIGKILL). The Killing event says `why` ("Stopping container NAME" by default), as the
+    kubelet's killContainer."""
     if pod is not None and event is not None:
         event(pod, name, "Normal", "Killing", why or f"Stopping container {name}")
     container = None if pod is None else next((c for c in pod.spec.all_containers if c.name == name), None)
     if pod is not None and container is not None and container.pre_stop is not None and grace > 0:
-        began = time.monotonic()
-        outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, grace,
-                           pod.field_path(name))
+        bound = deadline or Deadline(grace)
+        outcome = run_hook(runtime, container, container_id, "preStop", pod_ip, math.ceil(bound.left()),
+                           pod.field_path(name), bound.sleep)
         if not outcome.ok:
             message = f"PreStopHook failed: {outcome.message}"
             log.warning("pod %s: container %s: %s", pod.key, name, message)
             if event is not None:
                 event(pod, name, "Warning", "FailedPreStopHook", message)
-        grace = max(MIN_GRACE, grace - int(time.monotonic() - began))
+        grace = max(MIN_GRACE, math.ceil(bound.left()))  # the kubelet takes whole seconds used
+    elif deadline is not None and grace > 0:
+        grace = max(MIN_GRACE, math.ceil(deadline.left()))
     try:
         runtime.stop_container(container_id, grace)
     except cri.NotFound:

@@ -69,6 +69,21 @@ def termination_grace(pod: Pod) -> int:
     return pod.spec.termination_grace_period_seconds or DEFAULT_GRACE
 
 
+def should_restart(container: Container, pod: Pod, exit_code: int) -> bool:
+    """The kubelet's ContainerShouldRestart (ContainerRestartRules, on in 1.37): whether a container that
+    exited with `exit_code` starts again. A container with a restartPolicy of its own is restarted by its
+    first restartPolicyRules entry that matches the exit code with action Restart, else by its own policy;
+    one without, by the pod's. (A RestartAllContainers rule falls back to the policy, as the kubelet's
+    without that feature: this node does not declare it, pykubelet/node/features.py.)"""
+    policy = pod.spec.restart_policy
+    if container.restart_policy is not None:
+        rule = next((r for r in container.restart_policy_rules if r.matches(exit_code)), None)
+        if rule is not None and rule.action == "Restart":
+            return True
+        policy = container.restart_policy
+    return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
 def is_finished(pod: Pod) -> bool:
     """Whether the pod's phase is terminal: nothing of it starts again."""
     return pod.status.phase in TERMINAL_PHASES

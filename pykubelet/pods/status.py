@@ -17,8 +17,9 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import TERMINAL_PHASES, parse_quantity
+from pykubelet.pods.podspec import TERMINAL_PHASES, parse_quantity, should_restart
 from pykubelet.pods.runtimepod import RuntimePod
+from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE
 from pykubelet.pods.sync import SyncResult
 
 log = logging.getLogger(__name__)
@@ -126,30 +127,31 @@ def container_status(container: Container, history: list[api_pb2.ContainerStatus
     return out
 
 
-def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict]) -> str:
-    """The kubelet's getPhase."""
-    policy = pod.spec.restart_policy
+def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict], terminal: bool = False) -> str:
+    """The kubelet's getPhase (with ContainerRestartRules: a container restarts by its own policy and rules,
+    pods/podspec.should_restart). `terminal`: the pod is being torn down (deleted, its containers all
+    stopped), so none of them restarts whatever the policy: Succeeded if each exited 0, else Failed; a
+    static pod keeps the policy's phase, as the kubelet's."""
     if init_failed:
         return "Failed"
     if not init_done:
         return "Pending"
     running = sum("running" in s["state"] for s in statuses)
-    stopped = [s for s in statuses if "terminated" in s["state"]
-               or ("waiting" in s["state"] and "terminated" in s["lastState"])]
+    # each stopped container's exit code (the one it ended with, or before the restart it waits for)
+    stopped = {s["name"]: (s["state"].get("terminated") or s["lastState"]["terminated"]).get("exitCode", 0)
+               for s in statuses if "terminated" in s["state"]
+               or ("waiting" in s["state"] and "terminated" in s["lastState"])}
     waiting = len(statuses) - running - len(stopped)
-    failed = sum((s["state"].get("terminated") or s["lastState"].get("terminated", {})).get("exitCode", 0) != 0
-                 for s in stopped)
+    failed = any(code != 0 for code in stopped.values())
     if waiting > 0:
         return "Pending"
     if running > 0:
         return "Running"
-    if policy == "Always":
-        return "Running"
-    if policy == "Never" and failed:
-        return "Failed"
-    if policy == "OnFailure" and failed:
-        return "Running"
-    return "Succeeded"
+    if terminal and stopped and pod.metadata.annotations.get(CONFIG_SOURCE) != SOURCE_FILE:
+        return "Failed" if failed else "Succeeded"
+    if any(should_restart(c, pod, stopped[c.name]) for c in pod.spec.containers if c.name in stopped):
+        return "Running"  # one of them is restarting
+    return "Failed" if failed else "Succeeded"
 
 
 # the conditions the kubelet writes; any other (a readiness gate's, set by a controller through pods/status, or
@@ -219,10 +221,11 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
 
 def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
                probes=None, actuated: dict[str, Resources] | None = None,
-               resize_conditions: list[dict[str, Any]] | None = None) -> dict:
+               resize_conditions: list[dict[str, Any]] | None = None, terminal: bool = False) -> dict:
     """Of the allocated `pod` (pods/allocation.py: the resources the kubelet granted it). `probes` (a
     pykubelet.prober.manager.ProbeManager) says which running containers are started and ready; `actuated`
-    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones."""
+    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones;
+    `terminal`: the final status of a deleted pod whose containers have all stopped (see phase)."""
     given = actuated or {}
     # the status as last written (the kubelet's own fields of it, kept: qosClass, startTime)
     spec, previous, uid = pod.spec, pod.raw.get("status") or {}, pod.uid
@@ -255,7 +258,7 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         s["ready"] = False
         del s["started"]
         ephemeral_statuses.append(s)
-    ph = phase(pod, init_done, result.init_failed, statuses)
+    ph = phase(pod, init_done, result.init_failed, statuses, terminal)
     if pod.status.phase in TERMINAL_PHASES:  # as the kubelet's: a finished pod whose sandbox is gone stays so
         ph = pod.status.phase
     foreign = [c for c in previous.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
-import time
 from pathlib import Path
 
 from proto import api_pb2
@@ -51,23 +50,31 @@ def _ignore_missing(call, *args) -> None:
 
 def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | None = None,
              event: lifecycle.EventFn | None = None) -> None:
-    """Stops every container of the pod (`grace` seconds in all, preStop hooks first: the regular ones in
-    parallel, then the sidecars one by one in reverse order, as the kubelet's), then removes all of it
-    from the runtime."""
+    """Stops every container of the pod, then removes all of it from the runtime."""
+    stop_containers(runtime, state, grace, pod, event)
+    remove_from_runtime(runtime, state)
+
+
+def stop_containers(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | None = None,
+                    event: lifecycle.EventFn | None = None, deadline: lifecycle.Deadline | None = None) -> None:
+    """Stops every container of the pod (`grace` seconds in all, or by `deadline` if it moves earlier;
+    preStop hooks first: the regular ones in parallel, then the sidecars one by one in reverse order, as the
+    kubelet's). They stay in the runtime, with their exit codes and finish times, for the pod's final status."""
     running = [c for c in state.containers if c.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED)]
     sidecars = [] if pod is None else [c.name for c in pod.spec.init_containers if c.is_sidecar]
     net = state.sandbox_status.network if state.sandbox_status is not None else None
     pod_ip = net.ip if net is not None else ""
-    deadline = time.monotonic() + grace
+    bound = deadline or lifecycle.Deadline(grace)
     errors: list[Exception] = []
 
-    def stop(c: api_pb2.Container, seconds: int) -> None:
+    def stop(c: api_pb2.Container) -> None:
         try:
-            lifecycle.stop_container(runtime, pod, c.labels.get(CONTAINER_NAME, ""), c.id, seconds, pod_ip, event)
+            lifecycle.stop_container(runtime, pod, c.labels.get(CONTAINER_NAME, ""), c.id, grace, pod_ip, event,
+                                     deadline=bound)
         except cri.CRIError as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=stop, args=(c, grace), name=f"stop-{c.id[:12]}") for c in running
+    threads = [threading.Thread(target=stop, args=(c,), name=f"stop-{c.id[:12]}") for c in running
                if c.labels.get(CONTAINER_NAME) not in sidecars]
     for t in threads:
         t.start()
@@ -76,9 +83,13 @@ def kill_pod(runtime: cri.CRIRuntime, state: RuntimePod, grace: int, pod: Pod | 
     for name in reversed(sidecars):
         for c in running:
             if c.labels.get(CONTAINER_NAME) == name:
-                stop(c, max(lifecycle.MIN_GRACE, int(deadline - time.monotonic())) if grace > 0 else 0)
+                stop(c)
     if errors:
         raise errors[0]
+
+
+def remove_from_runtime(runtime: cri.CRIRuntime, state: RuntimePod) -> None:
+    """Stops the pod's sandboxes (its network: the pod IP is released) and removes them and its containers."""
     for s in state.sandboxes:
         _ignore_missing(runtime.stop_pod_sandbox, s.id)
     for c in state.containers:

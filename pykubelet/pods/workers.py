@@ -45,6 +45,7 @@ from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
+from pykubelet.pods.lifecycle import Deadline
 from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.podspec import DEADLINE_EXCEEDED, DEADLINE_MESSAGE, deadline_left, is_finished
@@ -103,6 +104,8 @@ class PodWorkers:
         self._parsed: dict[str, tuple[Any, Pod]] = {}
         # uid -> (reason, message, grace, done): a kill the eviction or the shutdown manager asked for
         self._kills: dict[str, tuple[str, str, int, threading.Event]] = {}
+        # uid -> when the grace of its termination under way ends: a deletion with a shorter grace moves it
+        self._deadlines: dict[str, Deadline] = {}
         informer.add_handler(self._on_pod)
 
     def _services(self) -> list[dict] | None:
@@ -113,10 +116,14 @@ class PodWorkers:
 
     def _on_pod(self, _kind: str, _old: Any, pod: Any) -> None:
         uid = pod.metadata.uid
+        grace = getattr(pod.metadata, "deletionGracePeriodSeconds", None)
         with self._lock:
             if uid not in self._keys:
                 self._first_seen[uid] = time.monotonic()
             self._keys[uid] = key_of(pod)
+            deadline = self._deadlines.get(uid)
+        if deadline is not None and isinstance(grace, int) and deadline.shorten(grace):
+            log.info("pod %s: grace period shortened to %d s", key_of(pod), grace)
         self.queue.add(uid)
 
     def _active_pods(self) -> list[Pod]:
@@ -337,10 +344,20 @@ class PodWorkers:
         if state.sandboxes or state.containers:
             grace = termination.grace_period(pod, state)
             log.info("pod %s: stopping (grace %d s)", skeleton.key if skeleton else uid, grace)
-            if pod is None:
-                termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
-            else:
-                self._kill_reporting(pod, state, grace)
+            deadline = Deadline(grace)
+            with self._lock:
+                self._deadlines[uid] = deadline
+            try:
+                if pod is None:
+                    termination.stop_containers(self.runtime, state, grace, pod, self.syncer.event, deadline)
+                else:
+                    self._stop_reporting(pod, state, grace, deadline)
+            finally:
+                with self._lock:
+                    self._deadlines.pop(uid, None)
+            if pod is not None:
+                self._final_status(pod)
+            termination.remove_from_runtime(self.runtime, state)
         self.probes.remove_pod(uid)
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings, self.slices)
@@ -361,8 +378,8 @@ class PodWorkers:
             if self.admission is not None:
                 self.admission.forget(uid)
 
-    def _kill_reporting(self, pod: Pod, state, grace: int) -> None:
-        """Kills the deleted `pod` as the kubelet's SyncTerminatingPod: its liveness and startup probes
+    def _stop_reporting(self, pod: Pod, state, grace: int, deadline: Deadline) -> None:
+        """Stops the deleted `pod`'s containers as the kubelet's SyncTerminatingPod: its liveness and startup probes
         stopped first, its status written as the kill starts and, while its containers take their grace to
         end, again whenever a readiness probe changes (checked each second too: a container that ended is not
         ready), so that endpoints stop sending traffic to a pod on its way out."""
@@ -372,7 +389,7 @@ class PodWorkers:
 
         def kill() -> None:
             try:
-                termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
+                termination.stop_containers(self.runtime, state, grace, pod, self.syncer.event, deadline)
             except Exception as e:  # raised again in the pod's sync, which reports it
                 errors.append(e)
 
@@ -400,6 +417,19 @@ class PodWorkers:
         meta = pod.metadata
         self.statuses.set_pod_status(pod.uid, self._status(pod, state, SyncResult()), namespace=meta.namespace,
                                      name=meta.name, current=pod.raw.get("status"))
+
+    def _final_status(self, pod: Pod) -> None:
+        """The status of a deleted pod whose containers have all stopped, sent before they leave the runtime,
+        as the kubelet's syncTerminatingPod: each container terminated with its exit code and finish time,
+        and a terminal phase. A pod kept by a finalizer shows it for as long as it stays."""
+        state = observe(self.runtime, pod.uid)
+        status = pod_status(pod, state, SyncResult(), host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
+                            terminal=True)
+        if status["phase"] in TERMINAL:
+            status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
+        meta = pod.metadata
+        self.statuses.set_pod_status(pod.uid, status, namespace=meta.namespace, name=meta.name,
+                                     current=pod.raw.get("status"))
 
     # --- running ----------------------------------------------------------------------------------
 

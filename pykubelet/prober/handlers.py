@@ -27,6 +27,9 @@ from pykubelet.errors import DeadlineExceededError, InvalidArgumentError
 USER_AGENT = "kube-probe/1.37"
 MAX_BODY = 10 * 1024
 MAX_REDIRECTS = 10
+FOLLOWED = (301, 302, 303, 307, 308)  # the redirects Go's HTTP client follows; any other 3xx is the answer
+# the message of a success whose redirect was not followed: the probe manager makes it a ProbeWarning event
+REDIRECT_WARNING = "Probe terminated redirects, Response body: "
 
 
 class Result(enum.Enum):
@@ -189,7 +192,8 @@ def _get(url: str, headers: dict[str, str], deadline: float) -> tuple[int, str |
 
 
 def run_http(url: str, headers: dict[str, str], timeout: float) -> Outcome:
-    """GET `url`; 200-399 is a success (a 3xx that was not followed: with a warning)."""
+    """GET `url`; 200-399 is a success (a 3xx that was not followed: with a warning, as the kubelet's
+    DoHTTPProbe words it)."""
     import http.client
 
     deadline = time.monotonic() + timeout
@@ -202,12 +206,13 @@ def run_http(url: str, headers: dict[str, str], timeout: float) -> Outcome:
                            "(Client.Timeout exceeded while awaiting headers)")
         except (OSError, http.client.HTTPException) as e:
             return Outcome(Result.FAILURE, f'Get "{url}": {_reason(e)}')
-        if 300 <= status < 400 and location:
+        if status in FOLLOWED and location:
             target = urllib.parse.urljoin(url, location)
             if urllib.parse.urlsplit(target).hostname == original:
                 url = target
                 continue
-            return Outcome(Result.SUCCESS, f"Probe terminated redirects, Response: {status} to {target}")
+        if 300 <= status < 400:  # the kubelet's event quotes the body: what a user sees of the redirect
+            return Outcome(Result.SUCCESS, f"{REDIRECT_WARNING}{body[:MAX_BODY].decode('utf-8', 'replace')}")
         if 200 <= status < 400:
             return Outcome(Result.SUCCESS, _text(body))
         return Outcome(Result.FAILURE, f"HTTP probe failed with statuscode: {status}")

@@ -35,7 +35,7 @@ from pykubelet import runtime as cri
 from pykubelet.api.podmodel import Container, Pod, Probe
 from pykubelet.events import WARNING, EventRecorder, pod_ref
 from pykubelet.pods.runtimepod import RuntimePod
-from pykubelet.prober.handlers import Outcome, Result, run_action
+from pykubelet.prober.handlers import REDIRECT_WARNING, Outcome, Result, run_action
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ class ProbeManager:
         title = TITLES[w.kind]
         if outcome.result is Result.FAILURE:
             self._event(w, WARNING, "Unhealthy", f"{title} probe failed: {outcome.message}")
-        elif outcome.message.startswith("Probe terminated redirects"):
+        elif outcome.message.startswith(REDIRECT_WARNING):
             self._event(w, WARNING, "ProbeWarning", f"{title} probe warning: {outcome.message}")
         if changed:
             log.info("pod %s: %s probe of %s: %s", w.pod.key, w.kind, w.name, w.result.value)

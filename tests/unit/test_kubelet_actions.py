@@ -149,6 +149,12 @@ INIT = pod(MAIN, init=(SETUP, SETUP2))
 SIDECARS = pod(MAIN, init=(SIDE, SETUP))
 DONE = pod(MAIN, init=(SIDE, SIDE2), policy="Never", grace=7)
 NO_SANDBOX: tuple[tuple[str, bool], ...] = ()
+NEVER, ALWAYS = spec("main", restartPolicy="Never"), spec("main", restartPolicy="Always")
+RULED = spec("main", restartPolicy="Never",
+             restartPolicyRules=[{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}])
+NOT_ZERO = spec("main", restartPolicy="Never",
+                restartPolicyRules=[{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}}])
+SETUP_ON_FAILURE = spec("setup", restartPolicy="OnFailure")
 
 
 def res(cpu: str | None = None, memory: str | None = None, *, limits: bool = True) -> Resources:
@@ -213,6 +219,11 @@ CASES = [
          steps(KillContainer("side", "s1", 30, KillReason.PROBE_FAILED, "Container side failed startup probe"),
                StartContainer("setup", 0)),
          probes=Probes(failed={"s1": ("Container side failed startup probe", None)})),
+    Case("a sidecar failing its startup probe is killed with the probe's grace, not the pod's",
+         pod(MAIN, init=(SIDE_PROBED,), grace=500), (C("side", "s1"),),
+         steps(KillContainer("side", "s1", 5, KillReason.PROBE_FAILED, "Container side failed startup probe"),
+               StartContainer("main", 0)),
+         probes=Probes(failed={"s1": ("Container side failed startup probe", 5)})),
     Case("a done pod's sidecars stop in reverse order and restart no more",
          DONE, (C("main", "m1", "exited"), C("side2", "s2"), C("side", "s1")),
          steps(KillContainer("side2", "s2", 7, KillReason.POD_DONE),
@@ -226,6 +237,24 @@ CASES = [
            steps(StartContainer("main", 1, backoff_key=key(MAIN))) if again else PodActions())
       for policy, code, again in (("Always", 0, True), ("Always", 1, True), ("OnFailure", 0, False),
                                   ("OnFailure", 2, True), ("Never", 0, False), ("Never", 1, False))),
+    # --- a container's own restartPolicy and restartPolicyRules (ContainerRestartRules, on in 1.37) ----------
+    Case("a container's own Never under the pod's Always: left, and the pod is done",
+         pod(NEVER, policy="Always"), (C("main", "m1", "exited", exit=1),), PodActions()),
+    Case("a container's own Always under the pod's Never: restarted", pod(ALWAYS, policy="Never"),
+         (C("main", "m1", "exited", exit=0),), steps(StartContainer("main", 1, backoff_key=key(ALWAYS)))),
+    Case("a Restart rule whose exit codes (In) match restarts a container whose own policy is Never",
+         pod(RULED, policy="Never"), (C("main", "m1", "exited", exit=42),),
+         steps(StartContainer("main", 1, backoff_key=key(RULED)))),
+    Case("no rule matches: the container's own policy (Never) decides", pod(RULED, policy="Never"),
+         (C("main", "m1", "exited", exit=1),), PodActions()),
+    Case("a NotIn rule matches any other exit code", pod(NOT_ZERO, policy="Never"),
+         (C("main", "m1", "exited", exit=3),), steps(StartContainer("main", 1, backoff_key=key(NOT_ZERO)))),
+    Case("an init container's own OnFailure under the pod's Never: restarted, not a failed pod",
+         pod(MAIN, init=(SETUP_ON_FAILURE,), policy="Never"), (C("setup", "i1", "exited", exit=1),),
+         steps(StartContainer("setup", 1, backoff_key=key(SETUP_ON_FAILURE)))),
+    Case("an init container's own Never under the pod's Always: the pod has failed",
+         pod(MAIN, init=(spec("setup", restartPolicy="Never"),)), (C("setup", "i1", "exited", exit=1),),
+         PodActions(init_failed=True)),
     Case("an exited container within its back-off waits: CrashLoopBackOff", P, (C("main", "m1", "exited", exit=1),),
          steps(waits("main")), backoffs=backoffs(MAIN)),
     Case("an exited container past its back-off restarts", P,

@@ -102,6 +102,17 @@ def test_pull_policy_by_tag(image: str, policy: str):
      "spec.containers[0].resizePolicy[0].restartPolicy: required"),
     (pod(resources={"limits": {"cpu": []}}),
      'spec.resources.limits["cpu"]: must be a string or an integer or a number, got []'),
+    (pod(containers=[{"name": "c", "image": "i", "restartPolicy": "Sometimes"}]),
+     'spec.containers[0].restartPolicy: unknown container restart policy "Sometimes"'),
+    (pod(containers=[{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}, {"action": "Restart"}]}]),
+     "spec.containers[0].restartPolicyRules[1].exitCodes: required"),
+    (pod(containers=[{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Ignore", "exitCodes": {"operator": "In", "values": [42]}}]}]),
+     'spec.containers[0].restartPolicyRules[0].action: unknown container restart rule action "Ignore"'),
+    (pod(containers=[{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": ["42"]}}]}]),
+     'spec.containers[0].restartPolicyRules[0].exitCodes.values[0]: must be an integer, got "42"'),
 ])
 def test_errors_name_the_field_path(raw: dict, message: str):
     with pytest.raises(FieldError) as err:
@@ -196,3 +207,13 @@ def test_resize_policies_pod_level_resources_and_the_generation():
     assert p.spec.resources == Resources(requests={"cpu": "2", "memory": "1Gi"}, limits={"cpu": "2"})
     assert p.metadata.generation == 3
     assert parse_pod(pod()).spec.resources is None
+
+
+def test_a_containers_own_restart_policy_and_rules():
+    """ContainerRestartRules (on in 1.37): a regular container's restartPolicy and restartPolicyRules."""
+    p = parse_pod(pod(containers=[{"name": "c", "image": "i", "restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0, 1]}}]}]))
+    (c,) = p.spec.containers
+    (rule,) = c.restart_policy_rules
+    assert c.restart_policy == "Never" and not c.is_sidecar and rule.action == "Restart"
+    assert rule.matches(42) and not rule.matches(1)

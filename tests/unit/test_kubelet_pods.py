@@ -267,7 +267,8 @@ class Cache:
 
     def put(self, raw: dict) -> SimpleNamespace:
         meta = raw["metadata"]
-        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"]),
+        obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"],
+                                                       deletionGracePeriodSeconds=meta.get("deletionGracePeriodSeconds")),
                               to_dict=lambda: copy.deepcopy(raw))
         self.objects[f"{meta['namespace']}/{meta['name']}"] = obj
         return obj
@@ -656,3 +657,115 @@ def test_a_restart_never_pod_whose_init_container_failed_stays_failed(tmp_path):
     status = workers.statuses.last(UID)
     assert status["phase"] == "Failed" and conditions_of(status)["Initialized"]["reason"] == "ContainersNotInitialized"
     assert rt.started == ["init-0"]
+def test_phase_of_a_deleted_pod_whose_containers_all_stopped_is_terminal():
+    """The kubelet's getPhase with podIsTerminal: none restarts whatever the policy, so Succeeded if each
+    exited 0, else Failed; a container that never ran keeps it Pending; a static pod keeps the policy's."""
+    def phase(p: Pod, *statuses: api_pb2.ContainerStatus) -> str:
+        return pod_status.pod_status(p, runtime_pod(*statuses), SyncResult(), host_ip=None, runtime_name="x",
+                                     terminal=True)["phase"]
+
+    assert phase(pod(), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0)) == "Succeeded"
+    assert phase(pod(), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=137)) == "Failed"
+    assert phase(pod(restartPolicy="OnFailure"), container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=1)) == "Failed"
+    assert phase(pod()) == "Pending"
+    static = parse_pod({"metadata": {"name": "web", "namespace": "ns", "uid": UID,
+                                     "annotations": {"kubernetes.io/config.source": "file"}},
+                        "spec": {"containers": [{"name": "c", "image": "img:1"}]}})
+    assert phase(static, container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=0)) == "Running"
+
+
+class ApiClient(FakeClient):
+    """Records the status patches and the deletions, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def patch(self, _res, _name, obj, **_kw) -> None:
+        super().patch(_res, _name, obj)
+        self.calls.append("patch")
+
+    def delete(self, _res, _name, **_kw) -> None:
+        self.calls.append("delete")
+
+
+def test_a_deleted_pod_reports_its_containers_terminated_before_it_leaves_the_runtime(tmp_path):
+    """As the kubelet's syncTerminatingPod: once the containers stopped, the pod's status says so (each
+    terminated, with its finish time; a terminal phase) before the containers are removed and the pod
+    object deleted, so a pod kept by a finalizer shows how it ended ([sig-node] Lifecycle Sleep Hook specs
+    wait for the container's terminated state and read its finishedAt)."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, client = Cache(), FakeCRI(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    settings = Settings(root_dir=tmp_path / "root", pod_logs_dir=tmp_path / "logs")
+    workers = PodWorkers(client, rt, settings, cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1"}], "terminationGracePeriodSeconds": 5}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    assert rt.started == ["c-0"] and client.patches[-1]["status"]["phase"] == "Running"
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:05Z",
+                                   "deletionGracePeriodSeconds": 5, "finalizers": ["test/finalizer"]}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    client.calls.clear()
+    assert workers.sync(UID) is None
+    assert client.calls == ["patch", "delete"] and not rt.statuses  # reported, then removed, then deleted
+    final = client.patches[-1]["status"]
+    (cs,) = final["containerStatuses"]
+    assert final["phase"] == "Succeeded" and cs["state"]["terminated"]["finishedAt"] and not cs["ready"]
+    assert next(c for c in final["conditions"] if c["type"] == "Ready")["status"] == "False"
+
+
+def test_a_deletion_with_a_shorter_grace_cuts_the_termination_under_way(tmp_path):
+    """As the kubelet's pod workers (a shortened grace cancels the termination and runs it again with the new
+    one): a pod whose preStop sleeps 50 s of its 100 s grace, deleted again with grace 1, ends within it
+    ([sig-node] Lifecycle Sleep Hook reduce GracePeriodSeconds during runtime)."""
+    import threading
+    import time
+
+    from pykubelet.pods.lifecycle import MIN_GRACE
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, client = Cache(), FakeCRI(), ApiClient()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(client, rt, Settings(root_dir=tmp_path / "root", pod_logs_dir=tmp_path / "logs"), cache)
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"containers": [{"name": "c", "image": "img:1",
+                                          "lifecycle": {"preStop": {"sleep": {"seconds": 50}}}}],
+                          "terminationGracePeriodSeconds": 100}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    deleted = {**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:01:40Z",
+                                   "deletionGracePeriodSeconds": 100}}
+    workers._on_pod("MODIFIED", None, cache.put(deleted))
+    began = time.monotonic()
+    t = threading.Thread(target=workers.sync, args=(UID,))
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()  # the preStop sleeps
+    again = {**deleted, "metadata": {**deleted["metadata"], "deletionGracePeriodSeconds": 1}}
+    workers._on_pod("MODIFIED", None, cache.put(again))
+    t.join(5)
+    assert not t.is_alive() and time.monotonic() - began < 3
+    assert ("StopContainer", "c-0", MIN_GRACE) in rt.calls and not workers._deadlines
+
+
+def test_phase_with_a_containers_own_restart_policy_and_rules():
+    """getPhase with ContainerRestartRules: the pod runs while a stopped container restarts by its own
+    policy or a matching rule, else it has ended (Succeeded if each exited 0)."""
+    def phase(policy: str, container: dict, exit_code: int) -> str:
+        p = pod(restartPolicy=policy, containers=[{"name": "c", "image": "img:1", **container}])
+        state = runtime_pod(container_status_exited(exit_code))
+        return pod_status.pod_status(p, state, SyncResult(), host_ip=None, runtime_name="x")["phase"]
+
+    def container_status_exited(code: int) -> api_pb2.ContainerStatus:
+        return container("c1", api_pb2.CONTAINER_EXITED, 0, exit_code=code)
+
+    rule = {"restartPolicyRules": [{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}
+    assert phase("Always", {"restartPolicy": "Never"}, 0) == "Succeeded"
+    assert phase("Always", {"restartPolicy": "Never"}, 1) == "Failed"
+    assert phase("Never", {"restartPolicy": "Always"}, 0) == "Running"
+    assert phase("Never", {"restartPolicy": "Never", **rule}, 42) == "Running"
+    assert phase("Never", {"restartPolicy": "Never", **rule}, 1) == "Failed"
+    assert phase("Never", {"restartPolicy": "OnFailure"}, 0) == "Succeeded"

@@ -1,0 +1,155 @@
+"""What Kubernetes' own [NodeConformance] specs check of the kubelet's lifecycle hooks, probes and restart
+rules, end to end against a stock kube-apiserver on each CRI runtime (containerd 1.6 and pyruntime-cri):
+
+- a preStop sleep runs before the stop, and a pod kept by a finalizer shows its container terminated, with
+  the finish time that says so ([sig-node] Lifecycle Sleep Hook valid prestop hook using sleep action);
+- a second deletion with a shorter grace period cuts the sleep: the container ends by the new deadline
+  (Lifecycle Sleep Hook reduce GracePeriodSeconds during runtime);
+- an http liveness probe answered with a redirect to another host is a success: no restart, and a
+  ProbeWarning event that quotes the body ([sig-node] Probing container should *not* be restarted with a
+  non-local redirect http liveness probe);
+- a container's own restartPolicy and restartPolicyRules decide its restart and the pod's phase ([sig-node]
+  Pod Extended (container restart policy));
+- the node declares the features it implements, and a pod bound to it that needs one it lacks
+  (RestartAllContainers) is refused with PodFeatureUnsupported.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+from tests.kit.kubelet_node import BUSYBOX, apply, delete, get_pod, wait_for, wait_pod
+from tests.kit.kubelet_node import pod_spec as kit_pod_spec
+
+NODE = "pynode-e2e-lifecycle"
+NODE_IP = "10.201.0.48"
+IDLE = "trap 'exit 0' TERM; while true; do sleep 0.2; done"  # ends at once on SIGTERM
+FINALIZER = "pynode.test/hold"
+REDIRECT_BODY = '<a href="http://0.0.0.0/">Found</a>.'
+REDIRECT = (b"HTTP/1.1 302 Found\r\nLocation: http://0.0.0.0/\r\nContent-Type: text/html\r\n"
+            + f"Content-Length: {len(REDIRECT_BODY)}\r\n\r\n{REDIRECT_BODY}".encode())
+# an HTTP server on 8080 whose every answer is a 302 to another host (http.Redirect's body), one connection
+# at a time, as agnhost's /redirect?loc=http://0.0.0.0/; the answer in octal escapes, which no quoting mangles
+REDIRECTOR = ("trap 'exit 0' TERM; while true; do nc -l -p 8080 -e sh -c \"printf '"
+              + "".join(f"\\{b:03o}" for b in REDIRECT) + "'; cat >/dev/null\"; done & wait")
+
+
+def busybox(name: str, script: str = IDLE, **fields) -> dict:
+    return {"name": name, "image": BUSYBOX, "command": ["sh", "-c", script], **fields}
+
+
+def status_of(pod: dict, name: str) -> dict:
+    return next((s for s in pod.get("status", {}).get("containerStatuses", []) if s["name"] == name), {})
+
+
+def when(stamp: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def release(cp, name: str) -> None:
+    """The finalizer off, then the pod deleted (it goes at once: its containers are gone already)."""
+    cp.kubectl("patch", "pod", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+    delete(cp, name)
+
+
+def events(cp, pod: dict) -> list[dict]:
+    out = cp.kubectl("get", "events", "--field-selector", f"involvedObject.uid={pod['metadata']['uid']}",
+                     "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def test_pre_stop_sleep_then_the_terminated_status_of_a_pod_kept_by_a_finalizer(control_plane, kubelet,
+                                                                                kubepods, tmp_path):
+    pod = kit_pod_spec(NODE, "sleepy", busybox("c", lifecycle={"preStop": {"sleep": {"seconds": 5}}}),
+                       terminationGracePeriodSeconds=30)
+    pod["metadata"]["finalizers"] = [FINALIZER]
+    apply(control_plane, tmp_path, pod)
+    try:
+        wait_pod(control_plane, "sleepy", "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+        control_plane.kubectl("delete", "pod", "sleepy", "--wait=false")
+        deleted = get_pod(control_plane, "sleepy")
+        asked = when(deleted["metadata"]["deletionTimestamp"]) - datetime.timedelta(seconds=30)
+        ended = wait_pod(control_plane, "sleepy", "its container terminated",
+                         lambda p: "terminated" in status_of(p, "c").get("state", {}), timeout=40)
+        terminated = status_of(ended, "c")["state"]["terminated"]
+        slept = (when(terminated["finishedAt"]) - asked).total_seconds()
+        assert 5 <= slept < 30, (slept, terminated)  # the hook's 5 s, then the container's own end on SIGTERM
+        assert terminated["exitCode"] == 0 and ended["status"]["phase"] == "Succeeded"  # the trap's exit
+    finally:
+        release(control_plane, "sleepy")
+
+
+def test_a_shorter_grace_period_cuts_a_sleeping_pre_stop(control_plane, kubelet, kubepods, tmp_path):
+    pod = kit_pod_spec(NODE, "cut", busybox("c", lifecycle={"preStop": {"sleep": {"seconds": 50}}}),
+                       terminationGracePeriodSeconds=100)
+    pod["metadata"]["finalizers"] = [FINALIZER]
+    apply(control_plane, tmp_path, pod)
+    try:
+        wait_pod(control_plane, "cut", "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+        control_plane.kubectl("delete", "pod", "cut", "--wait=false")
+        time.sleep(3)  # the hook sleeps
+        control_plane.kubectl("delete", "pod", "cut", "--wait=false", "--grace-period=5")
+        deadline = when(get_pod(control_plane, "cut")["metadata"]["deletionTimestamp"])
+        ended = wait_pod(control_plane, "cut", "its container terminated",
+                         lambda p: "terminated" in status_of(p, "c").get("state", {}), timeout=30)
+        finished = when(status_of(ended, "c")["state"]["terminated"]["finishedAt"])
+        # by the new deadline (and the kubelet's minimum grace for the stop after the hook), not the 50 s sleep
+        assert (finished - deadline).total_seconds() <= 3, (finished, deadline)
+    finally:
+        release(control_plane, "cut")
+
+
+def test_a_redirect_to_another_host_is_a_liveness_success_with_a_warning(control_plane, kubelet, kubepods,
+                                                                         tmp_path):
+    probe = {"httpGet": {"path": "/redirect", "port": 8080}, "initialDelaySeconds": 1, "periodSeconds": 1,
+             "failureThreshold": 1}
+    apply(control_plane, tmp_path, kit_pod_spec(NODE, "redirect", busybox("c", REDIRECTOR, livenessProbe=probe)))
+    try:
+        pod = wait_pod(control_plane, "redirect", "Running",
+                       lambda p: "running" in status_of(p, "c").get("state", {}))
+        warning = wait_for("a ProbeWarning event", lambda: [e for e in events(control_plane, pod)
+                                                          if e["reason"] == "ProbeWarning"], timeout=30)
+        assert warning[0]["type"] == "Warning" and warning[0]["involvedObject"]["fieldPath"] == "spec.containers{c}"
+        assert warning[0]["message"] == f"Liveness probe warning: Probe terminated redirects, Response body: " \
+                                        f"{REDIRECT_BODY}", warning
+        time.sleep(5)
+        assert status_of(get_pod(control_plane, "redirect"), "c")["restartCount"] == 0
+        assert not [e for e in events(control_plane, pod) if e["reason"] in ("Unhealthy", "Killing")]
+    finally:
+        delete(control_plane, "redirect")
+
+
+def test_a_containers_own_restart_policy_and_rules(control_plane, kubelet, kubepods, tmp_path):
+    rule = {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}
+    apply(control_plane, tmp_path, kit_pod_spec(
+        NODE, "ruled", busybox("c", "exit 42", restartPolicy="Never", restartPolicyRules=[rule]),
+        restartPolicy="Never"))
+    apply(control_plane, tmp_path, kit_pod_spec(
+        NODE, "never", busybox("c", "exit 1", restartPolicy="Never"), restartPolicy="Always"))
+    try:
+        pod = wait_pod(control_plane, "ruled", "restarted by its rule",
+                       lambda p: status_of(p, "c").get("restartCount", 0) >= 1, timeout=60)
+        assert pod["status"]["phase"] in ("Pending", "Running"), pod["status"]  # restarting: not ended
+        pod = wait_pod(control_plane, "never", "Failed", lambda p: p["status"].get("phase") == "Failed")
+        assert status_of(pod, "c")["restartCount"] == 0
+        assert status_of(pod, "c")["state"]["terminated"]["exitCode"] == 1
+    finally:
+        delete(control_plane, "ruled")
+        delete(control_plane, "never")
+
+
+def test_the_node_declares_its_features_and_refuses_a_pod_needing_another(control_plane, kubelet, kubepods,
+                                                                          tmp_path):
+    node = json.loads(control_plane.kubectl("get", "node", NODE, "-o", "json").stdout)
+    assert node["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling"]
+    rule = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [1]}}
+    apply(control_plane, tmp_path, kit_pod_spec(
+        NODE, "needy", busybox("c", restartPolicy="Never", restartPolicyRules=[rule]), restartPolicy="Never"))
+    try:
+        pod = wait_pod(control_plane, "needy", "refused", lambda p: p["status"].get("phase") == "Failed")
+        assert pod["status"]["reason"] == "PodFeatureUnsupported"
+        assert pod["status"]["message"] == ("Pod was rejected: Pod requires node features that are not "
+                                            "available: RestartAllContainersOnContainerExits")
+    finally:
+        delete(control_plane, "needy")
