@@ -335,7 +335,6 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         p.error("`make cluster` needs root")
     (results / "settings.json").write_text(json.dumps(asdict(settings), indent=1))
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))  # a SIGTERM unwinds: the cluster goes down
     runs = []
     with tempfile.TemporaryDirectory(prefix="pynode-e2e-images-", dir="/var/tmp") as tmp:
         log(f"building {len(images)} images")
@@ -359,4 +358,5 @@ def _report(runs: list[PairRun], settings: Settings, results: Path, record: bool
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))  # a SIGTERM unwinds: the cluster goes down
     sys.exit(main())

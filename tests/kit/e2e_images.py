@@ -124,6 +124,8 @@ def wanted(listed: list[str]) -> dict[str, list[str]]:
         repo, _, tag = ref.rpartition(":")
         if repo in BUILDERS and tag:
             out.setdefault(repo, []).append(tag)
+    for tags in out.values():
+        tags.sort()
     missing = sorted(set(BUILDERS) - set(out))
     if missing:
         raise ValueError(f"e2e.test --list-images names none of {', '.join(missing)}: its image manifest changed")
