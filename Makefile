@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
 .PHONY: apt apt-test busybox peers base setup run stop lint test unit integration bench conformance conformance-runc \
-	proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
+	conformance-k8s proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
 
 # What a node needs (`make run`): the node's Debian packages, the venv with the package and the busybox of its
 # sample pod's image.
@@ -92,6 +92,16 @@ conformance-runc: setup
 # ENDPOINTS="containerd pyruntime-cri" picks the CRI servers; scores go to ~/.cache/pynode/critest-results.
 conformance: setup
 	$(PY) -m tests.conformance.critest $(ENDPOINTS)
+
+# Kubernetes v1.37.2's own e2e [NodeConformance] specs against `make cluster`, one pair of kubelet and runtime after
+# the other, side by side (long: more than an hour a pair; not part of `test`). e2e.test, its ginkgo and agnhost are
+# built here, not by `setup` (scripts/peers/e2e.sh: e2e.test is the largest build of the peers).
+# PAIRS="kubelet/containerd pykubelet/pyruntime-cri" picks the pairs (default: all four); reports go to
+# ~/.cache/pynode/conformance-k8s, the table into bench/README.md. It takes the integration lock per pair itself: run
+# it without flock.
+conformance-k8s: setup
+	scripts/build-peers.sh e2e
+	$(PY) -m tests.conformance.k8s_suite $(PAIRS)
 
 # A stock control plane and NODES pynode nodes on this machine (vagrant/provision/cluster.py, network namespaces on
 # a bridge of their own); KUBELET=pykubelet|kubelet, RUNTIME=pyruntime-cri|containerd pick the node's pair.

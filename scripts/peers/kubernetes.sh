@@ -4,15 +4,9 @@
 # module, and etcd from go.etcd.io/etcd/server/v3, into $PEERS_BIN/kubernetes. Skipped when the outputs
 # exist with the right version stamp. kubeadm came later than the others and has a stamp of its own, so a
 # machine that has them builds kubeadm alone.
-#
-# k8s.io/kubernetes is not meant to be required as a module: its go.mod maps 33 k8s.io/* modules to
-# ./staging/src/..., which a requiring module cannot see. So the scratch module replaces each of them by
-# the published module of the same release (v0.37.2 for v1.37.2), the list taken from those replace
-# lines themselves: a pattern on v0.0.0 would also catch k8s.io/utils and kube-openapi, whose
-# pseudo-versions are real. Without the ldflags every binary says v0.0.0-master, which the kubelet
-# reports to the API server and version skew checks read.
+# The scratch module and the version ldflags: k8s-module.bash.
 set -euo pipefail
-K8S_VERSION=v1.37.2
+. "$(dirname "$0")/k8s-module.bash"
 ETCD_VERSION=v3.7.3
 bin="${PEERS_BIN:-$HOME/.cache/pynode/bin}/kubernetes"
 export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" GOFLAGS="${GOFLAGS:--mod=mod}"
@@ -31,23 +25,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # kubernetes
-staging_version="v0.${K8S_VERSION#v1.}"
-gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')
-mkdir -p "$work/k8s"
-{
-  echo "module pynode.local/k8speers"
-  echo
-  echo "go 1.26"
-  echo
-  echo "require k8s.io/kubernetes $K8S_VERSION"
-  echo
-  sed -n 's#^\s*\(k8s\.io/[^ ]*\) => \./staging/src/.*#replace \1 => \1 '"$staging_version"'#p' "$gomod"
-} > "$work/k8s/go.mod"
-count=$(grep -c '^replace ' "$work/k8s/go.mod")
-if [ "$count" -lt 30 ]; then
-  echo "kubernetes.sh: found only $count staging replaces in $gomod; its go.mod layout changed" >&2
-  exit 1
-fi
+k8s_scratch_module "$work/k8s" pynode.local/k8speers
 {
   echo "//go:build tools"
   echo "package tools"
@@ -57,9 +35,6 @@ fi
   done
   echo ")"
 } > "$work/k8s/tools.go"
-minor="${K8S_VERSION#v1.}" && minor="${minor%%.*}"
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
-ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
 (
   cd "$work/k8s"
   go mod tidy >/dev/null
@@ -68,7 +43,7 @@ ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
     if [ "$c" = kubeadm ]; then version=(version -o short); else version=(--version); fi
     [ -x "$bin/$c" ] && "$bin/$c" "${version[@]}" 2>/dev/null | grep -q "$K8S_VERSION" && continue
     echo "building $c $K8S_VERSION" >&2
-    nice go build -trimpath -ldflags "$ldflags" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+    nice go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
     mv "$bin/$c.tmp" "$bin/$c"
   done
 )

@@ -21,6 +21,23 @@ from tests.kit.cri_images import push_all, write_hosts_dir
 PORT = 5000
 
 
+class _At(Registry):
+    """A registry whose daemon another process started: it serves at `served` (host:port)."""
+
+    def __init__(self, root: Path, served: str) -> None:
+        super().__init__(root)
+        self.served = served
+
+    @property
+    def host(self) -> str:
+        return self.served
+
+
+def at(host: str, root: Path) -> Registry:
+    """The registry `start` started (its files under `root`, serving at `host`: Record.registry), to push to."""
+    return _At(root, host)
+
+
 def start(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_dir: Path, log: Path) -> str:
     """Starts the registry at `address`:PORT in `netns` as the daemon "registry", pushes the test images, writes
     the mirror config into `hosts_dir`; returns the registry's host:port."""
@@ -41,13 +58,9 @@ def start(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_di
     hosts.wait_for("the registry", answers, 30,
                    failed=lambda: None if daemons.process("registry") else f"it exited: {daemons.log('registry')}")
 
-    class ClusterRegistry(Registry):
-        @property
-        def host(self) -> str:
-            return f"{address}:{PORT}"
-
-    push_all(ClusterRegistry(root), root / "images")
-    coredns.push(ClusterRegistry(root))
+    registry = at(host, root)
+    push_all(registry, root / "images")
+    coredns.push(registry)
     shutil.rmtree(root / "images", ignore_errors=True)
     write_hosts_dir(hosts_dir, host)
     return host

@@ -23,6 +23,7 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,7 +199,7 @@ def _marker(name: str) -> list[Entry]:
     return [f(name)]
 
 
-def _web(script: str, root: str, name: str) -> list[Entry]:
+def web_entries(script: str, root: str, name: str) -> list[Entry]:
     dirs = [d(p) for p in _parents(root)]
     return dirs + [f(f"{root}/index.html", INDEX_HTML), f(f"usr/sbin/{name}", script, 0o755)]
 
@@ -220,13 +221,13 @@ def image_set(workdir: Path) -> list[CriImage]:
     predefined_group = BUSYBOX_GROUP + "default-user:x:1000:\ngroup-defined-in-image:x:50000:default-user\n"
     images = [
         CriImage(f"{e2e}/busybox", ["1.29-2"]),
-        CriImage(f"{e2e}/nginx", ["1.14-2"], _web(nginx, NGINX_ROOT, "nginx"),
+        CriImage(f"{e2e}/nginx", ["1.14-2"], web_entries(nginx, NGINX_ROOT, "nginx"),
                  {"Entrypoint": ["/usr/sbin/nginx"], "Cmd": ["-g", "daemon off;"], "ExposedPorts": {"80/tcp": {}},
                   "StopSignal": "SIGQUIT"}),
-        CriImage(f"{staging}/hostnet-nginx-{ARCH}", ["latest"], _web(hostnet_nginx, NGINX_ROOT, "nginx"),
+        CriImage(f"{staging}/hostnet-nginx-{ARCH}", ["latest"], web_entries(hostnet_nginx, NGINX_ROOT, "nginx"),
                  {"Entrypoint": ["/usr/sbin/nginx"], "Cmd": ["-g", "daemon off;"],
                   "ExposedPorts": {"12003/tcp": {}}, "StopSignal": "SIGQUIT"}),
-        CriImage(f"{e2e}/httpd", ["2.4.39-4", "2.4.38-4"], _web(httpd, HTTPD_ROOT, "httpd-foreground"),
+        CriImage(f"{e2e}/httpd", ["2.4.39-4", "2.4.38-4"], web_entries(httpd, HTTPD_ROOT, "httpd-foreground"),
                  {"Cmd": ["httpd-foreground"], "ExposedPorts": {"80/tcp": {}}}),
         CriImage(f"{e2e}/nonewprivs", ["1.3"],
                  [d("usr/local"), d("usr/local/bin"), f("usr/local/bin/nnp", nnp, 0o4755)],
@@ -253,13 +254,14 @@ def image_set(workdir: Path) -> list[CriImage]:
     return images
 
 
-def build_layouts(workdir: Path) -> list[tuple[CriImage, Path]]:
-    """Each image as an OCI layout (tag "latest") under workdir; the busybox layer is built once."""
+def build_layouts(workdir: Path, images: Callable[[Path], list[CriImage]] = image_set) -> list[tuple[CriImage, Path]]:
+    """Each image of the set `images` makes in workdir as an OCI layout (tag "latest") under workdir; the busybox
+    layer is built once."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     base = tar_directory(build_dynamic_rootfs(workdir / "rootfs"))
     out = []
-    for i, image in enumerate(image_set(workdir)):
+    for i, image in enumerate(images(workdir)):
         layout = workdir / f"layout-{i}"
         layers = ([(base, "gzip")] if image.base else []) + ([(tar_entries(image.entries), "gzip")]
                                                              if image.entries else [])
@@ -271,8 +273,13 @@ def build_layouts(workdir: Path) -> list[tuple[CriImage, Path]]:
 
 def push_all(registry, workdir: Path) -> list[str]:
     """Builds every image and pushes it under each of its tags; returns the repo:tag names pushed."""
+    return push_layouts(registry, build_layouts(workdir))
+
+
+def push_layouts(registry, layouts: list[tuple[CriImage, Path]]) -> list[str]:
+    """Pushes each built image under each of its tags; returns the repo:tag names pushed."""
     pushed = []
-    for image, layout in build_layouts(workdir):
+    for image, layout in layouts:
         for tag in image.tags:
             registry.push(layout, f"{image.repo}:{tag}")
             pushed.append(f"{image.repo}:{tag}")

@@ -1,0 +1,180 @@
+"""The pure parts of `make conformance-k8s` (tests/conformance/k8s_suite.py): the ginkgo command, the reading of its
+report against the dry run's selection, the table, and the e2e images chosen from `e2e.test --list-images`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import k8s_suite
+from tests.conformance.k8s_suite import NOT_RUN, Outcome, PairRun, Settings
+from tests.kit import cluster_registry, e2e_images
+
+NODE = "[sig-node] Pods"
+
+
+def _spec(leaf: str, state: str, message: str = "", kind: str = "It", seconds: float = 0.0) -> dict:
+    spec: dict = {"LeafNodeType": kind, "ContainerHierarchyTexts": [NODE], "LeafNodeText": leaf, "State": state,
+                  "RunTime": int(seconds * 1e9)}
+    if message:
+        spec["Failure"] = {"Message": message}
+    return spec
+
+
+def _report(path: Path, specs: list[dict]) -> Path:
+    path.write_text(json.dumps([{"SuiteDescription": "Kubernetes e2e suite", "SpecReports": specs}]))
+    return path
+
+
+def test_ginkgo_runs_e2e_test_with_the_selection_and_the_cluster(tmp_path: Path) -> None:
+    argv = k8s_suite.ginkgo_argv(tmp_path, focus=k8s_suite.FOCUS, skip=k8s_suite.SKIP, procs=3, timeout="2h",
+                                 kubeconfig=Path("/admin.kubeconfig"), kubectl="/bin/kubectl")
+    assert argv[0] == str(k8s_suite.GINKGO)
+    ginkgo, e2e = argv[:argv.index(str(k8s_suite.E2E_TEST))], argv[argv.index(str(k8s_suite.E2E_TEST)) + 1:]
+    assert {r"--focus=\[NodeConformance\]", r"--skip=\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:", "--procs=3",
+            "--timeout=2h", f"--output-dir={tmp_path}", "--json-report=report.json",
+            "--junit-report=junit.xml"} <= set(ginkgo)
+    # e2e.test's own flags after the `--`
+    assert e2e[0] == "--" and {"--kubeconfig=/admin.kubeconfig", "--kubectl-path=/bin/kubectl",
+                               "--dns-domain=cluster.local"} <= set(e2e)
+    dry = k8s_suite.ginkgo_argv(tmp_path, focus="x", skip="y", dry_run=True)
+    assert "--dry-run" in dry and dry[-1] == str(k8s_suite.E2E_TEST)
+    assert not any(a.startswith(("--kubeconfig", "--procs", "--timeout")) for a in dry)
+
+
+def test_the_dry_run_selects_the_specs_it_marks_passed(tmp_path: Path) -> None:
+    report = _report(tmp_path / "report.json", [
+        _spec("", "passed", kind="SynchronizedBeforeSuite"),
+        _spec("b runs [NodeConformance]", "passed"), _spec("a runs [NodeConformance]", "passed"),
+        _spec("left out [Serial]", "skipped")])
+    assert k8s_suite.selected(report) == [f"{NODE} a runs [NodeConformance]", f"{NODE} b runs [NodeConformance]"]
+
+
+def test_outcomes_tell_a_cut_spec_from_a_skipped_one(tmp_path: Path) -> None:
+    names = ["passes", "fails", "panics", "times out", "skips itself", "was cut", "was interrupted", "is missing"]
+    report = _report(tmp_path / "report.json", [
+        _spec("passes", "passed", seconds=2.5),
+        _spec("fails", "failed", "expected 1\nto equal 2"),
+        _spec("panics", "panicked", "runtime error: invalid memory address"),
+        _spec("times out", "timedout", "A spec timeout occurred"),
+        _spec("skips itself", "skipped", "Only supported for providers [gce]"),
+        _spec("was cut", "skipped"),
+        _spec("was interrupted", "interrupted", "Interrupted by Timeout"),
+        _spec("not chosen", "skipped")])
+    got = k8s_suite.outcomes(report, [f"{NODE} {n}" for n in names])
+    assert {n.removeprefix(f"{NODE} "): o.state for n, o in got.items()} == {
+        "passes": "passed", "fails": "failed", "panics": "failed", "times out": "failed",
+        "skips itself": "skipped", "was cut": NOT_RUN, "was interrupted": NOT_RUN, "is missing": NOT_RUN}
+    assert got[f"{NODE} fails"].message == "expected 1"
+    assert got[f"{NODE} passes"].seconds == 2.5
+    assert got[f"{NODE} was interrupted"].message == "Interrupted by Timeout"
+    # a run whose report was never written: every spec not run
+    assert {o.state for o in k8s_suite.outcomes(tmp_path / "none.json", ["x"]).values()} == {NOT_RUN}
+
+
+def _run(pair: str, states: dict[str, str], wall: float = 600) -> PairRun:
+    return PairRun(pair, wall, {n: Outcome(s, f"why {n} {s}" if s != "passed" else "") for n, s in states.items()})
+
+
+def test_table_counts_each_pair_and_lists_the_specs_that_differ() -> None:
+    stock = _run("kubelet/containerd", {"a [Conformance]": "passed", "b": "passed", "c|d": "passed", "e": "skipped"})
+    ours = _run("pykubelet/pyruntime-cri", {"a [Conformance]": "failed", "b": "passed", "c|d": NOT_RUN,
+                                            "e": "skipped"}, wall=5400)
+    text = k8s_suite.table([stock, ours, PairRun("pykubelet/containerd", 0, {}, "make cluster failed")], Settings())
+    lines = text.splitlines()
+    assert lines[0].startswith(r"4 specs selected (focus `\[NodeConformance\]`")
+    assert "| kubelet/containerd | 3 | 0 | 1 | 0 | 1 of 1 | 10 min |" in lines
+    assert "| pykubelet/pyruntime-cri | 1 | 1 | 1 | 1 | 0 of 1 | 90 min |" in lines
+    assert "| pykubelet/containerd | - | - | - | - | - | make cluster failed |" in lines
+    assert "2 specs differ between the pairs:" in lines
+    assert "| spec | kubelet/containerd | pykubelet/pyruntime-cri | cause |" in lines
+    assert ("| a [Conformance] | passed | failed | pykubelet/pyruntime-cri: why a [Conformance] failed |" in lines)
+    assert r"| c\|d | passed | not run | pykubelet/pyruntime-cri: why c\|d not run |" in lines
+    assert not any(line.startswith("| b |") for line in lines)
+
+
+def test_regressions_are_what_the_stock_pair_passes_and_another_does_not() -> None:
+    stock = _run("kubelet/containerd", {"a": "passed", "b": "failed", "c": "passed"})
+    ours = _run("pykubelet/pyruntime-cri", {"a": "failed", "b": "passed", "c": "passed"})
+    assert k8s_suite.regressions([stock, ours]) == {"pykubelet/pyruntime-cri": ["a"]}
+    assert k8s_suite.regressions([ours]) == {}
+
+
+def test_a_pair_run_survives_its_file(tmp_path: Path) -> None:
+    run = _run("kubelet/containerd", {"a": "passed", "b": "failed"}, wall=12.5)
+    k8s_suite.save(run, tmp_path)
+    assert k8s_suite.load(tmp_path) == run
+
+
+@pytest.mark.parametrize(("duration", "seconds"), [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("45s", 45)])
+def test_suite_timeout_in_seconds(duration: str, seconds: float) -> None:
+    assert k8s_suite._seconds(duration) == seconds
+
+
+@pytest.mark.parametrize("duration", ["", "2", "h", "2d", "-1h"])
+def test_suite_timeout_refuses_what_ginkgo_would(duration: str) -> None:
+    with pytest.raises(ValueError, match="a duration such as"):
+        k8s_suite._seconds(duration)
+
+
+# Part of `e2e.test --list-images` of v1.37.2.
+LISTED = """gcr.io/k8s-authenticated-test/agnhost:2.6
+invalid.registry.k8s.io/invalid/alpine:3.1
+registry.k8s.io/e2e-test-images/agnhost:2.55
+registry.k8s.io/e2e-test-images/agnhost:2.66.1
+registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
+registry.k8s.io/e2e-test-images/nginx:1.27.0-2
+registry.k8s.io/e2e-test-images/nginx:1.28.0-2
+registry.k8s.io/e2e-test-images/nonewprivs:1.4
+registry.k8s.io/e2e-test-images/nonroot:1.5
+registry.k8s.io/e2e-test-images/perl:5.26
+registry.k8s.io/etcd:3.7.0-0
+registry.k8s.io/pause:3.10.2
+registry.k8s.io/sig-storage/csi-attacher@sha256:0123
+""".splitlines()
+
+
+def test_the_images_are_those_e2e_test_lists_for_the_specs() -> None:
+    assert e2e_images.wanted(LISTED) == {
+        "registry.k8s.io/e2e-test-images/agnhost": ["2.55", "2.66.1"],
+        "registry.k8s.io/e2e-test-images/busybox": ["1.37.0-2"],
+        "registry.k8s.io/e2e-test-images/glibc-dns-testing": ["2.1.1"],
+        "registry.k8s.io/e2e-test-images/nginx": ["1.27.0-2", "1.28.0-2"],
+        "registry.k8s.io/e2e-test-images/nonewprivs": ["1.4"],
+        "registry.k8s.io/e2e-test-images/nonroot": ["1.5"],
+        "registry.k8s.io/pause": ["3.10.2"]}
+    with pytest.raises(ValueError, match=r"names none of registry\.k8s\.io/e2e-test-images/nonroot"):
+        e2e_images.wanted([line for line in LISTED if "nonroot" not in line])
+
+
+def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None:
+    agnhost = tmp_path / "agnhost"
+    agnhost.write_bytes(b"\x7fELF agnhost")
+    porter = tmp_path / "module" / "test" / "images" / "agnhost" / "porter"
+    porter.mkdir(parents=True)
+    (porter / "localhost.crt").write_text("CERT")
+    (porter / "localhost.key").write_text("KEY")
+    images = {i.repo: i for i in e2e_images.image_set(tmp_path / "work", LISTED, agnhost, tmp_path / "module")}
+    # under their repository paths, which the mirror serves for every registry
+    assert sorted(images) == ["e2e-test-images/agnhost", "e2e-test-images/busybox", "e2e-test-images/glibc-dns-testing",
+                              "e2e-test-images/nginx", "e2e-test-images/nonewprivs", "e2e-test-images/nonroot",
+                              "pause"]
+    agn = images["e2e-test-images/agnhost"]
+    assert agn.tags == ["2.55", "2.66.1"] and agn.base
+    entries = {e.name: e for e in agn.entries}
+    assert entries["agnhost"].data == b"\x7fELF agnhost" and entries["agnhost"].mode == 0o755
+    assert entries["agnhost-2"].target == "agnhost" and entries["localhost.key"].data == b"KEY"
+    assert "group-defined-in-image:x:50000:user-defined-in-image" in entries["etc/group"].data.decode()
+    assert "user-defined-in-image:x:1000:1000:" in entries["etc/passwd"].data.decode()
+    assert (agn.config["Entrypoint"], agn.config["Cmd"]) == (["/agnhost"], ["pause"])
+    assert images["e2e-test-images/nonroot"].config == {"User": "1234"}
+    nnp = {e.name: e for e in images["e2e-test-images/nonewprivs"].entries}["usr/local/bin/nnp"]
+    assert nnp.mode == 0o4755 and nnp.data.startswith(b"\x7fELF")
+    pause = images["pause"]
+    assert not pause.base and pause.config["Entrypoint"] == ["/pause"] and pause.config["User"] == "65535:65535"
+
+
+def test_the_cluster_registry_is_pushed_to_where_it_serves(tmp_path: Path) -> None:
+    assert cluster_registry.at("10.203.0.10:5000", tmp_path).host == "10.203.0.10:5000"
