@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
 .PHONY: apt apt-test busybox peers base setup run stop lint test unit integration bench conformance conformance-runc \
-	conformance-k8s proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
+	conformance-k8s test-conformance-k8s proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
 
 # What a node needs (`make run`): the node's Debian packages, the venv with the package and the busybox of its
 # sample pod's image.
@@ -102,6 +102,12 @@ conformance: setup
 conformance-k8s: setup
 	scripts/build-peers.sh e2e
 	$(PY) -m tests.conformance.k8s_suite $(PAIRS)
+
+# The harness of conformance-k8s itself, on a few fast specs and two pairs (tests/e2e/test_conformance_k8s.py: the
+# stock pair passes them all; about 25 minutes here, so not part of `test`).
+test-conformance-k8s: setup
+	scripts/build-peers.sh e2e
+	PYNODE_TEST_CONFORMANCE_K8S=1 $(PY) -m pytest -p no:cacheprovider -ra tests/e2e/test_conformance_k8s.py
 
 # A stock control plane and NODES pynode nodes on this machine (vagrant/provision/cluster.py, network namespaces on
 # a bridge of their own); KUBELET=pykubelet|kubelet, RUNTIME=pyruntime-cri|containerd pick the node's pair.

@@ -19,8 +19,10 @@ PR_SET_CHILD_SUBREAPER = 36
 ROOT_TIERS = ("integration", "e2e")
 _session: Check = Check(Snapshot())
 _session_checked = False  # root, and the check not turned off
-# the Vagrant lab's tier brings up a VM under software emulation: only `make test-lab` runs it
-collect_ignore = [] if os.environ.get("PYNODE_TEST_LAB") == "1" else ["lab"]
+# the Vagrant lab's tier brings up a VM under software emulation: only `make test-lab` runs it; the harness of
+# `make conformance-k8s` brings up two clusters and runs ginkgo on each: only `make test-conformance-k8s` runs it
+collect_ignore = ([] if os.environ.get("PYNODE_TEST_LAB") == "1" else ["lab"]) + \
+    ([] if os.environ.get("PYNODE_TEST_CONFORMANCE_K8S") == "1" else ["e2e/test_conformance_k8s.py"])
 _root_tests_selected = False
 
 
