@@ -398,3 +398,36 @@ def test_fs_group_emptydir_and_missing_subpath_modes(control_plane, kubelet, run
     finally:
         delete(control_plane, "fsgroup-subpath")
     gone_from_node(kubelet, uid)
+
+
+def test_projected_combined_as_the_spec(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """[sig-storage] Projected combined "should project all components that make up the projection API": the
+    spec's pod as it sends it (RestartPolicy Never, the service account's own projected volume beside it) reads
+    its name, a secret's and a configMap's value from one projected volume, and Succeeds with them in its log."""
+    ca = control_plane.ca.pair.cert.read_text()
+    config_map(control_plane, tmp_path, "kube-root-ca.crt", {"ca.crt": ca})  # no controller-manager here
+    secret(control_plane, tmp_path, "secret-projected-all-test-volume", {"secret-data": "secret-value-1"})
+    config_map(control_plane, tmp_path, "configmap-projected-all-test-volume", {"configmap-data": "configmap-value-1"})
+    projected = {"name": "podinfo", "projected": {"sources": [
+        {"downwardAPI": {"items": [{"path": "podname", "fieldRef": {"apiVersion": "v1",
+                                                                    "fieldPath": "metadata.name"}}]}},
+        {"secret": {"name": "secret-projected-all-test-volume"}},
+        {"configMap": {"name": "configmap-projected-all-test-volume"}}]}}
+    container = {"name": "projected-all-volume-test", "image": BUSYBOX,
+                 "command": ["sh", "-c", "cat /all/podname && cat /all/secret-data && cat /all/configmap-data"],
+                 "volumeMounts": [{"name": "podinfo", "mountPath": "/all", "readOnly": False}]}
+    apply(control_plane, tmp_path, pod_spec("projected-volume", container, volumes=[projected],
+                                            restartPolicy="Never", automountServiceAccountToken=True))
+    try:
+        pod = wait_pod(control_plane, "projected-volume", "Succeeded",
+                       lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"))
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        uid = pod["metadata"]["uid"]
+        log = (kubelet.pods_dir / f"default_projected-volume_{uid}" / "projected-all-volume-test" / "0.log").read_text()
+        content = "".join(line.split(" ", 3)[3] for line in log.splitlines())
+        assert content == "projected-volumesecret-value-1configmap-value-1", log
+    finally:
+        delete(control_plane, "projected-volume")
+        remove(control_plane, "configmap", "kube-root-ca.crt", "configmap-projected-all-test-volume")
+        remove(control_plane, "secret", "secret-projected-all-test-volume")
+    gone_from_node(kubelet, uid)

@@ -270,6 +270,32 @@ def test_secret_downward_and_projected_payloads(tmp_path):
         m._payload(POD, source("projected", {"sources": [{"clusterTrustBundle": {}}]}), "f")
 
 
+def test_projected_volume_of_every_component_as_the_combined_spec(tmp_path, monkeypatch):
+    """[sig-storage] Projected combined "should project all components that make up the projection API": one
+    projected volume of a downwardAPI item, a whole secret and a whole configMap (the API server's defaultMode
+    420), set up by a pod sync, holds the three files through ..data with the default mode, and the pod's
+    container mounts it read-only (the spec's volumeMount says readOnly false, as upstream ignores for
+    projected)."""
+    monkeypatch.setattr(mount, "fs_type", lambda path: "tmpfs")  # the tmpfs is the root tests': here a directory
+    m = manager(tmp_path, {**sec("secret-projected-all-test-volume-1", {"secret-data": b"secret-value-1"}),
+                           **cm("configmap-projected-all-test-volume-1", {"configmap-data": "configmap-value-1"})})
+    sources = [{"downwardAPI": {"items": [{"path": "podname",
+                                           "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}]}},
+               {"secret": {"name": "secret-projected-all-test-volume-1"}},
+               {"configMap": {"name": "configmap-projected-all-test-volume-1"}}]
+    pod = pod_with({"name": "projected-all-volume-test", "volumeMounts": [
+        {"name": "podinfo", "mountPath": "/all", "readOnly": False}]},
+        volumes=[{"name": "podinfo", "projected": {"sources": sources, "defaultMode": 420}}], restartPolicy="Never")
+    m.mount_pod(pod)
+    path = m.volume_path(pod, pod.spec.volumes[0])
+    assert {f: (path / f).read_text() for f in ("podname", "secret-data", "configmap-data")} == {
+        "podname": "p", "secret-data": "secret-value-1", "configmap-data": "configmap-value-1"}
+    assert all(os.readlink(path / f) == f"..data/{f}" and stat.S_IMODE(os.stat(path / f).st_mode) == 0o644
+               for f in ("podname", "secret-data", "configmap-data"))
+    (out,) = m.mounts(pod, pod.spec.containers[0], {})
+    assert (out.container_path, out.host_path, out.readonly) == ("/all", str(path), True)
+
+
 def test_volume_paths_follow_the_kubelet_layout(tmp_path):
     m = manager(tmp_path)
     plugins = tmp_path / "pods/u-1/volumes"
