@@ -156,9 +156,9 @@ class VolumeManager:
         if memory and not mounted:
             limit = source.size_limit
             mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
-        fs_group = pod.spec.security_context.fs_group
-        if fs_group is not None:
-            ownership.set_ownership(path, fs_group, readonly=False)
+        sc = pod.spec.security_context
+        if sc.fs_group is not None:
+            ownership.set_ownership(path, sc.fs_group, False, sc.fs_group_change_policy)
         dirs.make_dirs(ready.parent)
         files.atomic_write(ready, b"", mode=0o600)
 
