@@ -104,7 +104,8 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: i
                                  host_port=p.host_port, host_ip=p.host_ip)
              for c in spec.containers for p in c.ports if p.host_port]
     sc = spec.security_context
-    privileged = any(c.security_context.privileged for c in spec.containers + spec.init_containers)
+    # as HasPrivilegedContainer: an ephemeral container too, for a sandbox made again once one was added
+    privileged = any(c.security_context.privileged for c in spec.all_containers + spec.ephemeral_containers)
     security = api_pb2.LinuxSandboxSecurityContext(
         namespace_options=namespace_options(pod), privileged=privileged,
         supplemental_groups=supplemental_groups(pod), seccomp=seccomp(sc.seccomp_profile))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from pykubelet.pods.podspec import expand, parse_quantity
 from pykubelet.volumes import atomic, hostpath, mount, objects, ownership
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.subpath import bind_subpath
+from pynode_os import files
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ PLUGIN_DIRS = {"emptyDir": "kubernetes.io~empty-dir", "configMap": "kubernetes.i
                "projected": "kubernetes.io~projected"}
 API_DATA = ("configMap", "secret", "downwardAPI", "projected")  # mounted read-only
 MEMORY_BACKED = ("secret", "projected")
+EMPTY_DIR_MODE = 0o777
+READY = "ready"  # the kubelet's marker of a volume set up, under ROOT/pods/UID/plugins/PLUGIN/NAME
 PROPAGATION = {"HostToContainer": api_pb2.PROPAGATION_HOST_TO_CONTAINER,
                "Bidirectional": api_pb2.PROPAGATION_BIDIRECTIONAL}
 
@@ -121,19 +125,11 @@ class VolumeManager:
             return
         path = self.volume_path(pod, volume)
         dirs.make_dirs(path.parent)  # pods/UID/volumes/PLUGIN, closed (pykubelet/dirs.py)
-        dirs.make_dirs(path, atomic.VOLUME_MODE, narrow=False)  # the container's; an emptyDir opens it wider below
-        sc = pod.spec.security_context
-        fs_group = sc.fs_group
         if isinstance(source, EmptyDirSource):
-            if source.medium == "Memory" and mount.fs_type(path) is None:
-                limit = source.size_limit
-                mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
-            if fs_group is None:
-                os.chmod(path, 0o777)
-            elif ownership.requires_change(path, fs_group, readonly=False):  # once: the container owns it then
-                os.chmod(path, 0o777)
-                ownership.set_ownership(path, fs_group, False, sc.fs_group_change_policy)
+            self._set_up_empty_dir(pod, volume.name, source, path)
             return
+        dirs.make_dirs(path, atomic.VOLUME_MODE, narrow=False)  # the container's
+        fs_group = pod.spec.security_context.fs_group
         if volume.kind in MEMORY_BACKED and mount.fs_type(path) is None:
             mount.mount_tmpfs(path, mode=0o755)
         payload = self._payload(pod, source, f"{field}.{volume.kind}")
@@ -142,6 +138,29 @@ class VolumeManager:
             log.info("pod %s: volume %s written (%d files)", pod.key, volume.name, len(payload))
         if fs_group is not None and (wrote or ownership.requires_change(path, fs_group, readonly=True)):
             ownership.set_ownership(path, fs_group, readonly=True)
+
+    def _set_up_empty_dir(self, pod: Pod, name: str, source: EmptyDirSource, path: Path) -> None:
+        """As the kubelet's emptyDir SetUpAt: the directory 0777; for medium Memory a tmpfs on it, whose root
+        keeps tmpfs's own 1777 (sticky, as /tmp); then with the pod's fsGroup the whole volume given to that
+        group (setgid added: 02777, 03777 on tmpfs), which a missing subPath made in it copies. Once, as the
+        plugin's ready file marks: the volume is then the container's, and later syncs leave its mode as the
+        container set it (a directory removed or a tmpfs unmounted under the ready file is set up again)."""
+        ready = pod_dir(self.settings.root_dir, pod.uid) / "plugins" / PLUGIN_DIRS["emptyDir"] / name / READY
+        memory = source.medium == "Memory"
+        mounted = memory and mount.fs_type(path) is not None
+        if ready.exists() and (mounted if memory else path.is_dir()):
+            return
+        dirs.make_dirs(path, EMPTY_DIR_MODE, narrow=False)
+        if stat.S_IMODE(os.stat(path).st_mode) & 0o777 != EMPTY_DIR_MODE:  # the permission bits only, as setupDir
+            os.chmod(path, EMPTY_DIR_MODE)
+        if memory and not mounted:
+            limit = source.size_limit
+            mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
+        sc = pod.spec.security_context
+        if sc.fs_group is not None:
+            ownership.set_ownership(path, sc.fs_group, False, sc.fs_group_change_policy)
+        dirs.make_dirs(ready.parent)
+        files.atomic_write(ready, b"", mode=0o600)
 
     def _payload(self, pod: Pod, source: VolumeSource, field: str) -> Payload:
         """The files of an API-data volume: a configMap's or secret's keys, the downward API's values, or

@@ -14,9 +14,10 @@ from pynode_os import mountinfo, mounts
 from pynode_os.mounts import MountError as MountError  # what every call here raises, caught by the volume manager
 
 
-def mount_tmpfs(target: Path, size: int | None = None, mode: int = 0o777) -> None:
-    options = f"mode={mode:o}" + (f",size={size}" if size else "")
-    mounts.mount("tmpfs", target, "tmpfs", 0, options, what=f"mount tmpfs ({options}) on {target}")
+def mount_tmpfs(target: Path, size: int | None = None, mode: int | None = None) -> None:
+    """`mode` None: tmpfs's own root mode, 1777 (an emptyDir's, as the kubelet mounts it)."""
+    options = ",".join(([f"mode={mode:o}"] if mode is not None else []) + ([f"size={size}"] if size else []))
+    mounts.mount("tmpfs", target, "tmpfs", 0, options or None, what=f"mount tmpfs ({options}) on {target}")
 
 
 def bind(source: str | Path, target: Path) -> None:

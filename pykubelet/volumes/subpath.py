@@ -8,7 +8,10 @@ in between. So, as upstream does: the path is resolved and must stay inside the 
 opened one element at a time with O_PATH|O_NOFOLLOW from the volume's root (any symlink now means it
 changed under us: refused), and the open file, not the path, is bind-mounted (through /proc/self/fd) onto
 a kubelet-owned mount point under ROOT/pods/UID/volume-subpaths; that mount point is what the runtime
-gets. A missing subPath is made as a directory, with the same element-wise care.
+gets. A missing subPath is made as a directory, with the same element-wise care, and each directory made
+gets the volume root's mode, setgid and sticky bits included (the kubelet's SafeMakeDir with GetMode of the
+volume): under an emptyDir given to an fsGroup (02777, 03777 on tmpfs) the subPath stays group-writable
+for the pod's non-root user, where a runtime that made it would leave it 0755.
 """
 from __future__ import annotations
 
@@ -34,14 +37,17 @@ def check_relative(field: str, sub: str) -> str:
     return str(p)
 
 
-def _walk(base_fd: int, parts: tuple[str, ...], field: str, sub: str, create: bool) -> int:
-    """An O_PATH descriptor of `parts` below `base_fd`, refusing a symlink at any element."""
+def _walk(base_fd: int, parts: tuple[str, ...], field: str, sub: str, create: int | None) -> int:
+    """An O_PATH descriptor of `parts` below `base_fd`, refusing a symlink at any element; `create`: the mode
+    (permission, setuid, setgid and sticky bits) of each missing element, made as a directory, or None."""
     fd = os.dup(base_fd)
     try:
         for part in parts:
-            if create:
+            made = False
+            if create is not None:
                 try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.mkdir(part, create, dir_fd=fd)
+                    made = True
                 except FileExistsError:
                     pass
             nfd = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
@@ -50,6 +56,8 @@ def _walk(base_fd: int, parts: tuple[str, ...], field: str, sub: str, create: bo
             if stat.S_ISLNK(os.fstat(fd).st_mode):
                 raise SubPathError(f"{field}: {sub!r}: element {part!r} is a symlink (the volume changed while "
                                    "it was opened): refused")
+            if create is not None and made:  # mkdir(2) applies the umask, sets no setuid or setgid bit itself
+                os.chmod(f"/proc/self/fd/{fd}", create)
         return fd
     except BaseException:
         os.close(fd)
@@ -68,13 +76,14 @@ def bind_subpath(field: str, volume: str, volume_path: Path, sub: str, target: P
     base_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if not os.path.lexists(os.path.join(base, sub)):
-            os.close(_walk(base_fd, PurePosixPath(sub).parts, field, sub, create=True))
+            mode = stat.S_IMODE(os.fstat(base_fd).st_mode)
+            os.close(_walk(base_fd, PurePosixPath(sub).parts, field, sub, create=mode))
         resolved = os.path.realpath(os.path.join(base, sub))
         if not _within(resolved, base):
             raise SubPathError(f"{field}: subPath {sub!r} resolves to {resolved}, outside volume {volume!r} "
                                f"({base}): refused")
         rel = os.path.relpath(resolved, base)
-        fd = _walk(base_fd, PurePosixPath(rel).parts if rel != "." else (), field, sub, create=False)
+        fd = _walk(base_fd, PurePosixPath(rel).parts if rel != "." else (), field, sub, create=None)
     finally:
         os.close(base_fd)
     try:

@@ -3,7 +3,8 @@ secret volumes carry the right files and modes and follow a `kubectl apply` of t
 container restart; an emptyDir is shared between two containers and medium Memory is a tmpfs; hostPath
 types are checked; the downward API (volume and env), configMap/secret env, envFrom and resourceFieldRef
 reach the container; the service account token the admission plugin projects is valid (a TokenReview
-says so); a subPath that escapes its volume through a symlink is refused; a missing configMap gives
+says so); a subPath that escapes its volume through a symlink is refused; with fsGroup an emptyDir and a
+missing subPath made in it get the kubelet's modes (02777, 03777 on tmpfs); a missing configMap gives
 CreateContainerConfigError; and a deleted pod leaves nothing under the root dir, tmpfs unmounted.
 
 What a container sees is read through CRI ExecSync (the `runtime` fixture): `kubectl exec` needs the
@@ -371,3 +372,62 @@ def test_fs_group_owns_the_volumes(control_plane, kubelet, runtime, kubepods, tm
     finally:
         delete(control_plane, "fsgroup")
         remove(control_plane, "secret", "fssec")
+
+
+def test_fs_group_emptydir_and_missing_subpath_modes(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """What the [NodeConformance] specs "EmptyDir volumes when FSGroup is specified" read with mounttest, as a
+    user 1001 with fsGroup 123: a missing subPath of a tmpfs emptyDir is made root:123 with the volume root's
+    mode, setgid and sticky bits included (drwxrwsrwt, "nonexistent volume subPath should have the correct mode
+    and owner using FSGroup"), the tmpfs root is 03777 and the disk one 02777 ("volume on tmpfs/default medium
+    should have the correct mode using FSGroup"), and a file made there gets group 123."""
+    volumes = [{"name": "mem", "emptyDir": {"medium": "Memory"}}, {"name": "disk", "emptyDir": {}}]
+    container = sleeper("app", volumeMounts=[{"name": "mem", "mountPath": "/test-volume", "subPath": "test-sub"},
+                                             {"name": "mem", "mountPath": "/mem-root"},
+                                             {"name": "disk", "mountPath": "/disk"}])
+    apply(control_plane, tmp_path, pod_spec("fsgroup-subpath", container,
+                                            volumes=volumes, securityContext={"runAsUser": 1001, "fsGroup": 123}))
+    try:
+        uid = running(control_plane, "fsgroup-subpath")["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert sh(runtime, cid, "stat -c '%A %u %g' /test-volume").split() == ["drwxrwsrwt", "0", "123"]
+        assert sh(runtime, cid, "stat -c '%a %g' /mem-root /disk").split() == ["3777", "123", "2777", "123"]
+        assert "tmpfs" in sh(runtime, cid, "grep ' /test-volume ' /proc/mounts")
+        assert sh(runtime, cid, "echo x > /test-volume/f && stat -c %g /test-volume/f").strip() == "123"
+        plugins = pod_root(kubelet, uid) / "plugins" / "kubernetes.io~empty-dir"
+        assert (plugins / "mem" / "ready").is_file() and (plugins / "disk" / "ready").is_file()
+    finally:
+        delete(control_plane, "fsgroup-subpath")
+    gone_from_node(kubelet, uid)
+
+
+def test_projected_combined_as_the_spec(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """[sig-storage] Projected combined "should project all components that make up the projection API": the
+    spec's pod as it sends it (RestartPolicy Never, the service account's own projected volume beside it) reads
+    its name, a secret's and a configMap's value from one projected volume, and Succeeds with them in its log."""
+    ca = control_plane.ca.pair.cert.read_text()
+    config_map(control_plane, tmp_path, "kube-root-ca.crt", {"ca.crt": ca})  # no controller-manager here
+    secret(control_plane, tmp_path, "secret-projected-all-test-volume", {"secret-data": "secret-value-1"})
+    config_map(control_plane, tmp_path, "configmap-projected-all-test-volume", {"configmap-data": "configmap-value-1"})
+    projected = {"name": "podinfo", "projected": {"sources": [
+        {"downwardAPI": {"items": [{"path": "podname", "fieldRef": {"apiVersion": "v1",
+                                                                    "fieldPath": "metadata.name"}}]}},
+        {"secret": {"name": "secret-projected-all-test-volume"}},
+        {"configMap": {"name": "configmap-projected-all-test-volume"}}]}}
+    container = {"name": "projected-all-volume-test", "image": BUSYBOX,
+                 "command": ["sh", "-c", "cat /all/podname && cat /all/secret-data && cat /all/configmap-data"],
+                 "volumeMounts": [{"name": "podinfo", "mountPath": "/all", "readOnly": False}]}
+    apply(control_plane, tmp_path, pod_spec("projected-volume", container, volumes=[projected],
+                                            restartPolicy="Never", automountServiceAccountToken=True))
+    try:
+        pod = wait_pod(control_plane, "projected-volume", "Succeeded",
+                       lambda p: p.get("status", {}).get("phase") in ("Succeeded", "Failed"))
+        assert pod["status"]["phase"] == "Succeeded", pod["status"]
+        uid = pod["metadata"]["uid"]
+        log = (kubelet.pods_dir / f"default_projected-volume_{uid}" / "projected-all-volume-test" / "0.log").read_text()
+        content = "".join(line.split(" ", 3)[3] for line in log.splitlines())
+        assert content == "projected-volumesecret-value-1configmap-value-1", log
+    finally:
+        delete(control_plane, "projected-volume")
+        remove(control_plane, "configmap", "kube-root-ca.crt", "configmap-projected-all-test-volume")
+        remove(control_plane, "secret", "secret-projected-all-test-volume")
+    gone_from_node(kubelet, uid)

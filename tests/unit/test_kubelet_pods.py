@@ -119,6 +119,24 @@ def test_container_config_hash_restart_count_resources_and_log_path():
                                 "terminationMessagePolicy": "File"})
 
 
+def test_a_privileged_container_makes_its_sandbox_privileged_and_is_unmasked():
+    """What the PrivilegedPod spec's pod asks of the runtime: the sandbox privileged because one container
+    (or an init or ephemeral one) is, that container privileged with /proc unmasked, the other one not."""
+    p = pod(containers=[{"name": "priv", "image": "i", "securityContext": {"privileged": True}},
+                        {"name": "plain", "image": "i", "securityContext": {"privileged": False}}])
+    sandbox = sandbox_config(p, Settings())
+    assert sandbox.linux.security_context.privileged
+    priv, plain = (container_config(p, c, "sha256:abc", 0, sandbox).linux.security_context
+                   for c in p.spec.containers)
+    assert priv.privileged and list(priv.masked_paths) == list(priv.readonly_paths) == []
+    assert not plain.privileged and "/proc/kcore" in plain.masked_paths and "/proc/sys" in plain.readonly_paths
+    assert priv.seccomp.profile_type == plain.seccomp.profile_type == api_pb2.SecurityProfile.Unconfined
+    assert not sandbox_config(pod(), Settings()).linux.security_context.privileged
+    debug = {"name": "debug", "image": "i", "securityContext": {"privileged": True}}
+    assert sandbox_config(pod(ephemeralContainers=[debug]), Settings()).linux.security_context.privileged
+    assert sandbox_config(pod(initContainers=[debug]), Settings()).linux.security_context.privileged
+
+
 def hashed(container: dict) -> str:
     return container_hash(pod(containers=[container]).spec.containers[0])
 

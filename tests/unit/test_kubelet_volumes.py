@@ -178,6 +178,26 @@ def test_subpath_missing_is_made_and_a_file_gets_a_file_target(tmp_path, binds):
     assert (tmp_path / "tf").is_file()
 
 
+def test_subpath_missing_gets_the_volume_roots_mode_whatever_the_umask(tmp_path, binds):
+    """As the kubelet's SafeMakeDir with the volume's mode: under an emptyDir given to an fsGroup on tmpfs
+    (03777) each directory made is 03777 (spec: EmptyDir volumes when FSGroup is specified "nonexistent volume
+    subPath should have the correct mode and owner using FSGroup" wants dgtrwxrwxrwx); one that exists is
+    left as it is."""
+    volume = tmp_path / "vol"
+    volume.mkdir()
+    (volume / "kept").mkdir(mode=0o700)
+    os.chmod(volume, 0o3777)
+    old = os.umask(0o077)
+    try:
+        subpath.bind_subpath("f", "data", volume, "a/b", tmp_path / "t")
+        subpath.bind_subpath("f", "data", volume, "kept/c", tmp_path / "t2")
+    finally:
+        os.umask(old)
+    for made in ("a", "a/b", "kept/c"):
+        assert stat.S_IMODE(os.stat(volume / made).st_mode) == 0o3777, made
+    assert stat.S_IMODE(os.stat(volume / "kept").st_mode) == 0o700
+
+
 def test_subpath_symlink_swapped_in_is_refused(tmp_path):
     """The element-wise open: a symlink at any step (put there after resolution) is refused."""
     volume = tmp_path / "vol"
@@ -186,7 +206,7 @@ def test_subpath_symlink_swapped_in_is_refused(tmp_path):
     fd = os.open(volume, os.O_PATH | os.O_DIRECTORY)
     try:
         with pytest.raises(ContainerConfigError, match="element 'link' is a symlink"):
-            subpath._walk(fd, ("link",), "f", "link", create=False)
+            subpath._walk(fd, ("link",), "f", "link", create=None)
     finally:
         os.close(fd)
 
@@ -248,6 +268,32 @@ def test_secret_downward_and_projected_payloads(tmp_path):
     assert request.spec.boundObjectRef.kind == "Pod" and request.spec.boundObjectRef.uid == "u-1"
     with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['clusterTrustBundle'\] projections are not"):
         m._payload(POD, source("projected", {"sources": [{"clusterTrustBundle": {}}]}), "f")
+
+
+def test_projected_volume_of_every_component_as_the_combined_spec(tmp_path, monkeypatch):
+    """[sig-storage] Projected combined "should project all components that make up the projection API": one
+    projected volume of a downwardAPI item, a whole secret and a whole configMap (the API server's defaultMode
+    420), set up by a pod sync, holds the three files through ..data with the default mode, and the pod's
+    container mounts it read-only (the spec's volumeMount says readOnly false, as upstream ignores for
+    projected)."""
+    monkeypatch.setattr(mount, "fs_type", lambda path: "tmpfs")  # the tmpfs is the root tests': here a directory
+    m = manager(tmp_path, {**sec("secret-projected-all-test-volume-1", {"secret-data": b"secret-value-1"}),
+                           **cm("configmap-projected-all-test-volume-1", {"configmap-data": "configmap-value-1"})})
+    sources = [{"downwardAPI": {"items": [{"path": "podname",
+                                           "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}]}},
+               {"secret": {"name": "secret-projected-all-test-volume-1"}},
+               {"configMap": {"name": "configmap-projected-all-test-volume-1"}}]
+    pod = pod_with({"name": "projected-all-volume-test", "volumeMounts": [
+        {"name": "podinfo", "mountPath": "/all", "readOnly": False}]},
+        volumes=[{"name": "podinfo", "projected": {"sources": sources, "defaultMode": 420}}], restartPolicy="Never")
+    m.mount_pod(pod)
+    path = m.volume_path(pod, pod.spec.volumes[0])
+    assert {f: (path / f).read_text() for f in ("podname", "secret-data", "configmap-data")} == {
+        "podname": "p", "secret-data": "secret-value-1", "configmap-data": "configmap-value-1"}
+    assert all(os.readlink(path / f) == f"..data/{f}" and stat.S_IMODE(os.stat(path / f).st_mode) == 0o644
+               for f in ("podname", "secret-data", "configmap-data"))
+    (out,) = m.mounts(pod, pod.spec.containers[0], {})
+    assert (out.container_path, out.host_path, out.readonly) == ("/all", str(path), True)
 
 
 def test_volume_paths_follow_the_kubelet_layout(tmp_path):
@@ -345,3 +391,40 @@ def test_fs_group_ownership_as_set_volume_ownership(tmp_path):
     assert ownership.set_ownership(ro, gid, readonly=True)
     assert stat.S_IMODE(os.stat(ro / "key").st_mode) == 0o440 and os.stat(ro / "key").st_gid == gid
     assert not ownership.requires_change(ro, gid, readonly=True)
+
+
+def test_empty_dir_set_up_once_as_the_kubelets(tmp_path, monkeypatch):
+    """The kubelet's emptyDir SetUpAt: 0777, and with fsGroup the group and setgid (02777); on tmpfs the mount
+    takes no mode, so its root keeps tmpfs's 1777 and ends 03777 (the stand-in tmpfs here is the directory made
+    1777); a ready file marks it, and a later sync leaves a mode the container changed."""
+    tmpfs: list[tuple[Path, int | None]] = []
+
+    def mount_tmpfs(path, size=None, mode=None):
+        assert mode is None
+        tmpfs.append((path, size))
+        os.chmod(path, 0o1777)
+
+    monkeypatch.setattr(mount, "mount_tmpfs", mount_tmpfs)
+    monkeypatch.setattr(mount, "fs_type", lambda path: "tmpfs" if any(p == path for p, _ in tmpfs) else None)
+    m = manager(tmp_path)
+    gid = os.getgid()
+    pod = pod_with(volumes=[{"name": "disk", "emptyDir": {}},
+                            {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}],
+                   securityContext={"fsGroup": gid})
+    disk, mem = (m.volume_path(pod, v) for v in pod.spec.volumes)
+    old = os.umask(0o077)
+    try:
+        m.mount_pod(pod)
+    finally:
+        os.umask(old)
+    assert tmpfs == [(mem, 1 << 20)]
+    assert stat.S_IMODE(os.stat(disk).st_mode) == 0o2777 and os.stat(disk).st_gid == gid
+    assert stat.S_IMODE(os.stat(mem).st_mode) == 0o3777 and os.stat(mem).st_gid == gid
+    ready = tmp_path / "pods/u-1/plugins/kubernetes.io~empty-dir"
+    assert (ready / "disk/ready").is_file() and (ready / "mem/ready").is_file()
+    os.chmod(disk, 0o700)
+    m.mount_pod(pod)
+    assert stat.S_IMODE(os.stat(disk).st_mode) == 0o700 and len(tmpfs) == 1
+    plain = pod_with(volumes=[{"name": "plain", "emptyDir": {}}])
+    m.mount_pod(plain)
+    assert stat.S_IMODE(os.stat(m.volume_path(plain, plain.spec.volumes[0])).st_mode) == 0o777
