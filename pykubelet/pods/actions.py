@@ -18,6 +18,14 @@ Two facts only the acts can tell, and the plan says what hangs on each:
   so does a resize of a resource whose resizePolicy is RestartContainer.
 A pod with no sandbox gets only the sandbox: its containers are decided, by a second call, against the
 runtime's state once the sandbox is made.
+
+A container that exits with a code its RestartAllContainers rule matches (restarting_all) restarts the
+pod in place, as the kubelet's computePodActions with RestartAllContainersOnContainerExits (beta, on in
+1.37): that pass does nothing else but reset every init and regular container (ephemeral ones are left):
+the running ones killed without grace and every one of them removed, the ones that exited by the rule
+last, so that a pass cut short finds the pod still to be reset. The next pass finds no container and
+runs the pod again from its first init container, in the same sandbox, each container starting at the
+restart count its status shows (`restarts`: the runtime has no record of it any more).
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ from typing import Protocol
 from proto import api_pb2
 from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, Resources
 from pykubelet.pods.labels import CONTAINER_NAME, GRACE, HASH, container_hash, restart_count
-from pykubelet.pods.podspec import is_finished, parse_quantity, should_restart, termination_grace
+from pykubelet.pods.podspec import is_finished, parse_quantity, restarts_all, should_restart, termination_grace
 from pykubelet.pods.runtimepod import RuntimePod
 
 CRASH_LOOP = "CrashLoopBackOff"
@@ -131,7 +139,16 @@ class ResizePod:
     decrease: bool = False  # a limit goes down: after the containers' resizes, else before them
 
 
-Step = KillContainer | StartContainer | BackOff | CannotStart | RemoveContainers | ResizeContainer | ResizePod
+@dataclass(frozen=True)
+class ResetContainer:
+    """A container removed for RestartAllContainers, killed first (without grace or preStop) if it runs."""
+    name: str
+    container_id: str
+    kill: bool = False
+
+
+Step = (KillContainer | StartContainer | BackOff | CannotStart | RemoveContainers | ResizeContainer | ResizePod
+        | ResetContainer)
 
 
 @dataclass(frozen=True)
@@ -149,15 +166,62 @@ class PodActions:
 
 
 def compute_pod_actions(pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs,
-                        actuated: Actuated | None = None) -> PodActions:
-    """What this sync of `pod` (with its allocated resources) does, given what the runtime has of it (`state`)
-    and what its running containers were last given (`actuated`; None: nothing to resize)."""
+                        actuated: Actuated | None = None, restarts: Mapping[str, int] | None = None) -> PodActions:
+    """What this sync of `pod` (with its allocated resources) does, given what the runtime has of it (`state`),
+    what its running containers were last given (`actuated`; None: nothing to resize) and the restart count
+    its status shows of each container (`restarts`: where the runtime has none of a container, the one it
+    starts next carries that count, pods/status.py's carried_restarts)."""
     if state.sandbox is None:
         if is_finished(pod):
             return PodActions()  # a finished pod is not brought back
         return PodActions(create_sandbox=True, sandbox_attempt=len(state.sandboxes),
                           sandboxes_to_stop=tuple(s.id for s in state.sandboxes))
-    return _Planner(pod, state, probes, backoffs, actuated).actions()
+    if restarting_all(pod, state):
+        return PodActions(steps=tuple(_resets(pod, state)))
+    return _Planner(pod, state, probes, backoffs, actuated, restarts).actions()
+
+
+def _in_sandbox(state: RuntimePod, name: str) -> api_pb2.ContainerStatus | None:
+    """The newest container `name`, if it is in the ready sandbox."""
+    history = state.history(name)
+    if history and state.sandbox is not None and any(
+            c.id == history[0].id and c.pod_sandbox_id == state.sandbox.id for c in state.containers):
+        return history[0]
+    return None
+
+
+def restarting_all(pod: Pod, state: RuntimePod) -> bool:
+    """Whether an init or regular container of the ready sandbox exited with a code its RestartAllContainers
+    rule matches (the kubelet's ShouldAllContainersRestart on the runtime's state): the pod restarts in place.
+    A finished pod restarts nothing, as the kubelet's AllContainersRestarting is False for it."""
+    if is_finished(pod):
+        return False
+    for c in pod.spec.init_containers + pod.spec.containers:
+        current = _in_sandbox(state, c.name)
+        if current is not None and current.state == api_pb2.CONTAINER_EXITED and restarts_all(c, current.exit_code):
+            return True
+    return False
+
+
+def _resets(pod: Pod, state: RuntimePod) -> list[ResetContainer]:
+    """Every container of the pod's init and regular containers the runtime has, in any sandbox, as the
+    kubelet's getContainersToReset: the regular ones, then the init ones, then those that exited by their
+    RestartAllContainers rule (the sources: regular, then init), so that the sources go last."""
+    def split(containers: tuple[Container, ...]) -> tuple[list[ResetContainer], list[ResetContainer]]:
+        sources: list[ResetContainer] = []
+        targets: list[ResetContainer] = []
+        for c in containers:
+            for s in state.history(c.name):
+                if s.state != api_pb2.CONTAINER_EXITED:
+                    targets.append(ResetContainer(c.name, s.id, kill=True))
+                elif restarts_all(c, s.exit_code):
+                    sources.append(ResetContainer(c.name, s.id))
+                else:
+                    targets.append(ResetContainer(c.name, s.id))
+        return sources, targets
+    init_sources, init_targets = split(pod.spec.init_containers)
+    sources, targets = split(pod.spec.containers)
+    return targets + init_targets + sources + init_sources
 
 
 def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2.ContainerStatus,
@@ -204,11 +268,11 @@ class _Planner:
     """One computation of a pod's actions against one ready sandbox."""
 
     def __init__(self, pod: Pod, state: RuntimePod, probes: Probes | None, backoffs: Backoffs,
-                 actuated: Actuated | None = None) -> None:
+                 actuated: Actuated | None = None, restarts: Mapping[str, int] | None = None) -> None:
         assert state.sandbox is not None
         self.pod, self.state, self.probes, self.backoffs, self.actuated = pod, state, probes, backoffs, actuated
+        self.restarts = restarts or {}
         self.resizes: list[ResizeContainer] = []
-        self.sandbox_id = state.sandbox.id
         self.uid = pod.uid
         self.policy = pod.spec.restart_policy
         containers = pod.spec.containers
@@ -258,12 +322,7 @@ class _Planner:
         return PodActions(steps=tuple(steps + resizes + ([last] if last is not None else [])))
 
     def current(self, name: str) -> api_pb2.ContainerStatus | None:
-        """The newest container `name`, if it is in the ready sandbox."""
-        history = self.state.history(name)
-        if history and any(c.id == history[0].id and c.pod_sandbox_id == self.sandbox_id
-                           for c in self.state.containers):
-            return history[0]
-        return None
+        return _in_sandbox(self.state, name)
 
     def sidecar(self, container: Container, current: api_pb2.ContainerStatus | None,
                 probed: bool = False) -> tuple[list[Step], bool]:
@@ -369,7 +428,7 @@ class _Planner:
         """Starts the container, unless it exited and its back-off is not over."""
         name, meta = container.name, self.pod.metadata
         history = self.state.history(name)
-        attempt = restart_count(history[0]) + 1 if history else 0
+        attempt = restart_count(history[0]) + 1 if history else self.restarts.get(name, 0)
         key = None
         if current is not None and current.state == api_pb2.CONTAINER_EXITED:
             key = f"{self.uid}/{name}/{container_hash(container)}"

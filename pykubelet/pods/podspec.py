@@ -72,16 +72,34 @@ def termination_grace(pod: Pod) -> int:
 def should_restart(container: Container, pod: Pod, exit_code: int) -> bool:
     """The kubelet's ContainerShouldRestart (ContainerRestartRules, on in 1.37): whether a container that
     exited with `exit_code` starts again. A container with a restartPolicy of its own is restarted by its
-    first restartPolicyRules entry that matches the exit code with action Restart, else by its own policy;
-    one without, by the pod's. (A RestartAllContainers rule falls back to the policy, as the kubelet's
-    without that feature: this node does not declare it, pykubelet/node/features.py.)"""
+    first restartPolicyRules entry that matches the exit code (action Restart, or RestartAllContainers,
+    which starts it again with all the others: restarts_all), else by its own policy; one without, by the
+    pod's."""
     policy = pod.spec.restart_policy
     if container.restart_policy is not None:
         rule = next((r for r in container.restart_policy_rules if r.matches(exit_code)), None)
-        if rule is not None and rule.action == "Restart":
+        if rule is not None:
             return True
         policy = container.restart_policy
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+
+
+RESTART_ALL = "RestartAllContainers"
+
+
+def restarts_all(container: Container, exit_code: int) -> bool:
+    """Whether the container's exit with `exit_code` restarts the whole pod in place: its first
+    restartPolicyRules entry that matches is RestartAllContainers (RestartAllContainersOnContainerExits,
+    beta and on in 1.37), as the kubelet's FindMatchingContainerRestartRule."""
+    rule = next((r for r in container.restart_policy_rules if r.matches(exit_code)), None)
+    return rule is not None and rule.action == RESTART_ALL
+
+
+def could_restart_all(pod: Pod) -> bool:
+    """Whether any init or regular container has a RestartAllContainers rule (AllContainersCouldRestart):
+    only such a pod has the AllContainersRestarting condition."""
+    return any(r.action == RESTART_ALL for c in pod.spec.init_containers + pod.spec.containers
+               for r in c.restart_policy_rules)
 
 
 def is_finished(pod: Pod) -> bool:

@@ -5,6 +5,11 @@ The status is computed from the runtime (what runs, exit codes, the sandbox's IP
 waiting reasons, never from memory, so it is right after a kubelet restart. It goes to pods/status as a
 merge patch only when it differs from what was last sent, so a resync of an unchanged pod costs the API
 server nothing; condition transition times change only when a condition's status flips.
+
+What the runtime no longer has comes from the status last written (`last`), as the kubelet's does from
+its old status: a RestartAllContainers rule (RestartAllContainersOnContainerExits, on in 1.37) removes
+every container of the pod before running it again, and its containers keep their restart counts (one
+more each: the reset is a restart) and their last termination, and the pod its Initialized condition.
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
-from pykubelet.pods.podspec import TERMINAL_PHASES, parse_quantity, should_restart
+from pykubelet.pods.podspec import TERMINAL_PHASES, could_restart_all, parse_quantity, restarts_all, should_restart
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE
 from pykubelet.pods.sync import SyncResult
@@ -93,9 +98,15 @@ def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | No
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+RESTARTING_ALL = "RestartingAllContainers"  # a container removed by a RestartAllContainers reset
+RESTARTING_ALL_MESSAGE = "The container is removed because RestartAllContainers in place"
+
+
 def container_status(container: Container, history: list[api_pb2.ContainerStatus], waiting: tuple[str, str] | None,
-                     runtime_name: str, default_waiting: str, actuated: Resources | None = None) -> dict:
-    """`actuated`: what the kubelet last gave the container (pods/allocation.py), for its status resources."""
+                     runtime_name: str, default_waiting: str, actuated: Resources | None = None,
+                     last: dict | None = None, reset: bool = False) -> dict:
+    """`actuated`: what the kubelet last gave the container (pods/allocation.py), for its status resources;
+    `last`: its status as last written; `reset`: the pod is being reset (resetting)."""
     out: dict[str, Any] = {"name": container.name, "image": container.image, "imageID": "",
                            "restartCount": 0, "ready": False, "started": False}
     latest = history[0] if history else None
@@ -119,11 +130,80 @@ def container_status(container: Container, history: list[api_pb2.ContainerStatus
         reason, message = waiting or (default_waiting, "")
         out["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
     out["lastState"] = {"terminated": _terminated(previous, runtime_name)} if previous is not None else {}
+    if last is not None:
+        _carry(out, last, latest is not None, reset)
     if latest is not None:  # as the kubelet's: the resources of a container the runtime has
         running = latest if latest.state == api_pb2.CONTAINER_RUNNING else None
         out["resources"] = status_resources(container.resources, running, actuated)
         if container.resources.requests:
             out["allocatedResources"] = dict(container.resources.requests)
+    return out
+
+
+def _carry(out: dict, last: dict, in_runtime: bool, reset: bool) -> None:
+    """What the status last written (`last`) keeps of a container, as the kubelet's
+    convertToAPIContainerStatuses with RestartAllContainersOnContainerExits: its restart count never goes
+    down; one the runtime has no longer was removed by the pod's reset if the pod is being `reset`, and
+    waits with a last termination saying so (and one restart more), else it keeps its last termination;
+    one the runtime has, with no earlier run there, keeps the termination of the container it replaced."""
+    count = last.get("restartCount") or 0
+    state, last_state = last.get("state") or {}, last.get("lastState") or {}
+    if not in_runtime:
+        if reset and "waiting" not in state:
+            out["state"] = {"waiting": {"reason": RESTARTING_ALL, "message": RESTARTING_ALL_MESSAGE}}
+            out["lastState"] = {"terminated": {"exitCode": 137, "reason": RESTARTING_ALL,
+                                               "message": RESTARTING_ALL_MESSAGE}}
+            out["restartCount"] = count + 1
+            return
+        if "terminated" in last_state:
+            out["lastState"] = last_state
+    out["restartCount"] = max(out["restartCount"], count)
+    if in_runtime and not out["lastState"]:
+        if last.get("containerID") != out.get("containerID") and "terminated" in state:
+            out["lastState"] = {"terminated": state["terminated"]}
+        elif "terminated" in last_state:
+            out["lastState"] = last_state
+
+
+def _has(status: dict | None, condition: str) -> bool:
+    """Whether `status` has `condition` True."""
+    return any(c.get("type") == condition and c.get("status") == "True" for c in (status or {}).get("conditions") or ())
+
+
+def last_statuses(last: dict) -> dict[str, dict]:
+    """The init and regular containers' statuses in the status `last` written, by name."""
+    return {s["name"]: s for key in ("initContainerStatuses", "containerStatuses")
+            for s in last.get(key) or () if isinstance(s, dict) and "name" in s}
+
+
+def resetting(pod: Pod, state: RuntimePod, last: dict) -> bool:
+    """The kubelet's ShouldAllContainersRestart: a container, as the runtime has it or as the status last
+    written shows it, ended with a code its RestartAllContainers rule matches. (Not the kubelet's
+    AllContainersRestarting True alone: the reset is decided on the runtime's state, pods/actions.py, and a
+    condition that said so by itself would outlive a pod run anew in a new sandbox, which resets nothing.
+    The status written before the reset shows that container's end: it says the pod is being reset until
+    the status after it, or after a kubelet restart, the API server's copy of it.)"""
+    shown = last_statuses(last)
+    for c in pod.spec.init_containers + pod.spec.containers:
+        history = state.history(c.name)
+        if history and history[0].state == api_pb2.CONTAINER_EXITED and restarts_all(c, history[0].exit_code):
+            return True
+        ended = ((shown.get(c.name) or {}).get("state") or {}).get("terminated")
+        if ended is not None and restarts_all(c, ended.get("exitCode", 0)):
+            return True
+    return False
+
+
+def carried_restarts(pod: Pod, state: RuntimePod, last: dict) -> dict[str, int]:
+    """The restart count the status gives each container the runtime has none of (pods/actions.py starts
+    its next one at it, so that its count goes on from there)."""
+    again = resetting(pod, state, last)
+    out = {}
+    for name, s in last_statuses(last).items():
+        if state.history(name):
+            continue
+        count = s.get("restartCount") or 0
+        out[name] = count + 1 if again and "waiting" not in (s.get("state") or {}) else count
     return out
 
 
@@ -137,27 +217,30 @@ def phase(pod: Pod, init_done: bool, init_failed: bool, statuses: list[dict], te
     if not init_done:
         return "Pending"
     running = sum("running" in s["state"] for s in statuses)
-    # each stopped container's exit code (the one it ended with, or before the restart it waits for)
-    stopped = {s["name"]: (s["state"].get("terminated") or s["lastState"]["terminated"]).get("exitCode", 0)
+    # each stopped container's termination (the one it ended with, or before the restart it waits for)
+    stopped = {s["name"]: s["state"].get("terminated") or s["lastState"]["terminated"]
                for s in statuses if "terminated" in s["state"]
                or ("waiting" in s["state"] and "terminated" in s["lastState"])}
     waiting = len(statuses) - running - len(stopped)
-    failed = any(code != 0 for code in stopped.values())
+    failed = any(t.get("exitCode", 0) != 0 for t in stopped.values())
     if waiting > 0:
         return "Pending"
     if running > 0:
         return "Running"
     if terminal and stopped and pod.metadata.annotations.get(CONFIG_SOURCE) != SOURCE_FILE:
         return "Failed" if failed else "Succeeded"
-    if any(should_restart(c, pod, stopped[c.name]) for c in pod.spec.containers if c.name in stopped):
-        return "Running"  # one of them is restarting
+    # one of them is restarting: by its policy, or removed by a RestartAllContainers reset
+    if any(should_restart(c, pod, stopped[c.name].get("exitCode", 0)) or stopped[c.name].get("reason") == RESTARTING_ALL
+           for c in pod.spec.containers if c.name in stopped):
+        return "Running"
     return "Failed" if failed else "Succeeded"
 
 
 # the conditions the kubelet writes; any other (a readiness gate's, set by a controller through pods/status, or
 # DisruptionTarget) it keeps as the API server has it, as the kubelet's PodConditionByKubelet
+ALL_RESTARTING = "AllContainersRestarting"
 KUBELET_CONDITIONS = ("PodScheduled", "Ready", "Initialized", "ContainersReady", "PodReadyToStartContainers",
-                      "PodResizeInProgress", "PodResizePending")
+                      "PodResizeInProgress", "PodResizePending", ALL_RESTARTING)
 
 
 def _condition(type_: str, ok: bool, reason: str = "", message: str = "") -> dict[str, str]:
@@ -170,12 +253,15 @@ def _names(names: list[str]) -> str:
     return f"[{' '.join(names)}]"
 
 
-def initialized_condition(pod: Pod, init_statuses: list[dict], init_done: bool, ph: str) -> dict[str, str]:
+def initialized_condition(pod: Pod, init_statuses: list[dict], init_done: bool, ph: str,
+                          was_initialized: bool = False) -> dict[str, str]:
     """The kubelet's GeneratePodInitializedCondition: which init containers have not completed (a sidecar:
-    not started) say why a pod is not initialized, e.g. one whose init container failed."""
+    not started) say why a pod is not initialized, e.g. one whose init container failed. A pod initialized
+    once (`was_initialized`: its last status says so) stays so while its init containers run again (a
+    RestartAllContainers reset), as the kubelet's."""
     if ph == "Succeeded":
         return _condition("Initialized", True, "PodCompleted")
-    if init_done:
+    if init_done or was_initialized:
         return _condition("Initialized", True)
     incomplete = [c.name for c, s in zip(pod.spec.init_containers, init_statuses, strict=True)
                   if not (s["started"] if c.is_sidecar else s["ready"])]
@@ -212,6 +298,17 @@ def ready_condition(pod: Pod, containers_ready: dict[str, str], conditions: list
     return _condition("Ready", True)
 
 
+def all_restarting_condition(pod: Pod, state: RuntimePod, last: dict, ph: str) -> dict[str, str]:
+    """The kubelet's GenerateAllContainersRestartingCondition: True from a container's exit by its
+    RestartAllContainers rule until the runtime has none of the pod's init and regular containers."""
+    if ph in TERMINAL_PHASES:
+        return _condition(ALL_RESTARTING, False, "PodCompleted" if ph == "Succeeded" else "PodFailed")
+    if not resetting(pod, state, last) or not any(state.history(c.name)
+                                                   for c in pod.spec.init_containers + pod.spec.containers):
+        return _condition(ALL_RESTARTING, False)
+    return _condition(ALL_RESTARTING, True, "RestartAllContainersStarted", "container exited with restart policy rule")
+
+
 def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], probes) -> None:
     """A running container is started once its startup probe passed and ready once its readiness did."""
     if probes is not None and s["started"]:
@@ -221,21 +318,25 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
 
 def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
                probes=None, actuated: dict[str, Resources] | None = None,
-               resize_conditions: list[dict[str, Any]] | None = None, terminal: bool = False) -> dict:
+               resize_conditions: list[dict[str, Any]] | None = None, terminal: bool = False,
+               last: dict | None = None) -> dict:
     """Of the allocated `pod` (pods/allocation.py: the resources the kubelet granted it). `probes` (a
     pykubelet.prober.manager.ProbeManager) says which running containers are started and ready; `actuated`
     what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones;
-    `terminal`: the final status of a deleted pod whose containers have all stopped (see phase)."""
+    `terminal`: the final status of a deleted pod whose containers have all stopped (see phase); `last`:
+    the status last written (the status manager's, else the API server's; None: nothing is carried)."""
     given = actuated or {}
     # the status as last written (the kubelet's own fields of it, kept: qosClass, startTime)
     spec, previous, uid = pod.spec, pod.raw.get("status") or {}, pod.uid
+    shown = last_statuses(last) if last is not None else {}
+    again = last is not None and resetting(pod, state, last)
     init_statuses = []
     init_done = True
     regular_ran = any(state.history(c.name) for c in spec.containers)
     for c in spec.init_containers:
         history = state.history(c.name)
         s = container_status(c, history, result.waiting.get(c.name), runtime_name, "PodInitializing",
-                             given.get(c.name))
+                             given.get(c.name), shown.get(c.name), again)
         if c.is_sidecar:  # initialized once started; ready by its probes while it runs
             _gate_by_probes(s, uid, history, probes)
             init_done = init_done and (s["started"] or regular_ran)
@@ -247,7 +348,8 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
     statuses = []
     for c in spec.containers:
         history = state.history(c.name)
-        s = container_status(c, history, result.waiting.get(c.name), runtime_name, default, given.get(c.name))
+        s = container_status(c, history, result.waiting.get(c.name), runtime_name, default, given.get(c.name),
+                             shown.get(c.name), again)
         _gate_by_probes(s, uid, history, probes)
         statuses.append(s)
     # as the kubelet's: reported as containers are, but no probe makes them ready or started, and they count
@@ -270,10 +372,11 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
         "conditions": [
             *foreign,
             {"type": "PodReadyToStartContainers", "status": str(state.sandbox is not None)},
-            initialized_condition(pod, init_statuses, init_done, ph),
+            initialized_condition(pod, init_statuses, init_done, ph, was_initialized=_has(last, "Initialized")),
             ready_condition(pod, containers_ready, foreign), containers_ready,
             {"type": "PodScheduled", "status": "True"},
-            *(resize_conditions or [])],
+            *(resize_conditions or []),
+            *([all_restarting_condition(pod, state, last or {}, ph)] if could_restart_all(pod) else [])],
         "containerStatuses": statuses,
     }
     if init_statuses:

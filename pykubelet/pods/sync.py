@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,7 @@ from pykubelet.pods.actions import (
     KillReason,
     PodActions,
     Probes,
+    ResetContainer,
     ResizeContainer,
     ResizePod,
     StartContainer,
@@ -200,21 +202,23 @@ class PodSyncer:
 
     # --- the pass ---------------------------------------------------------------------------------
 
-    def sync(self, pod: Pod, state: RuntimePod) -> SyncResult:
+    def sync(self, pod: Pod, state: RuntimePod, restarts: Mapping[str, int] | None = None) -> SyncResult:
         """One pass over `pod`, given what the runtime has of it: the volumes, then the
-        steps compute_pod_actions decides, carried out in order."""
+        steps compute_pod_actions decides, carried out in order. `restarts`: the restart count the pod's
+        status shows of each container the runtime has none of (pods/status.py's carried_restarts)."""
         result = SyncResult()
         if not is_finished(pod) and not self._mount_volumes(pod, result, starting=state.sandbox is None) \
                 and state.sandbox is None:
             return result  # the sandbox waits for the volumes, as the kubelet's
         actuated = self.allocations.actuated.get(pod.uid) if self.allocations is not None else None
-        actions = compute_pod_actions(pod, state, self.probes, self.backoff, actuated)
+        actions = compute_pod_actions(pod, state, self.probes, self.backoff, actuated, restarts)
         if actions.create_sandbox:
             made = self._create_sandbox(pod, state, actions, result)
             if made is None:
                 return result
             state, sandbox_cfg = made
-            actions = compute_pod_actions(pod, state, self.probes, self.backoff)  # its containers, in it
+            actions = compute_pod_actions(pod, state, self.probes, self.backoff,  # its containers, in it
+                                          restarts=restarts)
             if self.allocations is not None:  # the pod's cgroup was made with its allocated pod-level resources
                 self.allocations.actuated.set_pod(pod.uid, pod.spec.resources)
         elif state.sandbox is None:
@@ -343,6 +347,9 @@ class PodSyncer:
                 result.waiting[step.name] = (step.reason, step.message)
                 self.event(pod, step.name, WARNING, "Failed", f"Error: {step.message}")
                 result.again_in(2.0)
+            elif isinstance(step, ResetContainer):
+                self._reset(pod, step)
+                result.again_in(0.0)  # as the kubelet's: the pod runs again at once, not at the next event
             else:
                 for container_id in step.container_ids:
                     self._remove(container_id)
@@ -423,6 +430,18 @@ class PodSyncer:
         if kill.reason is KillReason.POD_DONE:
             return None
         return self.runtime.container_status(kill.container_id).status
+
+    def _reset(self, pod: Pod, step: ResetContainer) -> None:
+        """Removes a container for RestartAllContainers, killed first if it runs: as the kubelet's, without
+        the pod's grace or a preStop hook (only the minimum grace), the Killing event saying "killing"."""
+        if step.kill:
+            log.info("pod %s: RestartAllContainers: killing container %s", pod.key, step.name)
+            self.event(pod, step.name, NORMAL, "Killing", "killing")
+            try:
+                self.runtime.stop_container(step.container_id, lifecycle.MIN_GRACE)
+            except cri.NotFound:
+                pass
+        self._remove(step.container_id)
 
     def _start(self, pod: Pod, step: StartContainer, sandbox_id: str, sandbox_cfg: api_pb2.PodSandboxConfig,
                result: SyncResult, state: RuntimePod) -> bool:

@@ -41,6 +41,7 @@ from pykubelet.eviction.policy import evicted_status
 from pykubelet.health import Heartbeats
 from pykubelet.node.shutdown import REASON as SHUT_DOWN
 from pykubelet.pods import termination
+from pykubelet.pods.actions import restarting_all
 from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
@@ -51,7 +52,7 @@ from pykubelet.pods.pleg import PLEG
 from pykubelet.pods.podspec import DEADLINE_EXCEEDED, DEADLINE_MESSAGE, deadline_left, is_finished
 from pykubelet.pods.runtimepod import observe
 from pykubelet.pods.slices import PodSlices
-from pykubelet.pods.status import StatusManager, now, pod_status
+from pykubelet.pods.status import StatusManager, carried_restarts, now, pod_status
 from pykubelet.pods.sync import PodSyncer, SyncResult
 from pykubelet.prober.manager import ProbeManager
 from pykubelet.volumes.manager import VolumeManager, remove_pod
@@ -182,11 +183,18 @@ class PodWorkers:
         if self.admission is not None and not self._admit(uid, pod, state):
             return None
         pod = self._allocate(pod)
-        result = self.syncer.sync(pod, state)
+        last = self._last(pod)
+        if restarting_all(pod, state):
+            # as the kubelet's: the status says AllContainersRestarting before the pass resets the pod
+            meta = pod.metadata
+            self.statuses.set_pod_status(uid, self._status(pod, state, SyncResult(), last), namespace=meta.namespace,
+                                         name=meta.name, current=pod.raw.get("status"))
+            last = self.statuses.last(uid) or last
+        result = self.syncer.sync(pod, state, carried_restarts(pod, state, last))
         state = observe(self.runtime, uid)
         self.probes.sync_pod(pod, state)
         self._actuated(pod, state, result.resize_error)
-        status = self._status(pod, state, result)
+        status = self._status(pod, state, result, last)
         if status["phase"] in TERMINAL:  # as the kubelet's: a finished pod has no resize to report
             status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
         if status["phase"] in TERMINAL and state.sandbox is not None:
@@ -205,11 +213,17 @@ class PodWorkers:
             result.again_in(left)
         return result.requeue_after
 
-    def _status(self, pod: Pod, state, result: SyncResult) -> dict:
+    def _status(self, pod: Pod, state, result: SyncResult, last: dict | None = None) -> dict:
+        """`last`: the status last written (what the runtime no longer has is carried from it)."""
         actuated = self.allocations.actuated.get(pod.uid) or PodResources()
         return pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
                           probes=self.probes, actuated=actuated.containers,
-                          resize_conditions=self.allocations.conditions(pod.uid))
+                          resize_conditions=self.allocations.conditions(pod.uid),
+                          last=self._last(pod) if last is None else last)
+
+    def _last(self, pod: Pod) -> dict:
+        """The pod's status as last written: this kubelet's, else (after a restart) the API server's."""
+        return self.statuses.last(pod.uid) or pod.raw.get("status") or {}
 
     def _probe_changed(self, uid: str) -> None:
         """A probe's result changed: the pod's sync recomputes its status, or, while the pod is being deleted,
@@ -424,7 +438,7 @@ class PodWorkers:
         and a terminal phase. A pod kept by a finalizer shows it for as long as it stays."""
         state = observe(self.runtime, pod.uid)
         status = pod_status(pod, state, SyncResult(), host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
-                            terminal=True)
+                            terminal=True, last=self._last(pod))
         if status["phase"] in TERMINAL:
             status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
         meta = pod.metadata

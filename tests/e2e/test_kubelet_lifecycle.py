@@ -10,8 +10,13 @@ rules, end to end against a stock kube-apiserver on each CRI runtime (containerd
   non-local redirect http liveness probe);
 - a container's own restartPolicy and restartPolicyRules decide its restart and the pod's phase ([sig-node]
   Pod Extended (container restart policy));
-- the node declares the features it implements, and a pod bound to it that needs one it lacks
-  (RestartAllContainers) is refused with PodFeatureUnsupported.
+- a container's exit that its RestartAllContainers rule matches restarts every init, sidecar and regular
+  container of the pod in place, once, each with a restart count and a last termination, and then they
+  run ([sig-node] Pod Extended (RestartAllContainers): on a regular container's exit, a sidecar's, an init
+  container's, with two such rules (no loop), after an earlier plain restart);
+- the node declares the features it implements (RestartAllContainersOnContainerExits among them). A pod
+  that needs one it lacks is refused with PodFeatureUnsupported (tests/unit/test_kubelet_node_features.py:
+  the API server, with its default gates, takes no pod that needs one of the others).
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ import datetime
 import json
 import time
 
-from tests.kit.kubelet_node import BUSYBOX, apply, delete, get_pod, wait_for, wait_pod
+import pytest
+
+from tests.kit.kubelet_node import BUSYBOX, apply, condition, delete, get_pod, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-lifecycle"
@@ -139,17 +146,91 @@ def test_a_containers_own_restart_policy_and_rules(control_plane, kubelet, kubep
         delete(control_plane, "never")
 
 
-def test_the_node_declares_its_features_and_refuses_a_pod_needing_another(control_plane, kubelet, kubepods,
-                                                                          tmp_path):
+def test_the_node_declares_its_features(control_plane, kubelet, kubepods, tmp_path):
     node = json.loads(control_plane.kubectl("get", "node", NODE, "-o", "json").stdout)
-    assert node["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling"]
-    rule = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [1]}}
+    assert node["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",
+                                                  "RestartAllContainersOnContainerExits"]
+
+
+ALL_ON_42 = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+WORKDIR = {"name": "workdir", "mountPath": "/mnt"}
+SLEEP = "sleep 10000"
+
+
+def ruled(name: str, script: str, policy: str, mount: bool = True) -> dict:
+    return busybox(name, script, restartPolicy=policy, restartPolicyRules=ALL_ON_42,
+                   **({"volumeMounts": [WORKDIR]} if mount else {}))
+
+
+# the specs' pods (test/e2e/common/node/container_restart_policy.go): (init containers, containers, the pod's
+# restartPolicy, the containers that restart, the ones that run in the end, how long nothing may restart then:
+# longer than a source sleeps before it exits, where it does)
+RESTART_ALL_SPECS = {
+    "on regular container exit": (
+        [busybox("init", "exit 0"), busybox("sidecar", SLEEP, restartPolicy="Always")],
+        [ruled("source-container", "if [ -f /mnt/restart-complete ]; then sleep 10000; "
+                                   "else touch /mnt/restart-complete; exit 42; fi", "Never"),
+         busybox("regular", SLEEP)],
+        "Never", ["init", "sidecar", "source-container", "regular"], ["source-container", "regular"], 3),
+    "on sidecar container exit": (
+        [busybox("init", "exit 0"), busybox("sidecar", SLEEP, restartPolicy="Always"),
+         ruled("source-sidecar", "if [ -f /mnt/init-complete ]; then sleep 10000; "
+                                 "else touch /mnt/init-complete; sleep 30; exit 42; fi", "Always")],
+        [busybox("regular", SLEEP)],
+        "Never", ["init", "sidecar", "source-sidecar", "regular"], ["regular", "source-sidecar"], 3),
+    "init and sidecar containers on init container exit": (
+        [busybox("sidecar", SLEEP, restartPolicy="Always"), busybox("init", "exit 0"),
+         ruled("source-init", "if [ -f /mnt/init-complete ]; then exit 0; "
+                              "else touch /mnt/init-complete; exit 42; fi", "Never")],
+        [busybox("regular", SLEEP)],
+        "Never", ["init", "sidecar", "source-init"], ["regular"], 3),
+    "with two rules, once (no loop)": (
+        [],
+        [ruled("source-container", "if [ -f /mnt/restart-complete ]; then sleep 10000; "
+                                   "else touch /mnt/restart-complete; sleep 10; exit 42; fi", "Never"),
+         ruled("regular", SLEEP, "Never", mount=False)],
+        "Never", ["source-container", "regular"], ["source-container", "regular"], 12),
+    "on a previously restarted regular container exit": (
+        [],
+        [ruled("source-container", "if [ -f /mnt/restart-complete ]; then sleep 10000; "
+                                   "elif [ -f /mnt/restart-1 ]; then touch /mnt/restart-complete; exit 42; "
+                                   "else touch /mnt/restart-1; exit 1; fi", "Always"),
+         busybox("regular", SLEEP)],
+        "Always", ["source-container", "regular"], ["source-container", "regular"], 3),
+}
+
+
+def all_statuses(pod: dict) -> dict[str, dict]:
+    status = pod.get("status", {})
+    return {s["name"]: s for s in status.get("initContainerStatuses", []) + status.get("containerStatuses", [])}
+
+
+@pytest.mark.parametrize("spec", list(RESTART_ALL_SPECS))
+def test_restart_all_containers(control_plane, kubelet, kubepods, tmp_path, spec):
+    """What the spec's validateAllContainersRestarted checks: each of its containers has restarted and has
+    a last termination (the reset's, RestartingAllContainers), then the ones it names run; besides, once
+    they run the pod is not restarting any more (AllContainersRestarting False), it never failed, and
+    nothing restarts again (no loop)."""
+    init, containers, policy, restarting, running, settle = RESTART_ALL_SPECS[spec]
+    name = "restart-all"
     apply(control_plane, tmp_path, kit_pod_spec(
-        NODE, "needy", busybox("c", restartPolicy="Never", restartPolicyRules=[rule]), restartPolicy="Never"))
+        NODE, name, containers[0], containers=containers, initContainers=init, restartPolicy=policy,
+        volumes=[{"name": "workdir", "emptyDir": {}}]))
     try:
-        pod = wait_pod(control_plane, "needy", "refused", lambda p: p["status"].get("phase") == "Failed")
-        assert pod["status"]["reason"] == "PodFeatureUnsupported"
-        assert pod["status"]["message"] == ("Pod was rejected: Pod requires node features that are not "
-                                            "available: RestartAllContainersOnContainerExits")
+        def restarted(p: dict) -> bool:
+            assert p.get("status", {}).get("phase") != "Failed", p.get("status")
+            statuses = all_statuses(p)
+            return all(statuses.get(c, {}).get("restartCount", 0) > 0
+                       and "terminated" in statuses[c].get("lastState", {}) for c in restarting)
+
+        wait_pod(control_plane, name, "all its containers restarted", restarted, timeout=180)
+        pod = wait_pod(control_plane, name, f"{running} running", lambda p: all(
+            "running" in all_statuses(p).get(c, {}).get("state", {}) for c in running), timeout=180)
+        assert condition(pod, "AllContainersRestarting") == "False", pod["status"]
+        counts = {c: s["restartCount"] for c, s in all_statuses(pod).items()}
+        time.sleep(settle)
+        after = get_pod(control_plane, name)
+        assert {c: s["restartCount"] for c, s in all_statuses(after).items()} == counts, after["status"]
+        assert after["status"]["phase"] == "Running" and condition(after, "AllContainersRestarting") == "False"
     finally:
-        delete(control_plane, "needy")
+        delete(control_plane, name)

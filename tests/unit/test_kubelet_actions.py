@@ -18,6 +18,7 @@ from pykubelet.pods.actions import (
     KillReason,
     PodActions,
     RemoveContainers,
+    ResetContainer,
     ResizeContainer,
     ResizePod,
     StartContainer,
@@ -138,6 +139,7 @@ class Case:
     probes: Probes = field(default_factory=Probes)
     backoffs: Backoff = field(default_factory=backoffs)
     actuated: PodResources | None = None  # what the running containers were last given (None: no records)
+    restarts: dict[str, int] = field(default_factory=dict)  # the restart counts the pod's status shows
 
 
 def steps(*s: Step) -> PodActions:
@@ -155,6 +157,11 @@ RULED = spec("main", restartPolicy="Never",
 NOT_ZERO = spec("main", restartPolicy="Never",
                 restartPolicyRules=[{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}}])
 SETUP_ON_FAILURE = spec("setup", restartPolicy="OnFailure")
+ALL_ON_42 = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+SOURCE = spec("main", restartPolicy="Never", restartPolicyRules=ALL_ON_42)
+SOURCE_ALWAYS = spec("main", restartPolicy="Always", restartPolicyRules=ALL_ON_42)
+SOURCE_INIT = spec("setup2", restartPolicy="Never", restartPolicyRules=ALL_ON_42)
+SOURCE_SIDE = spec("side2", restartPolicy="Always", restartPolicyRules=ALL_ON_42)
 
 
 def res(cpu: str | None = None, memory: str | None = None, *, limits: bool = True) -> Resources:
@@ -348,6 +355,41 @@ CASES = [
          steps(ResizeContainer("main", "m1", "cpu", Resources({"cpu": "100m"}, {}), decrease=True),
                ResizePod(res("500m"), decrease=True)),
          actuated=given(("main", Resources({"cpu": "100m"}, {})), pod_level=res("1"))),
+    # --- RestartAllContainers (RestartAllContainersOnContainerExits, beta and on in 1.37) ---------------------
+    Case("an exit its RestartAllContainers rule matches resets the pod: the regular containers, the init ones, "
+         "then the one that exited; running ones killed",
+         pod(SOURCE, spec("web"), init=(SETUP, SIDE), policy="Never"),
+         (C("main", "m1", "exited", exit=42), C("web", "w1"), C("side", "s1"), C("setup", "i1", "exited")),
+         steps(ResetContainer("web", "w1", kill=True), ResetContainer("setup", "i1"),
+               ResetContainer("side", "s1", kill=True), ResetContainer("main", "m1"))),
+    Case("every container of each name goes, an older run of the one that exited among the others",
+         pod(SOURCE_ALWAYS, spec("web")),
+         (C("main", "m2", "exited", exit=42, restart=1), C("web", "w1"), C("main", "m1", "exited", exit=1)),
+         steps(ResetContainer("main", "m1"), ResetContainer("web", "w1", kill=True), ResetContainer("main", "m2"))),
+    Case("an init container's exit by its rule resets the pod, the init containers before it too",
+         pod(MAIN, init=(SIDE, SETUP, SOURCE_INIT), policy="Never"),
+         (C("setup2", "i2", "exited", exit=42), C("setup", "i1", "exited"), C("side", "s1")),
+         steps(ResetContainer("side", "s1", kill=True), ResetContainer("setup", "i1"),
+               ResetContainer("setup2", "i2"))),
+    Case("a sidecar's exit by its rule resets the pod",
+         pod(MAIN, init=(SETUP, SOURCE_SIDE), policy="Never"),
+         (C("main", "m1"), C("side2", "s2", "exited", exit=42), C("setup", "i1", "exited")),
+         steps(ResetContainer("main", "m1", kill=True), ResetContainer("setup", "i1"),
+               ResetContainer("side2", "s2"))),
+    Case("an ephemeral container is left as it is", pod(SOURCE, ephemeral=(DEBUG,), policy="Never"),
+         (C("debug", "d1"), C("main", "m1", "exited", exit=42)), steps(ResetContainer("main", "m1"))),
+    Case("an exit no rule matches: the container's own policy (Never) decides, nothing is reset",
+         pod(SOURCE, spec("web"), policy="Never"), (C("main", "m1", "exited", exit=1), C("web", "w1")), PodActions()),
+    Case("reset: the pod runs again from its first init container, at the restart count its status shows",
+         pod(SOURCE, init=(SETUP,), policy="Never"), (), steps(StartContainer("setup", 1)),
+         restarts={"setup": 1, "main": 1}),
+    Case("with containers in the runtime the restart count goes on from theirs, whatever the status shows",
+         pod(ALWAYS, policy="Never"), (C("main", "m1", "exited", exit=0, restart=1),),
+         steps(StartContainer("main", 2, backoff_key=key(ALWAYS))), restarts={"main": 7}),
+    Case("an exit by the rule in a dead sandbox: the new one runs the pod anew",
+         pod(SOURCE, policy="Never"), (C("main", "m1", "exited", exit=42, sandbox="s1"),),
+         steps(StartContainer("main", 1)), sandboxes=(("s2", True), ("s1", False))),
+    # --- dead containers ------------------------------------------------------------------------------
     Case("dead containers go but the newest dead one", P,
          (C("main", "m3"), C("main", "m2", "exited"), C("main", "m1", "exited")), steps(RemoveContainers(("m1",)))),
     Case("an exited current container is the newest dead one", pod(MAIN, policy="Never"),
@@ -359,7 +401,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_compute_pod_actions(case: Case) -> None:
     state = runtime(case.pod, *case.containers, sandboxes=case.sandboxes)
-    assert compute_pod_actions(case.pod, state, case.probes, case.backoffs, case.actuated) == case.expected
+    assert compute_pod_actions(case.pod, state, case.probes, case.backoffs, case.actuated,
+                               case.restarts) == case.expected
 
 
 def test_the_waits_are_the_containers_waiting_reasons() -> None:

@@ -1,6 +1,7 @@
 """The node's declared features (pykubelet/node/features.py): what status.declaredFeatures says with the
 1.37 default gates and with a gate turned off, what a pod needs, and the kubelet's admission of a pod whose
-needs the node does not declare (PodFeatureUnsupported, the kubelet's message)."""
+needs the node does not declare (PodFeatureUnsupported, the kubelet's message): with the gate off, one that
+has a RestartAllContainers rule."""
 from __future__ import annotations
 
 from pykubelet.api.podmodel import Pod, parse_pod
@@ -16,11 +17,13 @@ def pod(container: dict | None = None, **spec) -> Pod:
 
 
 def test_declared_features_are_those_implemented_whose_gate_is_on():
-    assert features.declared_features({}) == ("InPlacePodLevelResourcesVerticalScaling",)
-    assert features.declared_features({"InPlacePodLevelResourcesVerticalScaling": False}) == ()
+    assert features.declared_features({}) == ("InPlacePodLevelResourcesVerticalScaling",
+                                              "RestartAllContainersOnContainerExits")
+    assert features.declared_features({"InPlacePodLevelResourcesVerticalScaling": False,
+                                       "RestartAllContainersOnContainerExits": False}) == ()
     # a gate on for a feature this kubelet lacks declares nothing: the declaration is a promise
-    assert features.declared_features({"RestartAllContainersOnContainerExits": True}) == (
-        "InPlacePodLevelResourcesVerticalScaling",)
+    gates = {"ExtendWebSocketsToKubelet": True, "RestartAllContainersOnContainerExits": False}
+    assert features.declared_features(gates) == ("InPlacePodLevelResourcesVerticalScaling",)
 
 
 def test_what_a_pod_needs_as_the_schedulers_inference():
@@ -35,10 +38,13 @@ def test_what_a_pod_needs_as_the_schedulers_inference():
 
 def test_a_pod_needing_an_undeclared_feature_is_refused_at_admission():
     needy = pod({"restartPolicy": "Never", "restartPolicyRules": [RESTART_ALL]})
+    declared = features.declared_features({"RestartAllContainersOnContainerExits": False})
     verdict = check(needy, [], allocatable={"cpu": "2", "memory": "1Gi", "pods": "10"}, labels={}, node_name="n",
-                    declared=features.declared_features({}))
+                    declared=declared)
     assert (verdict.admit, verdict.reason, verdict.message) == (
         False, "PodFeatureUnsupported",
         "Pod requires node features that are not available: RestartAllContainersOnContainerExits")
     assert check(pod(), [], allocatable={"cpu": "2", "memory": "1Gi", "pods": "10"}, labels={}, node_name="n",
+                 declared=declared).admit
+    assert check(needy, [], allocatable={"cpu": "2", "memory": "1Gi", "pods": "10"}, labels={}, node_name="n",
                  declared=features.declared_features({})).admit

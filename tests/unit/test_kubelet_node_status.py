@@ -45,7 +45,8 @@ def test_status_content(tmp_path):
     assert s["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.6.20"
     assert ready(s)["status"] == "True" and ready(s)["reason"] == "KubeletReady"
     assert {c["type"] for c in s["conditions"]} == {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
-    assert s["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling"]  # pykubelet/node/features.py
+    assert s["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",  # pykubelet/node/features.py
+                                     "RestartAllContainersOnContainerExits"]
 
 
 def test_allocatable_is_capacity_less_eviction_thresholds():

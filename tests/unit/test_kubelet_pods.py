@@ -781,3 +781,104 @@ def test_phase_with_a_containers_own_restart_policy_and_rules():
     assert phase("Never", {"restartPolicy": "Never", **rule}, 42) == "Running"
     assert phase("Never", {"restartPolicy": "Never", **rule}, 1) == "Failed"
     assert phase("Never", {"restartPolicy": "OnFailure"}, 0) == "Succeeded"
+
+
+ALL_ON_42 = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+
+
+def test_a_restart_all_containers_rule_resets_the_pod_in_place(tmp_path):
+    """As the [NodeConformance] spec "Pod Extended (RestartAllContainers) should restart all containers on
+    regular container exit" (test/e2e/common/node/container_restart_policy.go): the exit by the rule is
+    written first (AllContainersRestarting True), then every init and regular container is killed (without
+    grace) and removed, the one that exited last; the status says each was removed (RestartingAllContainers,
+    one restart more) and the pod runs again from its first init container, each container at the restart
+    count its status shows and with that last termination, in the same sandbox."""
+    from pykubelet.pods.workers import PodWorkers
+
+    cache, rt, client, events = Cache(), FakeCRI(), ApiClient(), Events()
+    rt.add_image("sha256:i", "img:1")
+    workers = PodWorkers(client, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache,
+                         events=events)  # type: ignore[arg-type]  # a recorder's event() is all the workers call
+    raw: dict = {"metadata": {"name": "web", "namespace": "ns", "uid": UID},
+                 "spec": {"restartPolicy": "Never",
+                          "initContainers": [{"name": "init", "image": "img:1"},
+                                             {"name": "sidecar", "image": "img:1", "restartPolicy": "Always"}],
+                          "containers": [{"name": "source", "image": "img:1", "restartPolicy": "Never",
+                                          "restartPolicyRules": ALL_ON_42},
+                                         {"name": "regular", "image": "img:1"}]}}
+    workers._on_pod("ADDED", None, cache.put(raw))
+    workers.sync(UID)
+    rt.exit("init-0", 0)
+    workers.sync(UID)
+    assert rt.started == ["init-0", "sidecar-0", "source-0", "regular-0"]
+    sandboxes = set(rt.sandboxes)
+    rt.exit("source-0", 42)
+    before = len(client.patches)
+    assert workers.sync(UID) == 0.0  # at once: the pod runs again without waiting for an event
+    marked, reset = client.patches[before:]
+    restarting = conditions_of(marked["status"])["AllContainersRestarting"]
+    assert (restarting["status"], restarting["reason"], restarting["message"]) == (
+        "True", "RestartAllContainersStarted", "container exited with restart policy rule")
+    assert marked["status"]["phase"] == "Running"
+    assert [c for c in rt.calls if c[0] in ("StopContainer", "RemoveContainer")] == [
+        ("StopContainer", "regular-0", 2), ("RemoveContainer", "regular-0"), ("RemoveContainer", "init-0"),
+        ("StopContainer", "sidecar-0", 2), ("RemoveContainer", "sidecar-0"), ("RemoveContainer", "source-0")]
+    assert ("Normal", "Killing", "killing") in events.seen
+    status = reset["status"]
+    assert conditions_of(status)["AllContainersRestarting"]["status"] == "False"
+    assert conditions_of(status)["Initialized"]["status"] == "True"  # initialized once, it stays so
+    for s in status["initContainerStatuses"] + status["containerStatuses"]:
+        assert s["state"] == {"waiting": {"reason": "RestartingAllContainers",
+                                          "message": "The container is removed because RestartAllContainers in place"}}
+        assert s["lastState"]["terminated"]["reason"] == "RestartingAllContainers"
+        assert (s["restartCount"], s["lastState"]["terminated"]["exitCode"]) == (1, 137)
+    assert workers.sync(UID) is None
+    assert rt.started[4:] == ["init-1"] and set(rt.sandboxes) == sandboxes  # no new sandbox
+    rt.exit("init-1", 0)
+    workers.sync(UID)
+    assert rt.started[5:] == ["sidecar-1", "source-1", "regular-1"]
+    status = workers.statuses.last(UID)
+    assert status["phase"] == "Running"
+    assert conditions_of(status)["AllContainersRestarting"]["status"] == "False"
+    for s in status["initContainerStatuses"] + status["containerStatuses"]:
+        assert s["restartCount"] == 1 and s["lastState"]["terminated"]["reason"] == "RestartingAllContainers"
+    rt.exit("source-1", 0)  # no rule matches: its own policy, Never, and nothing else restarts
+    workers.sync(UID)
+    assert rt.started[8:] == []
+    source = workers.statuses.last(UID)["containerStatuses"][0]
+    assert source["state"]["terminated"]["exitCode"] == 0 and source["restartCount"] == 1
+
+
+def test_restart_all_containers_status_across_a_reset():
+    """The status of a pod with a RestartAllContainers rule (the kubelet's GenerateAllContainersRestartingCondition
+    and convertToAPIContainerStatuses): the condition True from the exit by the rule until the runtime has
+    none of its containers; each container the reset removed waits with one restart more; a restart count
+    never goes down; a pod without such a rule has no such condition; a finished pod says why it is False."""
+    p = pod(restartPolicy="Never", containers=[
+        {"name": "c", "image": "img:1", "restartPolicy": "Never", "restartPolicyRules": ALL_ON_42},
+        {"name": "w", "image": "img:1"}])
+    exited = named("c", "c1", api_pb2.CONTAINER_EXITED, exit_code=42)
+    exited.annotations[RESTART_COUNT] = "2"
+    marked = pod_status.pod_status(p, runtime_pod(exited, named("w", "w1", api_pb2.CONTAINER_RUNNING)), SyncResult(),
+                                   host_ip=None, runtime_name="x", last={})
+    assert conditions_of(marked)["AllContainersRestarting"]["status"] == "True" and marked["phase"] == "Running"
+    empty = runtime_pod()
+    assert pod_status.carried_restarts(p, empty, marked) == {"c": 3, "w": 1}
+    reset = pod_status.pod_status(p, empty, SyncResult(), host_ip=None, runtime_name="x", last=marked)
+    assert reset["phase"] == "Running"  # restarting, not ended
+    assert conditions_of(reset)["AllContainersRestarting"] == {"type": "AllContainersRestarting", "status": "False"}
+    assert [s["restartCount"] for s in reset["containerStatuses"]] == [3, 1]
+    assert pod_status.carried_restarts(p, empty, reset) == {"c": 3, "w": 1}  # counted once
+    again = named("c", "c2", api_pb2.CONTAINER_RUNNING)
+    again.annotations[RESTART_COUNT] = "3"
+    running = pod_status.pod_status(p, runtime_pod(again), SyncResult(), host_ip=None, runtime_name="x", last=reset)
+    c, w = running["containerStatuses"]
+    assert (c["restartCount"], c["lastState"]["terminated"]["reason"], "running" in c["state"]) == (
+        3, "RestartingAllContainers", True)
+    assert (w["restartCount"], w["state"]["waiting"]["reason"]) == (1, "ContainerCreating")
+    assert conditions_of(running)["AllContainersRestarting"]["status"] == "False"
+    assert "AllContainersRestarting" not in conditions_of(
+        pod_status.pod_status(pod(), runtime_pod(), SyncResult(), host_ip=None, runtime_name="x", last={}))
+    failed = parse_pod({**p.raw, "status": {"phase": "Failed"}})
+    assert conditions_of(pod_status.pod_status(failed, empty, SyncResult(), host_ip=None, runtime_name="x",
+                                               last=marked))["AllContainersRestarting"]["reason"] == "PodFailed"
