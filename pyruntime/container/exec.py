@@ -189,15 +189,18 @@ def _exec(kernel: Syscalls, state: ContainerState, status: str, proc: Process, c
             _initial_affinity(kernel, stage1_pid, proc.exec_cpu_affinity.initial, trace)
         pid = end_stage1(parent, cg, stage1_pid, in_cgroup)
         stage1_pid = 0
-        parent.send(channel.PID_RECEIVED)
-        trace(f"child process in init() (pid {pid})")
         try:
+            parent.send(channel.PID_RECEIVED)
+            trace(f"child process in init() (pid {pid})")
             if seccomp is not None and seccomp.uses_notify:  # its own filter's fd, for the agent as the init's
                 hand_over_notify_fd(seccomp, parent, pid, oci_state(state, status))
             parent.recv(channel.READY)
         except BaseException:
+            # it reported why it failed, or died (killed with its pid namespace when the container's init
+            # ended): reaped here, its status adding nothing, since that init's own exit waits until every
+            # process of the namespace is reaped, and our caller, which gets no pid, cannot
             if parent.peer_failed:
-                os.waitpid(pid, 0)  # it reported why it failed and exits; its status adds nothing
+                os.waitpid(pid, 0)
             raise
         if seccomp is not None and trace is not silent:  # the process loads it with these (runc's words)
             from pyruntime.linux.seccomp import compiler

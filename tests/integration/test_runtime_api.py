@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from pyruntime.errors import FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError
 from pyruntime.linux.cgroups import manager
 from pyruntime.linux.syscalls import LinuxSyscalls
 from pyruntime.oci.spec import load_bundle
@@ -103,6 +103,43 @@ def test_create_and_exec_refuse_to_fork_with_a_thread_alive_and_leave_nothing(rt
     assert rt.pids("c1") == [init_pid]
     rt.delete("c1", force=True)
     os.waitpid(init_pid, 0)  # our child: this process is a subreaper (tests/conftest.py)
+
+
+def _state_letter(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_an_exec_whose_process_dies_before_it_runs_is_reaped_so_the_container_can_end(rt, make_bundle, monkeypatch):
+    """The exec'd process killed between its fork and the exec (its pid namespace ended with the container's
+    init while an exec probe joined it): the exec fails and reaps it, since the init's own exit waits until every
+    process of the namespace is reaped, and nobody else knows its pid. Unreaped, the container's exit was never
+    seen by its supervisor, and a kubelet's StopContainer failed after its grace."""
+    from pyruntime.container import exec as exec_module
+    real_end_stage1 = exec_module.end_stage1
+    doomed: list[int] = []
+
+    def end_stage1_then_kill(*args, **kwargs) -> int:
+        pid = real_end_stage1(*args, **kwargs)
+        doomed.append(pid)
+        os.kill(pid, signal.SIGKILL)
+        _eventually(lambda: _state_letter(pid) == "Z")
+        return pid
+
+    bundle = make_bundle(["sleep", "100"])
+    rt.create("c1", str(bundle))
+    rt.start("c1")
+    monkeypatch.setattr(exec_module, "end_stage1", end_stage1_then_kill)
+    with pytest.raises(InternalError, match="exited before"):
+        rt.exec("c1", rt.process_of("c1"))
+    monkeypatch.undo()
+    (pid,) = doomed
+    with pytest.raises(ChildProcessError):  # reaped by the exec already
+        os.waitpid(pid, os.WNOHANG)
+    init_pid = rt.state("c1").pid
+    rt.kill("c1", signal.SIGKILL)
+    _eventually(lambda: os.waitpid(init_pid, os.WNOHANG)[0] == init_pid)  # our child: this process is a subreaper
+    rt.delete("c1", force=True)
 
 
 def test_a_mount_refused_in_the_init_keeps_its_kind_and_leaves_nothing(rt, make_bundle, tmp_path):
