@@ -101,8 +101,9 @@ def test_a_shorter_grace_period_cuts_a_sleeping_pre_stop(control_plane, kubelet,
         ended = wait_pod(control_plane, "cut", "its container terminated",
                          lambda p: "terminated" in status_of(p, "c").get("state", {}), timeout=30)
         finished = when(status_of(ended, "c")["state"]["terminated"]["finishedAt"])
-        # by the new deadline (and the kubelet's minimum grace for the stop after the hook), not the 50 s sleep
-        assert (finished - deadline).total_seconds() <= 3, (finished, deadline)
+        # by the new deadline, not the 50 s sleep: the stop after the hook gets the kubelet's minimum grace (2 s,
+        # which a container ignoring SIGTERM takes whole), and both times are whole seconds
+        assert (finished - deadline).total_seconds() <= 5, (finished, deadline)
     finally:
         release(control_plane, "cut")
 

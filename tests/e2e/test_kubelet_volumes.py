@@ -430,4 +430,7 @@ def test_projected_combined_as_the_spec(control_plane, kubelet, runtime, kubepod
         delete(control_plane, "projected-volume")
         remove(control_plane, "configmap", "kube-root-ca.crt", "configmap-projected-all-test-volume")
         remove(control_plane, "secret", "secret-projected-all-test-volume")
+    # a finished pod's object goes at once (the API server deletes a terminal pod without grace), before the
+    # kubelet has cleaned up after it
+    wait_for("the pod's directory to go", lambda: not pod_root(kubelet, uid).exists(), timeout=30)
     gone_from_node(kubelet, uid)
