@@ -29,6 +29,11 @@ import pytest
 from tests.kit.kubelet_node import BUSYBOX, apply, condition, delete, get_pod, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
+# What these tests check is the kubelet's deciding (phases, conditions, restarts, grace), over CRI calls that
+# test_kubelet_pods and test_kubelet_probes run on both runtimes: one runtime is enough here (make test's time),
+# and `make conformance-k8s` runs the upstream specs on pykubelet with containerd too
+pytestmark = pytest.mark.parametrize("cri", ["pyruntime-cri"], indirect=True, scope="module")
+
 NODE = "pynode-e2e-lifecycle"
 NODE_IP = "10.201.0.48"
 IDLE = "trap 'exit 0' TERM; while true; do sleep 0.2; done"  # ends at once on SIGTERM

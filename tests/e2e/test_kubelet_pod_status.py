@@ -16,8 +16,15 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.kit.kubelet_node import BUSYBOX, apply, condition, delete, get_pod, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
+
+# What these tests check is the kubelet's deciding (phases, conditions, restarts, grace), over CRI calls that
+# test_kubelet_pods and test_kubelet_probes run on both runtimes: one runtime is enough here (make test's time),
+# and `make conformance-k8s` runs the upstream specs on pykubelet with containerd too
+pytestmark = pytest.mark.parametrize("cri", ["pyruntime-cri"], indirect=True, scope="module")
 
 NODE = "pynode-e2e-status"
 NODE_IP = "10.201.0.45"
