@@ -15,7 +15,7 @@ import os
 import stat
 
 from pynode_os import mountinfo
-from pynode_os.cgroups import Hierarchy, parse_mountinfo, parse_proc_cgroup
+from pynode_os.cgroups import CGROUP_ROOT, Hierarchy, parse_mountinfo, parse_proc_cgroup
 from pyruntime.container import paths
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError
 from pyruntime.linux import syscalls as sc
@@ -288,15 +288,18 @@ def _require_plain_dir(kernel: Syscalls, root_fd: int, m: Mount) -> None:
 
 
 def _cgroup_hierarchies(host_cgroups: HostMounts | None, cgroup_ns: bool) -> list[tuple[Hierarchy, str]]:
-    """Each cgroup hierarchy the runtime sees (v1 ones, then cgroup2), with the directory of this process's
-    cgroup in it: what a container without a cgroup namespace gets at /sys/fs/cgroup, as runc binds it.
-    The init runs this from inside the container's cgroups, so that is the container's own cgroup and
-    never the host's tree above it (the other pods' cgroups, names and limits). With a cgroup namespace
-    the directories are not needed (each hierarchy is mounted afresh) and not read."""
+    """The cgroup hierarchies a container gets (a pure v2 host's cgroup2 root, else the v1 ones), with the
+    directory of this process's cgroup in each: what a container without a cgroup namespace gets at
+    /sys/fs/cgroup, as runc binds it. The init runs this from inside the container's cgroups, so that is
+    the container's own cgroup and never the host's tree above it (the other pods' cgroups, names and
+    limits). A hybrid host's cgroup2 mount is left out, as runc's GetCgroupMounts(false) does: a cgroup2
+    mount in sight is how software in a container (Kubernetes' e2e framework, Java, Go's automaxprocs)
+    decides its limits are v2 files, which on a hybrid host are not the ones that hold. With a cgroup
+    namespace the directories are not needed (each hierarchy is mounted afresh) and not read."""
     v1, v2 = host_cgroups if host_cgroups is not None else parse_mountinfo(read_file("/proc/self/mountinfo"))
     own = parse_proc_cgroup(read_file("/proc/self/cgroup")) if not cgroup_ns else {}
-    return [(h, base_dir(h, False, own) if not cgroup_ns else "")
-            for h in (*v1, *((v2,) if v2 is not None else ()))]
+    chosen = [v2] if v2 is not None and (v2.mountpoint == CGROUP_ROOT or not v1) else v1
+    return [(h, base_dir(h, False, own) if not cgroup_ns else "") for h in chosen]
 
 
 def _bind_remount(kernel: Syscalls, root_fd: int, source: str, target_fd: int, destination: str, flags: int,
@@ -322,7 +325,7 @@ def _mount_cgroup(kernel: Syscalls, root_fd: int, m: Mount, opts: MountOptions, 
     flags = opts.flags | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC
     target = paths.make_target(kernel, root_fd, m.destination, True)
     try:
-        unified = next((own for h, own in hierarchies if not h.key and h.mountpoint == "/sys/fs/cgroup"), None)
+        unified = next((own for h, own in hierarchies if not h.key and h.mountpoint == CGROUP_ROOT), None)
         if unified is not None:
             if not cgroup_ns:
                 _bind_remount(kernel, root_fd, unified, target, m.destination, flags)

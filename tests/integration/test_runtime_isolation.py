@@ -8,12 +8,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from pyruntime.linux.cgroups import manager
 from pyruntime.linux.syscalls import LinuxSyscalls
 from tests.kit.busybox import build_rootfs
 
 # a pure cgroup v2 host (the lab's node VM: make test-lab-v2), else this project's hybrid one with v1 controllers
 V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+HYBRID = " - cgroup2 " in Path("/proc/self/mountinfo").read_text()
 
 
 def _remove_test_cgroups(*names: str) -> None:
@@ -116,6 +119,27 @@ def test_without_a_cgroup_namespace_the_container_sees_its_own_cgroup_not_the_ho
     finally:
         runtime("delete", "--force", "own1", check=False)
         _remove_test_cgroups("pyruntime-test/own1", "pyruntime-test")
+
+
+@pytest.mark.skipif(V2 or not HYBRID, reason="needs a hybrid host: v1 hierarchies and a cgroup2 mount")
+@pytest.mark.parametrize("cgroupns", [False, True])
+def test_a_hybrid_hosts_cgroup2_mount_is_not_in_the_container(runtime, make_bundle, cgroupns):
+    """As runc lays out /sys/fs/cgroup on a hybrid host: the v1 hierarchies only. A cgroup2 mount in sight is
+    how software in a container decides its limits are v2 files (Kubernetes' e2e IsPodOnCgroupv2Node runs
+    `mount -t cgroup2`), and on a hybrid host the limits are in the v1 ones."""
+    bundle = make_bundle(["sh", "-c", "mount -t cgroup2; echo end; ls /sys/fs/cgroup"])
+    config = json.loads((bundle / "config.json").read_text())
+    if not cgroupns:
+        config["linux"]["namespaces"] = [n for n in config["linux"]["namespaces"] if n["type"] != "cgroup"]
+    elif not any(n["type"] == "cgroup" for n in config["linux"]["namespaces"]):
+        config["linux"]["namespaces"].append({"type": "cgroup"})
+    (bundle / "config.json").write_text(json.dumps(config))
+    try:
+        out = runtime("run", "--bundle", str(bundle), "hy1").stdout.split("end\n")
+        assert out[0] == "", "no cgroup2 mount in the container"
+        assert "memory" in out[1].split() and "unified" not in out[1].split()
+    finally:
+        runtime("delete", "--force", "hy1", check=False)
 
 
 def test_capabilities_and_no_new_privs(runtime, make_bundle):
