@@ -13,7 +13,7 @@ A malformed line is passed through as is (as the kubelet does), never dropped.
 Memory stays bounded whatever the file's size: the file is read CHUNK bytes at a time and written out as
 it is read; tailLines finds where its last lines begin by reading backwards from the end in blocks, so a
 request for the last ten lines of a huge log reads a few blocks; a line the container wrote without a
-newline (its P pieces joined) goes out in pieces once it passes LINE_BUFFER.
+newline goes out piece by piece, as its P entries come.
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ from pykubelet.errors import InvalidArgumentError
 
 POLL = 0.2  # seconds between looks at a followed file that has nothing new
 CHUNK = 1 << 20  # bytes of the file read at a time
-LINE_BUFFER = 1 << 20  # bytes of one line held before they go out without the rest
 _HEAD = 128  # bytes of a CRI log line that hold its stamp, stream and tag
 
 
@@ -105,23 +104,28 @@ def parse_time(stamp: str) -> float:
 
 @dataclass
 class Line:
-    """One line of the container's output: its pieces joined, stamped with its first piece's time."""
+    """A piece of the container's output: a whole line, or the piece a P entry holds, stamped with the time
+    of its line's first piece."""
     stamp: bytes
     time: float | None  # None: the stamp did not parse (a malformed line, passed through)
-    data: bytes  # with its newline
-    head: bool = True  # False: the rest of a line whose start went out already (past LINE_BUFFER)
+    data: bytes  # with the newline when it ends a line
+    head: bool = True  # False: a later piece of a line whose start went out already
 
     def render(self, timestamps: bool) -> bytes:
         return self.stamp + b" " + self.data if timestamps and self.stamp and self.head else self.data
 
 
 class Joiner:
-    """Turns CRI log lines (each with its newline) into the container's lines, joining P pieces."""
+    """Turns CRI log lines (each with its newline) into the container's output as the kubelet's ReadLogs
+    does: a P piece goes out at once, without a newline, and the F piece that ends its line adds the
+    newline. So a prompt shows while the container waits, and what a container wrote last without a
+    newline (the runtime logs it as a P entry when the stream ends, as containerd does) is not lost; a
+    timestamp goes only before a line's first piece."""
 
     def __init__(self) -> None:
-        self._pending: Line | None = None
+        self._line: tuple[bytes, float | None] | None = None  # the stamp and time of a line begun by P pieces
 
-    def feed(self, raw: bytes) -> Line | None:
+    def feed(self, raw: bytes) -> Line:
         parts = raw.rstrip(b"\n").split(b" ", 3)
         if len(parts) < 3 or parts[1] not in (b"stdout", b"stderr"):
             return Line(b"", None, raw)
@@ -131,25 +135,18 @@ class Joiner:
             when: float | None = parse_time(stamp.decode())
         except (ValueError, UnicodeDecodeError):
             return Line(b"", None, raw)
-        if self._pending is None:
-            self._pending = Line(stamp, when, b"")
-        self._pending.data += msg
+        head = self._line is None
+        if self._line is None:
+            self._line = (stamp, when)
+        stamp, when = self._line
         if tags[0] == b"P":
-            if len(self._pending.data) < LINE_BUFFER:
-                return None
-            line = self._pending
-            self._pending = Line(line.stamp, line.time, b"", head=False)
-            return line
-        line, self._pending = self._pending, None
-        line.data += b"\n"
-        return line
+            return Line(stamp, when, msg, head)
+        self._line = None
+        return Line(stamp, when, msg + b"\n", head)
 
 
 def read_lines(chunks: Iterable[bytes], joiner: Joiner) -> Iterator[Line]:
-    for raw in chunks:
-        line = joiner.feed(raw)
-        if line is not None:
-            yield line
+    return (joiner.feed(raw) for raw in chunks)
 
 
 def select(lines: Iterable[Line], since: float | None) -> Iterator[Line]:
@@ -169,7 +166,8 @@ def _ends_a_line(head: bytes) -> bool:
 
 def tail_offset(f: BinaryIO, lines: int) -> int:
     """Where the last `lines` lines of the container's output begin in the CRI log `f`, found by reading
-    blocks backwards from its end (a line without its newline yet at the end is not counted)."""
+    blocks backwards from its end (a line whose last piece the runtime has not written yet counts, as it is
+    served; a CRI line without its newline yet does not)."""
     f.seek(0, os.SEEK_END)
     pos = f.tell()
     end: int | None = None  # just past the last newline: where the complete part ends
@@ -188,7 +186,7 @@ def tail_offset(f: BinaryIO, lines: int) -> int:
             if end is None:
                 end = record_end = pos + k + 1
                 continue
-            if _ends_a_line(data[k + 1:k + 1 + _HEAD]):
+            if _ends_a_line(data[k + 1:k + 1 + _HEAD]) or record_end == end:  # the last line may be unfinished
                 ended += 1
                 if ended > lines:
                     return record_end
@@ -196,7 +194,7 @@ def tail_offset(f: BinaryIO, lines: int) -> int:
         right = data[:_HEAD]
     if end is None:
         return 0
-    if _ends_a_line(right) and ended + 1 > lines:
+    if (_ends_a_line(right) or record_end == end) and ended + 1 > lines:
         return record_end
     return 0
 

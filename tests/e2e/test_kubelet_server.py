@@ -34,7 +34,8 @@ def KUBELET_CONFIG(cp: ControlPlane) -> dict:
     return secured_config(cp, NODE, NODE_IP, PORT)
 
 
-LOGGER = ("echo start; i=0; while [ $i -lt 3 ]; do echo line $i; i=$((i+1)); sleep 1; done; exit 1")
+# ends with output and no newline: served as it came (e2e's Projected combined spec cats files with none)
+LOGGER = ("echo start; i=0; while [ $i -lt 3 ]; do echo line $i; i=$((i+1)); sleep 1; done; printf end; exit 1")
 
 
 @pytest.fixture(autouse=True)
@@ -108,18 +109,18 @@ def test_kubectl_logs(control_plane, kubelet, kubepods, tmp_path):
                     if not chunk:
                         break
                     seen += chunk
-            assert seen.startswith(b"start\nline 0\nline 1\nline 2\nstart\n"), (seen, follow.poll())
+            assert seen.startswith(b"start\nline 0\nline 1\nline 2\nendstart\n"), (seen, follow.poll())
         finally:
             follow.kill()
     wait_pod(control_plane, "logger", "a restart", lambda p: p["status"]["containerStatuses"][0]["restartCount"] >= 1)
     previous = control_plane.kubectl("logs", "logger", "--previous").stdout
-    assert previous == "start\nline 0\nline 1\nline 2\n"
-    assert control_plane.kubectl("logs", "logger", "--previous", "--tail", "2").stdout == "line 1\nline 2\n"
+    assert previous == "start\nline 0\nline 1\nline 2\nend"
+    assert control_plane.kubectl("logs", "logger", "--previous", "--tail", "2").stdout == "line 2\nend"
     assert control_plane.kubectl("logs", "logger", "--previous", "--limit-bytes", "8").stdout == "start\nli"
     stamped = control_plane.kubectl("logs", "logger", "--previous", "--timestamps").stdout.splitlines()
-    assert [line.split(" ", 1)[1] for line in stamped] == ["start", "line 0", "line 1", "line 2"]
+    assert [line.split(" ", 1)[1] for line in stamped] == ["start", "line 0", "line 1", "line 2", "end"]
     assert control_plane.kubectl("logs", "logger", "--previous", "--since-time", stamped[2].split()[0]).stdout \
-        == "line 1\nline 2\n"
+        == "line 1\nline 2\nend"
     assert control_plane.kubectl("logs", "logger", "--since", "1h").stdout.startswith("start\n")
     delete(control_plane, "logger")
 

@@ -78,6 +78,16 @@ def test_a_line_without_its_newline_waits(tmp_path):
     assert render(path) == b"one\n"
 
 
+def test_what_a_container_wrote_last_without_a_newline_is_served(tmp_path):
+    """The runtime logs the end of a stream without a newline as a P entry (containerd does the same): the
+    kubelet serves it as it came (Projected combined's container cats three files with no newline)."""
+    path = tmp_path / "0.log"
+    path.write_bytes(cri_log((T0, "stdout", "F", "one"), (T1, "stdout", "P", "two"), (T2, "stdout", "P", "2")))
+    assert render(path) == b"one\ntwo2"
+    assert render(path, timestamps=True) == f"{T0} one\n{T1} two2".encode()
+    assert render(path, tail_lines=1) == b"two2"
+
+
 def test_tail_reads_back_across_blocks_and_pieces(tmp_path, monkeypatch):
     """tailLines is found by reading backwards in blocks: lines and their P pieces cut by block edges."""
     monkeypatch.setattr(logs, "CHUNK", 7)
