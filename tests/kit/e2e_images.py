@@ -8,9 +8,11 @@ BUILDERS' repositories, and every tag --list-images gives one of them is pushed.
 scripts/peers/e2e.sh builds from the same k8s.io/kubernetes module, in an image laid out as its Dockerfile
 lays it out (/agnhost, /agnhost-2, /uploads, porter's certificate, the user and group its SupplementalGroups
 spec expects), on the busybox base the critest images have (cri_images.build_dynamic_rootfs) instead of Alpine,
-whose packages cannot be built from a module. The rest are stand-ins on that base: busybox for busybox and for
-glibc-dns-testing (the specs run sh and hostname), nonroot as busybox with its user 1234, nonewprivs and
-pause as the critest images' small static programs, nginx as their busybox httpd behind nginx's name.
+whose packages cannot be built from a module, and with the host's bash (Alpine's bash package in upstream's
+image: the probe specs run /bin/bash). The rest are stand-ins on that base: busybox for busybox (with /bin/sysctl,
+which the Sysctls specs run) and for glibc-dns-testing (the specs run sh and hostname), nonroot as busybox with
+its user 1234, nonewprivs and pause as the critest images' small static programs, nginx as their busybox httpd
+behind nginx's name.
 
 Not made: what must not exist (invalid.registry.k8s.io, the authenticated gcr.io agnhost), and the images only
 other specs run. agnhost's fake registry (/var/registry, pulled from registry.k8s.io when upstream builds it)
@@ -34,6 +36,8 @@ from tests.kit.cri_images import (
     CriImage,
     build_layouts,
     compile_static,
+    dynamic_busybox,
+    shared_libraries,
     web_entries,
 )
 from tests.kit.images import Entry, d, f, symlink
@@ -45,6 +49,9 @@ AGNHOST_PORTS = (80, 8080, 8081, 9376, 5000)
 AGNHOST_PASSWD = (BUSYBOX_PASSWD +
                   "user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh\n")
 AGNHOST_GROUP = BUSYBOX_GROUP + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
+
+HOST_BASH = Path("/bin/bash")
+
 
 class Parts:
     """What the builders put in their images, each made once: the agnhost binary and its module's files, and the
@@ -70,14 +77,23 @@ def _agnhost(parts: Parts) -> tuple[list[Entry], dict, bool]:
                f("localhost.crt", (porter / "localhost.crt").read_bytes()),
                f("localhost.key", (porter / "localhost.key").read_bytes()),
                d("etc"), f("etc/passwd", AGNHOST_PASSWD), f("etc/group", AGNHOST_GROUP),
-               d("home"), d("home/user-defined-in-image", uid=1000, gid=1000)]
+               d("home"), d("home/user-defined-in-image", uid=1000, gid=1000), *_host_program(HOST_BASH)]
     config = {"Entrypoint": ["/agnhost"], "Cmd": ["pause"],
               "ExposedPorts": {f"{port}/tcp": {} for port in AGNHOST_PORTS}}
     return entries, config, True
 
 
+def _host_program(path: Path) -> list[Entry]:
+    """The host's program at the same path, with the libraries it loads that the busybox base lacks."""
+    base = {lib.resolve() for lib in shared_libraries(dynamic_busybox())}
+    return [f(str(path).lstrip("/"), path.read_bytes(), 0o755)] + [
+        f(str(lib).lstrip("/"), lib.resolve().read_bytes(), 0o644)
+        for lib in shared_libraries(path) if lib.resolve() not in base]
+
+
 def _busybox(_parts: Parts) -> tuple[list[Entry], dict, bool]:
-    return [], {}, True
+    # busybox's image has every applet in /bin; the base lays them out as busybox --list-full says (/sbin/sysctl)
+    return [symlink("bin/sysctl", "busybox")], {}, True
 
 
 def _nonroot(_parts: Parts) -> tuple[list[Entry], dict, bool]:
