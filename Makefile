@@ -96,12 +96,12 @@ conformance: setup
 # Kubernetes v1.37.2's own e2e [NodeConformance] specs against `make cluster`, one pair of kubelet and runtime after
 # the other, side by side (long: more than an hour a pair; not part of `test`). e2e.test, its ginkgo and agnhost are
 # built here, not by `setup` (scripts/peers/e2e.sh: e2e.test is the largest build of the peers).
-# PAIRS="kubelet/containerd pykubelet/pyruntime-cri" picks the pairs (default: all four); reports go to
-# ~/.cache/pynode/conformance-k8s, the table into bench/README.md. It takes the integration lock per pair itself: run
-# it without flock.
+# PAIRS="kubelet/containerd pykubelet/pyruntime-cri" picks the pairs (default: all four); SET=conformance runs every
+# SIG's [Conformance] specs on two nodes instead; reports go to ~/.cache/pynode/conformance-k8s, the table into
+# bench/README.md. It takes the integration lock per pair itself: run it without flock.
 conformance-k8s: setup
 	scripts/build-peers.sh e2e
-	$(PY) -m tests.conformance.k8s_suite $(PAIRS)
+	$(PY) -m tests.conformance.k8s_suite --set $(or $(SET),node) $(PAIRS)
 
 # The harness of conformance-k8s itself, on a few fast specs and two pairs (tests/e2e/test_conformance_k8s.py: the
 # stock pair passes them all; about 25 minutes here, so not part of `test`).

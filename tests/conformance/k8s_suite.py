@@ -4,16 +4,18 @@ pair of kubelet and runtime, side by side (issue 27).
 `make conformance-k8s` runs it (not part of `make test`: one pair takes more than an hour). scripts/peers/e2e.sh
 builds e2e.test, the ginkgo CLI and agnhost from the k8s.io/kubernetes module of the control plane. The run:
 - asks e2e.test for its images (--list-images) and makes those the selected specs run (tests/kit/e2e_images.py);
-- lists the selected specs with a ginkgo dry run: the focus [NodeConformance], the skip [Serial], [Disruptive],
-  [Flaky] and [Feature:...]. A spec left out and a spec the suite timeout cut look alike in ginkgo's report (both
-  skipped, with no reason), so the dry run's list is what tells them apart;
-- for each pair (KUBELET/RUNTIME): brings up a one-node `make cluster` (vagrant/provision/cluster.py, with its
+- lists the selected specs with a ginkgo dry run. The set `node` (the default): the focus [NodeConformance], the
+  skip [Serial], [Disruptive], [Flaky] and [Feature:...], on one node; the set `conformance`: every SIG's
+  [Conformance] specs, [Serial] ones included, on two nodes (SETS). A spec left out and a spec the suite timeout
+  cut look alike in ginkgo's report (both skipped, with no reason), so the dry run's list is what tells them
+  apart;
+- for each pair (KUBELET/RUNTIME): brings up a `make cluster` of the set's nodes (vagrant/provision/cluster.py, with its
   test registry and CoreDNS), pushes the images to that registry under their own names (its mirror config
   sends every registry there), runs ginkgo with 3 processes and a suite timeout against it, keeps the node's
   logs, takes the cluster down;
 - writes the table (per pair: passed, failed, skipped, not run, wall time; each spec whose outcome differs
-  between the pairs, with the first line of its failure) into DATE/summary.md and bench/README.md between its
-  markers.
+  between the pairs, with the first line of its failure) into DATE/summary.md and bench/README.md between the
+  set's markers.
 
 The JSON and JUnit reports and ginkgo's log are under ~/.cache/pynode/conformance-k8s/DATE/KUBELET+RUNTIME/.
 The cluster is the machine's one, so each pair holds the integration lock. `--list` does the first two steps
@@ -49,9 +51,26 @@ GINKGO = e2e_images.E2E_BIN / "ginkgo"
 AGNHOST = e2e_images.E2E_BIN / "agnhost"
 STAMP = e2e_images.E2E_BIN / ".version"  # the release e2e.sh built them from
 RESULTS = CACHE / "conformance-k8s"
-BEGIN, END = "<!-- conformance-k8s:begin -->", "<!-- conformance-k8s:end -->"
-FOCUS = r"\[NodeConformance\]"
-SKIP = r"\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:"
+
+
+@dataclass(frozen=True)
+class SpecSet:
+    """A set of specs: what selects them, the cluster they need, and the markers of its table in bench/README."""
+    focus: str
+    skip: str
+    nodes: int
+    marker: str
+
+
+SETS = {
+    # issue 27's target: one node, as SIG Node runs it
+    "node": SpecSet(r"\[NodeConformance\]", r"\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:", 1,
+                    "conformance-k8s"),
+    # every SIG's [Conformance] specs, [Serial] ones included (ginkgo runs them alone, after the rest), on two
+    # nodes: the specs that spread pods (DaemonSets, services across nodes) skip themselves on one
+    "conformance": SpecSet(r"\[Conformance\]", r"\[Disruptive\]|\[Flaky\]|\[Feature:", 2, "conformance-k8s-all"),
+}
+FOCUS, SKIP = SETS["node"].focus, SETS["node"].skip
 PAIRS = tuple(f"{k}/{r}" for k in reversed(KUBELETS) for r in reversed(RUNTIMES))  # the stock pair first
 BASE = "kubelet/containerd"
 PROCS = 3
@@ -135,6 +154,7 @@ class Settings:
     skip: str = SKIP
     procs: int = PROCS
     timeout: str = TIMEOUT
+    spec_set: str = "node"
 
 
 @dataclass
@@ -157,8 +177,9 @@ def table(runs: list[PairRun], settings: Settings) -> str:
     """The Markdown of bench/README.md's section: a row per pair, then each spec whose outcome differs between
     the pairs (the first failure's first line as its cause)."""
     chosen = len(runs[0].outcomes) if runs else 0
+    nodes = SETS[settings.spec_set].nodes
     lines = [f"{chosen} specs selected (focus `{settings.focus}`, skip `{settings.skip}`), {settings.procs} ginkgo "
-             f"processes, suite timeout {settings.timeout}.", "",
+             f"processes, suite timeout {settings.timeout}, {nodes} node{'s' if nodes > 1 else ''}.", "",
              "| kubelet / runtime | passed | failed | skipped | not run | [Conformance] passed | wall time |",
              "|---|---|---|---|---|---|---|"]
     for run in runs:
@@ -237,7 +258,8 @@ def run_pair(pair: str, layouts: list[tuple[CriImage, Path]], chosen: list[str],
             return PairRun(pair, 0.0, {}, f"a cluster was up already ({cluster.STATE}): `make cluster-down` first")
         try:
             log(f"{pair}: make cluster")
-            up = provision("up", "--kubelet", kubelet, "--runtime", runtime, timeout=900)
+            up = provision("up", "--kubelet", kubelet, "--runtime", runtime, "--nodes",
+                           str(SETS[settings.spec_set].nodes), timeout=900)
             (out / "cluster-up.log").write_text(up.stdout + up.stderr)
             record = cluster.Record.load()
             if up.returncode != 0 or record is None:
@@ -302,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"default: all of {' '.join(PAIRS)}")
     p.add_argument("--procs", type=int, default=PROCS, help="ginkgo processes")
     p.add_argument("--timeout", default=TIMEOUT, help="the suite timeout per pair (ginkgo --timeout)")
-    p.add_argument("--focus", default=FOCUS)
-    p.add_argument("--skip", default=SKIP)
+    p.add_argument("--set", dest="spec_set", choices=sorted(SETS), default="node",
+                   help="node: [NodeConformance] on one node (the default); conformance: every [Conformance] spec")
+    p.add_argument("--focus", help="instead of the set's")
+    p.add_argument("--skip", help="instead of the set's")
     p.add_argument("--results", type=Path, default=RESULTS / date.today().isoformat())
     p.add_argument("--list", action="store_true", help="only list the selected specs and the images (no cluster)")
     p.add_argument("--table", action="store_true", help="only write the table again from --results' pairs")
@@ -322,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                 if (pair_dir(results, pair) / "outcomes.json").exists()]
         settings = Settings(**json.loads((results / "settings.json").read_text()))
         return _report(runs, settings, results, args.record)
-    settings = Settings(args.focus, args.skip, args.procs, args.timeout)
+    chosen_set = SETS[args.spec_set]
+    settings = Settings(args.focus or chosen_set.focus, args.skip or chosen_set.skip, args.procs, args.timeout,
+                        args.spec_set)
     results.mkdir(parents=True, exist_ok=True)
     listed = list_images()
     images = e2e_images.wanted(listed)
@@ -348,7 +374,8 @@ def _report(runs: list[PairRun], settings: Settings, results: Path, record: bool
     body = table(runs, settings)
     (results / "summary.md").write_text(body + "\n")
     if record:
-        record_section(BEGIN, END, body, README)
+        marker = SETS[settings.spec_set].marker
+        record_section(f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->", body, README)
     print(body)
     bad = regressions(runs)
     for pair, specs in bad.items():

@@ -92,6 +92,21 @@ def test_table_counts_each_pair_and_lists_the_specs_that_differ() -> None:
     assert ("| a [Conformance] | passed | failed | pykubelet/pyruntime-cri: why a [Conformance] failed |" in lines)
     assert r"| c\|d | passed | not run | pykubelet/pyruntime-cri: why c\|d not run |" in lines
     assert not any(line.startswith("| b |") for line in lines)
+    assert lines[0].endswith("suite timeout 2h, 1 node.")
+
+
+def test_the_conformance_set_takes_every_sigs_conformance_specs_on_two_nodes(tmp_path: Path, monkeypatch) -> None:
+    """`make conformance-k8s SET=conformance`: [Serial] ones too (ginkgo runs them alone); its own table."""
+    chosen = k8s_suite.SETS["conformance"]
+    assert (chosen.focus, chosen.nodes) == (r"\[Conformance\]", 2) and "Serial" not in chosen.skip
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- conformance-k8s:begin -->\nnode's\n<!-- conformance-k8s:end -->\n")
+    monkeypatch.setattr(k8s_suite, "README", readme)
+    run = _run("pykubelet/pyruntime-cri", {"a [Conformance]": "passed"})
+    assert k8s_suite._report([run], Settings(chosen.focus, chosen.skip, spec_set="conformance"), tmp_path, True) == 0
+    text = readme.read_text()
+    assert "node's" in text and "<!-- conformance-k8s-all:begin -->\n1 specs selected" in text
+    assert ", 2 nodes.\n" in text
 
 
 def test_regressions_are_what_the_stock_pair_passes_and_another_does_not() -> None:
