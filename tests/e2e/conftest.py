@@ -19,7 +19,7 @@ from tests.conformance.critest import critest_registry
 from tests.kit.containerd_cri import BRIDGE, NETWORK, POD_SUBNET, containerd_cri
 from tests.kit.controlplane import ControlPlane
 from tests.kit.cri_server import CriNode
-from tests.kit.kubelet_node import Kubelet, kubepods_dirs, node_level, remove_new_cgroups, wait_for
+from tests.kit.kubelet_node import Kubelet, delete, kubepods_dirs, node_level, remove_new_cgroups, wait_for
 from tests.leakcheck import Check
 
 WARM_UP = "warm-up"
@@ -111,3 +111,12 @@ def kubepods(leak_check: Check) -> None:
     before = kubepods_dirs()
     leak_check.allow("cgroups", node_level)
     leak_check.after(lambda: remove_new_cgroups(before))
+
+
+@pytest.fixture
+def pods(control_plane, kubelet, kubepods):
+    """The names of the pods a test made on the kubelet's node: deleted, and their removal waited for, at its end."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        delete(control_plane, name)

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from pykubelet.pods.dns import parse_resolv_conf
-from tests.kit.kubelet_node import BUSYBOX, apply, delete, wait_for, wait_pod
+from tests.kit.kubelet_node import BUSYBOX, apply, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-dns"
@@ -43,14 +41,6 @@ def resolv_conf(control_plane, runtime, tmp_path, name: str, **spec) -> dict[str
         if fields and fields[0] in found:
             found[fields[0]] += fields[1:]
     return found
-
-
-@pytest.fixture
-def pods(control_plane, kubelet, kubepods):
-    names: list[str] = []
-    yield names
-    for name in names:
-        delete(control_plane, name)
 
 
 def test_cluster_first_with_the_pods_dns_config(control_plane, runtime, pods, tmp_path):

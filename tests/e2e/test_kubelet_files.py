@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from pykubelet.pods.hosts import HOST_NETWORK_HEADER, LOCALHOST, MANAGED_HEADER
-from tests.kit.kubelet_node import BUSYBOX, apply, delete, wait_pod
+from tests.kit.kubelet_node import BUSYBOX, apply, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
 
 NODE = "pynode-e2e-files"
@@ -32,11 +32,8 @@ ALIASES = [{"ip": "123.45.67.89", "hostnames": ["foo", "bar"]}]
 
 
 @pytest.fixture
-def pods(control_plane, kubelet, kubepods):
-    names: list[str] = []
-    yield names
-    for name in names:
-        delete(control_plane, name)
+def env_data(control_plane):
+    yield "env-data"
     control_plane.kubectl("delete", "configmap", "env-data", "--ignore-not-found", check=False)
 
 
@@ -136,7 +133,7 @@ def test_termination_message(control_plane, pods, tmp_path, name, container, pha
     assert cs["state"]["terminated"].get("message", "") == message
 
 
-def test_configmap_keys_that_are_no_shell_names_reach_the_env(control_plane, kubelet, pods, tmp_path):
+def test_configmap_keys_that_are_no_shell_names_reach_the_env(control_plane, kubelet, pods, env_data, tmp_path):
     apply(control_plane, tmp_path, {"metadata": {"name": "env-data", "namespace": "default"},
                                     "data": {"data-1": "value-1", "data-2": "value-2"}}, kind="ConfigMap")
     pods.append("env")

@@ -20,9 +20,11 @@ rules, end to end against a stock kube-apiserver on each CRI runtime (containerd
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -71,46 +73,50 @@ def events(cp, pod: dict) -> list[dict]:
     return json.loads(out.stdout)["items"]
 
 
+@contextlib.contextmanager
+def sleeping_pre_stop(cp, tmp_path, name: str, sleep: int, grace: int) -> Iterator[None]:
+    """A running pod whose container's preStop hook sleeps `sleep` s, kept by a finalizer so that its terminated
+    status stays to be read once the kubelet is done with it; released at the end."""
+    pod = kit_pod_spec(NODE, name, busybox("c", lifecycle={"preStop": {"sleep": {"seconds": sleep}}}),
+                       terminationGracePeriodSeconds=grace)
+    pod["metadata"]["finalizers"] = [FINALIZER]
+    apply(cp, tmp_path, pod)
+    try:
+        wait_pod(cp, name, "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+        yield
+    finally:
+        release(cp, name)
+
+
+def terminated(cp, name: str, timeout: float) -> dict:
+    return wait_pod(cp, name, "its container terminated", lambda p: "terminated" in status_of(p, "c").get("state", {}),
+                    timeout=timeout)
+
+
 def test_pre_stop_sleep_then_the_terminated_status_of_a_pod_kept_by_a_finalizer(control_plane, kubelet,
                                                                                 kubepods, tmp_path):
-    pod = kit_pod_spec(NODE, "sleepy", busybox("c", lifecycle={"preStop": {"sleep": {"seconds": 5}}}),
-                       terminationGracePeriodSeconds=30)
-    pod["metadata"]["finalizers"] = [FINALIZER]
-    apply(control_plane, tmp_path, pod)
-    try:
-        wait_pod(control_plane, "sleepy", "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+    with sleeping_pre_stop(control_plane, tmp_path, "sleepy", sleep=5, grace=30):
         control_plane.kubectl("delete", "pod", "sleepy", "--wait=false")
         deleted = get_pod(control_plane, "sleepy")
         asked = when(deleted["metadata"]["deletionTimestamp"]) - datetime.timedelta(seconds=30)
-        ended = wait_pod(control_plane, "sleepy", "its container terminated",
-                         lambda p: "terminated" in status_of(p, "c").get("state", {}), timeout=40)
-        terminated = status_of(ended, "c")["state"]["terminated"]
-        slept = (when(terminated["finishedAt"]) - asked).total_seconds()
-        assert 5 <= slept < 30, (slept, terminated)  # the hook's 5 s, then the container's own end on SIGTERM
-        assert terminated["exitCode"] == 0 and ended["status"]["phase"] == "Succeeded"  # the trap's exit
-    finally:
-        release(control_plane, "sleepy")
+        ended = terminated(control_plane, "sleepy", timeout=40)
+        state = status_of(ended, "c")["state"]["terminated"]
+        slept = (when(state["finishedAt"]) - asked).total_seconds()
+        assert 5 <= slept < 30, (slept, state)  # the hook's 5 s, then the container's own end on SIGTERM
+        assert state["exitCode"] == 0 and ended["status"]["phase"] == "Succeeded"  # the trap's exit
 
 
 def test_a_shorter_grace_period_cuts_a_sleeping_pre_stop(control_plane, kubelet, kubepods, tmp_path):
-    pod = kit_pod_spec(NODE, "cut", busybox("c", lifecycle={"preStop": {"sleep": {"seconds": 50}}}),
-                       terminationGracePeriodSeconds=100)
-    pod["metadata"]["finalizers"] = [FINALIZER]
-    apply(control_plane, tmp_path, pod)
-    try:
-        wait_pod(control_plane, "cut", "Running", lambda p: "running" in status_of(p, "c").get("state", {}))
+    with sleeping_pre_stop(control_plane, tmp_path, "cut", sleep=50, grace=100):
         control_plane.kubectl("delete", "pod", "cut", "--wait=false")
         time.sleep(3)  # the hook sleeps
         control_plane.kubectl("delete", "pod", "cut", "--wait=false", "--grace-period=5")
         deadline = when(get_pod(control_plane, "cut")["metadata"]["deletionTimestamp"])
-        ended = wait_pod(control_plane, "cut", "its container terminated",
-                         lambda p: "terminated" in status_of(p, "c").get("state", {}), timeout=30)
-        finished = when(status_of(ended, "c")["state"]["terminated"]["finishedAt"])
+        finished = when(status_of(terminated(control_plane, "cut", timeout=30), "c")["state"]["terminated"]
+                        ["finishedAt"])
         # by the new deadline, not the 50 s sleep: the stop after the hook gets the kubelet's minimum grace (2 s,
         # which a container ignoring SIGTERM takes whole), and both times are whole seconds
         assert (finished - deadline).total_seconds() <= 5, (finished, deadline)
-    finally:
-        release(control_plane, "cut")
 
 
 def test_a_redirect_to_another_host_is_a_liveness_success_with_a_warning(control_plane, kubelet, kubepods,
