@@ -24,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from pykubelet.api.names import is_dns1123_subdomain
 from pykubelet.durations import duration
 from pykubelet.errors import InvalidArgumentError
 from pykubelet.featuregates import feature_gates
@@ -431,13 +432,12 @@ def enforce_node_allocatable(value: Any) -> list[str]:
 
 
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def label_key(key: Any) -> str:
     """A qualified name ("prefix/name" or "name"), as labels' and taints' keys are."""
     prefix, _, name = string(key).rpartition("/")
-    if not _LABEL_NAME.fullmatch(name) or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+    if not _LABEL_NAME.fullmatch(name) or (prefix and not is_dns1123_subdomain(prefix)):
         raise ValueError(f"a qualified name (an optional DNS subdomain prefix and '/', then a name of 63 "
                          f"alphanumerics, '-', '_' or '.'), got {key!r}")
     return key
@@ -795,11 +795,8 @@ def build(flags: dict[str, Any], config_file: Path | None = None) -> Settings:
     return _validate(settings)
 
 
-_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
 def _validate(s: Settings) -> Settings:
-    if len(s.node_name) > 253 or not _DNS1123.fullmatch(s.node_name):
+    if not is_dns1123_subdomain(s.node_name):
         raise ConfigError(f"--hostname-override: node name {s.node_name!r} is not a DNS-1123 subdomain")
     if (s.tls_cert_file is None) != (s.tls_private_key_file is None):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together: one is missing")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cni_plugins.install import launchers
+from pykubelet.api.names import is_dns1123_label
 from pynode_cluster import components, pki
 from pynode_cluster.node import Node
 from pynode_os.files import atomic_write
@@ -46,7 +47,6 @@ from pynode_os.files import atomic_write
 SCHEMA = 1
 ETCD_PORTS = (2379, 2380)
 APISERVER_PORT = 6443
-NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Node's name (DNS-1123 label) and a unit's part
 ROLES = ("control-plane", "node")
 CONTROL_PLANE_PEERS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 NODE_PEERS = ("kube-proxy", "kubectl")
@@ -164,7 +164,7 @@ class Lab:
         cidrs: list[ipaddress.IPv4Network] = []
         for i, n in enumerate(self.nodes):
             what = f"nodes[{i}]"
-            if not NAME.fullmatch(n.name):
+            if not is_dns1123_label(n.name):  # a Node's name and a part of its units' names
                 raise LabError(f"{where}: {what}.name {n.name!r}: lower-case letters, digits and '-' (a DNS label)")
             address(n.ip, f"{what}.ip")
             for key, value in ((n.name, "name"), (n.ip, "ip")):

@@ -21,6 +21,9 @@ One module per job, each the one implementation there is:
   scopes) and the kubelet's (its slices), which may not import each other.
 - logind: systemd-logind's shutdown inhibitor lock and PrepareForShutdown, for the kubelet's graceful node
   shutdown, over `systemd`'s D-Bus helpers.
+- fieldreader: JSON objects' fields read with their types checked and errors that name the field's path, for
+  the runtime's config.json and the kubelet's API objects (two copies, whose wording was kept the same by hand);
+  each package's subclass raises its own error kind.
 
 The runtime's syscall layer stays its only way to the kernel: its modules make mount(2), umount2(2) and
 statfs(2) through the Syscalls object they are handed (pyruntime/linux/syscalls.py), whose LinuxSyscalls

@@ -426,7 +426,7 @@ def parse_pod(raw: Any) -> Pod:
     that is missing or of the wrong type."""
     doc = Obj(raw, "")
     status = doc.obj("status")
-    return Pod(metadata=_meta(doc.child("metadata")), spec=_spec(doc.child("spec")),
+    return Pod(metadata=_meta(doc.obj("metadata", required=True)), spec=_spec(doc.obj("spec", required=True)),
                status=PodStatus() if status is None else _status(status),
                raw=raw)
 
@@ -559,7 +559,7 @@ def _container(c: Obj) -> Container:
 
 def _restart_rule(r: Obj) -> ContainerRestartRule:
     r.str("action", required=True)
-    codes = r.child("exitCodes")  # the API requires it: a rule matches on exit codes only
+    codes = r.obj("exitCodes", required=True)  # the API requires it: a rule matches on exit codes only
     return ContainerRestartRule(r.choice("action", RESTART_RULE_ACTIONS, "container restart rule action", ""),
                                 codes.choice("operator", ("In", "NotIn"), "exit codes operator", "In"),
                                 codes.ints("values"))
@@ -581,7 +581,7 @@ def _action(o: Obj, known: tuple[str, ...]) -> HookAction:
     kinds = [k for k in known if o.raw.get(k) is not None]
     if len(kinds) != 1:
         raise o.error(f"must have exactly one of {', '.join(known)}, got {len(kinds)}")
-    a = o.child(kinds[0])
+    a = o.obj(kinds[0], required=True)
     if kinds[0] == "exec":
         return ExecAction(command=a.strings("command"))
     if kinds[0] == "httpGet":
@@ -623,7 +623,7 @@ def _volume(v: Obj) -> Volume:
     if len(kinds) > 1:
         raise v.error(f"must have exactly one volume source, got {', '.join(kinds)}")
     kind = kinds[0]
-    source = v.child(kind)
+    source = v.obj(kind, required=True)
     return Volume(name=name, kind=kind, source=_source(kind, source))
 
 

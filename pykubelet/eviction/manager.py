@@ -29,6 +29,7 @@ from pykubelet.api.podmodel import EmptyDirSource, Pod
 from pykubelet.config import Settings, eviction_thresholds
 from pykubelet.events import WARNING, EventRecorder, node_ref
 from pykubelet.eviction import policy
+from pykubelet.node import hostfacts
 from pynode_os import cgroups, mounts
 
 log = logging.getLogger(__name__)
@@ -40,16 +41,6 @@ TERMINAL = ("Succeeded", "Failed")
 
 # --- reading the node -------------------------------------------------------------------------------
 
-def meminfo(text: str) -> dict[str, int]:
-    out = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts:
-            out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    return out
-
-
 def memory_observation(info: dict[str, int]) -> policy.Observation:
     """memory.available as the kubelet computes it: capacity less the working set, the memory in use less
     the inactive file cache (which the kernel can drop)."""
@@ -60,12 +51,6 @@ def memory_observation(info: dict[str, int]) -> policy.Observation:
 
 def pid_observation(pid_max: int, tasks: int) -> policy.Observation:
     return policy.Observation(pid_max - tasks, pid_max)
-
-
-def _existing(p: Path) -> Path:
-    while not p.exists():
-        p = p.parent
-    return p
 
 
 def fs_observations(prefix: str, path: str) -> dict[str, policy.Observation]:
@@ -133,8 +118,8 @@ class EvictionManager:
     # --- measuring ------------------------------------------------------------------------------
 
     def observe(self) -> dict[str, policy.Observation]:
-        out = {"memory.available": memory_observation(meminfo(Path("/proc/meminfo").read_text()))}
-        root = _existing(self.settings.root_dir)
+        out = {"memory.available": memory_observation(hostfacts.meminfo())}
+        root = hostfacts.existing(self.settings.root_dir)
         out.update(fs_observations("nodefs", str(root)))
         image_fs = str(root)
         try:
@@ -143,8 +128,8 @@ class EvictionManager:
                 image_fs = filesystems[0].fs_id.mountpoint
         except cri.CRIError as e:
             log.debug("eviction: image filesystem unknown, taken as the root's: %s", e)
-        out.update(fs_observations("imagefs", _existing(Path(image_fs)).as_posix()))
-        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+        out.update(fs_observations("imagefs", hostfacts.existing(Path(image_fs)).as_posix()))
+        pid_max = hostfacts.pid_max()
         tasks = int(Path("/proc/loadavg").read_text().split()[3].partition("/")[2])
         out["pid.available"] = pid_observation(pid_max, tasks)
         return out

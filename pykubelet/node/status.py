@@ -30,6 +30,7 @@ from pykubelet import runtime as cri
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, EventRecorder, node_ref
 from pykubelet.eviction import policy
+from pykubelet.node import hostfacts
 from pykubelet.node.features import declared_features
 
 log = logging.getLogger(__name__)
@@ -43,15 +44,6 @@ NODE_EVENTS = {("Ready", "True"): "NodeReady", ("Ready", "False"): "NodeNotReady
                ("PIDPressure", "False"): "NodeHasSufficientPID", ("PIDPressure", "True"): "NodeHasInsufficientPID"}
 ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le", "s390x": "s390x",
         "riscv64": "riscv64"}.get(platform.machine(), platform.machine())
-
-
-def _meminfo() -> dict[str, int]:
-    out = {}
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        out[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    return out
 
 
 def _read(path: str, default: str = "") -> str:
@@ -68,13 +60,9 @@ def os_image() -> str:
     return "Linux"
 
 
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0))
-
-
 def machine_capacity(settings: Settings) -> dict[str, str]:
-    fs = os.statvfs(_existing(settings.root_dir))
-    return {"cpu": str(cpu_count()), "memory": f"{_meminfo()['MemTotal'] // 1024}Ki",
+    fs = os.statvfs(hostfacts.existing(settings.root_dir))
+    return {"cpu": str(hostfacts.cpu_count()), "memory": f"{hostfacts.meminfo()['MemTotal'] // 1024}Ki",
             "ephemeral-storage": f"{fs.f_blocks * fs.f_frsize // 1024}Ki", "pods": str(settings.max_pods),
             "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
 
@@ -112,12 +100,6 @@ def reserved_for(settings: Settings) -> dict[str, int]:
 def node_allocatable(settings: Settings) -> dict[str, str]:
     """This node's allocatable, as its status reports it."""
     return allocatable(machine_capacity(settings), settings.eviction_hard, reserved_for(settings))
-
-
-def _existing(p: Path) -> Path:
-    while not p.exists():
-        p = p.parent
-    return p
 
 
 def node_info(version: Any) -> dict[str, str]:

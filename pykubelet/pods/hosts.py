@@ -14,9 +14,9 @@ The runtime's hosts file for the sandbox (containerd's, pyruntime-cri's) is then
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from pykubelet.api.names import is_dns1123_label, is_dns1123_subdomain
 from pykubelet.api.podmodel import Container, HostAlias, Pod
 from pykubelet.errors import FailedPreconditionError
 
@@ -31,21 +31,10 @@ LOCALHOST = ("127.0.0.1\tlocalhost\n"
              "fe00::2\tip6-allrouters\n")
 HOSTNAME_MAX = 63  # the kernel's nodename holds 64 bytes with its NUL
 FQDN_MAX = 64
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL = re.compile(_LABEL)
-_DNS1123_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 
 
 class HostnameError(FailedPreconditionError):
     """The pod's hostname cannot be made from its spec (a static pod's: the API server validates the rest)."""
-
-
-def _label(value: str) -> bool:
-    return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
-
-
-def _subdomain(value: str) -> bool:
-    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
 
 
 def _truncate(pod_name: str, hostname: str) -> str:
@@ -62,18 +51,18 @@ def hostname_and_domain(pod: Pod, cluster_domain: str) -> tuple[str, str]:
     """The pod's hostname and its domain ("" for none), as the kubelet's GeneratePodHostNameAndDomain."""
     spec, meta = pod.spec, pod.metadata
     if spec.hostname_override is not None:
-        if not _subdomain(spec.hostname_override):
+        if not is_dns1123_subdomain(spec.hostname_override):
             raise HostnameError(f"spec.hostnameOverride: {spec.hostname_override!r} is not a valid DNS subdomain")
         return _truncate(meta.name, spec.hostname_override), ""
     hostname = meta.name
     if spec.hostname:
-        if not _label(spec.hostname):
+        if not is_dns1123_label(spec.hostname):
             raise HostnameError(f"spec.hostname: {spec.hostname!r} is not a valid DNS label")
         hostname = spec.hostname
     hostname = _truncate(meta.name, hostname)
     if not spec.subdomain:
         return hostname, ""
-    if not _label(spec.subdomain):
+    if not is_dns1123_label(spec.subdomain):
         raise HostnameError(f"spec.subdomain: {spec.subdomain!r} is not a valid DNS label")
     return hostname, f"{spec.subdomain}.{meta.namespace}.svc.{cluster_domain}"
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
+from pykubelet.node import hostfacts
 from pykubelet.pods import cgroupconfig
 from pykubelet.pods.cgroupconfig import ResourceConfig
 from pykubelet.pods.podspec import qos_class
@@ -34,9 +35,8 @@ CONTROLLERS = ("cpu", "memory", "pids")
 def machine_capacity() -> dict[str, int]:
     """What the kubepods cgroup is limited from: cpu in millicores, memory in bytes, pid the kernel's
     pid_max or threads-max, whichever is less (the kubelet's pidlimit)."""
-    from pykubelet.node.status import _meminfo, cpu_count
-    pids = min(int(Path(f"/proc/sys/kernel/{name}").read_text()) for name in ("pid_max", "threads-max"))
-    return {"cpu": cpu_count() * 1000, "memory": _meminfo()["MemTotal"], "pid": pids}
+    return {"cpu": hostfacts.cpu_count() * 1000, "memory": hostfacts.meminfo()["MemTotal"],
+            "pid": min(hostfacts.pid_max(), hostfacts.threads_max())}
 
 
 def _write(path: str, value: str) -> None:

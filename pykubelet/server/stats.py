@@ -22,7 +22,7 @@ from typing import Any
 
 from proto import api_pb2
 from pykubelet.config import Settings
-from pykubelet.node.status import _existing, _meminfo  # the node status's readers of the same numbers
+from pykubelet.node import hostfacts
 
 USER_HZ = os.sysconf("SC_CLK_TCK")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -173,7 +173,7 @@ class Summary:
         cpu: dict = {"time": now, "usageCoreNanoSeconds": cpu_ns}
         if last is not None and now > last[0]:
             cpu["usageNanoCores"] = max(0, int((cpu_ns - last[1]) / (now - last[0])))
-        mem = _meminfo()
+        mem = hostfacts.meminfo()
         out = {"nodeName": self.settings.node_name, "startTime": boot, "cpu": cpu,
                "memory": _node_memory(now, mem)}
         swap = _node_swap(now, mem)
@@ -181,8 +181,8 @@ class Summary:
             out["swap"] = swap
         if not full:
             return out
-        out.update(fs=fs_stats(_existing(self.settings.root_dir)),
-                   rlimit={"time": now, "maxpid": int(Path("/proc/sys/kernel/pid_max").read_text()),
+        out.update(fs=fs_stats(hostfacts.existing(self.settings.root_dir)),
+                   rlimit={"time": now, "maxpid": hostfacts.pid_max(),
                            "curproc": sum(1 for n in os.listdir("/proc") if n.isdigit())})
         try:
             image_fs = self.runtime.image_fs_info().image_filesystems
@@ -190,7 +190,8 @@ class Summary:
             image_fs = []
         if image_fs:
             fs = image_fs[0]
-            stats = fs_stats(_existing(Path(fs.fs_id.mountpoint) if fs.fs_id.mountpoint else self.settings.root_dir))
+            where = Path(fs.fs_id.mountpoint) if fs.fs_id.mountpoint else self.settings.root_dir
+            stats = fs_stats(hostfacts.existing(where))
             stats.update(usedBytes=fs.used_bytes.value, inodesUsed=fs.inodes_used.value)
             out["runtime"] = {"imageFs": stats}
         return out
@@ -205,7 +206,7 @@ class Summary:
             if c is None or c.pod_sandbox_id not in by_pod or c.state != api_pb2.CONTAINER_RUNNING:
                 continue
             by_pod[c.pod_sandbox_id].append(container_stats(stats, c.created_at / 1e9))
-        logs_fs = fs_stats(_existing(self.settings.pod_logs_dir)) if full else {}
+        logs_fs = fs_stats(hostfacts.existing(self.settings.pod_logs_dir)) if full else {}
         out = []
         for sid, sandbox in sandboxes.items():
             meta = sandbox.metadata

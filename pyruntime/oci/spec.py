@@ -233,7 +233,7 @@ def parse_process(p: Obj) -> Process:
     size = p.obj("consoleSize")
     io = p.obj("ioPriority")
     return Process(
-        args=tuple(args), cwd=cwd, env=tuple(p.strings("env")), terminal=p.bool("terminal"),
+        args=args, cwd=cwd, env=p.strings("env"), terminal=p.bool("terminal"),
         console_size=(size.int("height", 0, lo=0), size.int("width", 0, lo=0)) if size else None,
         user=parse_user(p.obj("user")), rlimits=tuple(rlimits), capabilities=caps,
         no_new_privileges=p.bool("noNewPrivileges"), oom_score_adj=p.int("oomScoreAdj", None, lo=-1000, hi=1000),
@@ -267,7 +267,7 @@ def _scheduler(o: Obj | None) -> Scheduler | None:
     for i, flag in enumerate(flags):
         if flag not in SCHED_FLAGS:
             raise SpecError(f"{o.path}.flags[{i}]: unknown scheduler flag {flag!r}")
-    s = Scheduler(policy, o.int("nice", 0), o.int("priority", 0, lo=0, hi=99), tuple(flags), o.int("runtime", 0, lo=0),
+    s = Scheduler(policy, o.int("nice", 0), o.int("priority", 0, lo=0, hi=99), flags, o.int("runtime", 0, lo=0),
                   o.int("deadline", 0, lo=0), o.int("period", 0, lo=0))
     if policy in ("SCHED_OTHER", "SCHED_BATCH") and not -20 <= s.nice <= 19:
         raise SpecError(f"{o.path}.nice: {s.nice} is invalid when the policy is {policy} (-20..19)")
@@ -291,7 +291,7 @@ def _mounts(o: Obj) -> tuple[Mount, ...]:
             raise SpecError(f"{m.path}.destination: must be a path inside the container, got ''")
         # relative: deprecated, but the runtime spec has it taken as relative to "/" (runc too)
         out.append(Mount(dest if dest.startswith("/") else "/" + dest, m.str("type"), m.str("source"),
-                         tuple(m.strings("options")), _id_mappings(m, "uidMappings"), _id_mappings(m, "gidMappings")))
+                         m.strings("options"), _id_mappings(m, "uidMappings"), _id_mappings(m, "gidMappings")))
     return tuple(out)
 
 
@@ -300,8 +300,8 @@ def _hooks(o: Obj | None) -> dict[str, tuple[Hook, ...]]:
     if o is None:
         return hooks
     for kind in HOOK_KINDS:
-        hooks[kind] = tuple(Hook(_abs(h.str("path", required=True), f"{h.path}.path"), tuple(h.strings("args")),
-                                 tuple(h.strings("env")), h.int("timeout", None, lo=1)) for h in o.objs(kind))
+        hooks[kind] = tuple(Hook(_abs(h.str("path", required=True), f"{h.path}.path"), h.strings("args"),
+                                 h.strings("env"), h.int("timeout", None, lo=1)) for h in o.objs(kind))
     return hooks
 
 
@@ -351,8 +351,8 @@ def _linux(o: Obj | None) -> Linux:
         if o.raw.get(unsupported):
             raise SpecError(f"linux.{unsupported}: not supported by pyruntime")
     return Linux(tuple(namespaces), uid_maps, gid_maps, tuple(devices), o.str("cgroupsPath", ""), resources,
-                 o.str_map("sysctl"), seccomp, propagation, tuple(o.strings("maskedPaths")),
-                 tuple(o.strings("readonlyPaths")), o.str("mountLabel"), personality)
+                 o.str_map("sysctl"), seccomp, propagation, o.strings("maskedPaths"),
+                 o.strings("readonlyPaths"), o.str("mountLabel"), personality)
 
 
 def parse(raw: Any, bundle: str) -> Spec:

@@ -11,6 +11,7 @@ from pykubelet import config
 from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.eviction import manager, policy
 from pykubelet.eviction.policy import ContainerUsage, Observation, PodUsage, Threshold, Value
+from pykubelet.node import hostfacts
 
 MI = 1 << 20
 
@@ -225,7 +226,7 @@ def test_evicted_status_terminates_the_containers():
 
 
 def test_node_readings(tmp_path):
-    info = manager.meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nInactive(file): 300 kB\nHugePages_Total: 0\n")
+    info = hostfacts.parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nInactive(file): 300 kB\nHugePages_Total: 0\n")
     assert manager.memory_observation(info) == Observation(400 * 1024, 1000 * 1024)
     assert manager.pid_observation(4_194_304, 300) == Observation(4_194_004, 4_194_304)
     (tmp_path / "d").mkdir()

@@ -110,7 +110,7 @@ class Syscall:
     @classmethod
     def from_spec(cls, o: Obj) -> Syscall:
         """Names unknown to this kernel are kept (load() skips them, as runc does); only their shape is checked."""
-        names = tuple(o.strings("names", required=True))
+        names = o.strings("names", required=True)
         if not names:
             raise SpecError(f"{o.name('names')}: must contain at least one entry")
         for i, n in enumerate(names):
@@ -157,8 +157,8 @@ class Seccomp:
         seccomp = cls(
             default_action=default_action,
             default_errno_ret=default_errno_ret,
-            architectures=tuple(archs),
-            flags=tuple(flags) if named else None,
+            architectures=archs,
+            flags=flags if named else None,
             listener_path=listener_path,
             listener_metadata=listener_metadata,
             syscalls=tuple(Syscall.from_spec(s) for s in o.objs("syscalls")),
