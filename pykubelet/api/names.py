@@ -1,8 +1,8 @@
 """The API's DNS-1123 name formats, as k8s.io/apimachinery's IsDNS1123Label and IsDNS1123Subdomain check them.
 
-One check for every part that names things as the API server would have them: a pod's hostname and
-subdomain (pods/hosts.py), the node's name and a label key's prefix (config.py), the lab's node names
-(pynode_cluster/lab.py); each copy of the pattern was its own, with its own length bound.
+One check for every part that names things as the API server would have them, so the node refuses what the
+API server would and nothing more: a pod's hostname and subdomain (pods/hosts.py), the node's name and a label
+key's prefix (config.py), the lab's node names (pynode_cluster/lab.py).
 """
 from __future__ import annotations
 
