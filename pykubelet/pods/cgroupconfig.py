@@ -62,8 +62,9 @@ def _bytes(value: Decimal) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
-def _of(resources: Mapping[str, str]) -> dict[str, Decimal]:
-    return {name: parse_quantity(v) for name, v in resources.items() if name in POD_LEVEL}
+def _of(resources: Mapping[str, str], names: Iterable[str] | None = None) -> dict[str, Decimal]:
+    """The amounts of `resources` (of `names` only, if given)."""
+    return {name: parse_quantity(v) for name, v in resources.items() if names is None or name in names}
 
 
 def _add(into: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
@@ -98,12 +99,12 @@ def _aggregate(containers: tuple[Container, ...], init: tuple[Container, ...], l
 
 
 def pod_requests(pod: Pod) -> dict[str, Decimal]:
-    """component-helpers' PodRequests of cpu (cores) and memory: the containers', the pod-level ones over them,
-    and the overhead added."""
+    """component-helpers' PodRequests (cpu in cores, the rest in bytes or units): the containers', the pod-level
+    ones (cpu and memory) over them, and the overhead added."""
     spec = pod.spec
     reqs = _aggregate(spec.containers, spec.init_containers, limits=False)
     if spec.resources is not None:
-        reqs.update(_of(spec.resources.requests))
+        reqs.update(_of(spec.resources.requests, POD_LEVEL))
     _add(reqs, _of(spec.overhead))
     return reqs
 
@@ -113,7 +114,7 @@ def pod_limits(pod: Pod) -> dict[str, Decimal]:
     spec = pod.spec
     limits = _aggregate(spec.containers, spec.init_containers, limits=True)
     if spec.resources is not None:
-        limits.update(_of(spec.resources.limits))
+        limits.update(_of(spec.resources.limits, POD_LEVEL))
     for name, v in _of(spec.overhead).items():
         if limits.get(name):
             limits[name] += v

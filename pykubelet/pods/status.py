@@ -16,10 +16,12 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
+from pykubelet.pods.cgroupconfig import pod_config, pod_limits, pod_requests
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
 from pykubelet.pods.podspec import TERMINAL_PHASES, could_restart_all, parse_quantity, restarts_all, should_restart
@@ -96,6 +98,47 @@ def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | No
         if requests and cpu_request and (cpu_request > MIN_SHARES or _millis(requests.get("cpu")) > MIN_SHARES):
             requests["cpu"] = _cpu(cpu_request)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def _amount(name: str, value: Decimal) -> str:
+    """An amount as the API writes it: cpu in cores or millicores, byte-sized ones with the largest exact binary
+    suffix, a count as it is."""
+    if name == "cpu":
+        return _cpu(int((value * 1000).to_integral_value(rounding=ROUND_CEILING)))
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        return _bytes(int(value.to_integral_value(rounding=ROUND_CEILING)))
+    return format(value.normalize(), "f")
+
+
+def _amounts(values: dict[str, Decimal]) -> dict[str, str]:
+    return {name: _amount(name, v) for name, v in sorted(values.items())}
+
+
+def pod_level_status(pod: Pod) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """status.resources and status.allocatedResources of the allocated `pod`, as the kubelet's
+    generateAPIPodStatus writes them (InPlacePodLevelResourcesVerticalScaling, on in 1.37): allocatedResources
+    is what the pod is granted (PodRequests: its containers' requests, the pod-level ones over them, the
+    overhead). resources, of a pod not yet running, is that with PodLimits; of a running one, the pod-level
+    resources with the pod's cgroup's cpu limit and memory limit, and the memory request of its containers when
+    it has no pod-level one: the kubelet reads the cgroup back, here it is the pod_config the cgroup was written
+    with, which reads back the same, and the cpu request the kubelet keeps as allocated when the cgroup's shares
+    round-trip to it (always, as the shares are made from it)."""
+    requests = pod_requests(pod)
+    if pod.status.phase != "Running":
+        resources = {"requests": _amounts(requests), "limits": _amounts(pod_limits(pod))}
+    else:
+        own = pod.spec.resources or Resources()
+        resources = {"requests": dict(own.requests), "limits": dict(own.limits)}
+        if "memory" not in own.requests and "memory" in requests:
+            resources["requests"]["memory"] = _amount("memory", requests["memory"])
+        config = pod_config(pod)
+        if config.cpu_quota is not None and config.cpu_quota > 0 and config.cpu_period:
+            cpu_limit = config.cpu_quota * 1000 // config.cpu_period
+            if cpu_limit > MIN_MILLI_CPU_LIMIT or _millis(own.limits.get("cpu")) > MIN_MILLI_CPU_LIMIT:
+                resources["limits"]["cpu"] = _cpu(cpu_limit)
+        if config.memory:
+            resources["limits"]["memory"] = _bytes(config.memory)
+    return {k: v for k, v in resources.items() if v}, _amounts(requests)
 
 
 RESTARTING_ALL = "RestartingAllContainers"  # a container removed by a RestartAllContainers reset
@@ -379,6 +422,9 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
             *([all_restarting_condition(pod, state, last or {}, ph)] if could_restart_all(pod) else [])],
         "containerStatuses": statuses,
     }
+    status["resources"], allocated = pod_level_status(pod)
+    if allocated:
+        status["allocatedResources"] = allocated
     if init_statuses:
         status["initContainerStatuses"] = init_statuses
     if ephemeral_statuses:

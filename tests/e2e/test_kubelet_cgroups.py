@@ -101,6 +101,10 @@ def test_pod_level_resources_limit_the_pods_cgroup(control_plane, kubelet, kubep
                   resources={"requests": {"cpu": "300m", "memory": "32Mi"},
                              "limits": {"cpu": "600m", "memory": "96Mi"}})
     assert pod["status"]["qosClass"] == "Burstable"
+    # what the PLR Pod InPlace Resize specs check first: the pod's granted requests, and its resources
+    assert pod["status"]["allocatedResources"] == {"cpu": "300m", "memory": "32Mi"}
+    assert pod["status"]["resources"] == {"requests": {"cpu": "300m", "memory": "32Mi"},
+                                          "limits": {"cpu": "600m", "memory": "96Mi"}}
     cgroup = f"kubepods/burstable/pod{pod['metadata']['uid']}"
     assert (cpu_quota(cgroup), memory_limit(cgroup)) == (60000, 96 * MIB)
     assert cpu_shares(cgroup) == shares(300 * 1024 // 1000)

@@ -19,7 +19,7 @@ from pykubelet.pods.allocation import (
     allocated_pod,
     resize_verdict,
 )
-from pykubelet.pods.status import status_resources
+from pykubelet.pods.status import pod_level_status, status_resources
 from tests.unit.test_kubelet_pods import Cache
 
 NODE = {"cpu": "2", "memory": "4Gi", "pods": "110"}
@@ -181,6 +181,43 @@ def test_status_resources_keep_what_the_allocation_does_not_set() -> None:
     requests_only = Resources({"memory": "64Mi"}, {})
     assert status_resources(requests_only, running(2, 0, 0), None) == {"requests": {"memory": "64Mi"}}
     assert status_resources(Resources(), running(2), None) == {}
+
+
+def _with_phase(p: Pod, phase: str) -> Pod:
+    return parse_pod({**p.raw, "status": {"phase": phase}})
+
+
+def test_pod_level_status_is_the_granted_pod_level_requests() -> None:
+    """The PLR Pod InPlace Resize specs' VerifyPodLevelStatus: status.allocatedResources is the pod-level
+    requests where the pod has them (whatever its containers ask), for a running pod too."""
+    plr = pod("20m", "32Mi", pod_level={"requests": {"cpu": "80m", "memory": "95Mi"},
+                                        "limits": {"cpu": "160m", "memory": "190Mi"}})
+    resources, allocated = pod_level_status(_with_phase(plr, "Running"))
+    assert allocated == {"cpu": "80m", "memory": "95Mi"}
+    # running: the pod-level resources with the limits of the pod's cgroup
+    assert resources == {"requests": {"cpu": "80m", "memory": "95Mi"}, "limits": {"cpu": "160m", "memory": "190Mi"}}
+    assert pod_level_status(_with_phase(plr, "Pending"))[0] == resources
+
+
+def test_pod_level_status_without_pod_level_resources_aggregates_the_containers() -> None:
+    """PodRequests: the regular containers and sidecars summed, or a one-at-a-time init container with the
+    sidecars started before it if more, every resource named, and the overhead added."""
+    spec = {"containers": [{"name": "a", "image": "i", "resources": {"requests": {"cpu": "100m", "memory": "64Mi",
+                                                                                "ephemeral-storage": "1Gi"}}},
+                           {"name": "b", "image": "i", "resources": {"requests": {"cpu": "200m"},
+                                                                     "limits": {"cpu": "1"}}}],
+            "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
+                                "resources": {"requests": {"cpu": "50m"}}},
+                               {"name": "big", "image": "i", "resources": {"requests": {"memory": "1Gi"}}}],
+            "overhead": {"cpu": "10m"}}
+    p = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec,
+                   "status": {"phase": "Pending"}})
+    resources, allocated = pod_level_status(p)
+    assert allocated == {"cpu": "360m", "ephemeral-storage": "1Gi", "memory": "1Gi"}
+    assert resources == {"requests": allocated, "limits": {"cpu": "1010m"}}  # the overhead on a limit set
+    running, _ = pod_level_status(_with_phase(p, "Running"))
+    # Burstable, not every container with a cpu or memory limit: the pod's cgroup has neither limit
+    assert running == {"requests": {"memory": "1Gi"}}
 
 
 def test_the_hash_leaves_resources_out_so_a_resize_keeps_the_container() -> None:
