@@ -3,7 +3,7 @@ pair of kubelet and runtime, side by side (issue 27).
 
 `make conformance-k8s` runs it (not part of `make test`: one pair takes more than an hour). scripts/peers/e2e.sh
 builds e2e.test, the ginkgo CLI and agnhost from the k8s.io/kubernetes module of the control plane. The run:
-- asks e2e.test for its images (--list-images) and makes those the selected specs run (tests/kit/e2e_images.py);
+- asks e2e.test for its images (--list-images) and makes those of them the set's specs run (tests/kit/e2e_images.py);
 - lists the selected specs with a ginkgo dry run. The set `node` (the default): the focus [NodeConformance], the
   skip [Serial], [Disruptive], [Flaky] and [Feature:...], on one node; the set `conformance`: every SIG's
   [Conformance] specs, [Serial] ones included, on two nodes (SETS). A spec left out and a spec the suite timeout
@@ -55,20 +55,23 @@ RESULTS = CACHE / "conformance-k8s"
 
 @dataclass(frozen=True)
 class SpecSet:
-    """A set of specs: what selects them, the cluster they need, and the markers of its table in bench/README."""
+    """A set of specs: what selects them, the cluster they need, the images they run (e2e_images.BUILDERS'
+    repositories) and the markers of its table in bench/README."""
     focus: str
     skip: str
     nodes: int
+    images: tuple[str, ...]
     marker: str
 
 
 SETS = {
     # issue 27's target: one node, as SIG Node runs it
     "node": SpecSet(r"\[NodeConformance\]", r"\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:", 1,
-                    "conformance-k8s"),
+                    e2e_images.NODE_IMAGES, "conformance-k8s"),
     # every SIG's [Conformance] specs, [Serial] ones included (ginkgo runs them alone, after the rest), on two
     # nodes: the specs that spread pods (DaemonSets, services across nodes) skip themselves on one
-    "conformance": SpecSet(r"\[Conformance\]", r"\[Disruptive\]|\[Flaky\]|\[Feature:", 2, "conformance-k8s-all"),
+    "conformance": SpecSet(r"\[Conformance\]", r"\[Disruptive\]|\[Flaky\]|\[Feature:", 2,
+                           e2e_images.CONFORMANCE_IMAGES, "conformance-k8s-all"),
 }
 FOCUS, SKIP = SETS["node"].focus, SETS["node"].skip
 PAIRS = tuple(f"{k}/{r}" for k in reversed(KUBELETS) for r in reversed(RUNTIMES))  # the stock pair first
@@ -351,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.spec_set)
     results.mkdir(parents=True, exist_ok=True)
     listed = list_images()
-    images = e2e_images.wanted(listed)
+    images = e2e_images.wanted(listed, chosen_set.images)
     chosen = dry_run(results, settings.focus, settings.skip)
     if args.list:
         print("\n".join(chosen))
@@ -364,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="pynode-e2e-images-", dir="/var/tmp") as tmp:
         log(f"building {len(images)} images")
-        layouts = e2e_images.layouts(Path(tmp), listed, AGNHOST, e2e_images.k8s_module(STAMP.read_text().strip()))
+        layouts = e2e_images.layouts(Path(tmp), images, e2e_images.E2E_BIN,
+                                     e2e_images.k8s_module(STAMP.read_text().strip()))
         for pair in args.pairs:
             runs.append(run_pair(pair, layouts, chosen, pair_dir(results, pair), settings))
     return _report(runs, settings, results, args.record)

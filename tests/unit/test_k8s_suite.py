@@ -3,6 +3,7 @@ report against the dry run's selection, the table, and the e2e images chosen fro
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -140,42 +141,82 @@ registry.k8s.io/e2e-test-images/agnhost:2.55
 registry.k8s.io/e2e-test-images/agnhost:2.66.1
 registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
+registry.k8s.io/e2e-test-images/kitten:1.8
+registry.k8s.io/e2e-test-images/nautilus:1.8
 registry.k8s.io/e2e-test-images/nginx:1.27.0-2
 registry.k8s.io/e2e-test-images/nginx:1.28.0-2
 registry.k8s.io/e2e-test-images/nonewprivs:1.4
 registry.k8s.io/e2e-test-images/nonroot:1.5
 registry.k8s.io/e2e-test-images/perl:5.26
+registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2
 registry.k8s.io/etcd:3.7.0-0
 registry.k8s.io/pause:3.10.2
 registry.k8s.io/sig-storage/csi-attacher@sha256:0123
 """.splitlines()
+NODE_WANTED = {
+    "registry.k8s.io/e2e-test-images/agnhost": ["2.55", "2.66.1"],
+    "registry.k8s.io/e2e-test-images/busybox": ["1.37.0-2"],
+    "registry.k8s.io/e2e-test-images/glibc-dns-testing": ["2.1.1"],
+    "registry.k8s.io/e2e-test-images/nginx": ["1.27.0-2", "1.28.0-2"],
+    "registry.k8s.io/e2e-test-images/nonewprivs": ["1.4"],
+    "registry.k8s.io/e2e-test-images/nonroot": ["1.5"],
+    "registry.k8s.io/pause": ["3.10.2"]}
 
 
-def test_the_images_are_those_e2e_test_lists_for_the_specs() -> None:
-    assert e2e_images.wanted(LISTED) == {
-        "registry.k8s.io/e2e-test-images/agnhost": ["2.55", "2.66.1"],
-        "registry.k8s.io/e2e-test-images/busybox": ["1.37.0-2"],
-        "registry.k8s.io/e2e-test-images/glibc-dns-testing": ["2.1.1"],
-        "registry.k8s.io/e2e-test-images/nginx": ["1.27.0-2", "1.28.0-2"],
-        "registry.k8s.io/e2e-test-images/nonewprivs": ["1.4"],
-        "registry.k8s.io/e2e-test-images/nonroot": ["1.5"],
-        "registry.k8s.io/pause": ["3.10.2"]}
+def test_the_images_are_those_e2e_test_lists_for_the_set_s_specs() -> None:
+    assert e2e_images.wanted(LISTED, k8s_suite.SETS["node"].images) == NODE_WANTED
+    assert e2e_images.wanted(LISTED, k8s_suite.SETS["conformance"].images) == {
+        **NODE_WANTED,
+        "registry.k8s.io/e2e-test-images/kitten": ["1.8"],
+        "registry.k8s.io/e2e-test-images/nautilus": ["1.8"],
+        "registry.k8s.io/e2e-test-images/sample-apiserver": ["1.29.2"],
+        "registry.k8s.io/etcd": ["3.7.0-0"]}
     with pytest.raises(ValueError, match=r"names none of registry\.k8s\.io/e2e-test-images/nonroot"):
-        e2e_images.wanted([line for line in LISTED if "nonroot" not in line])
+        e2e_images.wanted([line for line in LISTED if "nonroot" not in line], k8s_suite.SETS["node"].images)
 
 
-def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None:
-    agnhost = tmp_path / "agnhost"
-    agnhost.write_bytes(b"\x7fELF agnhost")
-    porter = tmp_path / "module" / "test" / "images" / "agnhost" / "porter"
+def test_an_image_only_another_set_runs_is_not_needed() -> None:
+    listed = [line for line in LISTED if "sample-apiserver" not in line and "etcd" not in line]
+    assert e2e_images.wanted(listed, k8s_suite.SETS["node"].images) == NODE_WANTED
+    with pytest.raises(ValueError, match=r"names none of .*sample-apiserver"):
+        e2e_images.wanted(listed, k8s_suite.SETS["conformance"].images)
+    with pytest.raises(ValueError, match=r"no builder makes registry\.k8s\.io/e2e-test-images/perl"):
+        e2e_images.wanted(LISTED, ["registry.k8s.io/e2e-test-images/perl"])
+
+
+def _module(root: Path) -> Path:
+    """The files of the k8s.io/kubernetes module the images take."""
+    images = root / "test" / "images"
+    porter = images / "agnhost" / "porter"
     porter.mkdir(parents=True)
     (porter / "localhost.crt").write_text("CERT")
     (porter / "localhost.key").write_text("KEY")
-    images = {i.repo: i for i in e2e_images.image_set(tmp_path / "work", LISTED, agnhost, tmp_path / "module")}
+    (images / "agnhost" / "BASEIMAGE").write_text("linux/amd64=alpine:3.21\nlinux/arm64=arm64v8/alpine:3.21\n")
+    for name in ("kitten", "nautilus"):
+        (images / name / "html").mkdir(parents=True)
+        (images / name / "html" / f"{name}.jpg").write_bytes(b"\xff\xd8" + name.encode())
+        (images / name / "html" / "data.json").write_text(f'{{\n  "image": "{name}.jpg"\n}}\n')
+    return root
+
+
+def _e2e_bin(root: Path) -> Path:
+    root.mkdir()
+    (root / "agnhost").write_bytes(b"\x7fELF agnhost")
+    (root / "sample-apiserver").write_bytes(b"\x7fELF sample-apiserver")
+    return root
+
+
+def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None:
+    etcd = tmp_path / "etcd"
+    shutil.copy("/bin/true", etcd)  # a dynamically linked program, as the peers' etcd is
+    wanted = e2e_images.wanted(LISTED, k8s_suite.SETS["conformance"].images)
+    images = {i.repo: i for i in e2e_images.image_set(tmp_path / "work", wanted, _e2e_bin(tmp_path / "bin"),
+                                                      _module(tmp_path / "module"), etcd)}
     # under their repository paths, which the mirror serves for every registry
     assert sorted(images) == ["e2e-test-images/agnhost", "e2e-test-images/busybox", "e2e-test-images/glibc-dns-testing",
-                              "e2e-test-images/nginx", "e2e-test-images/nonewprivs", "e2e-test-images/nonroot",
-                              "pause"]
+                              "e2e-test-images/kitten", "e2e-test-images/nautilus", "e2e-test-images/nginx",
+                              "e2e-test-images/nonewprivs", "e2e-test-images/nonroot",
+                              "e2e-test-images/sample-apiserver", "etcd", "pause"]
     agn = images["e2e-test-images/agnhost"]
     assert agn.tags == ["2.55", "2.66.1"] and agn.base
     entries = {e.name: e for e in agn.entries}
@@ -183,12 +224,46 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     assert entries["agnhost-2"].target == "agnhost" and entries["localhost.key"].data == b"KEY"
     assert "group-defined-in-image:x:50000:user-defined-in-image" in entries["etc/group"].data.decode()
     assert "user-defined-in-image:x:1000:1000:" in entries["etc/passwd"].data.decode()
+    # the Alpine release of its BASEIMAGE, which the ImageVolume spec reads in kitten
+    os_release = entries["etc/os-release"].data.decode()
+    assert 'NAME="Alpine Linux"' in os_release and "VERSION_ID=3.21\n" in os_release
     assert (agn.config["Entrypoint"], agn.config["Cmd"]) == (["/agnhost"], ["pause"])
+    # kitten and nautilus: agnhost's image, their picture and data.json at /, CMD test-webserver
+    for name in ("kitten", "nautilus"):
+        image = images[f"e2e-test-images/{name}"]
+        files = {e.name: e for e in image.entries}
+        assert image.tags == ["1.8"] and image.base
+        assert files["agnhost"].data == b"\x7fELF agnhost" and files["etc/os-release"].data.decode() == os_release
+        assert files[f"{name}.jpg"].data == b"\xff\xd8" + name.encode()
+        assert f'"image": "{name}.jpg"' in files["data.json"].data.decode()
+        assert (image.config["Entrypoint"], image.config["Cmd"]) == (["/agnhost"], ["test-webserver"])
+        assert "80/tcp" in image.config["ExposedPorts"]
+    sample = images["e2e-test-images/sample-apiserver"]
+    assert sample.base and sample.config == {"Entrypoint": ["/sample-apiserver"]}
+    assert [(e.name, e.data, e.mode) for e in sample.entries] == [
+        ("sample-apiserver", b"\x7fELF sample-apiserver", 0o755)]
+    etcd_image = images["etcd"]
+    files = {e.name: e for e in etcd_image.entries}
+    assert etcd_image.tags == ["3.7.0-0"] and etcd_image.base
+    assert files["usr/local/bin/etcd"].data == etcd.read_bytes() and files["usr/local/bin/etcd"].mode == 0o755
+    assert files["usr/local/bin"].kind == "dir"
+    assert sorted(etcd_image.config["ExposedPorts"]) == ["2379/tcp", "2380/tcp", "4001/tcp", "7001/tcp"]
     assert images["e2e-test-images/nonroot"].config == {"User": "1234"}
     nnp = {e.name: e for e in images["e2e-test-images/nonewprivs"].entries}["usr/local/bin/nnp"]
     assert nnp.mode == 0o4755 and nnp.data.startswith(b"\x7fELF")
     pause = images["pause"]
     assert not pause.base and pause.config["Entrypoint"] == ["/pause"] and pause.config["User"] == "65535:65535"
+
+
+def test_a_missing_binary_names_the_command_that_builds_it(tmp_path: Path) -> None:
+    e2e_bin = _e2e_bin(tmp_path / "bin")
+    (e2e_bin / "sample-apiserver").unlink()
+    wanted = {"registry.k8s.io/e2e-test-images/sample-apiserver": ["1.29.2"]}
+    with pytest.raises(FileNotFoundError, match=r"sample-apiserver is missing: run `scripts/build-peers\.sh e2e`"):
+        e2e_images.image_set(tmp_path / "work", wanted, e2e_bin, tmp_path / "module", tmp_path / "etcd")
+    with pytest.raises(FileNotFoundError, match=r"etcd is missing: run `scripts/build-peers\.sh kubernetes`"):
+        e2e_images.image_set(tmp_path / "work", {"registry.k8s.io/etcd": ["3.7.0-0"]}, e2e_bin, tmp_path / "module",
+                             tmp_path / "etcd")
 
 
 def test_the_cluster_registry_is_pushed_to_where_it_serves(tmp_path: Path) -> None:
