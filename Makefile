@@ -94,8 +94,8 @@ conformance: setup
 	$(PY) -m tests.conformance.critest $(ENDPOINTS)
 
 # Kubernetes v1.37.2's own e2e [NodeConformance] specs against `make cluster`, one pair of kubelet and runtime after
-# the other, side by side (long: more than an hour a pair; not part of `test`). e2e.test, its ginkgo and agnhost are
-# built here, not by `setup` (scripts/peers/e2e.sh: e2e.test is the largest build of the peers).
+# the other, side by side (long: more than an hour a pair; not part of `test`). e2e.test, its ginkgo, agnhost and
+# sample-apiserver are built here, not by `setup` (scripts/peers/e2e.sh: e2e.test is the largest build of the peers).
 # PAIRS="kubelet/containerd pykubelet/pyruntime-cri" picks the pairs (default: all four); SET=conformance runs every
 # SIG's [Conformance] specs on two nodes instead; reports go to ~/.cache/pynode/conformance-k8s, the table into
 # bench/README.md. It takes the integration lock per pair itself: run it without flock.
