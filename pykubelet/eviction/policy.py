@@ -16,10 +16,12 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
-from pykubelet.api.podmodel import Container, EmptyDirSource, Pod
+from pykubelet.api.podmodel import EmptyDirSource, Pod
+from pykubelet.pods.podresources import pod_requests
+from pykubelet.pods.podspec import parse_quantity
 
 REASON = "Evicted"
 MEMORY, DISK, PIDS = "MemoryPressure", "DiskPressure", "PIDPressure"
@@ -72,30 +74,6 @@ DEFAULT_HARD = {"memory.available": Value(quantity=100 << 20), "nodefs.available
 
 # --- parsing (KubeletConfiguration's evictionHard, evictionSoft, evictionSoftGracePeriod, ...) ------------
 
-_SUFFIXES = (("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("Ti", 1 << 40), ("Pi", 1 << 50), ("Ei", 1 << 60),
-             ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18))
-
-
-def quantity(text: Any) -> Decimal:
-    """A resource quantity ("100Mi", "1G", "1.5", "1e3") as a number; ValueError if it is none."""
-    s = str(text).strip()
-    mult: int | Decimal = 1
-    for suffix, m in _SUFFIXES:
-        if s.endswith(suffix):
-            s, mult = s[: -len(suffix)], m
-            break
-    else:
-        if s.endswith("m"):
-            s, mult = s[:-1], Decimal("0.001")
-    try:
-        number = Decimal(s)
-    except InvalidOperation:
-        raise ValueError(f"not a quantity: {text!r}") from None
-    if not number.is_finite():
-        raise ValueError(f"not a quantity: {text!r}")
-    return number * mult
-
-
 def parse_value(text: Any) -> Value | None:
     """"10%" or a quantity ("100Mi", "1000"); None for one that can never be met ("0%", "0"), which the
     kubelet drops."""
@@ -109,7 +87,7 @@ def parse_value(text: Any) -> Value | None:
         if not 0 <= pct <= 100 or math.isnan(pct):
             raise ValueError(f"a percentage between 0% and 100%, got {text!r}")
         return Value(percentage=pct / 100) if pct else None
-    number = quantity(text)
+    number = parse_quantity(text)
     if number < 0:
         raise ValueError(f"a non-negative quantity, got {text!r}")
     return Value(quantity=int(number)) if number else None
@@ -229,16 +207,12 @@ class PodUsage:
     volumes: dict[str, int] = field(default_factory=dict)  # disk-backed emptyDir name -> bytes
 
 
-def container_request(container: Container, resource: str) -> Decimal:
-    value = container.resources.requests.get(resource)
-    return quantity(value) if value is not None else Decimal(0)
-
-
 def pod_request(pod: Pod, resource: str) -> Decimal:
-    """The pod's request of `resource`: its containers' sum, or its largest init container's if more."""
-    regular = sum((container_request(c, resource) for c in pod.spec.containers), Decimal(0))
-    init = max((container_request(c, resource) for c in pod.spec.init_containers), default=Decimal(0))
-    return max(regular, init)
+    """The pod's request of `resource` as the kubelet's eviction ranks by it (GetResourceRequestQuantity): its
+    pod-level request where it has pod-level resources, else its containers', and the overhead when that is
+    not zero."""
+    asked = pod_requests(pod, containers=pod.spec.resources is None, overhead=False).get(resource, Decimal(0))
+    return asked + parse_quantity(pod.spec.overhead[resource]) if asked and resource in pod.spec.overhead else asked
 
 
 def is_critical(pod: Pod) -> bool:
@@ -307,7 +281,7 @@ def eviction_message(pod: Pod, threshold: Threshold, observation: Observation | 
         if used is None:
             continue
         request = c.resources.requests.get(resource)
-        if Decimal(used) > (quantity(request) if request is not None else 0):
+        if Decimal(used) > (parse_quantity(request) if request is not None else 0):
             message += (f"Container {c.name} was using {format_quantity(used)}, request is "
                         f"{request if request is not None else '0'}, has larger consumption of {resource}. ")
     return message
@@ -319,21 +293,21 @@ def local_storage_violation(pod: Pod, usage: PodUsage) -> str | None:
     kubelet's localStorageEviction, in its order); None if it is within all of them."""
     for volume in pod.spec.volumes:
         limit = volume.source.size_limit if isinstance(volume.source, EmptyDirSource) else None
-        if limit is None or quantity(limit) <= 0:
+        if limit is None or parse_quantity(limit) <= 0:
             continue
         used = usage.volumes.get(volume.name)
-        if used is not None and used > quantity(limit):
+        if used is not None and used > parse_quantity(limit):
             return f"Usage of EmptyDir volume {json.dumps(volume.name)} exceeds the limit {json.dumps(str(limit))}. "
     containers = pod.spec.containers
     limits = [c.resources.limits.get("ephemeral-storage") for c in containers]
     if usage.disk is not None and any(v is not None for v in limits):
-        total = sum((quantity(v) for v in limits if v is not None), Decimal(0))
+        total = sum((parse_quantity(v) for v in limits if v is not None), Decimal(0))
         if usage.disk > total:
             return (f"Pod ephemeral local storage usage exceeds the total limit of containers "
                     f"{format_quantity(int(total))}. ")
     for c, limit in zip(containers, limits, strict=True):
         cu = usage.containers.get(c.name)
-        if limit is not None and cu is not None and cu.disk is not None and cu.disk > quantity(limit):
+        if limit is not None and cu is not None and cu.disk is not None and cu.disk > parse_quantity(limit):
             return f"Container {c.name} exceeded its local ephemeral storage limit {json.dumps(str(limit))}. "
     return None
 

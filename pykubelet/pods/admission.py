@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from pykubelet.api.podmodel import Container, Pod
+from pykubelet.api.podmodel import Pod
 from pykubelet.node import features
+from pykubelet.pods.podresources import pod_requests
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pykubelet.pods.sysctls import FORBIDDEN_REASON, Allowlist
 
@@ -47,32 +48,6 @@ class Verdict:
 ADMIT = Verdict(True)
 
 
-def _request(container: Container, resource: str) -> Decimal:
-    value = container.resources.requests.get(resource)  # the limit when no request: the parser's default
-    return parse_quantity(value) if value is not None else Decimal(0)
-
-
-def pod_requests(pod: Pod) -> dict[str, Decimal]:
-    """What the pod asks of the node, as the scheduler counts it: the sum over its containers and its
-    restartable (sidecar) init containers, or the largest one-at-a-time init container if more, plus the
-    pod overhead; a pod-level request (spec.resources) stands for its containers'. cpu in cores, memory in
-    bytes (a request defaults to the limit)."""
-    out: dict[str, Decimal] = {}
-    spec = pod.spec
-    overhead = spec.overhead
-    pod_level = spec.resources.requests if spec.resources is not None else {}
-    for resource in ("cpu", "memory"):
-        extra = parse_quantity(overhead[resource]) if resource in overhead else Decimal(0)
-        if resource in pod_level:
-            out[resource] = parse_quantity(pod_level[resource]) + extra
-            continue
-        sidecars = sum((_request(c, resource) for c in spec.init_containers if c.is_sidecar), Decimal(0))
-        regular = sum((_request(c, resource) for c in spec.containers), Decimal(0)) + sidecars
-        init = max((_request(c, resource) for c in spec.init_containers if not c.is_sidecar), default=Decimal(0))
-        out[resource] = max(regular, init + sidecars) + extra
-    return out
-
-
 def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Verdict:
     return Verdict(False, f"OutOf{resource}", f"Node didn't have enough resource: {resource}, requested: "
                    f"{requested}, used: {used}, capacity: {capacity}")
@@ -90,10 +65,10 @@ def fits(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> Verdict:
         return _insufficient("pods", 1, len(others), pods_cap)
     want = pod_requests(pod)
     for resource in ("cpu", "memory"):
-        if not want[resource] or resource not in allocatable:
+        if not want.get(resource) or resource not in allocatable:
             continue
         capacity = _units(resource, parse_quantity(allocatable[resource]))
-        used = sum(_units(resource, pod_requests(o)[resource]) for o in others)
+        used = sum(_units(resource, pod_requests(o).get(resource, Decimal(0))) for o in others)
         requested = _units(resource, want[resource])
         if requested > capacity - used:
             return _insufficient(resource, requested, used, capacity)

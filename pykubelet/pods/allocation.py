@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from pykubelet.api.podmodel import Container, Pod, Resources
-from pykubelet.pods.admission import Verdict, fits, pod_requests
+from pykubelet.pods.admission import Verdict, fits
+from pykubelet.pods.podresources import pod_requests
 from pykubelet.pods.podspec import parse_quantity
 from pynode_os.files import atomic_write
 
@@ -105,10 +106,11 @@ def resize_verdict(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> 
         if resource not in allocatable:
             continue
         capacity = parse_quantity(allocatable[resource])
-        if want[resource] > capacity:
+        asked = want.get(resource, Decimal(0))
+        if asked > capacity:
             shown = (lambda v: int(v * 1000)) if resource == "cpu" else int
             return Verdict(False, INFEASIBLE, f"Node didn't have enough capacity: {resource}, requested: "
-                                              f"{shown(want[resource])}, capacity: {shown(capacity)}")
+                                              f"{shown(asked)}, capacity: {shown(capacity)}")
     verdict = fits(pod, others, allocatable)
     return verdict if verdict.admit else Verdict(False, DEFERRED, verdict.message)
 

@@ -13,14 +13,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from pykubelet.api.podmodel import Container, Pod, Resources
+from pykubelet.api.podmodel import Pod, Resources
+from pykubelet.pods.podresources import pod_limits, pod_requests
 from pykubelet.pods.podspec import parse_quantity, qos_class
 from pynode_os.systemd import USEC_INFINITY
 
 MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262144, 1024
 QUOTA_PERIOD = 100000  # µs: the CFS period unless cpuCFSQuotaPeriod says otherwise
 MIN_QUOTA = 1000  # µs
-POD_LEVEL = ("cpu", "memory")  # the pod-level resources this node takes (the API's also has hugepages)
 ENFORCE_PODS = "pods"
 
 
@@ -60,65 +60,6 @@ def _milli(value: Decimal) -> int:
 
 def _bytes(value: Decimal) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def _of(resources: Mapping[str, str], names: Iterable[str] | None = None) -> dict[str, Decimal]:
-    """The amounts of `resources` (of `names` only, if given)."""
-    return {name: parse_quantity(v) for name, v in resources.items() if names is None or name in names}
-
-
-def _add(into: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
-    for name, v in more.items():
-        into[name] = into.get(name, Decimal(0)) + v
-
-
-def _aggregate(containers: tuple[Container, ...], init: tuple[Container, ...], limits: bool) -> dict[str, Decimal]:
-    """component-helpers' aggregateContainerResourcesByFn: the regular containers and sidecars summed, or an
-    init container's with the sidecars started before it if more."""
-    def of(c: Container) -> dict[str, Decimal]:
-        return _of(c.resources.limits if limits else c.resources.requests)
-
-    total: dict[str, Decimal] = {}
-    for c in containers:
-        _add(total, of(c))
-    sidecars: dict[str, Decimal] = {}
-    peak: dict[str, Decimal] = {}
-    for c in init:
-        if c.is_sidecar:
-            _add(total, of(c))
-            _add(sidecars, of(c))
-            running = dict(sidecars)
-        else:
-            running = dict(of(c))
-            _add(running, sidecars)
-        for name, v in running.items():
-            peak[name] = max(peak.get(name, Decimal(0)), v)
-    for name, v in peak.items():
-        total[name] = max(total.get(name, Decimal(0)), v)
-    return total
-
-
-def pod_requests(pod: Pod) -> dict[str, Decimal]:
-    """component-helpers' PodRequests (cpu in cores, the rest in bytes or units): the containers', the pod-level
-    ones (cpu and memory) over them, and the overhead added."""
-    spec = pod.spec
-    reqs = _aggregate(spec.containers, spec.init_containers, limits=False)
-    if spec.resources is not None:
-        reqs.update(_of(spec.resources.requests, POD_LEVEL))
-    _add(reqs, _of(spec.overhead))
-    return reqs
-
-
-def pod_limits(pod: Pod) -> dict[str, Decimal]:
-    """PodLimits: the containers', the pod-level ones over them, the overhead added to a limit that is set."""
-    spec = pod.spec
-    limits = _aggregate(spec.containers, spec.init_containers, limits=True)
-    if spec.resources is not None:
-        limits.update(_of(spec.resources.limits, POD_LEVEL))
-    for name, v in _of(spec.overhead).items():
-        if limits.get(name):
-            limits[name] += v
-    return limits
 
 
 def pod_config(pod: Pod, pids_limit: int = -1, period: int = QUOTA_PERIOD) -> ResourceConfig:

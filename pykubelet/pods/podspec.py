@@ -12,7 +12,7 @@ import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, SecurityContext
@@ -20,15 +20,28 @@ from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, SecurityContex
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
+_SUFFIXES: tuple[tuple[str, int | Decimal], ...] = (
+    ("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60), ("n", Decimal("1e-9")),
+    ("u", Decimal("1e-6")), ("m", Decimal("1e-3")), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12),
+    ("P", 10**15), ("E", 10**18))
+
+
 def parse_quantity(value: Any) -> Decimal:
-    """A resource quantity ("100m", "1.5", "64Mi", "1G", "1e3") as a number (cores or bytes)."""
-    s = str(value)
-    for suffix, mult in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60),
-                         ("n", Decimal("1e-9")), ("u", Decimal("1e-6")), ("m", Decimal("1e-3")), ("k", 10**3),
-                         ("M", 10**6), ("G", 10**9), ("T", 10**12), ("P", 10**15), ("E", 10**18)):
+    """A resource quantity ("100m", "1.5", "64Mi", "1G", "1e3") as a number (cores or bytes); ValueError if it
+    is none (a static pod's file or a config's threshold, which no API server checked)."""
+    s = str(value).strip()
+    mult: int | Decimal = 1
+    for suffix, m in _SUFFIXES:
         if s.endswith(suffix):
-            return Decimal(s[: -len(suffix)]) * mult
-    return Decimal(s)
+            s, mult = s[: -len(suffix)], m
+            break
+    try:
+        number = Decimal(s)
+    except InvalidOperation:
+        raise ValueError(f"not a quantity: {value!r}") from None
+    if not number.is_finite():
+        raise ValueError(f"not a quantity: {value!r}")
+    return number * mult
 
 
 def qos_class(pod: Pod) -> str:

@@ -21,9 +21,10 @@ from typing import Any
 
 from proto import api_pb2
 from pykubelet.api.podmodel import Container, Pod, Resources
-from pykubelet.pods.cgroupconfig import pod_config, pod_limits, pod_requests
+from pykubelet.pods.cgroupconfig import pod_config
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
+from pykubelet.pods.podresources import pod_limits, pod_requests
 from pykubelet.pods.podspec import TERMINAL_PHASES, could_restart_all, parse_quantity, restarts_all, should_restart
 from pykubelet.pods.runtimepod import RuntimePod
 from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE

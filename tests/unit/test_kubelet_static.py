@@ -206,8 +206,11 @@ def test_requests_sum_containers_and_take_the_largest_init():
         {"name": "s", "image": "i", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m"}}}]
     pod["spec"]["overhead"] = {"memory": "10Mi"}
     req = admission.pod_requests(parse_pod(pod))
-    assert req["cpu"] == admission.Decimal("1.1")  # max(0.5 + 0.25 + 0.1 sidecar, 1 init + 0.1 sidecar)
+    # as the scheduler counts it (PodRequests): the init container runs before the sidecar starts
+    assert req["cpu"] == admission.Decimal("1")  # max(0.5 + 0.25 + 0.1 sidecar, 1 init)
     assert req["memory"] == 110 * 2**20
+    pod["spec"]["initContainers"].reverse()  # the sidecar started first runs beside the init container
+    assert admission.pod_requests(parse_pod(pod))["cpu"] == admission.Decimal("1.1")
 
 
 def test_out_of_pods_cpu_memory():

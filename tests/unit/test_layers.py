@@ -72,6 +72,9 @@ CONTRACTS = (
     Contract("pykubelet.pods.podspec", ("pykubelet",),
              "the pod-spec readers are below the rest of the kubelet: eviction's policy, which the settings read, "
              "reads them; they read the typed pod", allowed=("pykubelet.api.podmodel",)),
+    Contract("pykubelet.pods.podresources", ("pykubelet",),
+             "a pod's requests are counted alike by the admission, the cgroups, the status and eviction's policy, "
+             "which is below the rest of the kubelet", allowed=("pykubelet.api.podmodel", "pykubelet.pods.podspec")),
     Contract("pykubelet.api.podmodel", ("pykubelet",),
              "the typed pod is the kubelet's bottom: every part reads it, and it reads only its fields' reader",
              allowed=("pykubelet.api.fields", "pykubelet.errors")),
