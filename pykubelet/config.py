@@ -24,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from pykubelet.api import quantity as api_quantity
 from pykubelet.api.names import is_dns1123_subdomain
 from pykubelet.durations import duration
 from pykubelet.errors import InvalidArgumentError
@@ -114,17 +115,22 @@ class Settings:
 
 # --- value parsers: each returns the value or raises ValueError with what it expected ---------------------
 
-_QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|K|M|G|T|k)?")
-_QUANTITY_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "K": 10**3,
-                   "M": 10**6, "G": 10**9, "T": 10**12}
+def _amount(value: Any) -> Decimal | None:
+    """The amount of a quantity written as a string or an integer (YAML's), None if it is none."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    try:
+        return api_quantity.parse(str(value))
+    except ValueError:
+        return None
 
 
 def quantity(value: Any) -> int:
-    """A byte quantity ("10Mi", "1G", "4096")."""
-    m = _QUANTITY.fullmatch(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) else None
-    if m is None:
+    """A byte quantity ("10Mi", "1G", "4096"), in bytes (rounded up, as the API's Value)."""
+    amount = _amount(value)
+    if amount is None or amount < 0:
         raise ValueError(f"a quantity such as \"10Mi\", got {value!r}")
-    return int(m.group(1)) * _QUANTITY_UNITS[m.group(2)]
+    return api_quantity.value(amount)
 
 
 def integer(low: int, high: int | None = None):
@@ -311,22 +317,13 @@ def ip_address(value: Any) -> str:
         raise ValueError(f"an IP address, got {value!r}") from None
 
 
-_ANY_QUANTITY = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?")
-_SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal(10**3),
-             "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
-             "E": Decimal(10**18), **{s: Decimal(1 << (10 * (i + 1))) for i, s in enumerate(
-                 ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))}}
-
-
 def any_quantity(value: Any) -> Decimal:
     """A Kubernetes quantity of any unit ("0", "1Gi", "100m", "1e3"), as its amount (of settings not
     implemented: it is checked, and zero is told from the rest)."""
-    m = _ANY_QUANTITY.fullmatch(str(value)) if isinstance(value, str | int) and not isinstance(value, bool) \
-        else None
-    if m is None:
+    amount = _amount(value)
+    if amount is None:
         raise ValueError(f"a quantity such as \"1Gi\" or \"100m\", got {value!r}")
-    amount = Decimal(m.group(1))
-    return amount * Decimal(10) ** int(m.group(2)) if m.group(2) else amount * _SUFFIXES.get(m.group(3), 1)
+    return amount
 
 
 def duration_or_nanoseconds(value: Any) -> float:
@@ -392,21 +389,16 @@ def cipher_suites(value: Any) -> list[str]:
     return out
 
 
-_CPU = re.compile(r"(\d+)(?:\.(\d{1,3}))?(m)?")
-
-
 def reserved(value: Any) -> dict[str, int]:
     """systemReserved, kubeReserved: cpu ("500m", "1.5"), memory and ephemeral-storage ("1Gi"), pid."""
     out = {}
     for name, amount in map_of(lambda v: v)(value).items():
         try:
             if name == "cpu":
-                m = _CPU.fullmatch(str(amount)) if isinstance(amount, str | int) and not isinstance(amount, bool) \
-                    else None
-                if m is None or (m.group(3) and m.group(2)):
+                cores = _amount(amount)
+                if cores is None or cores < 0:
                     raise ValueError(f"a cpu quantity such as \"500m\" or \"1.5\", got {amount!r}")
-                out[name] = int(m.group(1)) if m.group(3) else int(m.group(1)) * 1000 + int(
-                    (m.group(2) or "0").ljust(3, "0"))
+                out[name] = api_quantity.milli_value(cores)
             elif name in ("memory", "ephemeral-storage"):
                 out[name] = quantity(amount)
             elif name == "pid":

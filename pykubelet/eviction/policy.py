@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from pykubelet.api import quantity as api_quantity
 from pykubelet.api.podmodel import EmptyDirSource, Pod
 from pykubelet.pods.podresources import pod_requests
 from pykubelet.pods.podspec import parse_quantity
@@ -87,10 +88,10 @@ def parse_value(text: Any) -> Value | None:
         if not 0 <= pct <= 100 or math.isnan(pct):
             raise ValueError(f"a percentage between 0% and 100%, got {text!r}")
         return Value(percentage=pct / 100) if pct else None
-    number = parse_quantity(text)
+    number = api_quantity.parse(text)
     if number < 0:
         raise ValueError(f"a non-negative quantity, got {text!r}")
-    return Value(quantity=int(number)) if number else None
+    return Value(quantity=api_quantity.value(number)) if number else None
 
 
 def _signal_map(value: Any, what: str) -> dict[str, Any]:
@@ -251,17 +252,9 @@ def rank(pods: list[Pod], usage: Mapping[str, PodUsage], resource: str) -> list[
 
 # --- messages ---------------------------------------------------------------------------------------
 
-_BINARY = (("Ei", 1 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
-
-
-def format_quantity(n: int) -> str:
-    """A count of bytes as the API's canonical binary quantity ("100Mi", "51200Ki", "1000")."""
-    if n == 0:
-        return "0"
-    for suffix, unit in _BINARY:
-        if n % unit == 0:
-            return f"{n // unit}{suffix}"
-    return str(n)
+def format_quantity(n: Decimal | int) -> str:
+    """An amount of bytes as the kubelet's messages print a BinarySI quantity ("100Mi", "51200Ki", "1536")."""
+    return api_quantity.binary_si(n)
 
 
 def eviction_message(pod: Pod, threshold: Threshold, observation: Observation | None,
@@ -304,7 +297,7 @@ def local_storage_violation(pod: Pod, usage: PodUsage) -> str | None:
         total = sum((parse_quantity(v) for v in limits if v is not None), Decimal(0))
         if usage.disk > total:
             return (f"Pod ephemeral local storage usage exceeds the total limit of containers "
-                    f"{format_quantity(int(total))}. ")
+                    f"{format_quantity(total)}. ")
     for c, limit in zip(containers, limits, strict=True):
         cu = usage.containers.get(c.name)
         if limit is not None and cu is not None and cu.disk is not None and cu.disk > parse_quantity(limit):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pykubelet import runtime as cri
+from pykubelet.api import quantity
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, EventRecorder, node_ref
 from pykubelet.eviction import policy
@@ -62,8 +63,8 @@ def os_image() -> str:
 
 def machine_capacity(settings: Settings) -> dict[str, str]:
     fs = os.statvfs(hostfacts.existing(settings.root_dir))
-    return {"cpu": str(hostfacts.cpu_count()), "memory": f"{hostfacts.meminfo()['MemTotal'] // 1024}Ki",
-            "ephemeral-storage": f"{fs.f_blocks * fs.f_frsize // 1024}Ki", "pods": str(settings.max_pods),
+    return {"cpu": str(hostfacts.cpu_count()), "memory": quantity.binary_si(hostfacts.meminfo()["MemTotal"]),
+            "ephemeral-storage": quantity.binary_si(fs.f_blocks * fs.f_frsize), "pods": str(settings.max_pods),
             "hugepages-2Mi": "0", "hugepages-1Gi": "0"}
 
 
@@ -78,14 +79,14 @@ def allocatable(capacity: dict[str, str], hard: Mapping[str, policy.Value] | Non
     none = policy.Value(quantity=0)
     out = dict(capacity)
     if reserved.get("cpu"):
-        millicores = max(0, int(capacity["cpu"]) * 1000 - reserved["cpu"])
-        out["cpu"] = str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
-    memory = int(capacity["memory"].removesuffix("Ki")) * 1024
+        millicores = max(0, quantity.milli_value(quantity.parse(capacity["cpu"])) - reserved["cpu"])
+        out["cpu"] = quantity.milli_decimal_si(millicores)
+    memory = quantity.value(quantity.parse(capacity["memory"]))
     memory_left = memory - reserved.get("memory", 0) - hard.get("memory.available", none).of(memory)
-    out["memory"] = f"{max(0, memory_left) // 1024}Ki"
-    storage = int(capacity["ephemeral-storage"].removesuffix("Ki")) * 1024
+    out["memory"] = quantity.binary_si(max(0, memory_left))
+    storage = quantity.value(quantity.parse(capacity["ephemeral-storage"]))
     storage_left = storage - reserved.get("ephemeral-storage", 0) - hard.get("nodefs.available", none).of(storage)
-    out["ephemeral-storage"] = str(max(0, storage_left))
+    out["ephemeral-storage"] = quantity.binary_si(max(0, storage_left))
     return out
 
 

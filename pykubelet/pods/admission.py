@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Pod
 from pykubelet.node import features
 from pykubelet.pods.podresources import pod_requests
@@ -54,8 +55,8 @@ def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Ve
 
 
 def _units(resource: str, value: Decimal) -> int:
-    """The scheduler's integers: millicores for cpu, bytes for memory."""
-    return int(value * 1000) if resource == "cpu" else int(value)
+    """The scheduler's integers: millicores for cpu, bytes for memory (MilliValue, Value: rounded up)."""
+    return quantity.milli_value(value) if resource == "cpu" else quantity.value(value)
 
 
 def fits(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> Verdict:

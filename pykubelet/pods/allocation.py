@@ -33,6 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.admission import Verdict, fits
 from pykubelet.pods.podresources import pod_requests
@@ -108,7 +109,7 @@ def resize_verdict(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> 
         capacity = parse_quantity(allocatable[resource])
         asked = want.get(resource, Decimal(0))
         if asked > capacity:
-            shown = (lambda v: int(v * 1000)) if resource == "cpu" else int
+            shown = quantity.milli_value if resource == "cpu" else quantity.value
             return Verdict(False, INFEASIBLE, f"Node didn't have enough capacity: {resource}, requested: "
                                               f"{shown(asked)}, capacity: {shown(capacity)}")
     verdict = fits(pod, others, allocatable)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Pod, Resources
 from pykubelet.pods.podresources import pod_limits, pod_requests
 from pykubelet.pods.podspec import parse_quantity, qos_class
@@ -53,15 +54,6 @@ def shares_to_weight(shares: int) -> int:
     return 1 + ((shares - 2) * 9999) // 262142
 
 
-def _milli(value: Decimal) -> int:
-    """The API's MilliValue: rounded up."""
-    return int((value * 1000).to_integral_value(rounding="ROUND_CEILING"))
-
-
-def _bytes(value: Decimal) -> int:
-    return int(value.to_integral_value(rounding="ROUND_CEILING"))
-
-
 def pod_config(pod: Pod, pids_limit: int = -1, period: int = QUOTA_PERIOD) -> ResourceConfig:
     """ResourceConfigForPod, with podPidsLimit as EnsureExists adds it: shares from the requests; the quota and
     the memory limit only when every container has that limit, or the pod-level resources do; a BestEffort
@@ -78,9 +70,9 @@ def pod_config(pod: Pod, pids_limit: int = -1, period: int = QUOTA_PERIOD) -> Re
     memory_declared = all(parse_quantity(c.resources.limits.get("memory", "0")) for c in everyone) \
         or bool(parse_quantity(pod_level.limits.get("memory", "0")))
     reqs, limits = pod_requests(pod), pod_limits(pod)
-    shares = milli_cpu_to_shares(_milli(reqs.get("cpu", Decimal(0))))
-    quota = milli_cpu_to_quota(_milli(limits.get("cpu", Decimal(0))), period)
-    memory = _bytes(limits.get("memory", Decimal(0)))
+    shares = milli_cpu_to_shares(quantity.milli_value(reqs.get("cpu", Decimal(0))))
+    quota = milli_cpu_to_quota(quantity.milli_value(limits.get("cpu", Decimal(0))), period)
+    memory = quantity.value(limits.get("memory", Decimal(0)))
     if qos == "Guaranteed":
         return ResourceConfig(cpu_shares=shares, cpu_quota=quota, cpu_period=period, memory=memory, pids=pids)
     return ResourceConfig(cpu_shares=shares, cpu_quota=quota if cpu_declared else None,
@@ -116,7 +108,8 @@ def reserved_config(reserved: Mapping[str, int], compressible_only: bool) -> Res
 def qos_configs(pods: Iterable[Pod]) -> dict[str, ResourceConfig]:
     """The QoS cgroups' cpu shares as the kubelet's UpdateCgroups sets them: besteffort the minimal shares,
     burstable the sum of its pods' cpu requests."""
-    milli = sum(_milli(pod_requests(p).get("cpu", Decimal(0))) for p in pods if qos_class(p) == "Burstable")
+    milli = sum(quantity.milli_value(pod_requests(p).get("cpu", Decimal(0)))
+                for p in pods if qos_class(p) == "Burstable")
     return {"burstable": ResourceConfig(cpu_shares=milli_cpu_to_shares(milli)),
             "besteffort": ResourceConfig(cpu_shares=MIN_SHARES)}
 

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from proto import api_pb2
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
 from pykubelet.pods import hosts, userns
@@ -68,11 +69,12 @@ def linux_resources(resources: Resources, pod_level: Resources | None = None) ->
         limits = {**{k: v for k, v in pod_level.limits.items() if k in ("cpu", "memory")}, **limits}
     out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
     cpu_request = requests.get("cpu", limits.get("cpu"))
-    out.cpu_shares = max(MIN_SHARES, int(parse_quantity(cpu_request) * 1024)) if cpu_request else MIN_SHARES
+    milli_request = quantity.milli_value(parse_quantity(cpu_request)) if cpu_request else 0
+    out.cpu_shares = max(MIN_SHARES, milli_request * 1024 // 1000)
     if "cpu" in limits:
-        out.cpu_quota = max(1000, int(parse_quantity(limits["cpu"]) * CPU_PERIOD))
+        out.cpu_quota = max(1000, quantity.milli_value(parse_quantity(limits["cpu"])) * CPU_PERIOD // 1000)
     if "memory" in limits:
-        out.memory_limit_in_bytes = int(parse_quantity(limits["memory"]))
+        out.memory_limit_in_bytes = quantity.value(parse_quantity(limits["memory"]))
     return out
 
 

@@ -19,6 +19,7 @@ from collections import ChainMap
 from collections.abc import Callable
 from decimal import Decimal
 
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.pods.podspec import expand, parse_quantity
@@ -97,8 +98,8 @@ def resource_value(pod: Pod, container: Container | None, ref: dict, allocatable
     if divisor == 0:
         divisor = Decimal(1)
     if res == "cpu":  # upstream works in millicores: ceil(milli(value) / milli(divisor))
-        return str(math.ceil(math.ceil(amount * 1000) / math.ceil(divisor * 1000)))
-    return str(math.ceil(math.ceil(amount) / math.ceil(divisor)))
+        return str(math.ceil(quantity.milli_value(amount) / quantity.milli_value(divisor)))
+    return str(math.ceil(quantity.value(amount) / quantity.value(divisor)))
 
 
 MASTER_SERVICES = ("kubernetes",)

@@ -12,36 +12,23 @@ import datetime
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, SecurityContext
+from pykubelet.api.quantity import parse
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
-_SUFFIXES: tuple[tuple[str, int | Decimal], ...] = (
-    ("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60), ("n", Decimal("1e-9")),
-    ("u", Decimal("1e-6")), ("m", Decimal("1e-3")), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12),
-    ("P", 10**15), ("E", 10**18))
-
-
 def parse_quantity(value: Any) -> Decimal:
-    """A resource quantity ("100m", "1.5", "64Mi", "1G", "1e3") as a number (cores or bytes); ValueError if it
-    is none (a static pod's file or a config's threshold, which no API server checked)."""
-    s = str(value).strip()
-    mult: int | Decimal = 1
-    for suffix, m in _SUFFIXES:
-        if s.endswith(suffix):
-            s, mult = s[: -len(suffix)], m
-            break
+    """A pod's resource quantity ("100m", "1.5", "64Mi") as its amount (cores or bytes), read as the API decodes
+    one from JSON: a string without its surrounding spaces, or a number. ValueError names the value (a static
+    pod's file or a config's threshold, which no API server checked)."""
     try:
-        number = Decimal(s)
-    except InvalidOperation:
+        return parse(str(value).strip())
+    except ValueError:
         raise ValueError(f"not a quantity: {value!r}") from None
-    if not number.is_finite():
-        raise ValueError(f"not a quantity: {value!r}")
-    return number * mult
 
 
 def qos_class(pod: Pod) -> str:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from typing import Any
 
 from proto import api_pb2
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.pods.cgroupconfig import pod_config
 from pykubelet.pods.criconfig import MIN_SHARES
@@ -53,25 +54,10 @@ def _terminated(s: api_pb2.ContainerStatus, runtime_name: str) -> dict:
 
 
 MIN_MILLI_CPU_LIMIT = 10  # the kubelet's MinMilliCPULimit: below it a quota is not what was asked
-BINARY_SUFFIXES = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 
 
-def _cpu(milli: int) -> str:
-    """A cpu amount as the API writes a DecimalSI milli quantity: "2", "250m"."""
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
-def _bytes(n: int) -> str:
-    """A memory amount as the API writes a BinarySI quantity: "64Mi", or the bytes when no suffix is exact."""
-    for i, suffix in enumerate(BINARY_SUFFIXES):
-        unit = 1 << (10 * (len(BINARY_SUFFIXES) - i))
-        if n and n % unit == 0:
-            return f"{n // unit}{suffix}"
-    return str(n)
-
-
-def _millis(quantity: str | None) -> int:
-    return 0 if quantity is None else int(parse_quantity(quantity) * 1000)
+def _millis(text: str | None) -> int:
+    return 0 if text is None else quantity.milli_value(parse_quantity(text))
 
 
 def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | None,
@@ -91,24 +77,24 @@ def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | No
         memory_limit = linux.memory_limit_in_bytes if linux is not None else 0
         if limits:
             if cpu_limit and (cpu_limit > MIN_MILLI_CPU_LIMIT or _millis(limits.get("cpu")) > MIN_MILLI_CPU_LIMIT):
-                limits["cpu"] = _cpu(cpu_limit)
+                limits["cpu"] = quantity.milli_decimal_si(cpu_limit)
             if memory_limit > 0:
-                limits["memory"] = _bytes(memory_limit)
+                limits["memory"] = quantity.binary_si(memory_limit)
             elif "memory" in given.limits:
                 limits["memory"] = given.limits["memory"]
         if requests and cpu_request and (cpu_request > MIN_SHARES or _millis(requests.get("cpu")) > MIN_SHARES):
-            requests["cpu"] = _cpu(cpu_request)
+            requests["cpu"] = quantity.milli_decimal_si(cpu_request)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
 def _amount(name: str, value: Decimal) -> str:
     """An amount as the API writes it: cpu in cores or millicores, byte-sized ones with the largest exact binary
-    suffix, a count as it is."""
+    suffix, a count with the largest decimal one."""
     if name == "cpu":
-        return _cpu(int((value * 1000).to_integral_value(rounding=ROUND_CEILING)))
+        return quantity.milli_decimal_si(quantity.milli_value(value))
     if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
-        return _bytes(int(value.to_integral_value(rounding=ROUND_CEILING)))
-    return format(value.normalize(), "f")
+        return quantity.binary_si(quantity.value(value))
+    return quantity.decimal_si(value)
 
 
 def _amounts(values: dict[str, Decimal]) -> dict[str, str]:
@@ -136,9 +122,9 @@ def pod_level_status(pod: Pod) -> tuple[dict[str, dict[str, str]], dict[str, str
         if config.cpu_quota is not None and config.cpu_quota > 0 and config.cpu_period:
             cpu_limit = config.cpu_quota * 1000 // config.cpu_period
             if cpu_limit > MIN_MILLI_CPU_LIMIT or _millis(own.limits.get("cpu")) > MIN_MILLI_CPU_LIMIT:
-                resources["limits"]["cpu"] = _cpu(cpu_limit)
+                resources["limits"]["cpu"] = quantity.milli_decimal_si(cpu_limit)
         if config.memory:
-            resources["limits"]["memory"] = _bytes(config.memory)
+            resources["limits"]["memory"] = quantity.binary_si(config.memory)
     return {k: v for k, v in resources.items() if v}, _amounts(requests)
 
 

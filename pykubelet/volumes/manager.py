@@ -27,6 +27,7 @@ from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import dirs
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import (
     ConfigMapSource,
     Container,
@@ -155,7 +156,7 @@ class VolumeManager:
             os.chmod(path, EMPTY_DIR_MODE)
         if memory and not mounted:
             limit = source.size_limit
-            mount.mount_tmpfs(path, int(parse_quantity(limit)) if limit else None)
+            mount.mount_tmpfs(path, quantity.value(parse_quantity(limit)) if limit else None)
         sc = pod.spec.security_context
         if sc.fs_group is not None:
             ownership.set_ownership(path, sc.fs_group, False, sc.fs_group_change_policy)

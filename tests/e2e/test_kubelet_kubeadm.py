@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from pykubelet import config
+from pykubelet.api import quantity
 from pynode_cluster.components import peer
 from tests.kit.kubelet_node import BUSYBOX, Kubelet, apply, delete, get_pod, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
@@ -96,11 +97,10 @@ def test_node_has_the_flags_labels_and_taints(control_plane, kubelet):
 def test_allocatable_is_less_system_reserved(control_plane, kubelet):
     status = wait_for("the node's status", lambda: node(control_plane).get("status", {}).get("allocatable"))
     capacity = node(control_plane)["status"]["capacity"]
-    cpu = int(capacity["cpu"]) * 1000 - 500
-    assert status["cpu"] == (str(cpu // 1000) if cpu % 1000 == 0 else f"{cpu}m")
-    memory_kib = int(capacity["memory"].removesuffix("Ki"))
-    eviction_kib = 100 * 1024  # the default evictionHard memory.available: kubeadm's file leaves it out
-    assert status["memory"] == f"{memory_kib - 256 * 1024 - eviction_kib}Ki"
+    assert status["cpu"] == quantity.milli_decimal_si(quantity.milli_value(quantity.parse(capacity["cpu"])) - 500)
+    memory = quantity.value(quantity.parse(capacity["memory"]))
+    eviction = 100 << 20  # the default evictionHard memory.available: kubeadm's file leaves it out
+    assert status["memory"] == quantity.binary_si(memory - (256 << 20) - eviction)
 
 
 def test_a_default_dns_pod_has_resolv_confs_resolver(control_plane, kubelet, runtime, kubepods, tmp_path):

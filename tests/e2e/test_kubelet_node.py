@@ -13,6 +13,7 @@ import subprocess
 from importlib.metadata import version
 from pathlib import Path
 
+from pykubelet.api import quantity
 from tests.kit.kubelet_node import wait_for
 
 NODE = "pynode-e2e-1"
@@ -48,7 +49,7 @@ def test_node_registers_and_turns_ready(control_plane, cri, kubelet):
     assert status["capacity"]["cpu"] == str(len(os.sched_getaffinity(0)))
     mem_kib = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
                        if line.startswith("MemTotal:")))
-    assert status["capacity"]["memory"] == f"{mem_kib}Ki"
+    assert status["capacity"]["memory"] == quantity.binary_si(mem_kib << 10)  # as NewQuantity(_, BinarySI)
     assert "ephemeral-storage" in status["capacity"] and status["allocatable"]["pods"] == str(MAX_PODS)
     assert {"type": "InternalIP", "address": NODE_IP} in status["addresses"]
     assert {"type": "Hostname", "address": NODE} in status["addresses"]

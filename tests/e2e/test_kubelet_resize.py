@@ -20,6 +20,7 @@ import stat
 import time
 
 from proto import api_pb2
+from pykubelet.api import quantity
 from tests.kit.controlplane import ControlPlane
 from tests.kit.cri_server import cgroup_file
 from tests.kit.kubelet_node import BUSYBOX, apply, delete, get_pod, on_node, wait_for, wait_pod
@@ -97,8 +98,8 @@ def node_allocatable(cp: ControlPlane) -> dict:
     return json.loads(cp.kubectl("get", "node", NODE, "-o", "json").stdout)["status"]["allocatable"]
 
 
-def millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+def millicores(text: str) -> int:
+    return quantity.milli_value(quantity.parse(text))
 
 
 BEFORE = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}

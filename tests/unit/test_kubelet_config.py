@@ -283,3 +283,23 @@ def test_one_start_up_warning_names_the_fields_not_implemented(tmp_path, monkeyp
                         "httpCheckFrequency"]
     assert any("--pod-infra-container-image registry.k8s.io/pause:3.10: ignored" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.parametrize(("doc", "expected"), [
+    ({"cpu": "1.5", "memory": "1.5Gi"}, {"cpu": 1500, "memory": 1536 << 20}),
+    ({"cpu": "0.5m", "memory": "1e3"}, {"cpu": 1, "memory": 1000}),  # rounded up, as MilliValue and Value
+    ({"cpu": 2, "ephemeral-storage": "+1Ki"}, {"cpu": 2000, "ephemeral-storage": 1024}),
+])
+def test_reservations_are_read_with_the_apis_grammar(doc, expected):
+    assert config.reserved(doc) == expected
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"cpu": "-1"}, "a cpu quantity such as"), ({"cpu": True}, "a cpu quantity such as"),
+    ({"memory": "10K"}, "a quantity such as \"10Mi\""),  # k, not K, is the API's kilo
+    ({"memory": "-1Mi"}, "a quantity such as \"10Mi\""),
+])
+def test_a_reservation_that_is_no_quantity_is_refused(doc, message):
+    with pytest.raises(ValueError, match=message) as e:
+        config.reserved(doc)
+    assert getattr(e.value, "path", None) == f".{next(iter(doc))}"

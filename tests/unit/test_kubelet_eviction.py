@@ -155,11 +155,12 @@ def test_the_kubelets_eviction_message():
     assert policy.eviction_message(p, HARD_MEM, Observation(50 * MI, 1000 * MI), usage) == (
         "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
         "Container main was using 20Mi, request is 10Mi, has larger consumption of memory. ")
-    # within its request: no container part; a percentage threshold shown as a quantity of the capacity
+    # within its request: no container part; a percentage threshold shown as a quantity of the capacity; a
+    # BinarySI quantity below 1Ki is written as a DecimalSI one
     within = PodUsage(disk=1, containers={"main": ContainerUsage(disk=1000)})
     assert policy.eviction_message(pod("y", requests={"ephemeral-storage": "1Mi"}), HARD_DISK,
                                    Observation(1000, 1 << 30), within) == (
-        "The node was low on resource: ephemeral-storage. Threshold quantity: 107374182, available: 1000. ")
+        "The node was low on resource: ephemeral-storage. Threshold quantity: 107374182, available: 1k. ")
     assert [policy.format_quantity(n) for n in (0, 1536, 3072, 51200 * 1024, 1 << 30)] == ["0", "1536", "3Ki", "50Mi",
                                                                                            "1Gi"]
 

@@ -51,7 +51,8 @@ def test_status_content(tmp_path):
 
 def test_allocatable_is_capacity_less_eviction_thresholds():
     a = node_status.allocatable({"cpu": "2", "memory": "1048576Ki", "ephemeral-storage": "1000Ki", "pods": "9"})
-    assert a == {"cpu": "2", "memory": f"{1048576 - 102400}Ki", "ephemeral-storage": "921600", "pods": "9"}
+    # written as the API's canonical BinarySI quantities: 946176Ki is 924Mi, 921600 900Ki
+    assert a == {"cpu": "2", "memory": "924Mi", "ephemeral-storage": "900Ki", "pods": "9"}
 
 
 def test_not_ready_names_what_failed(tmp_path):
@@ -113,8 +114,7 @@ def test_allocatable_is_capacity_less_reservations_and_eviction_thresholds(tmp_p
     """systemReserved and kubeReserved summed come off capacity, as in the stock kubelet's node allocatable."""
     capacity = {"cpu": "2", "memory": "1048576Ki", "ephemeral-storage": "1000Ki", "pods": "9"}
     a = node_status.allocatable(capacity, reserved={"cpu": 300, "memory": 100 << 20, "ephemeral-storage": 1 << 10})
-    assert a == {"cpu": "1700m", "memory": f"{1048576 - 102400 - 102400}Ki", "ephemeral-storage": str(921600 - 1024),
-                 "pods": "9"}
+    assert a == {"cpu": "1700m", "memory": "824Mi", "ephemeral-storage": "899Ki", "pods": "9"}
     settings = Settings(node_name="node-a", root_dir=tmp_path, system_reserved={"cpu": 500, "memory": 1 << 20},
                         kube_reserved={"cpu": 500, "pid": 100})
     assert node_status.reserved_for(settings) == {"cpu": 1000, "memory": 1 << 20, "pid": 100}

@@ -71,10 +71,12 @@ CONTRACTS = (
              "table test is all of its behaviour"),
     Contract("pykubelet.pods.podspec", ("pykubelet",),
              "the pod-spec readers are below the rest of the kubelet: eviction's policy, which the settings read, "
-             "reads them; they read the typed pod", allowed=("pykubelet.api.podmodel",)),
+             "reads them; they read the typed pod and its quantities",
+             allowed=("pykubelet.api.podmodel", "pykubelet.api.quantity")),
     Contract("pykubelet.pods.podresources", ("pykubelet",),
              "a pod's requests are counted alike by the admission, the cgroups, the status and eviction's policy, "
-             "which is below the rest of the kubelet", allowed=("pykubelet.api.podmodel", "pykubelet.pods.podspec")),
+             "which is below the rest of the kubelet; they are the typed pod's quantities summed",
+             allowed=("pykubelet.api.podmodel", "pykubelet.api.quantity", "pykubelet.pods.podspec")),
     Contract("pykubelet.api.podmodel", ("pykubelet",),
              "the typed pod is the kubelet's bottom: every part reads it, and it reads only its fields' reader",
              allowed=("pykubelet.api.fields", "pykubelet.errors")),
@@ -82,6 +84,9 @@ CONTRACTS = (
              allowed=("pykubelet.errors",)),
     Contract("pykubelet.errors", ("pykubelet",), "the error kinds are the bottom of pykubelet"),
     Contract("pykubelet.durations", ("pykubelet",), "the settings and eviction's policy both read durations"),
+    Contract("pykubelet.api.quantity", ("pykubelet",),
+             "the pod-spec readers, the settings and eviction's policy all read quantities, and each is below the "
+             "rest of the kubelet"),
     Contract("pyruntime.channel", ("pyruntime.container", "pyruntime.cri", "pyruntime.linux", "pyruntime.oci"),
              "the channel to forked processes is below both protocols that use it: container init's and the CRI "
              "launcher's"),
