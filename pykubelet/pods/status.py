@@ -21,7 +21,7 @@ from typing import Any
 
 from proto import api_pb2
 from pykubelet.api import quantity
-from pykubelet.api.podmodel import Container, Pod, Resources
+from pykubelet.api.podmodel import Container, ObjectMeta, Pod, Resources
 from pykubelet.pods.cgroupconfig import pod_config
 from pykubelet.pods.criconfig import MIN_SHARES
 from pykubelet.pods.labels import restart_count
@@ -449,15 +449,30 @@ class StatusManager:
                 and old.get("lastTransitionTime") else now()
         return status
 
-    def set_pod_status(self, pod_uid: str, status: dict, *, namespace: str, name: str,
-                       current: dict | None = None) -> bool:
-        """Patches pods/status of the pod when `status` differs from what was sent; `current` is the pod's
-        status as the API server has it (for the transition times after a restart). True if it patched."""
+    def _observed(self, pod_uid: str, status: dict, generation: int, current: dict) -> dict:
+        """As the kubelet's SetPodStatus (PodObservedGenerationTracking, GA in 1.35): status.observedGeneration
+        and each of the kubelet's conditions say which generation of the pod's spec the kubelet acted on, so a
+        client that changed the spec (a resize bumps the generation) waits for it, never below what was
+        already said. A resize condition keeps the generation of the resize it is about."""
+        last = self._sent.get(pod_uid) or current
+        status["observedGeneration"] = max(generation, last.get("observedGeneration") or 0)
+        for c in status.get("conditions", []):
+            if c["type"] in KUBELET_CONDITIONS and "observedGeneration" not in c:
+                c["observedGeneration"] = generation
+        return status
+
+    def set_pod_status(self, meta: ObjectMeta, status: dict, current: dict | None = None) -> bool:
+        """Patches pods/status of the pod `meta` names (its metadata.generation being the one this status was
+        made from: see _observed) when `status` differs from what was sent; `current` is the pod's status as
+        the API server has it (for the transition times after a restart). True if it patched."""
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 
+        pod_uid, namespace, name, generation = meta.uid, meta.namespace, meta.name, meta.generation
+
         with self._lock:
-            status = self._with_transition_times(pod_uid, status, current or {})
+            status = self._observed(pod_uid, self._with_transition_times(pod_uid, status, current or {}),
+                                    generation, current or {})
             if self._sent.get(pod_uid) == status:
                 return False
         if self.client is not None:  # without one (standalone mode) the status is kept here only

@@ -186,9 +186,8 @@ class PodWorkers:
         last = self._last(pod)
         if restarting_all(pod, state):
             # as the kubelet's: the status says AllContainersRestarting before the pass resets the pod
-            meta = pod.metadata
-            self.statuses.set_pod_status(uid, self._status(pod, state, SyncResult(), last), namespace=meta.namespace,
-                                         name=meta.name, current=pod.raw.get("status"))
+            self.statuses.set_pod_status(pod.metadata, self._status(pod, state, SyncResult(), last),
+                                         current=pod.raw.get("status"))
             last = self.statuses.last(uid) or last
         result = self.syncer.sync(pod, state, carried_restarts(pod, state, last))
         state = observe(self.runtime, uid)
@@ -202,8 +201,7 @@ class PodWorkers:
             termination.kill_pod_sandbox(self.runtime, state)
         meta = pod.metadata
         before = sent.get("phase") or pod.status.phase
-        if self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name,
-                                        current=pod.raw.get("status")) and status["phase"] == "Running" \
+        if self.statuses.set_pod_status(meta, status, current=pod.raw.get("status")) and status["phase"] == "Running" \
                 and before == "Pending":
             with self._lock:
                 seen = self._first_seen.pop(uid, None)
@@ -286,9 +284,8 @@ class PodWorkers:
         verdict = self.admission.admit(pod, on_node)
         if verdict.admit:
             return True
-        meta = pod.metadata
-        if self.statuses.set_pod_status(uid, rejected_status(pod, verdict), namespace=meta.namespace,
-                                        name=meta.name, current=pod.raw.get("status")) and self.events:
+        if self.statuses.set_pod_status(pod.metadata, rejected_status(pod, verdict), current=pod.raw.get("status")) \
+                and self.events:
             self.events.event(pod_ref(pod), WARNING, verdict.reason, verdict.message)
         return False
 
@@ -328,9 +325,9 @@ class PodWorkers:
         if state.sandboxes or state.containers:
             termination.kill_pod(self.runtime, state, grace, pod, self.syncer.event)
         remove_pod(self.settings.root_dir, uid)  # its volumes: an emptyDir's space is the node's again
-        meta, current = pod.metadata, pod.raw.get("status")
+        current = pod.raw.get("status")
         status = evicted_status(self.statuses.last(uid) or current or {}, message, now(), reason, disruption)
-        self.statuses.set_pod_status(uid, status, namespace=meta.namespace, name=meta.name, current=current)
+        self.statuses.set_pod_status(pod.metadata, status, current=current)
         if self.events is not None and reason == EVICTED:  # the stock shutdown manager records no pod event
             self.events.event(pod_ref(pod), WARNING, EVICTED, message)
         with self._lock:
@@ -428,9 +425,8 @@ class PodWorkers:
 
     def _report_terminating(self, pod: Pod) -> None:
         state = observe(self.runtime, pod.uid)
-        meta = pod.metadata
-        self.statuses.set_pod_status(pod.uid, self._status(pod, state, SyncResult()), namespace=meta.namespace,
-                                     name=meta.name, current=pod.raw.get("status"))
+        self.statuses.set_pod_status(pod.metadata, self._status(pod, state, SyncResult()),
+                                     current=pod.raw.get("status"))
 
     def _final_status(self, pod: Pod) -> None:
         """The status of a deleted pod whose containers have all stopped, sent before they leave the runtime,
@@ -441,9 +437,7 @@ class PodWorkers:
                             terminal=True, last=self._last(pod))
         if status["phase"] in TERMINAL:
             status["conditions"] = [c for c in status["conditions"] if c["type"] not in RESIZE_CONDITIONS]
-        meta = pod.metadata
-        self.statuses.set_pod_status(pod.uid, status, namespace=meta.namespace, name=meta.name,
-                                     current=pod.raw.get("status"))
+        self.statuses.set_pod_status(pod.metadata, status, current=pod.raw.get("status"))
 
     # --- running ----------------------------------------------------------------------------------
 

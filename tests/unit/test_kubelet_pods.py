@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from proto import api_pb2
-from pykubelet.api.podmodel import Pod, parse_pod
+from pykubelet.api.podmodel import ObjectMeta, Pod, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
@@ -24,6 +24,10 @@ from pykubelet.pods.sync import SyncResult, network_problem
 from tests.kit.fake_cri import FakeCRI
 
 UID = "0b5d2e3c-1111-2222-3333-444455556666"
+
+
+def meta(generation: int) -> ObjectMeta:
+    return ObjectMeta("web", "ns", UID, generation=generation)
 
 
 def pod(**spec) -> Pod:
@@ -227,12 +231,34 @@ def test_status_manager_patches_only_changes_and_keeps_transition_times():
     manager = pod_status.StatusManager(client)
     state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0))
     first = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x")
-    assert manager.set_pod_status(UID, first, namespace="ns", name="web")
+    assert manager.set_pod_status(meta(1), first)
     again = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x")
-    assert not manager.set_pod_status(UID, again, namespace="ns", name="web")
+    assert not manager.set_pod_status(meta(1), again)
     assert len(client.patches) == 1
     times = {c["type"]: c["lastTransitionTime"] for c in client.patches[0]["status"]["conditions"]}
     assert all(times.values())
+
+
+def test_the_status_says_which_generation_of_the_spec_it_is_of():
+    """PodObservedGenerationTracking (GA in 1.35; e2e's PLR Pod InPlace Resize specs wait for it after a
+    resize): status.observedGeneration and the kubelet's conditions carry the pod's generation, never going
+    back; a resize condition keeps the generation of its resize, another's condition is left as it is."""
+    client = FakeClient()
+    manager = pod_status.StatusManager(client)
+    state = runtime_pod(container("c1", api_pb2.CONTAINER_RUNNING, 0))
+    status = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x",
+                                   resize_conditions=[{"type": "PodResizeInProgress", "status": "True",
+                                                       "observedGeneration": 2}])
+    status["conditions"].append({"type": "example.com/gate", "status": "True"})
+    assert manager.set_pod_status(meta(3), status)
+    sent = client.patches[-1]["status"]
+    assert sent["observedGeneration"] == 3
+    generations = {c["type"]: c.get("observedGeneration") for c in sent["conditions"]}
+    assert generations.pop("PodResizeInProgress") == 2 and generations.pop("example.com/gate") is None
+    assert set(generations.values()) == {3}
+    older = pod_status.pod_status(pod(), state, SyncResult(), host_ip=None, runtime_name="x")
+    manager.set_pod_status(meta(2), older)
+    assert client.patches[-1]["status"]["observedGeneration"] == 3
 
 
 def test_network_problem_in_the_kubelets_words():
@@ -505,7 +531,7 @@ def test_readiness_gates_hold_ready_until_each_gates_condition_is_true():
 
     client = FakeClient()
     manager = pod_status.StatusManager(client)
-    assert manager.set_pod_status(UID, s, namespace="ns", name="web")
+    assert manager.set_pod_status(meta(1), s)
     sent = conditions_of(client.patches[0]["status"])
     assert sent["k8s.io/test-condition1"] == {"type": "k8s.io/test-condition1", "status": "True",
                                               "lastTransitionTime": "2026-01-01T00:00:00Z"}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from lightkube.resources.core_v1 import Pod
 
-from pykubelet.api.podmodel import parse_pod
+from pykubelet.api.podmodel import ObjectMeta, parse_pod
 from pykubelet.pods import admission, static
 from pykubelet.pods.sources import PodSources
 
@@ -295,9 +295,9 @@ def test_status_manager_and_events_without_api_client(caplog):
 
     statuses = StatusManager(None)
     status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    assert statuses.set_pod_status("u1", dict(status), namespace="default", name="web")
-    assert not statuses.set_pod_status("u1", dict(status, conditions=[{"type": "Ready", "status": "True"}]),
-                                       namespace="default", name="web")
+    meta = ObjectMeta("web", "default", "u1", generation=1)
+    assert statuses.set_pod_status(meta, dict(status))
+    assert not statuses.set_pod_status(meta, dict(status, conditions=[{"type": "Ready", "status": "True"}]))
     assert statuses.last("u1")["phase"] == "Running"
     with caplog.at_level(logging.INFO):
         EventRecorder(None, NODE).event(pod_ref(parse_pod(parse())), WARNING, "OutOfcpu", "no room")
