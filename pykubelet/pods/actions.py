@@ -406,11 +406,12 @@ class _Planner:
         return []
 
     def _resize_pod(self) -> ResizePod | None:
-        """The pod's cgroup, when its pod-level resources were resized."""
+        """The pod's cgroup, when its pod-level resources were resized: their requests (the cgroup's cpu
+        shares) as well as their limits."""
         allocated = self.pod.spec.resources
         if self.actuated is None or allocated is None:
             return None
-        want, have = _effective(Resources(), allocated), _effective(Resources(), self.actuated.pod)
+        want, have = _effective(allocated, None), _effective(self.actuated.pod or Resources(), None)
         if want == have:
             return None
         return ResizePod(allocated, decrease=any((want[r][1] or 0) < (have[r][1] or 0)

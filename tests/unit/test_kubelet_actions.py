@@ -355,6 +355,11 @@ CASES = [
          steps(ResizeContainer("main", "m1", "cpu", Resources({"cpu": "100m"}, {}), decrease=True),
                ResizePod(res("500m"), decrease=True)),
          actuated=given(("main", Resources({"cpu": "100m"}, {})), pod_level=res("1"))),
+    Case("a pod-level request alone changed: the pod's cgroup (its cpu shares), its containers' own kept (the PLR "
+         "Pod InPlace Resize specs' pod-level cpu requests: PodResizeInProgress stayed)",
+         pod(sized("main", res("100m")), resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}}),
+         (C("main", "m1"),), steps(ResizePod(Resources({"cpu": "500m"}, {"cpu": "2"}))),
+         actuated=given(("main", res("100m")), pod_level=Resources({"cpu": "200m"}, {"cpu": "2"}))),
     # --- RestartAllContainers (RestartAllContainersOnContainerExits, beta and on in 1.37) ---------------------
     Case("an exit its RestartAllContainers rule matches resets the pod: the regular containers, the init ones, "
          "then the one that exited; running ones killed",
