@@ -219,6 +219,35 @@ def test_a_resize_waits_for_room_then_is_done(control_plane, kubelet, runtime, k
     delete(control_plane, "waiting")
 
 
+def pod_cpu_shares(pod: dict, millicores: int) -> tuple[int, int]:
+    """The pod's cgroup's cpu.shares (on v2 its cpu.weight), and what it is for a request of `millicores`."""
+    path = cgroup_file(f"/kubepods/burstable/pod{pod['metadata']['uid']}", "", "cpu/cpu.shares", "cpu.weight")
+    shares = millicores * 1024 // 1000
+    return int(path.read_text()), shares if path.name == "cpu.shares" else 1 + ((shares - 2) * 9999) // 262142
+
+
+def test_a_pod_level_request_resize_goes_to_the_pods_cgroup(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """What e2e's PLR Pod InPlace Resize specs do of pod-level requests: the pod's cgroup takes the new cpu
+    request as its shares, the status says it (allocatedResources, observedGeneration) with no resize condition
+    left, and the container, whose own resources are unchanged, is the one it was."""
+    apply(control_plane, tmp_path, pod_spec("plr", {"name": "c", "image": BUSYBOX, "command": SLEEP, "resources": {
+        "requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}},
+        resources={"requests": {"cpu": "300m"}, "limits": {"cpu": "600m"}}))
+    pod = wait_pod(control_plane, "plr", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
+    assert pod["status"]["allocatedResources"] == {"cpu": "300m"}
+    got, want = pod_cpu_shares(pod, 300)
+    assert got == want
+    control_plane.kubectl("patch", "pod", "plr", "--subresource", "resize", "-p",
+                          json.dumps({"spec": {"resources": {"requests": {"cpu": "500m"}}}}))
+    after = wait_pod(control_plane, "plr", "resized", lambda p: (
+        p["status"].get("allocatedResources") == {"cpu": "500m"} and not resize_conditions(p)
+        and p["status"].get("observedGeneration") == p["metadata"]["generation"] == 2), timeout=60)
+    got, want = pod_cpu_shares(after, 500)
+    assert got == want
+    same_container(control_plane, runtime, pod)
+    delete(control_plane, "plr")
+
+
 def test_a_restarted_kubelet_keeps_the_resize(control_plane, kubelet, runtime, kubepods, tmp_path):
     """The allocation is in the kubelet's checkpoint (0600): killed and started again, it resizes nothing and
     restarts nothing. The last test of the module: the restarted kubelet is this test's to stop."""
