@@ -13,8 +13,9 @@ Aggregator spec runs the sample API server with /usr/local/bin/etcd beside it).
 agnhost is itself: the binary scripts/peers/e2e.sh builds from the same k8s.io/kubernetes module, in an image laid
 out as its Dockerfile lays it out (/agnhost, /agnhost-2, /uploads, porter's certificate, the user and group its
 SupplementalGroups spec expects), on the busybox base the critest images have (cri_images.build_dynamic_rootfs)
-instead of Alpine, whose packages cannot be built from a module, and with the host's bash (Alpine's bash package in
-upstream's image: the probe specs run /bin/bash); its /etc/os-release is that of the Alpine release its BASEIMAGE
+instead of Alpine, whose packages cannot be built from a module, and with the host's bash, curl and
+netcat-openbsd's nc (Alpine's packages in upstream's image: the probe specs run /bin/bash, the Networking
+Granular Checks curl and `nc -u`); its /etc/os-release is that of the Alpine release its BASEIMAGE
 names, which the ImageVolume spec looks for in kitten. kitten and nautilus are agnhost's image with their picture
 and data.json from the module's test/images, serving them (CMD test-webserver), as their Dockerfiles make them.
 sample-apiserver is the k8s.io/sample-apiserver module of the same release, which e2e.sh builds too (upstream's
@@ -64,7 +65,11 @@ AGNHOST_PASSWD = (BUSYBOX_PASSWD +
 AGNHOST_GROUP = BUSYBOX_GROUP + "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"
 ETCD_PORTS = (2379, 2380, 4001, 7001)  # etcd's image: EXPOSE
 
-HOST_BASH = Path("/bin/bash")
+# what upstream's agnhost image adds from Alpine's packages that the specs run, as the host's Debian programs
+# (image path, host path): bash (the probe specs' /bin/bash), curl and netcat-openbsd's nc (the Networking
+# Granular Checks' node-pod http and udp specs; busybox's nc has no -u), ahead of busybox's in PATH
+HOST_PROGRAMS = (("bin/bash", Path("/bin/bash")), ("usr/bin/curl", Path("/usr/bin/curl")),
+                 ("usr/bin/nc", Path("/bin/nc.openbsd")))
 
 
 class Parts:
@@ -106,7 +111,7 @@ def _agnhost(parts: Parts) -> tuple[list[Entry], dict, bool]:
                d("etc"), f("etc/passwd", AGNHOST_PASSWD), f("etc/group", AGNHOST_GROUP),
                f("etc/os-release", _alpine_os_release(parts.k8s_module)),
                d("home"), d("home/user-defined-in-image", uid=1000, gid=1000),
-               *_program("bin/bash", HOST_BASH, HOST_BASH.read_bytes())]
+               *_programs(HOST_PROGRAMS)]
     config = {"Entrypoint": ["/agnhost"], "Cmd": ["pause"],
               "ExposedPorts": {f"{port}/tcp": {} for port in AGNHOST_PORTS}}
     return entries, config, True
@@ -125,12 +130,17 @@ def _alpine_os_release(k8s_module: Path) -> str:
     raise ValueError(f"{baseimage}: no linux/amd64=alpine:RELEASE line; agnhost's base changed")
 
 
-def _program(at: str, path: Path, data: bytes) -> list[Entry]:
-    """The program at `path` (its bytes `data`) at `at` in the image, with the libraries it loads that the busybox
-    base lacks."""
+def _programs(programs: tuple[tuple[str, Path], ...]) -> list[Entry]:
+    """The host's `programs` (image path, host path) in the image, with the libraries they load that the busybox
+    base lacks, each once."""
     base = {lib.resolve() for lib in shared_libraries(dynamic_busybox())}
-    return [f(at, data, 0o755)] + [f(str(lib).lstrip("/"), lib.resolve().read_bytes(), 0o644)
-                                   for lib in shared_libraries(path) if lib.resolve() not in base]
+    entries, libraries = [], {}
+    for at, path in programs:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: run `scripts/install-apt.sh scripts/test-packages.txt`")
+        entries.append(f(at, path.read_bytes(), 0o755))
+        libraries.update({str(lib).lstrip("/"): lib for lib in shared_libraries(path) if lib.resolve() not in base})
+    return entries + [f(name, lib.resolve().read_bytes(), 0o644) for name, lib in sorted(libraries.items())]
 
 
 def _update_demo(name: str) -> Builder:
@@ -149,7 +159,8 @@ def _sample_apiserver(parts: Parts) -> tuple[list[Entry], dict, bool]:
 
 
 def _etcd(parts: Parts) -> tuple[list[Entry], dict, bool]:
-    etcd = _program("usr/local/bin/etcd", parts.etcd, parts.built(parts.etcd, ETCD_BUILD))
+    parts.built(parts.etcd, ETCD_BUILD)  # missing, the error names the command that builds it
+    etcd = _programs((("usr/local/bin/etcd", parts.etcd),))
     return ([d("usr/local"), d("usr/local/bin"), *etcd],
             {"ExposedPorts": {f"{port}/tcp": {} for port in ETCD_PORTS}}, True)
 

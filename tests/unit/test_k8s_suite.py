@@ -228,6 +228,12 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     os_release = entries["etc/os-release"].data.decode()
     assert 'NAME="Alpine Linux"' in os_release and "VERSION_ID=3.21\n" in os_release
     assert (agn.config["Entrypoint"], agn.config["Cmd"]) == (["/agnhost"], ["pause"])
+    # what the specs run of its Alpine packages: bash, curl, netcat-openbsd's nc (ahead of busybox's), with the
+    # libraries the base lacks, each once
+    assert {"bin/bash", "usr/bin/curl", "usr/bin/nc"} <= set(entries)
+    assert entries["usr/bin/nc"].data == Path("/bin/nc.openbsd").read_bytes()
+    assert any(name.startswith(("lib/", "usr/lib/")) and "libcurl" in name for name in entries)
+    assert len([e.name for e in agn.entries]) == len(entries)
     # kitten and nautilus: agnhost's image, their picture and data.json at /, CMD test-webserver
     for name in ("kitten", "nautilus"):
         image = images[f"e2e-test-images/{name}"]
