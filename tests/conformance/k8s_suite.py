@@ -2,7 +2,7 @@
 pair of kubelet and runtime, side by side (issue 27).
 
 `make conformance-k8s` runs it (not part of `make test`: one pair takes more than an hour). scripts/peers/e2e.sh
-builds e2e.test, the ginkgo CLI and agnhost from the k8s.io/kubernetes module of the control plane. The run:
+builds e2e.test, the ginkgo CLI, agnhost and sample-apiserver from the modules of the control plane. The run:
 - asks e2e.test for its images (--list-images) and makes those of them the set's specs run (tests/kit/e2e_images.py);
 - lists the selected specs with a ginkgo dry run. The set `node` (the default): the focus [NodeConformance], the
   skip [Serial], [Disruptive], [Flaky] and [Feature:...], on one node; the set `conformance`: every SIG's
