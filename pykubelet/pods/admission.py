@@ -54,7 +54,7 @@ def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Ve
                    f"{requested}, used: {used}, capacity: {capacity}")
 
 
-def _units(resource: str, value: Decimal) -> int:
+def units(resource: str, value: Decimal) -> int:
     """The scheduler's integers: millicores for cpu, bytes for memory (MilliValue, Value: rounded up)."""
     return quantity.milli_value(value) if resource == "cpu" else quantity.value(value)
 
@@ -68,9 +68,9 @@ def fits(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> Verdict:
     for resource in ("cpu", "memory"):
         if not want.get(resource) or resource not in allocatable:
             continue
-        capacity = _units(resource, parse_quantity(allocatable[resource]))
-        used = sum(_units(resource, pod_requests(o).get(resource, Decimal(0))) for o in others)
-        requested = _units(resource, want[resource])
+        capacity = units(resource, parse_quantity(allocatable[resource]))
+        used = sum(units(resource, pod_requests(o).get(resource, Decimal(0))) for o in others)
+        requested = units(resource, want[resource])
         if requested > capacity - used:
             return _insufficient(resource, requested, used, capacity)
     return ADMIT

@@ -33,9 +33,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod, Resources
-from pykubelet.pods.admission import Verdict, fits
+from pykubelet.pods.admission import Verdict, fits, units
 from pykubelet.pods.podresources import pod_requests
 from pykubelet.pods.podspec import parse_quantity
 from pynode_os.files import atomic_write
@@ -109,9 +108,8 @@ def resize_verdict(pod: Pod, others: list[Pod], allocatable: dict[str, str]) -> 
         capacity = parse_quantity(allocatable[resource])
         asked = want.get(resource, Decimal(0))
         if asked > capacity:
-            shown = quantity.milli_value if resource == "cpu" else quantity.value
             return Verdict(False, INFEASIBLE, f"Node didn't have enough capacity: {resource}, requested: "
-                                              f"{shown(asked)}, capacity: {shown(capacity)}")
+                                              f"{units(resource, asked)}, capacity: {units(resource, capacity)}")
     verdict = fits(pod, others, allocatable)
     return verdict if verdict.admit else Verdict(False, DEFERRED, verdict.message)
 
