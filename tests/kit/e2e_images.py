@@ -21,7 +21,7 @@ and data.json from the module's test/images, serving them (CMD test-webserver), 
 sample-apiserver is the k8s.io/sample-apiserver module of the same release, which e2e.sh builds too (upstream's
 Makefile builds an older tag), at /sample-apiserver as its Dockerfile puts it; etcd is the control plane's own
 (scripts/peers/kubernetes.sh, not the image's tag) at /usr/local/bin/etcd, as etcd's image has it. The rest are
-stand-ins on that base: busybox for busybox (with /bin/sysctl, which the Sysctls specs run) and for
+stand-ins on that base: busybox for busybox (with /bin/sysctl, which the Sysctls specs run, and bash as its sh) and for
 glibc-dns-testing (the specs run sh and hostname), nonroot as busybox with its user 1234, nonewprivs and pause as
 the critest images' small static programs, nginx as their busybox httpd behind nginx's name.
 
@@ -70,6 +70,7 @@ ETCD_PORTS = (2379, 2380, 4001, 7001)  # etcd's image: EXPOSE
 # Granular Checks' node-pod http and udp specs; busybox's nc has no -u), ahead of busybox's in PATH
 HOST_PROGRAMS = (("bin/bash", Path("/bin/bash")), ("usr/bin/curl", Path("/usr/bin/curl")),
                  ("usr/bin/nc", Path("/bin/nc.openbsd")))
+BUSYBOX_SH = (("bin/bash", Path("/bin/bash")),)  # _busybox
 
 
 class Parts:
@@ -166,8 +167,11 @@ def _etcd(parts: Parts) -> tuple[list[Entry], dict, bool]:
 
 
 def _busybox(_parts: Parts) -> tuple[list[Entry], dict, bool]:
-    # busybox's image has every applet in /bin; the base lays them out as busybox --list-full says (/sbin/sysctl)
-    return [symlink("bin/sysctl", "busybox")], {}, True
+    # busybox's image has every applet in /bin; the base lays them out as busybox --list-full says (/sbin/sysctl).
+    # Its sh is the host's bash: Debian's busybox 1.35 ash drops a variable whose name is no shell name (`data-1`)
+    # from the environment it passes on, which upstream's image keeps (the ConfigMap and Secrets "consumable via
+    # the environment" [Conformance] specs run `sh -c env` and look for it).
+    return [symlink("bin/sysctl", "busybox"), symlink("bin/sh", "bash"), *_programs(BUSYBOX_SH)], {}, True
 
 
 def _nonroot(_parts: Parts) -> tuple[list[Entry], dict, bool]:

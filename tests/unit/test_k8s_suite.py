@@ -254,6 +254,10 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     assert files["usr/local/bin/etcd"].data == etcd.read_bytes() and files["usr/local/bin/etcd"].mode == 0o755
     assert files["usr/local/bin"].kind == "dir"
     assert sorted(etcd_image.config["ExposedPorts"]) == ["2379/tcp", "2380/tcp", "4001/tcp", "7001/tcp"]
+    # busybox: sysctl in /bin, and a sh that passes on a variable whose name is no shell name (`data-1`)
+    busybox = {e.name: e for e in images["e2e-test-images/busybox"].entries}
+    assert busybox["bin/sysctl"].target == "busybox" and busybox["bin/sh"].target == "bash"
+    assert busybox["bin/bash"].data == Path("/bin/bash").read_bytes()
     assert images["e2e-test-images/nonroot"].config == {"User": "1234"}
     nnp = {e.name: e for e in images["e2e-test-images/nonewprivs"].entries}["usr/local/bin/nnp"]
     assert nnp.mode == 0o4755 and nnp.data.startswith(b"\x7fELF")
