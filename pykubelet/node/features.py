@@ -8,11 +8,10 @@ and resizes, it then runs wrongly. The stock kubelet declares each feature of co
 nodedeclaredfeatures registry whose gate is on (and, for two, that the runtime supports); this kubelet
 declares, of those, the ones it implements. With 1.37's default gates the stock kubelet declares
 ExtendWebSocketsToKubelet, InPlacePodLevelResourcesVerticalScaling, InPlacePodVerticalScalingInitContainers
-and RestartAllContainersOnContainerExits; this one declares InPlacePodLevelResourcesVerticalScaling and
-RestartAllContainersOnContainerExits (pods/actions.py's reset) only: its server proxies a websocket to the
-runtime as it comes (the stock kubelet translates v5 websockets to the runtime's SPDY) and it does not
-resize an init container that runs once. A pod that needs one of those stays Pending ("didn't match Pod's
-required features"), as it would on a node that lacks them, and one bound here directly is refused
+and RestartAllContainersOnContainerExits; this one declares all but ExtendWebSocketsToKubelet (pods/actions.py
+resizes a running init container and resets a pod): its server proxies a websocket to the runtime as it comes
+(the stock kubelet translates v5 websockets to the runtime's SPDY). A pod that needs it stays Pending ("didn't
+match Pod's required features"), as it would on a node that lacks it, and one bound here directly is refused
 (`missing`). The gate off, RestartAllContainersOnContainerExits is not declared, and so no pod that needs
 it is admitted here.
 """
@@ -24,7 +23,8 @@ from pykubelet.api.podmodel import Pod
 
 # the registry's features this kubelet implements -> its gate's default in 1.37 (a feature's gate is its name)
 RESTART_ALL = "RestartAllContainersOnContainerExits"
-IMPLEMENTED = {"InPlacePodLevelResourcesVerticalScaling": True, RESTART_ALL: True}
+IMPLEMENTED = {"InPlacePodLevelResourcesVerticalScaling": True, "InPlacePodVerticalScalingInitContainers": True,
+               RESTART_ALL: True}
 USERNS_HOST_NETWORK = "UserNamespacesHostNetworkSupport"
 BIND_MOUNT_OPTIONS = "VolumeBindMountOptions"
 FEATURE_UNSUPPORTED = "PodFeatureUnsupported"  # the kubelet's admission reason

@@ -300,6 +300,8 @@ class _Planner:
             if current is not None and current.state == api_pb2.CONTAINER_EXITED and current.exit_code == 0:
                 continue
             if current is not None and current.state in (api_pb2.CONTAINER_RUNNING, api_pb2.CONTAINER_CREATED):
+                if current.state == api_pb2.CONTAINER_RUNNING:  # resized while it runs, as a regular container
+                    steps += self.resize(container, current)
                 return self._plan(steps)  # the PLEG brings the pod back when it exits
             if current is not None and not self._init_restarts(container, current):
                 return PodActions(steps=tuple(steps), init_failed=True)

@@ -57,9 +57,10 @@ class PodResources:
 
 
 def resizable(pod: Pod) -> tuple[Container, ...]:
-    """The containers a resize may change in place: the regular ones and the sidecars, as the stock kubelet
-    (an init container that runs once is not resized)."""
-    return tuple(c for c in pod.spec.init_containers if c.is_sidecar) + pod.spec.containers
+    """The containers a resize may change: every init and regular container, as the stock kubelet's
+    IsResizableContainer with InPlacePodVerticalScalingInitContainers (GA, locked on in 1.37). Only a running
+    one is resized (pods/actions.py), an init container that runs once while it runs."""
+    return pod.spec.init_containers + pod.spec.containers
 
 
 def resources_of(pod: Pod) -> PodResources:

@@ -3,7 +3,8 @@ patches a running pod's resize subresource (`kubectl patch pod --subresource res
 changed pod through its informer, weighs it against the node and gives the running container its new cpu
 and memory through CRI UpdateContainerResources: the same container (same id, restartCount 0) with the new
 limits in its cgroup, status.containerStatuses[].resources and allocatedResources saying so, and no
-PodResizePending or PodResizeInProgress condition left once done. A container whose resizePolicy says
+PodResizePending or PodResizeInProgress condition left once done; an init container that runs once, while it
+runs, the same way. A container whose resizePolicy says
 RestartContainer for the resource is restarted with it instead. A memory limit below what the container
 uses is not applied (PodResizeInProgress, reason Error) until the resize is undone. More cpu than is free
 is Deferred until a pod leaves; more than the node has is refused by the 1.37 API server itself
@@ -67,10 +68,11 @@ def resized(cp: ControlPlane, name: str, resources: dict, timeout: float = 60) -
         and "running" in container(p)["state"] and not resize_conditions(p)), timeout=timeout)
 
 
-def cgroup_limits(pod: dict) -> tuple[int, int]:
-    """Container c's cpu quota (µs per 100 ms period, -1: none) and memory limit (-1: none), from its cgroup."""
+def cgroup_limits(pod: dict, status: dict | None = None) -> tuple[int, int]:
+    """The cpu quota (µs per 100 ms period, -1: none) and memory limit (-1: none) in the cgroup of the
+    container whose status is `status` (container c's if None)."""
     parent = f"/kubepods/{'' if pod['status']['qosClass'] == 'Guaranteed' else 'burstable/'}pod{pod['metadata']['uid']}"
-    cid = container(pod)["containerID"].split("://", 1)[1]
+    cid = (status or container(pod))["containerID"].split("://", 1)[1]
     memory = cgroup_file(parent, cid, "memory/memory.limit_in_bytes", "memory.max").read_text().strip()
     cpu = cgroup_file(parent, cid, "cpu/cpu.cfs_quota_us", "cpu.max").read_text().split()[0]
     limit = -1 if memory == "max" or int(memory) >= 1 << 62 else int(memory)
@@ -246,6 +248,31 @@ def test_a_pod_level_request_resize_goes_to_the_pods_cgroup(control_plane, kubel
     assert got == want
     same_container(control_plane, runtime, pod)
     delete(control_plane, "plr")
+
+
+def test_a_running_init_container_is_resized_in_place(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """What e2e's Pod InPlace Resize Init Container spec does: an init container that runs once, resized while
+    it runs (the API server lets it through only as the node declares InPlacePodVerticalScalingInitContainers),
+    keeps running with its new limits, and its status says them."""
+    apply(control_plane, tmp_path, pod_spec("initresize", {"name": "c", "image": BUSYBOX, "command": SLEEP},
+                                            initContainers=[{"name": "init", "image": BUSYBOX, "command": SLEEP,
+                                                             "resources": BEFORE}]))
+
+    def init(p: dict) -> dict:
+        statuses = p.get("status", {}).get("initContainerStatuses") or [{}]
+        return statuses[0]
+    pod = wait_pod(control_plane, "initresize", "its init container running", lambda p: (
+        "running" in init(p).get("state", {}) and init(p).get("resources") == BEFORE))
+    assert cgroup_limits(pod, init(pod)) == (20_000, 64 * MIB)
+    patch = {"spec": {"initContainers": [{"name": "init", "resources": AFTER}]}}
+    control_plane.kubectl("patch", "pod", "initresize", "--subresource", "resize", "-p", json.dumps(patch))
+    after = wait_pod(control_plane, "initresize", f"init resized to {AFTER}", lambda p: (
+        init(p).get("resources") == AFTER and init(p).get("allocatedResources") == AFTER["requests"]
+        and not resize_conditions(p)), timeout=60)
+    assert (init(after)["containerID"], init(after)["restartCount"]) == (init(pod)["containerID"], 0)
+    assert "running" in init(after)["state"] and after["status"]["phase"] == "Pending"
+    assert cgroup_limits(after, init(after)) == (40_000, 128 * MIB)
+    delete(control_plane, "initresize")
 
 
 def test_a_restarted_kubelet_keeps_the_resize(control_plane, kubelet, runtime, kubepods, tmp_path):

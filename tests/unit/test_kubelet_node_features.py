@@ -18,12 +18,15 @@ def pod(container: dict | None = None, **spec) -> Pod:
 
 def test_declared_features_are_those_implemented_whose_gate_is_on():
     assert features.declared_features({}) == ("InPlacePodLevelResourcesVerticalScaling",
+                                              "InPlacePodVerticalScalingInitContainers",
                                               "RestartAllContainersOnContainerExits")
     assert features.declared_features({"InPlacePodLevelResourcesVerticalScaling": False,
-                                       "RestartAllContainersOnContainerExits": False}) == ()
+                                       "RestartAllContainersOnContainerExits": False}) == (
+        "InPlacePodVerticalScalingInitContainers",)  # GA, locked on
     # a gate on for a feature this kubelet lacks declares nothing: the declaration is a promise
     gates = {"ExtendWebSocketsToKubelet": True, "RestartAllContainersOnContainerExits": False}
-    assert features.declared_features(gates) == ("InPlacePodLevelResourcesVerticalScaling",)
+    assert features.declared_features(gates) == ("InPlacePodLevelResourcesVerticalScaling",
+                                                 "InPlacePodVerticalScalingInitContainers")
 
 
 def test_what_a_pod_needs_as_the_schedulers_inference():

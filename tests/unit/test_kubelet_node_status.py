@@ -46,6 +46,7 @@ def test_status_content(tmp_path):
     assert ready(s)["status"] == "True" and ready(s)["reason"] == "KubeletReady"
     assert {c["type"] for c in s["conditions"]} == {"Ready", "MemoryPressure", "DiskPressure", "PIDPressure"}
     assert s["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",  # pykubelet/node/features.py
+                                     "InPlacePodVerticalScalingInitContainers",
                                      "RestartAllContainersOnContainerExits"]
 
 
