@@ -16,6 +16,7 @@ from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod, Resources
 from pykubelet.config import Settings
 from pykubelet.pods import hosts, userns
+from pykubelet.pods.cgroupconfig import QUOTA_PERIOD, milli_cpu_to_quota, milli_cpu_to_shares
 from pykubelet.pods.dns import PodDNS
 from pykubelet.pods.labels import (
     CONTAINER_NAME,
@@ -40,8 +41,6 @@ MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/pro
                 "/sys/devices/virtual/powercap"]
 READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 NAMESPACE_MODE = {True: api_pb2.NODE, False: api_pb2.POD}
-CPU_PERIOD = 100_000
-MIN_SHARES = 2
 
 
 def cgroup_parent(pod: Pod, settings: Settings) -> str:
@@ -67,12 +66,11 @@ def linux_resources(resources: Resources, pod_level: Resources | None = None) ->
     requests, limits = resources.requests, resources.limits
     if pod_level is not None:
         limits = {**{k: v for k, v in pod_level.limits.items() if k in ("cpu", "memory")}, **limits}
-    out = api_pb2.LinuxContainerResources(cpu_period=CPU_PERIOD)
+    out = api_pb2.LinuxContainerResources(cpu_period=QUOTA_PERIOD)
     cpu_request = requests.get("cpu", limits.get("cpu"))
-    milli_request = quantity.milli_value(parse_quantity(cpu_request)) if cpu_request else 0
-    out.cpu_shares = max(MIN_SHARES, milli_request * 1024 // 1000)
-    if "cpu" in limits:
-        out.cpu_quota = max(1000, quantity.milli_value(parse_quantity(limits["cpu"])) * CPU_PERIOD // 1000)
+    out.cpu_shares = milli_cpu_to_shares(quantity.milli_value(parse_quantity(cpu_request)) if cpu_request else 0)
+    if "cpu" in limits:  # a limit of 0 is none, as the kubelet's MilliCPUToQuota
+        out.cpu_quota = milli_cpu_to_quota(quantity.milli_value(parse_quantity(limits["cpu"])), QUOTA_PERIOD)
     if "memory" in limits:
         out.memory_limit_in_bytes = quantity.value(parse_quantity(limits["memory"]))
     return out

@@ -22,8 +22,7 @@ from typing import Any
 from proto import api_pb2
 from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, ObjectMeta, Pod, Resources
-from pykubelet.pods.cgroupconfig import pod_config
-from pykubelet.pods.criconfig import MIN_SHARES
+from pykubelet.pods.cgroupconfig import MIN_SHARES, pod_config
 from pykubelet.pods.labels import restart_count
 from pykubelet.pods.podresources import pod_limits, pod_requests
 from pykubelet.pods.podspec import TERMINAL_PHASES, could_restart_all, parse_quantity, restarts_all, should_restart

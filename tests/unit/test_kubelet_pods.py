@@ -11,11 +11,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from proto import api_pb2
-from pykubelet.api.podmodel import ObjectMeta, Pod, parse_pod
+from pykubelet.api.podmodel import ObjectMeta, Pod, Resources, parse_pod
 from pykubelet.config import Settings
 from pykubelet.pods import status as pod_status
 from pykubelet.pods.backoff import Backoff
-from pykubelet.pods.criconfig import container_config, sandbox_config
+from pykubelet.pods.criconfig import container_config, linux_resources, sandbox_config
 from pykubelet.pods.dns import pod_dns
 from pykubelet.pods.labels import HASH, POD_UID, RESTART_COUNT, container_hash
 from pykubelet.pods.podspec import parse_quantity, qos_class
@@ -114,6 +114,10 @@ def test_container_config_hash_restart_count_resources_and_log_path():
     assert [(e.key, e.value) for e in config.envs] == [("A", b"1")]
     r = config.linux.resources
     assert (r.cpu_period, r.cpu_quota, r.cpu_shares, r.memory_limit_in_bytes) == (100000, 50000, 512, 32 * 2**20)
+    # as the kubelet's MilliCPUToQuota and MilliCPUToShares: a cpu limit of 0 is none, a tiny one 1 ms, shares capped
+    assert linux_resources(Resources({}, {"cpu": "0"})).cpu_quota == 0
+    assert linux_resources(Resources({}, {"cpu": "1m"})).cpu_quota == 1000
+    assert linux_resources(Resources({"cpu": "1000"}, {})).cpu_shares == 262144
     sc = config.linux.security_context
     assert sc.no_new_privs and list(sc.capabilities.drop_capabilities) == ["ALL"] and "/proc/kcore" in sc.masked_paths
     assert config.annotations[HASH] == container_hash(p.spec.containers[0])
