@@ -100,13 +100,13 @@ conformance: setup
 # SIG's [Conformance] specs on two nodes instead; reports go to ~/.cache/pynode/conformance-k8s, the table into
 # bench/README.md. It takes the integration lock per pair itself: run it without flock.
 conformance-k8s: setup
-	scripts/build-peers.sh e2e
+	scripts/build-peers.sh e2e busybox
 	$(PY) -m tests.conformance.k8s_suite --set $(or $(SET),node) $(PAIRS)
 
 # The harness of conformance-k8s itself, on a few fast specs and two pairs (tests/e2e/test_conformance_k8s.py: the
 # stock pair passes them all; about 25 minutes here, so not part of `test`).
 test-conformance-k8s: setup
-	scripts/build-peers.sh e2e
+	scripts/build-peers.sh e2e busybox
 	PYNODE_TEST_CONFORMANCE_K8S=1 $(PY) -m pytest -p no:cacheprovider -ra tests/e2e/test_conformance_k8s.py
 
 # A stock control plane and NODES pynode nodes on this machine (vagrant/provision/cluster.py, network namespaces on

@@ -5,8 +5,8 @@
 # With NAMEs, only those peers; without, every peer but those that one long target alone runs (ON_DEMAND).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# e2e.sh: Kubernetes' e2e suite, for `make conformance-k8s` only
-ON_DEMAND=(e2e)
+# e2e.sh: Kubernetes' e2e suite, busybox.sh: its busybox image's, for `make conformance-k8s` only
+ON_DEMAND=(e2e busybox)
 export PEERS_BIN="${PEERS_BIN:-$HOME/.cache/pynode/bin}"
 export GOPATH="${GOPATH:-$HOME/.cache/pynode/go}" GOCACHE="${GOCACHE:-$HOME/.cache/pynode/go-build}"
 export GOFLAGS="${GOFLAGS:--mod=mod}" PATH="/usr/local/go/bin:$PATH"

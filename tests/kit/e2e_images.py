@@ -20,10 +20,12 @@ names, which the ImageVolume spec looks for in kitten. kitten and nautilus are a
 and data.json from the module's test/images, serving them (CMD test-webserver), as their Dockerfiles make them.
 sample-apiserver is the k8s.io/sample-apiserver module of the same release, which e2e.sh builds too (upstream's
 Makefile builds an older tag), at /sample-apiserver as its Dockerfile puts it; etcd is the control plane's own
-(scripts/peers/kubernetes.sh, not the image's tag) at /usr/local/bin/etcd, as etcd's image has it. The rest are
-stand-ins on that base: busybox for busybox (with /bin/sysctl, which the Sysctls specs run, and bash as its sh) and for
-glibc-dns-testing (the specs run sh and hostname), nonroot as busybox with its user 1234, nonewprivs and pause as
-the critest images' small static programs, nginx as their busybox httpd behind nginx's name.
+(scripts/peers/kubernetes.sh, not the image's tag) at /usr/local/bin/etcd, as etcd's image has it.
+busybox is Docker's busybox image of the version its BASEIMAGE names, upstream's build (scripts/peers/busybox.sh:
+Debian's, which the base has, reverts a change of upstream's ash that the environment specs need), as that image
+lays it out, on no base; it stands in for glibc-dns-testing too (the specs run sh and hostname). The rest are
+stand-ins on the base: nonroot as busybox with its user 1234, nonewprivs and pause as the critest images' small
+static programs, nginx as their busybox httpd behind nginx's name.
 
 Not made: what must not exist (invalid.registry.k8s.io, the authenticated gcr.io agnhost), and the images only
 other specs run. agnhost's fake registry (/var/registry, pulled from registry.k8s.io when upstream builds it)
@@ -31,6 +33,7 @@ serves only [Serial] image-pull specs that are neither set's.
 """
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -51,12 +54,16 @@ from tests.kit.cri_images import (
     shared_libraries,
     web_entries,
 )
-from tests.kit.images import Entry, d, f, symlink
+from tests.kit.images import Entry, d, f, hardlink, symlink
 
 E2E_BIN = PEERS_BIN / "kubernetes" / "e2e"  # scripts/peers/e2e.sh
 E2E_BUILD = "scripts/build-peers.sh e2e"  # scripts/peers/e2e.sh, into E2E_BIN
 ETCD = PEERS / "etcd"
 ETCD_BUILD = "scripts/build-peers.sh kubernetes"  # scripts/peers/kubernetes.sh, the control plane's
+BUSYBOX = PEERS_BIN / "busybox"  # scripts/peers/busybox.sh: VERSION/busybox
+BUSYBOX_BUILD = "scripts/build-peers.sh busybox"
+# the directories of busybox's image besides /root (0700) and /tmp (1777)
+BUSYBOX_DIRS = ("bin", "etc", "home", "usr", "usr/sbin", "var", "var/spool", "var/spool/mail", "var/www")
 GOMODCACHE = CACHE / "go" / "pkg" / "mod"  # build-peers.sh's GOPATH
 AGNHOST_PORTS = (80, 8080, 8081, 9376, 5000)
 # agnhost's Dockerfile: `adduser -u 1000 -D user-defined-in-image`, `addgroup -g 50000 group-defined-in-image`
@@ -70,7 +77,6 @@ ETCD_PORTS = (2379, 2380, 4001, 7001)  # etcd's image: EXPOSE
 # Granular Checks' node-pod http and udp specs; busybox's nc has no -u), ahead of busybox's in PATH
 HOST_PROGRAMS = (("bin/bash", Path("/bin/bash")), ("usr/bin/curl", Path("/usr/bin/curl")),
                  ("usr/bin/nc", Path("/bin/nc.openbsd")))
-BUSYBOX_SH = (("bin/bash", Path("/bin/bash")),)  # _busybox
 
 
 class Parts:
@@ -78,8 +84,10 @@ class Parts:
     in `e2e_bin`, the control plane's `etcd`), the k8s.io/kubernetes module's files, and the static programs
     compiled into `workdir`."""
 
-    def __init__(self, workdir: Path, e2e_bin: Path, k8s_module: Path, etcd: Path = ETCD) -> None:
+    def __init__(self, workdir: Path, e2e_bin: Path, k8s_module: Path, etcd: Path = ETCD,
+                 busybox: Path = BUSYBOX) -> None:
         self.workdir, self.e2e_bin, self.k8s_module, self.etcd = workdir, e2e_bin, k8s_module, etcd
+        self.busybox = busybox
         workdir.mkdir(parents=True, exist_ok=True)
         self._compiled: dict[str, bytes] = {}
         self._built: dict[Path, bytes] = {}
@@ -118,17 +126,22 @@ def _agnhost(parts: Parts) -> tuple[list[Entry], dict, bool]:
     return entries, config, True
 
 
+def _base_tag(k8s_module: Path, image: str, base: str) -> str:
+    """The tag of `base` that the BASEIMAGE of the module's test/images/`image` names for linux/amd64."""
+    baseimage = k8s_module / "test" / "images" / image / "BASEIMAGE"
+    for line in baseimage.read_text().splitlines():
+        platform, _, ref = line.strip().partition("=")
+        if platform == "linux/amd64" and ref.startswith(f"{base}:"):
+            return ref.removeprefix(f"{base}:")
+    raise ValueError(f"{baseimage}: no linux/amd64={base}:TAG line; {image}'s base changed")
+
+
 def _alpine_os_release(k8s_module: Path) -> str:
     """/etc/os-release of the Alpine release agnhost's BASEIMAGE names, saying what stands in for it: the ImageVolume
     spec looks for "Alpine Linux" in kitten's, which upstream builds on agnhost."""
-    baseimage = k8s_module / "test" / "images" / "agnhost" / "BASEIMAGE"
-    for line in baseimage.read_text().splitlines():
-        platform, _, image = line.strip().partition("=")
-        if platform == "linux/amd64" and image.startswith("alpine:"):
-            release = image.removeprefix("alpine:")
-            return (f'NAME="Alpine Linux"\nID=alpine\nVERSION_ID={release}\n'
-                    f'PRETTY_NAME="Alpine Linux v{release} (a busybox stand-in: tests/kit/e2e_images.py)"\n')
-    raise ValueError(f"{baseimage}: no linux/amd64=alpine:RELEASE line; agnhost's base changed")
+    release = _base_tag(k8s_module, "agnhost", "alpine")
+    return (f'NAME="Alpine Linux"\nID=alpine\nVERSION_ID={release}\n'
+            f'PRETTY_NAME="Alpine Linux v{release} (a busybox stand-in: tests/kit/e2e_images.py)"\n')
 
 
 def _programs(programs: tuple[tuple[str, Path], ...]) -> list[Entry]:
@@ -166,12 +179,20 @@ def _etcd(parts: Parts) -> tuple[list[Entry], dict, bool]:
             {"ExposedPorts": {f"{port}/tcp": {} for port in ETCD_PORTS}}, True)
 
 
-def _busybox(_parts: Parts) -> tuple[list[Entry], dict, bool]:
-    # busybox's image has every applet in /bin; the base lays them out as busybox --list-full says (/sbin/sysctl).
-    # Its sh is the host's bash: Debian's busybox 1.35 ash drops a variable whose name is no shell name (`data-1`)
-    # from the environment it passes on, which upstream's image keeps (the ConfigMap and Secrets "consumable via
-    # the environment" [Conformance] specs run `sh -c env` and look for it).
-    return [symlink("bin/sysctl", "busybox"), symlink("bin/sh", "bash"), *_programs(BUSYBOX_SH)], {}, True
+def _busybox(parts: Parts) -> tuple[list[Entry], dict, bool]:
+    """busybox:VERSION, VERSION the one test/images/busybox/BASEIMAGE names: upstream's busybox, every applet a
+    hard link to it in /bin, root's home and the users of the base, and no base under it. Its ash, unlike
+    Debian's, passes on a variable whose name is no shell name (`data-1`: the ConfigMap and Secrets "consumable
+    via the environment" [Conformance] specs run `sh -c env`), and its messages are the ones specs expect
+    ("/bin/sh: can't create /file: Read-only file system")."""
+    path = parts.busybox / _base_tag(parts.k8s_module, "busybox", "busybox") / "busybox"
+    binary = parts.built(path, BUSYBOX_BUILD)
+    applets = subprocess.run([str(path), "--list"], check=True, capture_output=True, text=True).stdout.split()
+    return ([*(d(name) for name in BUSYBOX_DIRS), d("root", 0o700), d("tmp", 0o1777),
+             f("bin/busybox", binary, 0o755),
+             *(hardlink(f"bin/{applet}", "bin/busybox", 0o755) for applet in sorted(set(applets) - {"busybox"})),
+             f("etc/passwd", BUSYBOX_PASSWD), f("etc/group", BUSYBOX_GROUP)],
+            {"Cmd": ["sh"]}, False)
 
 
 def _nonroot(_parts: Parts) -> tuple[list[Entry], dict, bool]:
@@ -241,9 +262,9 @@ def wanted(listed: list[str], repos: Iterable[str]) -> dict[str, list[str]]:
 
 
 def image_set(workdir: Path, images: dict[str, list[str]], e2e_bin: Path, k8s_module: Path,
-              etcd: Path = ETCD) -> list[CriImage]:
+              etcd: Path = ETCD, busybox: Path = BUSYBOX) -> list[CriImage]:
     """The images `wanted` chose (repository -> tags), each under its repository path on the mirror."""
-    parts = Parts(workdir, e2e_bin, k8s_module, etcd)
+    parts = Parts(workdir, e2e_bin, k8s_module, etcd, busybox)
     out = []
     for repo, tags in sorted(images.items()):
         entries, config, base = BUILDERS[repo](parts)

@@ -57,8 +57,9 @@ def symlink(name: str, target: str) -> Entry:
     return Entry("symlink", name, target=target, mode=0o777)
 
 
-def hardlink(name: str, target: str) -> Entry:
-    return Entry("hardlink", name, target=target)
+def hardlink(name: str, target: str, mode: int = 0o644) -> Entry:
+    """`mode`: the target's, as tar writes it; an unpacker may set it on the file (moby's archive does)."""
+    return Entry("hardlink", name, target=target, mode=mode)
 
 
 def tar_entries(entries: list[Entry]) -> bytes:

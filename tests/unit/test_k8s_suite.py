@@ -192,6 +192,8 @@ def _module(root: Path) -> Path:
     (porter / "localhost.crt").write_text("CERT")
     (porter / "localhost.key").write_text("KEY")
     (images / "agnhost" / "BASEIMAGE").write_text("linux/amd64=alpine:3.21\nlinux/arm64=arm64v8/alpine:3.21\n")
+    (images / "busybox").mkdir()
+    (images / "busybox" / "BASEIMAGE").write_text("linux/amd64=busybox:1.37.0\nlinux/arm64=arm64v8/busybox:1.37.0\n")
     for name in ("kitten", "nautilus"):
         (images / name / "html").mkdir(parents=True)
         (images / name / "html" / f"{name}.jpg").write_bytes(b"\xff\xd8" + name.encode())
@@ -206,12 +208,21 @@ def _e2e_bin(root: Path) -> Path:
     return root
 
 
+def _busybox(root: Path) -> Path:
+    """scripts/peers/busybox.sh's output for the BASEIMAGE of _module: a stand-in that lists two applets."""
+    (root / "1.37.0").mkdir(parents=True)
+    (root / "1.37.0" / "busybox").write_text("#!/bin/sh\nprintf 'sh\\nsysctl\\nbusybox\\n'\n")
+    (root / "1.37.0" / "busybox").chmod(0o755)
+    return root
+
+
 def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None:
     etcd = tmp_path / "etcd"
     shutil.copy("/bin/true", etcd)  # a dynamically linked program, as the peers' etcd is
     wanted = e2e_images.wanted(LISTED, k8s_suite.SETS["conformance"].images)
     images = {i.repo: i for i in e2e_images.image_set(tmp_path / "work", wanted, _e2e_bin(tmp_path / "bin"),
-                                                      _module(tmp_path / "module"), etcd)}
+                                                      _module(tmp_path / "module"), etcd,
+                                                      _busybox(tmp_path / "busybox"))}
     # under their repository paths, which the mirror serves for every registry
     assert sorted(images) == ["e2e-test-images/agnhost", "e2e-test-images/busybox", "e2e-test-images/glibc-dns-testing",
                               "e2e-test-images/kitten", "e2e-test-images/nautilus", "e2e-test-images/nginx",
@@ -254,10 +265,15 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     assert files["usr/local/bin/etcd"].data == etcd.read_bytes() and files["usr/local/bin/etcd"].mode == 0o755
     assert files["usr/local/bin"].kind == "dir"
     assert sorted(etcd_image.config["ExposedPorts"]) == ["2379/tcp", "2380/tcp", "4001/tcp", "7001/tcp"]
-    # busybox: sysctl in /bin, and a sh that passes on a variable whose name is no shell name (`data-1`)
-    busybox = {e.name: e for e in images["e2e-test-images/busybox"].entries}
-    assert busybox["bin/sysctl"].target == "busybox" and busybox["bin/sh"].target == "bash"
-    assert busybox["bin/bash"].data == Path("/bin/bash").read_bytes()
+    # busybox: busybox:1.37.0 as its BASEIMAGE says, upstream's build with each applet a hard link in /bin, no base
+    busybox = images["e2e-test-images/busybox"]
+    files = {e.name: e for e in busybox.entries}
+    assert files["bin/busybox"].data == (tmp_path / "busybox" / "1.37.0" / "busybox").read_bytes()
+    assert [(e.name, e.target) for e in busybox.entries if e.kind == "hardlink"] == [
+        ("bin/sh", "bin/busybox"), ("bin/sysctl", "bin/busybox")]
+    assert (files["tmp"].mode, files["root"].mode) == (0o1777, 0o700)
+    assert "root:x:0:0:" in files["etc/passwd"].data.decode()
+    assert not busybox.base and busybox.config == {"Cmd": ["sh"]}
     assert images["e2e-test-images/nonroot"].config == {"User": "1234"}
     nnp = {e.name: e for e in images["e2e-test-images/nonewprivs"].entries}["usr/local/bin/nnp"]
     assert nnp.mode == 0o4755 and nnp.data.startswith(b"\x7fELF")
@@ -274,6 +290,9 @@ def test_a_missing_binary_names_the_command_that_builds_it(tmp_path: Path) -> No
     with pytest.raises(FileNotFoundError, match=r"etcd is missing: run `scripts/build-peers\.sh kubernetes`"):
         e2e_images.image_set(tmp_path / "work", {"registry.k8s.io/etcd": ["3.7.0-0"]}, e2e_bin, tmp_path / "module",
                              tmp_path / "etcd")
+    with pytest.raises(FileNotFoundError, match=r"1\.37\.0/busybox is missing: run `scripts/build-peers\.sh busybox`"):
+        e2e_images.image_set(tmp_path / "work", {"registry.k8s.io/e2e-test-images/busybox": ["1.37.0-2"]}, e2e_bin,
+                             _module(tmp_path / "module"), tmp_path / "etcd", tmp_path / "busybox")
 
 
 def test_the_cluster_registry_is_pushed_to_where_it_serves(tmp_path: Path) -> None:
