@@ -81,8 +81,8 @@ HOST_PROGRAMS = (("bin/bash", Path("/bin/bash")), ("usr/bin/curl", Path("/usr/bi
 
 class Parts:
     """What the builders put in their images, each read or made once: the binaries scripts/peers build (e2e.sh's
-    in `e2e_bin`, the control plane's `etcd`), the k8s.io/kubernetes module's files, and the static programs
-    compiled into `workdir`."""
+    in `e2e_bin`, the control plane's `etcd`, busybox.sh's under `busybox`), the k8s.io/kubernetes module's files,
+    and the static programs compiled into `workdir`."""
 
     def __init__(self, workdir: Path, e2e_bin: Path, k8s_module: Path, etcd: Path = ETCD,
                  busybox: Path = BUSYBOX) -> None:
@@ -181,7 +181,7 @@ def _etcd(parts: Parts) -> tuple[list[Entry], dict, bool]:
 
 def _busybox(parts: Parts) -> tuple[list[Entry], dict, bool]:
     """busybox:VERSION, VERSION the one test/images/busybox/BASEIMAGE names: upstream's busybox, every applet a
-    hard link to it in /bin, root's home and the users of the base, and no base under it. Its ash, unlike
+    hard link to it in /bin, /root, /tmp, and the passwd and group of the base, with no base under it. Its ash, unlike
     Debian's, passes on a variable whose name is no shell name (`data-1`: the ConfigMap and Secrets "consumable
     via the environment" [Conformance] specs run `sh -c env`), and its messages are the ones specs expect
     ("/bin/sh: can't create /file: Read-only file system")."""
