@@ -161,6 +161,7 @@ def test_a_containers_own_restart_policy_and_rules(control_plane, kubelet, kubep
 def test_the_node_declares_its_features(control_plane, kubelet, kubepods, tmp_path):
     node = json.loads(control_plane.kubectl("get", "node", NODE, "-o", "json").stdout)
     assert node["status"]["declaredFeatures"] == ["InPlacePodLevelResourcesVerticalScaling",
+                                                  "InPlacePodVerticalScalingInitContainers",
                                                   "RestartAllContainersOnContainerExits"]
 
 
