@@ -347,6 +347,7 @@ class PodSpec:
     security_context: PodSecurityContext = PodSecurityContext()
     image_pull_secrets: tuple[str, ...] = ()
     priority: int = 0
+    priority_class_name: str = ""
     enable_service_links: bool = True
     tolerations: tuple[dict[str, Any], ...] = ()  # read by eviction's policy
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -473,7 +474,8 @@ def _spec(s: Obj) -> PodSpec:
                            for a in s.objs("hostAliases")),
         security_context=PodSecurityContext() if sc is None else _pod_security(sc),
         image_pull_secrets=tuple(r.str("name", "") for r in s.objs("imagePullSecrets")),
-        priority=s.int("priority", 0), enable_service_links=s.bool("enableServiceLinks", True),
+        priority=s.int("priority", 0), priority_class_name=s.str("priorityClassName", ""),
+        enable_service_links=s.bool("enableServiceLinks", True),
         tolerations=tuple(t.raw for t in s.objs("tolerations")), node_selector=s.str_map("nodeSelector"),
         affinity=s.get("affinity", dict, {}), runtime_class_name=s.str("runtimeClassName", ""),
         os_name=None if (os_ := s.obj("os")) is None else os_.str("name", required=True),

@@ -30,6 +30,7 @@ from pykubelet.config import Settings, eviction_thresholds
 from pykubelet.events import WARNING, EventRecorder, node_ref
 from pykubelet.eviction import policy
 from pykubelet.node import hostfacts
+from pykubelet.pods.podspec import is_critical
 from pynode_os import cgroups, mounts
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ class EvictionManager:
         return [p for p in self._pods() if p.status.phase not in TERMINAL and not p.metadata.deletion_timestamp]
 
     def _evict_pod(self, pod: Pod, message: str, grace: int) -> bool:
-        if policy.is_critical(pod):
+        if is_critical(pod):
             log.warning("eviction: cannot evict the critical pod %s", pod.key)
             return False
         log.info("eviction: evicting pod %s (grace %d s): %s", pod.key, grace, message)

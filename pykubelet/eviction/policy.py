@@ -22,7 +22,7 @@ from typing import Any
 from pykubelet.api import quantity as api_quantity
 from pykubelet.api.podmodel import EmptyDirSource, Pod
 from pykubelet.pods.podresources import pod_requests
-from pykubelet.pods.podspec import parse_quantity
+from pykubelet.pods.podspec import is_critical, parse_quantity
 
 REASON = "Evicted"
 MEMORY, DISK, PIDS = "MemoryPressure", "DiskPressure", "PIDPressure"
@@ -32,8 +32,6 @@ SIGNALS = {"memory.available": (MEMORY, "memory"),
            "imagefs.available": (DISK, "ephemeral-storage"), "imagefs.inodesFree": (DISK, "inodes"),
            "pid.available": (PIDS, "pids")}
 CONDITIONS = (MEMORY, DISK, PIDS)
-SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
-CONFIG_SOURCE, CONFIG_MIRROR = "kubernetes.io/config.source", "kubernetes.io/config.mirror"
 MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
 
 
@@ -214,14 +212,6 @@ def pod_request(pod: Pod, resource: str) -> Decimal:
     not zero."""
     asked = pod_requests(pod, containers=pod.spec.resources is None, overhead=False).get(resource, Decimal(0))
     return asked + parse_quantity(pod.spec.overhead[resource]) if asked and resource in pod.spec.overhead else asked
-
-
-def is_critical(pod: Pod) -> bool:
-    """The kubelet's IsCriticalPod: a static pod, a mirror pod, or one of system-critical priority."""
-    annotations = pod.metadata.annotations
-    source = annotations.get(CONFIG_SOURCE)
-    return (source is not None and source != "api") or CONFIG_MIRROR in annotations \
-        or pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
 
 
 def _usage_of(usage: PodUsage | None, resource: str) -> int | None:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pykubelet.api.podmodel import Pod
 from pykubelet.config import Settings
 from pykubelet.events import NORMAL, EventRecorder, node_ref
-from pykubelet.eviction.policy import SYSTEM_CRITICAL_PRIORITY
 from pykubelet.pods.admission import Verdict
+from pykubelet.pods.podspec import SYSTEM_CRITICAL_PRIORITY
 from pynode_os import logind as logind_os
 from pynode_os.systemd import SystemdError
 

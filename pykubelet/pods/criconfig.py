@@ -31,6 +31,7 @@ from pykubelet.pods.labels import (
     TERMINATION_MESSAGE_POLICY,
     container_hash,
 )
+from pykubelet.pods.oomscore import container_oom_score_adj
 from pykubelet.pods.podspec import expand, parse_quantity, plain_env, qos_class, security_context, supplemental_groups
 
 log = logging.getLogger(__name__)
@@ -132,12 +133,13 @@ def sandbox_config(pod: Pod, settings: Settings, attempt: int = 0, host_range: i
 
 
 def container_config(pod: Pod, container: Container, image_ref: str, restart: int,
-                     sandbox: api_pb2.PodSandboxConfig, *, envs: dict[str, str] | None = None,
+                     sandbox: api_pb2.PodSandboxConfig, *, memory_capacity: int, envs: dict[str, str] | None = None,
                      mounts: list[api_pb2.Mount] | None = None, target_id: str = "") -> api_pb2.ContainerConfig:
-    """`envs` and `mounts`: the resolved env and the volume mounts (pykubelet/volumes/manager.py); not
-    hashed, so a changed configMap does not restart the container. `target_id`: an ephemeral container's
-    target, whose pid namespace it joins (TARGET), unless the pod's containers share one already (the
-    pod's or the node's), as the kubelet's generateLinuxContainerConfig."""
+    """`memory_capacity`: the node's memory in bytes, which a Burstable container's oom_score_adj is a share
+    of (pods/oomscore.py). `envs` and `mounts`: the resolved env and the volume mounts
+    (pykubelet/volumes/manager.py); not hashed, so a changed configMap does not restart the container.
+    `target_id`: an ephemeral container's target, whose pid namespace it joins (TARGET), unless the pod's
+    containers share one already (the pod's or the node's), as the kubelet's generateLinuxContainerConfig."""
     meta, own = pod.metadata, container.security_context
     sc = security_context(pod, container)
     unmasked = own.privileged or own.proc_mount == "Unmasked"
@@ -162,6 +164,8 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
     userns_options = security.namespace_options.userns_options
     if userns_options.uids:  # as the stock kubelet: a pod with a user namespace gets its volumes idmapped
         mounts = [_idmapped(m, userns_options) for m in mounts or []]
+    resources = linux_resources(container.resources, pod.spec.resources)
+    resources.oom_score_adj = container_oom_score_adj(pod, container, memory_capacity)
     return api_pb2.ContainerConfig(
         metadata=api_pb2.ContainerMetadata(name=container.name, attempt=restart),
         image=api_pb2.ImageSpec(image=image_ref, user_specified_image=container.image),
@@ -176,8 +180,7 @@ def container_config(pod: Pod, container: Container, image_ref: str, restart: in
                      **({PORTS: json.dumps(container.raw["ports"])} if container.ports else {})},
         log_path=f"{container.name}/{restart}.log", mounts=mounts or [],
         stdin=container.stdin, stdin_once=container.stdin_once, tty=container.tty,
-        linux=api_pb2.LinuxContainerConfig(resources=linux_resources(container.resources, pod.spec.resources),
-                                           security_context=security))
+        linux=api_pb2.LinuxContainerConfig(resources=resources, security_context=security))
 
 
 def _idmapped(mount: api_pb2.Mount, userns_options: api_pb2.UserNamespace) -> api_pb2.Mount:

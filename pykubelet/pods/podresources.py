@@ -56,12 +56,17 @@ def pod_requests(pod: Pod, *, containers: bool = True, overhead: bool = True) ->
     SkipContainerLevelResources), the pod-level ones over them, and the overhead added (unless `overhead` is
     False: ExcludeOverhead)."""
     spec = pod.spec
-    reqs = _aggregate(spec.containers, spec.init_containers, limits=False) if containers else {}
+    reqs = container_requests(pod) if containers else {}
     if spec.resources is not None:
         reqs.update(_of(spec.resources.requests, POD_LEVEL))
     if overhead:
         _add(reqs, _of(spec.overhead))
     return reqs
+
+
+def container_requests(pod: Pod) -> dict[str, Decimal]:
+    """AggregateContainerRequests: the containers' alone, without the pod-level requests or the overhead."""
+    return _aggregate(pod.spec.containers, pod.spec.init_containers, limits=False)
 
 
 def pod_limits(pod: Pod) -> dict[str, Decimal]:

@@ -18,6 +18,11 @@ from typing import Any
 from pykubelet.api.podmodel import DEFAULT_GRACE, Container, Pod, SecurityContext
 from pykubelet.api.quantity import parse
 
+# who a pod is: the kubelet's types.IsCriticalPod and IsNodeCriticalPod read these
+CONFIG_SOURCE, CONFIG_MIRROR = "kubernetes.io/config.source", "kubernetes.io/config.mirror"
+SYSTEM_CRITICAL_PRIORITY = 2_000_000_000
+SYSTEM_NODE_CRITICAL = "system-node-critical"
+
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -32,20 +37,41 @@ def parse_quantity(value: Any) -> Decimal:
 
 
 def qos_class(pod: Pod) -> str:
-    """The API's GetPodQOS: of the pod-level resources (spec.resources) when it has them, else of its
-    containers'. A resize never changes it (the API server refuses one that would)."""
-    if pod.spec.resources is not None:
-        requests, limits = [pod.spec.resources.requests], [pod.spec.resources.limits]
-    else:
-        containers = pod.spec.containers + pod.spec.init_containers
-        requests = [c.resources.requests for c in containers]
-        limits = [c.resources.limits for c in containers]
-    if not any(requests) and not any(limits):
+    """The API's ComputePodQOS: of the pod-level resources when they name cpu or memory, else of its containers'
+    (a Burstable one, or a mix, makes the pod Burstable). A resize never changes it (the API server refuses one
+    that would)."""
+    pod_level = pod.spec.resources
+    if pod_level is not None and any(r in ("cpu", "memory") for r in (*pod_level.requests, *pod_level.limits)):
+        return _requirements_qos(pod_level.requests, pod_level.limits)
+    classes = {_requirements_qos(c.resources.requests, c.resources.limits) for c in pod.spec.all_containers}
+    return classes.pop() if len(classes) == 1 else "Burstable"
+
+
+def _requirements_qos(requests: Mapping[str, Any], limits: Mapping[str, Any]) -> str:
+    """requirementsQOS: Guaranteed when cpu and memory each have a request equal to a limit that is not zero,
+    BestEffort when neither has either; a request left out is its limit, as the API server defaults it."""
+    if not requests and not limits:
         return "BestEffort"
-    if all(lim.get("cpu") and lim.get("memory") and req.get("cpu", lim["cpu"]) == lim["cpu"]
-           and req.get("memory", lim["memory"]) == lim["memory"] for req, lim in zip(requests, limits, strict=True)):
-        return "Guaranteed"
-    return "Burstable"
+    classes = set()
+    for r in ("cpu", "memory"):
+        limit = parse_quantity(limits.get(r, 0))
+        if parse_quantity(requests.get(r, limit)) != limit:
+            return "Burstable"
+        classes.add("BestEffort" if limit == 0 else "Guaranteed")
+    return classes.pop() if len(classes) == 1 else "Burstable"
+
+
+def is_critical(pod: Pod) -> bool:
+    """The kubelet's IsCriticalPod: a static pod, a mirror pod, or one of system-critical priority."""
+    annotations = pod.metadata.annotations
+    source = annotations.get(CONFIG_SOURCE)
+    return (source is not None and source != "api") or CONFIG_MIRROR in annotations \
+        or pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
+
+
+def is_node_critical(pod: Pod) -> bool:
+    """IsNodeCriticalPod: critical, and of the system-node-critical class (kubeadm's control plane)."""
+    return is_critical(pod) and pod.spec.priority_class_name == SYSTEM_NODE_CRITICAL
 
 
 DEADLINE_EXCEEDED = "DeadlineExceeded"

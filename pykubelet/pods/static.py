@@ -39,12 +39,11 @@ from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import ADDED, DELETED, Handler, key_of
 from pykubelet.api.podmodel import parse_pod, pull_policy
 from pykubelet.errors import InvalidArgumentError
+from pykubelet.pods.podspec import CONFIG_MIRROR, CONFIG_SOURCE
 
 log = logging.getLogger(__name__)
 
-CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
-CONFIG_MIRROR = "kubernetes.io/config.mirror"
 CONFIG_SEEN = "kubernetes.io/config.seen"
 SOURCE_FILE = "file"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

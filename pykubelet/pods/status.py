@@ -25,9 +25,16 @@ from pykubelet.api.podmodel import Container, ObjectMeta, Pod, Resources
 from pykubelet.pods.cgroupconfig import MIN_SHARES, pod_config
 from pykubelet.pods.labels import restart_count
 from pykubelet.pods.podresources import pod_limits, pod_requests
-from pykubelet.pods.podspec import TERMINAL_PHASES, could_restart_all, parse_quantity, restarts_all, should_restart
+from pykubelet.pods.podspec import (
+    CONFIG_SOURCE,
+    TERMINAL_PHASES,
+    could_restart_all,
+    parse_quantity,
+    restarts_all,
+    should_restart,
+)
 from pykubelet.pods.runtimepod import RuntimePod
-from pykubelet.pods.static import CONFIG_SOURCE, SOURCE_FILE
+from pykubelet.pods.static import SOURCE_FILE
 from pykubelet.pods.sync import SyncResult
 
 log = logging.getLogger(__name__)

@@ -32,6 +32,7 @@ from pykubelet.errors import FailedPreconditionError
 from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref, pod_ref
 from pykubelet.images import pullsecrets
 from pykubelet.images.keyring import PullSecretError
+from pykubelet.node import hostfacts
 from pykubelet.node.status import NETWORK_NOT_READY, runtime_problems
 from pykubelet.pods import dns, hosts, lifecycle, securitycontext, terminationmessage, userns
 from pykubelet.pods.actions import (
@@ -99,8 +100,10 @@ class PodSyncer:
                  image_backoff: Backoff | None = None, events: EventRecorder | None = None,
                  probes: Probes | None = None, volumes: VolumeManager | None = None,
                  env: EnvSource | None = None, allocations: AllocationManager | None = None,
-                 cgroups: NodeCgroups | None = None) -> None:
+                 cgroups: NodeCgroups | None = None, memory_capacity: int | None = None) -> None:
         self.runtime, self.settings, self.events = runtime, settings, events
+        # the node's memory (None: MemTotal, as its status's capacity), which Burstable oom scores are shares of
+        self.memory_capacity = hostfacts.meminfo()["MemTotal"] if memory_capacity is None else memory_capacity
         self.cgroups = cgroups  # the pods' cgroups with their limits; None: the runtime makes them, unlimited
         self.probes = probes  # None: no probes, every running container is started and healthy
         self.volumes = volumes  # None: no volumes
@@ -472,7 +475,8 @@ class PodSyncer:
             self.event(pod, name, WARNING, "Failed", f"Error: {e}")
             result.again_in(2.0)
             return False
-        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg, envs=envs, mounts=mounts,
+        config = container_config(pod, container, image_ref, step.attempt, sandbox_cfg,
+                                  memory_capacity=self.memory_capacity, envs=envs, mounts=mounts,
                                   target_id=step.target_id)
         try:
             cid = self.runtime.create_container(sandbox_id, config, sandbox_cfg)

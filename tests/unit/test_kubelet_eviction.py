@@ -12,6 +12,7 @@ from pykubelet.api.podmodel import Pod, parse_pod
 from pykubelet.eviction import manager, policy
 from pykubelet.eviction.policy import ContainerUsage, Observation, PodUsage, Threshold, Value
 from pykubelet.node import hostfacts
+from pykubelet.pods import podspec
 
 MI = 1 << 20
 
@@ -142,11 +143,11 @@ def test_disk_and_pid_ranking():
 
 
 def test_critical_pods():
-    assert policy.is_critical(pod("x", prio=2_000_001_000))
-    assert policy.is_critical(pod("x", annotations={policy.CONFIG_SOURCE: "file"}))
-    assert policy.is_critical(pod("x", annotations={policy.CONFIG_MIRROR: "h"}))
-    assert not policy.is_critical(pod("x", annotations={policy.CONFIG_SOURCE: "api"}))
-    assert not policy.is_critical(pod("x", prio=1_000_000_000))
+    assert podspec.is_critical(pod("x", prio=2_000_001_000))
+    assert podspec.is_critical(pod("x", annotations={podspec.CONFIG_SOURCE: "file"}))
+    assert podspec.is_critical(pod("x", annotations={podspec.CONFIG_MIRROR: "h"}))
+    assert not podspec.is_critical(pod("x", annotations={podspec.CONFIG_SOURCE: "api"}))
+    assert not podspec.is_critical(pod("x", prio=1_000_000_000))
 
 
 def test_the_kubelets_eviction_message():

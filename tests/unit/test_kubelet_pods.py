@@ -24,6 +24,7 @@ from pykubelet.pods.sync import SyncResult, network_problem
 from tests.kit.fake_cri import FakeCRI
 
 UID = "0b5d2e3c-1111-2222-3333-444455556666"
+GI = 1 << 30
 
 
 def meta(generation: int) -> ObjectMeta:
@@ -106,7 +107,8 @@ def test_container_config_hash_restart_count_resources_and_log_path():
          "resources": {"limits": {"cpu": "500m", "memory": "32Mi"}},
          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
     p = pod(containers=[c])
-    config = container_config(p, p.spec.containers[0], "sha256:abc", 3, sandbox_config(p, Settings()))
+    config = container_config(p, p.spec.containers[0], "sha256:abc", 3, sandbox_config(p, Settings()),
+                              memory_capacity=GI)
     assert config.metadata.attempt == 3 and config.log_path == "c/3.log"
     assert config.annotations[RESTART_COUNT] == "3"
     assert config.image.image == "sha256:abc" and config.image.user_specified_image == "img:1"
@@ -134,7 +136,7 @@ def test_a_privileged_container_makes_its_sandbox_privileged_and_is_unmasked():
                         {"name": "plain", "image": "i", "securityContext": {"privileged": False}}])
     sandbox = sandbox_config(p, Settings())
     assert sandbox.linux.security_context.privileged
-    priv, plain = (container_config(p, c, "sha256:abc", 0, sandbox).linux.security_context
+    priv, plain = (container_config(p, c, "sha256:abc", 0, sandbox, memory_capacity=GI).linux.security_context
                    for c in p.spec.containers)
     assert priv.privileged and list(priv.masked_paths) == list(priv.readonly_paths) == []
     assert not plain.privileged and "/proc/kcore" in plain.masked_paths and "/proc/sys" in plain.readonly_paths
@@ -165,7 +167,7 @@ def test_env_references_expand_as_the_api_says():
     c = {"name": "c", "image": "i", "command": ["echo", "$(A)-$(B)", "$$(A)", "$(MISSING)"],
          "env": [{"name": "A", "value": "x"}, {"name": "B", "value": "$(A)y"}]}
     p = pod(containers=[c])
-    config = container_config(p, p.spec.containers[0], "i", 0, sandbox_config(p, Settings()))
+    config = container_config(p, p.spec.containers[0], "i", 0, sandbox_config(p, Settings()), memory_capacity=GI)
     assert list(config.command) == ["echo", "x-xy", "$(A)", "$(MISSING)"]
     assert [(e.key, e.value) for e in config.envs] == [("A", b"x"), ("B", b"xy")]
 
@@ -370,7 +372,8 @@ def test_an_ephemeral_container_with_a_target_joins_its_pid_namespace_unless_the
                               ({"hostPID": True}, api_pb2.NODE, "")):
         p = pod(ephemeralContainers=[DEBUGGER], **spec)
         sandbox = sandbox_config(p, Settings())
-        config = container_config(p, p.spec.ephemeral_containers[0], "i", 0, sandbox, target_id="c-0")
+        config = container_config(p, p.spec.ephemeral_containers[0], "i", 0, sandbox, memory_capacity=GI,
+                                  target_id="c-0")
         ns = config.linux.security_context.namespace_options
         assert (ns.pid, ns.target_id) == (pid, target)
         assert config.stdin and config.tty and config.labels["io.kubernetes.container.name"] == "debugger"

@@ -12,7 +12,7 @@ import pytest
 from lightkube.resources.core_v1 import Pod
 
 from pykubelet.api.podmodel import ObjectMeta, parse_pod
-from pykubelet.pods import admission, static
+from pykubelet.pods import admission, podspec, static
 from pykubelet.pods.sources import PodSources
 
 NODE = "node-a"
@@ -40,7 +40,7 @@ def test_manifest_defaults_name_and_uid():
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == "web-node-a" and meta["namespace"] == "default"
     assert meta["annotations"][static.CONFIG_HASH] == meta["uid"] and len(meta["uid"]) == 32
-    assert meta["annotations"][static.CONFIG_SOURCE] == "file"
+    assert meta["annotations"][podspec.CONFIG_SOURCE] == "file"
     assert spec["nodeName"] == NODE and spec["restartPolicy"] == "Always" and spec["dnsPolicy"] == "ClusterFirst"
     assert spec["terminationGracePeriodSeconds"] == 30
     c = spec["containers"][0]
@@ -133,7 +133,7 @@ def test_mirror_pod_shape():
     mirror = static.mirror_pod(pod, "node-uid-1")
     meta = mirror["metadata"]
     assert meta["name"] == "web-node-a" and "uid" not in meta
-    assert meta["annotations"][static.CONFIG_MIRROR] == pod["metadata"]["uid"]
+    assert meta["annotations"][podspec.CONFIG_MIRROR] == pod["metadata"]["uid"]
     assert meta["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-uid-1",
                                         "controller": True}]
     assert static.is_mirror(mirror) and static.is_mirror(Pod.from_dict(mirror)) and not static.is_mirror(pod)

@@ -59,10 +59,11 @@ def test_the_containers_volumes_are_idmapped_through_the_pods_mappings(tmp_path)
     p = pod("a")
     volume = api_pb2.Mount(container_path="/data", host_path="/var/lib/x")
     config = container_config(p, p.spec.containers[0], "busybox", 0,
-                              sandbox_config(p, settings, host_range=131072), mounts=[volume])
+                              sandbox_config(p, settings, host_range=131072), memory_capacity=1 << 30,
+                              mounts=[volume])
     ids = [api_pb2.IDMapping(container_id=0, host_id=131072, length=65536)]
     assert list(config.mounts[0].uidMappings) == list(config.mounts[0].gidMappings) == ids
     assert not volume.uidMappings  # the volume manager's mount is not changed
     plain = container_config(p, p.spec.containers[0], "busybox", 0, sandbox_config(p, settings),
-                             mounts=[volume])
+                             memory_capacity=1 << 30, mounts=[volume])
     assert not plain.mounts[0].uidMappings
