@@ -95,11 +95,11 @@ def status_resources(allocated: Resources, running: api_pb2.ContainerStatus | No
 
 def _amount(name: str, value: Decimal) -> str:
     """An amount as the API writes it: cpu in cores or millicores, byte-sized ones with the largest exact binary
-    suffix, a count with the largest decimal one."""
+    suffix (a fraction of a byte, which the API admits, kept: "10m"), a count with the largest decimal one."""
     if name == "cpu":
         return quantity.milli_decimal_si(quantity.milli_value(value))
     if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
-        return quantity.binary_si(quantity.value(value))
+        return quantity.binary_si(value)
     return quantity.decimal_si(value)
 
 

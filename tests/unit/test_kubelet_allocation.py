@@ -197,6 +197,12 @@ def test_pod_level_status_is_the_granted_pod_level_requests() -> None:
     # running: the pod-level resources with the limits of the pod's cgroup
     assert resources == {"requests": {"cpu": "80m", "memory": "95Mi"}, "limits": {"cpu": "160m", "memory": "190Mi"}}
     assert pod_level_status(_with_phase(plr, "Pending"))[0] == resources
+    # a fraction of a byte, which the API admits, is granted as asked, not rounded up to a byte (the PLR spec
+    # "pod-level resize with no container requests and limits" asks for 10m of memory)
+    tiny = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                      "spec": {"containers": [{"name": "c", "image": "i"}],
+                               "resources": {"requests": {"cpu": "4m", "memory": "10m"}}}})
+    assert pod_level_status(tiny)[1] == {"cpu": "4m", "memory": "10m"}
 
 
 def test_pod_level_status_without_pod_level_resources_aggregates_the_containers() -> None:
