@@ -158,6 +158,10 @@ class PodActions:
     sandboxes_to_stop: tuple[str, ...] = ()  # dead sandboxes: their containers go with them
     steps: tuple[Step, ...] = ()  # in the order they are carried out
     init_failed: bool = False  # an init container failed under restartPolicy Never: the pod has failed
+    # a container starts with other resources than it last had (its resize restarts it, or it restarts after
+    # one): the pod's cgroup takes the pod's allocation first, as the kubelet's startingResizedContainer; on
+    # cgroup v1 a container's CFS quota must fit its pod's
+    resize_pod_cgroup: bool = False
 
     @property
     def waiting(self) -> dict[str, tuple[str, str]]:
@@ -321,7 +325,17 @@ class _Planner:
         pod_step = self._resize_pod()
         if pod_step is not None:
             resizes = [*resizes, pod_step] if pod_step.decrease else [pod_step, *resizes]
-        return PodActions(steps=tuple(steps + resizes + ([last] if last is not None else [])))
+        restarted = {s.name for s in steps if isinstance(s, StartContainer)
+                     or (isinstance(s, KillContainer) and s.reason is KillReason.RESIZED)}
+        return PodActions(steps=tuple(steps + resizes + ([last] if last is not None else [])),
+                          resize_pod_cgroup=any(self._resized(name) for name in restarted))
+
+    def _resized(self, name: str) -> bool:
+        """Whether container `name`'s allocation differs from what it was last given."""
+        if self.actuated is None or name not in self.actuated.containers:
+            return False
+        return _effective(self.pod.container(name).resources, self.pod.spec.resources) \
+            != _effective(self.actuated.containers[name], self.actuated.pod)
 
     def current(self, name: str) -> api_pb2.ContainerStatus | None:
         return _in_sandbox(self.state, name)
@@ -387,8 +401,7 @@ class _Planner:
         the end of the plan. Its effective values have the pod-level limits where it has none."""
         if self.actuated is None or container.name not in self.actuated.containers:
             return []
-        pod_level = self.pod.spec.resources
-        want = _effective(container.resources, pod_level)
+        want = _effective(container.resources, self.pod.spec.resources)
         have = _effective(self.actuated.containers[container.name], self.actuated.pod)
         changed = [r for r in RESIZABLE if want.get(r) != have.get(r)]
         if not changed:

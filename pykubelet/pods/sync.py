@@ -326,6 +326,7 @@ class PodSyncer:
                      for s in resizes if s.decrease for r in ("cpu", "memory")}
         if resizes:  # what grows, in the pod's cgroup first: on cgroup v1 a child's CFS quota must fit its parent's
             self._resize_pod_cgroup(pod, result, leave=frozenset(shrinking))
+        restart_sizes_cgroup = actions.resize_pod_cgroup and not resizes
         while steps:
             step = steps.pop(0)
             if isinstance(step, ResizeContainer | ResizePod):
@@ -344,6 +345,9 @@ class PodSyncer:
                            f"{step.name} in pod {meta.name}_{meta.namespace}({meta.uid})")
                 result.again_in(step.wait)
             elif isinstance(step, StartContainer):
+                if restart_sizes_cgroup:  # once the container it replaces is gone, before the new one is made
+                    self._resize_pod_cgroup(pod, result)
+                    restart_sizes_cgroup = False
                 if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
                     return
             elif isinstance(step, CannotStart):

@@ -148,6 +148,28 @@ def test_resize_policy_restart_container_restarts_it(control_plane, kubelet, run
     delete(control_plane, "restarted")
 
 
+def test_a_restart_for_more_cpu_grows_the_pods_cgroup_first(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """The PLR specs' "resize policy cpu restart ... all resources in the same direction": the new container's
+    CFS quota must fit its pod's (cgroup v1 refuses it otherwise), so the pod's cgroup takes the new limits
+    before the container is made again; and the new container has its QoS class's oom_score_adj."""
+    policy = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    pod = running(control_plane, tmp_path, "grown", BEFORE, resizePolicy=policy)
+    resize(control_plane, "grown", AFTER)
+    after = wait_pod(control_plane, "grown", "restarted with its new cpu", lambda p: (
+        container(p)["restartCount"] == 1 and "running" in container(p)["state"]
+        and container(p).get("resources") == AFTER and not resize_conditions(p)))
+    assert cgroup_limits(after) == (40_000, 128 * MIB)
+    parent = f"/kubepods/burstable/pod{pod['metadata']['uid']}"
+    assert cgroup_file(parent, "", "cpu/cpu.cfs_quota_us", "cpu.max").read_text().split()[0] == "40000"
+    node = json.loads(control_plane.kubectl("get", "node", NODE, "-o", "json").stdout)
+    capacity = quantity.value(quantity.parse(node["status"]["capacity"]["memory"]))
+    out, _, code = runtime.exec_sync(container(after)["containerID"].split("://", 1)[1],
+                                     ["cat", "/proc/1/oom_score_adj"], 10)
+    assert (code, out.decode().strip()) == (0, str(1000 - 1000 * 32 * MIB // capacity))  # Burstable: its share
+    assert [e["reason"] for e in events(control_plane, pod)].count("Failed") == 0
+    delete(control_plane, "grown")
+
+
 def test_a_memory_limit_below_the_usage_waits(control_plane, kubelet, runtime, kubepods, tmp_path):
     """The container holds 48 MiB in its /dev/shm (charged to its memory cgroup): a limit of 32Mi is not
     applied, as the kubelet's validateMemoryResizeAction; undone, the condition goes."""

@@ -146,6 +146,11 @@ def steps(*s: Step) -> PodActions:
     return PodActions(steps=s)
 
 
+def resized_steps(*s: Step) -> PodActions:
+    """Steps that start a container with a new allocation: the pod's cgroup takes it first."""
+    return PodActions(steps=s, resize_pod_cgroup=True)
+
+
 P = pod(MAIN)
 INIT = pod(MAIN, init=(SETUP, SETUP2))
 SIDECARS = pod(MAIN, init=(SIDE, SETUP))
@@ -333,14 +338,15 @@ CASES = [
          actuated=given(("main", Resources({"cpu": "100m"}, {})))),
     Case("resizePolicy RestartContainer for a changed resource: killed, then started again",
          pod(sized("main", res("500m", "128Mi"), resizePolicy=RESTART_MEMORY)), (C("main", "m1", grace=20),),
-         steps(KillContainer("main", "m1", 20, KillReason.RESIZED, "Container main resize requires restart")),
+         resized_steps(KillContainer("main", "m1", 20, KillReason.RESIZED,
+                                     "Container main resize requires restart")),
          actuated=given(("main", res("500m", "64Mi")))),
     Case("RestartContainer for memory, only the cpu changed: in place",
          pod(sized("main", res("1", "64Mi"), resizePolicy=RESTART_MEMORY)), (C("main", "m1"),),
          steps(ResizeContainer("main", "m1", "cpu", res("1", "64Mi"))), actuated=given(("main", res("500m", "64Mi")))),
     Case("an exited container is not resized: it starts again with its allocation",
          pod(sized("main", res("1", "64Mi"))), (C("main", "m1", "exited", finished=NOW - 60),),
-         steps(StartContainer("main", 1, backoff_key=key(sized("main", res("1", "64Mi"))))),
+         resized_steps(StartContainer("main", 1, backoff_key=key(sized("main", res("1", "64Mi"))))),
          actuated=given(("main", res("500m", "64Mi")))),
     Case("a running sidecar is resized too", pod(MAIN, init=(sized("side", res("1"), restartPolicy="Always"),)),
          (C("main", "m1"), C("side", "s1")),
@@ -353,7 +359,8 @@ CASES = [
          actuated=given(("setup", res("500m", "64Mi")), ("main", res()))),
     Case("a running init container whose resize requires a restart: killed, then started again",
          pod(MAIN, init=(sized("setup", res("500m", "128Mi"), resizePolicy=RESTART_MEMORY),)), (C("setup", "i1"),),
-         steps(KillContainer("setup", "i1", 30, KillReason.RESIZED, "Container setup resize requires restart")),
+         resized_steps(KillContainer("setup", "i1", 30, KillReason.RESIZED,
+                                     "Container setup resize requires restart")),
          actuated=given(("setup", res("500m", "64Mi")), ("main", res()))),
     Case("an init container that ran is not resized: the regular ones start",
          pod(MAIN, init=(sized("setup", res("1", "128Mi")),)), (C("setup", "i1", "exited"),),
