@@ -72,7 +72,7 @@ def container_spec(config: api_pb2.ContainerConfig, sandbox: SandboxRecord, sand
         "args": _args(config, img),
         "cwd": config.working_dir or img.get("WorkingDir") or "/",
         "noNewPrivileges": sc.no_new_privs,
-        "oomScoreAdj": _oom_score_adj(config.linux.resources.oom_score_adj),
+        "oomScoreAdj": restricted_oom_score_adj(config.linux.resources.oom_score_adj),
     }
     if not process["cwd"].startswith("/"):
         raise InvalidArgumentError(f"config.working_dir: {process['cwd']!r} must be an absolute path")
@@ -162,9 +162,9 @@ def _env(config: api_pb2.ContainerConfig, img: dict, sandbox_config: api_pb2.Pod
     return env
 
 
-def _oom_score_adj(requested: int) -> int:
-    """containerd's restrict_oom_score_adj: a container never gets a lower score than the server itself,
-    so it cannot make itself less likely to be OOM-killed than the node's own daemons."""
+def restricted_oom_score_adj(requested: int) -> int:
+    """containerd's restrict_oom_score_adj: a container (or sandbox) never gets a lower score than the server
+    itself, so it cannot make itself less likely to be OOM-killed than the node's own daemons."""
     if not -1000 <= requested <= 1000:
         raise InvalidArgumentError(f"config.linux.resources.oom_score_adj: {requested} is outside -1000..1000")
     try:

@@ -38,7 +38,7 @@ from pynode_os.files import atomic_write
 from pynode_os.proc import process_alive, process_start_time
 from pyruntime.cri.jobs import ContainerJob, PauseInfo, PauseJob, SupervisorInfo
 from pyruntime.cri.model import Layout, SandboxRecord
-from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_path
+from pyruntime.cri.ocispec import ANN_CONTAINER_TYPE, ANN_SANDBOX_ID, cgroups_path, restricted_oom_score_adj
 from pyruntime.cri.pause import check_sysctls, pin, release_pause, unpin
 from pyruntime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from pyruntime.images.mount import IdMap
@@ -46,6 +46,9 @@ from pyruntime.oci.default import MASKED, READONLY
 
 log = logging.getLogger(__name__)
 
+# containerd's defaultSandboxOOMAdj: the pause goes after every container (Guaranteed ones are -997), before the
+# node's daemons (the kubelet's -999); never below this server's own score
+SANDBOX_OOM_SCORE_ADJ = -998
 EXIT_WAIT = 10.0  # seconds a killed pause's supervisor has to record the exit and go
 SUPERVISOR_RECORD = "supervisor.json"  # the pause's supervisor (pid, start time), in its bundle
 
@@ -156,6 +159,7 @@ class Pauses:
             "ociVersion": "1.2.1",
             "process": {"terminal": False, "user": user, "args": args, "env": list(image.get("Env") or []),
                         "cwd": image.get("WorkingDir") or "/", "noNewPrivileges": True,
+                        "oomScoreAdj": restricted_oom_score_adj(SANDBOX_OOM_SCORE_ADJ),
                         "capabilities": {k: [] for k in ("bounding", "effective", "permitted")}},
             "root": {"path": rootfs, "readonly": True},
             "mounts": [

@@ -40,6 +40,8 @@ def test_a_pod_gets_new_namespaces_a_hostname_and_nothing_of_the_host():
     assert spec["process"]["args"] == ["/pause"] and spec["process"]["user"] == {"uid": 0, "gid": 0}
     assert spec["process"]["noNewPrivileges"] and spec["process"]["capabilities"]["bounding"] == []
     assert spec["root"] == {"path": "/rootfs", "readonly": True}
+    with open("/proc/self/oom_score_adj") as f:  # containerd's -998, but never below the server's own
+        assert spec["process"]["oomScoreAdj"] == max(-998, int(f.read()))
 
 
 def test_a_host_network_pod_shares_the_hosts_net_and_uts():
