@@ -137,6 +137,7 @@ class ResizePod:
     """The pod-level resources (spec.resources) to the pod's cgroup: UpdatePodSandboxResources."""
     resources: Resources
     decrease: bool = False  # a limit goes down: after the containers' resizes, else before them
+    limit_decrease: bool = False  # the memory limit goes down (or is set): not below what the pod uses
 
 
 @dataclass(frozen=True)
@@ -429,8 +430,10 @@ class _Planner:
         want, have = _effective(allocated, None), _effective(self.actuated.pod or Resources(), None)
         if want == have:
             return None
+        memory, had = want["memory"][1], have["memory"][1]
         return ResizePod(allocated, decrease=any((want[r][1] or 0) < (have[r][1] or 0)
-                                                 for r in RESIZABLE if want[r][1] is not None))
+                                                 for r in RESIZABLE if want[r][1] is not None),
+                         limit_decrease=memory is not None and (had is None or memory < had))
 
     def _init_restarts(self, container: Container, failed: api_pb2.ContainerStatus) -> bool:
         """Whether an init container that failed runs again (else the pod has failed): by its exit code as

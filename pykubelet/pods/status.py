@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -107,7 +108,7 @@ def _amounts(values: dict[str, Decimal]) -> dict[str, str]:
     return {name: _amount(name, v) for name, v in sorted(values.items())}
 
 
-def pod_level_status(pod: Pod) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+def pod_level_status(pod: Pod, actuated: Resources | None = None) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """status.resources and status.allocatedResources of the allocated `pod`, as the kubelet's
     generateAPIPodStatus writes them (InPlacePodLevelResourcesVerticalScaling, on in 1.37): allocatedResources
     is what the pod is granted (PodRequests: its containers' requests, the pod-level ones over them, the
@@ -115,11 +116,14 @@ def pod_level_status(pod: Pod) -> tuple[dict[str, dict[str, str]], dict[str, str
     resources with the pod's cgroup's cpu limit and memory limit, and the memory request of its containers when
     it has no pod-level one: the kubelet reads the cgroup back, here it is the pod_config the cgroup was written
     with, which reads back the same, and the cpu request the kubelet keeps as allocated when the cgroup's shares
-    round-trip to it (always, as the shares are made from it)."""
+    round-trip to it (always, as the shares are made from it). `actuated`: the pod-level resources its cgroup
+    was last given (pods/allocation.py), which a resize not done yet (a memory limit below the usage) is not."""
     requests = pod_requests(pod)
     if pod.status.phase != "Running":
         resources = {"requests": _amounts(requests), "limits": _amounts(pod_limits(pod))}
     else:
+        if actuated is not None and pod.spec.resources is not None:  # what the cgroup has: the status reads it
+            pod = replace(pod, spec=replace(pod.spec, resources=actuated))
         own = pod.spec.resources or Resources()
         resources = {"requests": dict(own.requests), "limits": dict(own.limits)}
         if "memory" not in own.requests and "memory" in requests:
@@ -353,12 +357,13 @@ def _gate_by_probes(s: dict, uid: str, history: list[api_pb2.ContainerStatus], p
 
 
 def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str | None, runtime_name: str,
-               probes=None, actuated: dict[str, Resources] | None = None,
+               probes=None, actuated: dict[str, Resources] | None = None, actuated_pod: Resources | None = None,
                resize_conditions: list[dict[str, Any]] | None = None, terminal: bool = False,
                last: dict | None = None) -> dict:
     """Of the allocated `pod` (pods/allocation.py: the resources the kubelet granted it). `probes` (a
     pykubelet.prober.manager.ProbeManager) says which running containers are started and ready; `actuated`
-    what each container was last given; `resize_conditions` the PodResizePending / PodResizeInProgress ones;
+    what each container was last given, `actuated_pod` the pod's cgroup its pod-level resources;
+    `resize_conditions` the PodResizePending / PodResizeInProgress ones;
     `terminal`: the final status of a deleted pod whose containers have all stopped (see phase); `last`:
     the status last written (the status manager's, else the API server's; None: nothing is carried)."""
     given = actuated or {}
@@ -415,7 +420,7 @@ def pod_status(pod: Pod, state: RuntimePod, result: SyncResult, *, host_ip: str 
             *([all_restarting_condition(pod, state, last or {}, ph)] if could_restart_all(pod) else [])],
         "containerStatuses": statuses,
     }
-    status["resources"], allocated = pod_level_status(pod)
+    status["resources"], allocated = pod_level_status(pod, actuated_pod)
     if allocated:
         status["allocatedResources"] = allocated
     if init_statuses:

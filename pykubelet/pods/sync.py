@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from proto import api_pb2
 from pykubelet import dirs
 from pykubelet import runtime as cri
+from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
@@ -53,7 +54,7 @@ from pykubelet.pods.actions import (
 )
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.criconfig import container_config, linux_resources, log_directory, sandbox_config
-from pykubelet.pods.podspec import is_finished, plain_env
+from pykubelet.pods.podspec import is_finished, parse_quantity, plain_env
 from pykubelet.pods.runtimepod import RuntimePod, observe, pod_ip
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.manager import pod_dir
@@ -317,7 +318,7 @@ class PodSyncer:
         assert state.sandbox is not None
         sandbox_id = state.sandbox.id
         steps, whole = list(actions.steps), True
-        result.resize_error = self._memory_decreases(pod, steps)
+        result.resize_error = self._memory_decreases(pod, steps, state)
         if result.resize_error is not None:  # as the kubelet's: no part of the resize is done
             steps = [s for s in steps if not isinstance(s, ResizeContainer | ResizePod)]
             result.again_in(10.0)
@@ -376,11 +377,20 @@ class PodSyncer:
             result.resize_error = str(e)
             result.again_in(10.0)
 
-    def _memory_decreases(self, pod: Pod, steps: list[Step]) -> str | None:
+    def _memory_decreases(self, pod: Pod, steps: list[Step], state: RuntimePod) -> str | None:
         """Why the plan's memory limit decreases cannot be done now (None: they can), as the kubelet's
-        validateMemoryResizeAction: a limit at or below what the container uses would have it OOM-killed, so
-        the resize waits (PodResizeInProgress, Error) until the usage is lower or the resize is undone."""
+        validateMemoryResizeAction: a limit at or below what the pod or the container uses would have it
+        OOM-killed, so the resize waits (PodResizeInProgress, Error) until the usage is lower or the resize is
+        undone. The pod's usage is its running containers' together."""
         errors = []
+        for step in steps:
+            if isinstance(step, ResizePod) and step.limit_decrease:
+                limit = quantity.value(parse_quantity(step.resources.limits["memory"]))
+                usage = self._pod_memory_usage(state)
+                if usage is None:
+                    errors.append("missing pod memory usage")
+                elif usage >= limit:
+                    errors.append(f"attempting to set pod memory limit ({limit}) below current usage ({usage})")
         for step in steps:
             if not (isinstance(step, ResizeContainer) and step.limit_decrease):
                 continue
@@ -397,6 +407,21 @@ class PodSyncer:
         if not errors:
             return None
         return "cannot decrease memory limits: " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
+
+    def _pod_memory_usage(self, state: RuntimePod) -> int | None:
+        """The memory the pod's running containers use together (None: the runtime could not say for one)."""
+        total = 0
+        for c in state.containers:
+            if c.state != api_pb2.CONTAINER_RUNNING:
+                continue
+            try:
+                memory = self.runtime.container_stats(c.id).memory
+            except cri.CRIError:
+                return None
+            if not memory.HasField("usage_bytes"):
+                return None
+            total += memory.usage_bytes.value
+        return total
 
     def _resize(self, pod: Pod, step: ResizeContainer | ResizePod, sandbox_id: str, result: SyncResult) -> bool:
         """One in-place resize, recorded as actuated once the runtime took it; False (and the pod's resize

@@ -215,7 +215,7 @@ class PodWorkers:
         """`last`: the status last written (what the runtime no longer has is carried from it)."""
         actuated = self.allocations.actuated.get(pod.uid) or PodResources()
         return pod_status(pod, state, result, host_ip=self.settings.node_ip, runtime_name=self.runtime_name,
-                          probes=self.probes, actuated=actuated.containers,
+                          probes=self.probes, actuated=actuated.containers, actuated_pod=actuated.pod,
                           resize_conditions=self.allocations.conditions(pod.uid),
                           last=self._last(pod) if last is None else last)
 

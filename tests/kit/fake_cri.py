@@ -215,6 +215,9 @@ class FakeCRI(cri.CRIRuntime):
         self._rpc("UpdateContainerResources", container_id, linux)
         self._status("UpdateContainerResources", container_id).resources.linux.CopyFrom(linux)
 
+    def update_pod_sandbox_resources(self, pod_sandbox_id: str, resources: api_pb2.LinuxContainerResources) -> None:
+        self._rpc("UpdatePodSandboxResources", pod_sandbox_id, resources)
+
     def container_stats(self, container_id: str) -> api_pb2.ContainerStats:
         self._rpc("ContainerStats", container_id)
         stats = api_pb2.ContainerStats(attributes=api_pb2.ContainerAttributes(id=container_id))

@@ -197,6 +197,13 @@ def test_pod_level_status_is_the_granted_pod_level_requests() -> None:
     # running: the pod-level resources with the limits of the pod's cgroup
     assert resources == {"requests": {"cpu": "80m", "memory": "95Mi"}, "limits": {"cpu": "160m", "memory": "190Mi"}}
     assert pod_level_status(_with_phase(plr, "Pending"))[0] == resources
+    # a resize the pod's cgroup did not take (PLR "decrease pod-level memory limit below usage"): resources say
+    # what the cgroup has, allocatedResources what was granted
+    had = Resources({"cpu": "80m", "memory": "95Mi"}, {"cpu": "160m", "memory": "190Mi"})
+    shrunk = pod("20m", "32Mi", pod_level={"requests": {"cpu": "80m", "memory": "10Ki"},
+                                           "limits": {"cpu": "160m", "memory": "10Ki"}})
+    resources, allocated = pod_level_status(_with_phase(shrunk, "Running"), actuated=had)
+    assert resources["limits"]["memory"] == "190Mi" and allocated["memory"] == "10Ki"
     # a fraction of a byte, which the API admits, is granted as asked, not rounded up to a byte (the PLR spec
     # "pod-level resize with no container requests and limits" asks for 10m of memory)
     tiny = parse_pod({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
@@ -286,3 +293,38 @@ def test_the_workers_resize_in_place_report_it_and_say_why_not(tmp_path: Path) -
     status, conditions = sync(raw_pod(4, "1", "32Mi"))
     assert conditions == [] and status["containerStatuses"][0]["resources"]["limits"]["memory"] == "32Mi"
     assert rt.started == ["c-0"]
+
+
+def test_a_pod_level_memory_limit_below_what_the_pod_uses_waits(tmp_path: Path) -> None:
+    """PLR Pod InPlace Resize "decrease pod-level memory limit below usage": a pod-level memory limit at or below
+    what the pod's containers use together is not applied (PodResizeInProgress, Error, the kubelet's message)
+    until they use less, as validateMemoryResizeAction checks the pod's usage."""
+    from pykubelet.config import Settings
+    from pykubelet.pods.admission import Admission
+    from pykubelet.pods.workers import PodWorkers
+    from tests.kit.fake_cri import FakeCRI
+
+    cache, rt = Cache(), FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    admission = Admission("node", pods=list, on_node=set, allocatable=lambda: NODE, labels=dict)
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache,
+                         admission=admission)
+
+    def sync(generation: int, memory: str) -> list:
+        pod_level = {"requests": {"memory": memory}, "limits": {"memory": memory}}
+        workers._on_pod("MODIFIED", None, cache.put({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u1", "generation": generation},
+            "spec": {"containers": [{"name": "c", "image": "img:1"}], "resources": pod_level}}))
+        workers.sync("u1")
+        return [c for c in workers.statuses.last("u1")["conditions"] if c["type"].startswith("PodResize")]
+
+    sync(1, "64Mi")
+    rt.memory_usage["c-0"] = 40 << 20
+    conditions = sync(2, "32Mi")
+    assert [(k["type"], k["reason"]) for k in conditions] == [("PodResizeInProgress", "Error")]
+    # the container has the pod-level limit as its own, so it is checked too, as the kubelet's
+    assert conditions[0]["message"] == (
+        f"cannot decrease memory limits: [attempting to set pod memory limit ({32 << 20}) below current usage "
+        f'({40 << 20}), attempting to set container "c" memory limit ({32 << 20}) below current usage ({40 << 20})]')
+    rt.memory_usage["c-0"] = 10 << 20
+    assert sync(2, "32Mi") == []
