@@ -248,9 +248,12 @@ def after_kill(pod: Pod, state: RuntimePod, kill: KillContainer, status: api_pb2
 RESIZABLE = ("memory", "cpu")
 
 
-def _effective(r: Resources, pod_level: Resources | None) -> dict[str, tuple[Decimal | None, Decimal | None]]:
+Effective = dict[str, tuple[Decimal | None, Decimal | None]]
+
+
+def _effective(r: Resources, pod_level: Resources | None) -> Effective:
     """resource -> (request, limit) as amounts, the limit falling back to the pod-level one."""
-    out: dict[str, tuple[Decimal | None, Decimal | None]] = {}
+    out: Effective = {}
     for name in RESIZABLE:
         limit = r.limits.get(name, pod_level.limits.get(name) if pod_level is not None else None)
         request = r.requests.get(name)
@@ -329,14 +332,16 @@ class _Planner:
         restarted = {s.name for s in steps if isinstance(s, StartContainer)
                      or (isinstance(s, KillContainer) and s.reason is KillReason.RESIZED)}
         return PodActions(steps=tuple(steps + resizes + ([last] if last is not None else [])),
-                          resize_pod_cgroup=any(self._resized(name) for name in restarted))
+                          resize_pod_cgroup=any(want != had for want, had in (
+                              self._wanted_and_had(self.pod.container(name)) for name in restarted)))
 
-    def _resized(self, name: str) -> bool:
-        """Whether container `name`'s allocation differs from what it was last given."""
-        if self.actuated is None or name not in self.actuated.containers:
-            return False
-        return _effective(self.pod.container(name).resources, self.pod.spec.resources) \
-            != _effective(self.actuated.containers[name], self.actuated.pod)
+    def _wanted_and_had(self, container: Container) -> tuple[Effective, Effective]:
+        """The container's allocation and what it was last given, each with the pod-level limits where it has
+        none of its own (both empty without a record of what it was given)."""
+        if self.actuated is None or container.name not in self.actuated.containers:
+            return {}, {}
+        return (_effective(container.resources, self.pod.spec.resources),
+                _effective(self.actuated.containers[container.name], self.actuated.pod))
 
     def current(self, name: str) -> api_pb2.ContainerStatus | None:
         return _in_sandbox(self.state, name)
@@ -399,11 +404,8 @@ class _Planner:
         """A running container whose allocation differs from what it was given, as the kubelet's
         computePodResizeAction: killed (and so restarted) if a changed resource's resizePolicy is
         RestartContainer, else an UpdateContainerResources per changed resource, queued in self.resizes for
-        the end of the plan. Its effective values have the pod-level limits where it has none."""
-        if self.actuated is None or container.name not in self.actuated.containers:
-            return []
-        want = _effective(container.resources, self.pod.spec.resources)
-        have = _effective(self.actuated.containers[container.name], self.actuated.pod)
+        the end of the plan."""
+        want, have = self._wanted_and_had(container)
         changed = [r for r in RESIZABLE if want.get(r) != have.get(r)]
         if not changed:
             return []
@@ -411,6 +413,7 @@ class _Planner:
             return [KillContainer(container.name, current.id,
                                   int(current.annotations.get(GRACE, "") or DEFAULT_GRACE), KillReason.RESIZED,
                                   f"Container {container.name} resize requires restart")]
+        assert self.actuated is not None  # something changed: there is a record of what it was given
         given = self.actuated.containers[container.name]
         for r in changed:  # memory first: the cpu update carries the memory the memory update gave
             (req_w, lim_w), (req_h, lim_h) = want[r], have[r]

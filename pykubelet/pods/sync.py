@@ -395,33 +395,28 @@ class PodSyncer:
             if not (isinstance(step, ResizeContainer) and step.limit_decrease):
                 continue
             limit = linux_resources(step.resources, pod.spec.resources).memory_limit_in_bytes
-            try:
-                memory = self.runtime.container_stats(step.container_id).memory
-            except cri.CRIError:
-                memory = api_pb2.MemoryUsage()
-            if not memory.HasField("usage_bytes"):
+            used = self._memory_usage(step.container_id)
+            if used is None:
                 errors.append(f'missing container "{step.name}" memory usage')
-            elif memory.usage_bytes.value >= limit:
+            elif used >= limit:
                 errors.append(f'attempting to set container "{step.name}" memory limit ({limit}) below current '
-                              f"usage ({memory.usage_bytes.value})")
+                              f"usage ({used})")
         if not errors:
             return None
         return "cannot decrease memory limits: " + (errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]")
 
     def _pod_memory_usage(self, state: RuntimePod) -> int | None:
         """The memory the pod's running containers use together (None: the runtime could not say for one)."""
-        total = 0
-        for c in state.containers:
-            if c.state != api_pb2.CONTAINER_RUNNING:
-                continue
-            try:
-                memory = self.runtime.container_stats(c.id).memory
-            except cri.CRIError:
-                return None
-            if not memory.HasField("usage_bytes"):
-                return None
-            total += memory.usage_bytes.value
-        return total
+        used = [self._memory_usage(c.id) for c in state.containers if c.state == api_pb2.CONTAINER_RUNNING]
+        return None if None in used else sum(u for u in used if u is not None)
+
+    def _memory_usage(self, container_id: str) -> int | None:
+        """The container's memory usage as the runtime's stats give it (None: they do not)."""
+        try:
+            memory = self.runtime.container_stats(container_id).memory
+        except cri.CRIError:
+            return None
+        return memory.usage_bytes.value if memory.HasField("usage_bytes") else None
 
     def _resize(self, pod: Pod, step: ResizeContainer | ResizePod, sandbox_id: str, result: SyncResult) -> bool:
         """One in-place resize, recorded as actuated once the runtime took it; False (and the pod's resize
