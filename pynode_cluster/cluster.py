@@ -297,6 +297,9 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
         record.routes.append(f"{n.pod_cidr} via {n.address}")
         record.save()
         hosts.ip("route", "add", n.pod_cidr, "via", n.address)
+        # the API server calls webhooks, conversion webhooks and aggregated API servers at their pods' IPs
+        # (--enable-aggregator-routing), as a kubeadm control plane, itself a node, reaches the pod network
+        hosts.ip("route", "add", n.pod_cidr, "via", n.address, netns=CP_NETNS)
         n.node().write_network(n.pod_cidr)
         d.start(f"{n.name}-kube-proxy", components.kube_proxy_argv(kubeconfig=proxy, node=n.name),
                 log_dir / f"{n.name}-kube-proxy.log", n.netns)

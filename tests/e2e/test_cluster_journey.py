@@ -254,6 +254,11 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
         assert "httpd stand-in" in kubectl("logs", name).stdout
         assert "httpd-foreground" in kubectl("exec", name, "--", "cat", "/proc/1/cmdline").stdout
     assert "usr\n" in kubectl("exec", "deploy/web", "--", "ls", "/").stdout
+    # the API server's own calls into the pod network (its pod proxy here; webhooks and aggregated API servers
+    # alike): the control plane routes to every node's pod CIDR
+    for pod in pods:
+        assert "It works!" in kubectl("get", "--raw", f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}"
+                                      ":80/proxy/").stdout
     # the kubelet's events for each pod, the same set from both kubelets
     started = {"Pulled", "Created", "Started"}
     wait_for(f"the kubelet's events {sorted(started)} for every pod", lambda: all(
