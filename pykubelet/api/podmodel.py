@@ -287,11 +287,44 @@ class ServiceAccountTokenProjection:
 
 
 @dataclass(frozen=True)
+class LabelSelector:
+    """A metav1.LabelSelector: every label of `match_labels` equal and every (key, operator, values) of
+    `match_expressions` true; an empty one matches everything."""
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterTrustBundleProjection:
+    """The trust anchors of the ClusterTrustBundle `name`, or of every bundle of `signer_name` whose labels
+    `label_selector` matches (None, as the API leaves it unset, matches none), as one PEM file at `path`."""
+    path: str
+    name: str | None = None
+    signer_name: str | None = None
+    label_selector: LabelSelector | None = None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class PodCertificateProjection:
+    """A key the node makes for the pod and the chain `signer_name` issues for it (pykubelet/volumes/
+    podcertificates.py), written at whichever of the three paths are set."""
+    signer_name: str
+    key_type: str
+    max_expiration_seconds: int | None = None
+    credential_bundle_path: str = ""
+    key_path: str = ""
+    certificate_chain_path: str = ""
+    user_annotations: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class UnsupportedProjection:
-    kinds: tuple[str, ...]  # what the projection has (clusterTrustBundle, ...)
+    kinds: tuple[str, ...]  # what the projection has, none of the above
 
 
-Projection = ConfigMapSource | DownwardAPISource | ServiceAccountTokenProjection | UnsupportedProjection
+Projection = (ConfigMapSource | DownwardAPISource | ServiceAccountTokenProjection | ClusterTrustBundleProjection
+              | PodCertificateProjection | UnsupportedProjection)
 
 
 @dataclass(frozen=True)
@@ -301,19 +334,27 @@ class ProjectedSource:
 
 
 @dataclass(frozen=True)
+class ImageSource:
+    """An image volume: the image `reference`'s root, pulled as a container's image is, mounted read-only by
+    the runtime (CRI Mount.image); nothing of it is on the kubelet's side of the node."""
+    reference: str
+    pull_policy: str
+
+
+@dataclass(frozen=True)
 class UnsupportedSource:
     """A volume kind this node has no plugin for (persistentVolumeClaim, nfs, ...): its pod waits with the
     volume manager's error, as the kubelet's does for a plugin it lacks."""
 
 
 VolumeSource = (EmptyDirSource | HostPathSource | ConfigMapSource | DownwardAPISource | ProjectedSource
-                | UnsupportedSource)
+                | ImageSource | UnsupportedSource)
 
 
 @dataclass(frozen=True)
 class Volume:
     """One of the pod's volumes: `kind` names its source as the API does (emptyDir, hostPath, configMap,
-    secret, downwardAPI, projected, or one this node does not support)."""
+    secret, downwardAPI, projected, image, or one this node does not support)."""
     name: str
     kind: str
     source: VolumeSource
@@ -642,6 +683,10 @@ def _source(kind: str, s: Obj) -> VolumeSource:
     if kind == "projected":
         mode = s.int("defaultMode", DEFAULT_MODE, lo=0, hi=0o777)
         return ProjectedSource(sources=tuple(_projection(p, mode) for p in s.objs("sources")), default_mode=mode)
+    if kind == "image":
+        reference = s.str("reference", required=True)
+        return ImageSource(reference, s.choice("pullPolicy", PULL_POLICIES, "image pull policy",
+                                               pull_policy(reference)))
     return UnsupportedSource()
 
 
@@ -677,4 +722,45 @@ def _projection(p: Obj, default_mode: int) -> Projection:
         return ServiceAccountTokenProjection(
             path=token.str("path", required=True), audience=token.str("audience", ""),
             expiration_seconds=token.int("expirationSeconds", 0, lo=0) or DEFAULT_TOKEN_SECONDS)
+    if (bundle := p.obj("clusterTrustBundle")) is not None:
+        return _trust_bundle(bundle)
+    if (cert := p.obj("podCertificate")) is not None:
+        annotations = cert.get("userAnnotations", dict, {})
+        for key, value in annotations.items():
+            cert.check_type(value, f"{cert.name('userAnnotations')}.{key}", str)
+        return PodCertificateProjection(
+            signer_name=cert.str("signerName", required=True),
+            key_type=cert.choice("keyType", KEY_TYPES, "key type", required=True),
+            max_expiration_seconds=cert.int("maxExpirationSeconds", lo=1),
+            credential_bundle_path=cert.str("credentialBundlePath", ""), key_path=cert.str("keyPath", ""),
+            certificate_chain_path=cert.str("certificateChainPath", ""),
+            user_annotations=tuple(sorted(annotations.items())))
     return UnsupportedProjection(kinds=tuple(sorted(p.raw)))
+
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+KEY_TYPES = ("RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519")
+
+
+def _trust_bundle(b: Obj) -> ClusterTrustBundleProjection:
+    name, signer = b.str("name"), b.str("signerName")
+    if (name is None) == (signer is None):
+        raise b.error("must set exactly one of name and signerName")
+    selector = b.obj("labelSelector")
+    return ClusterTrustBundleProjection(
+        path=b.str("path", required=True), name=name, signer_name=signer, optional=b.bool("optional"),
+        label_selector=None if selector is None else _label_selector(selector))
+
+
+def _label_selector(s: Obj) -> LabelSelector:
+    labels = s.get("matchLabels", dict, {})
+    for key, value in labels.items():
+        s.check_type(value, f"{s.name('matchLabels')}.{key}", str)
+    expressions = []
+    for e in s.objs("matchExpressions"):
+        op = e.choice("operator", SELECTOR_OPERATORS, "label selector operator", required=True)
+        values = e.strings("values")
+        if (op in ("In", "NotIn")) != bool(values):
+            raise e.error_type(f"{e.name('values')}: {op} needs {'some' if op in ('In', 'NotIn') else 'none'}")
+        expressions.append((e.str("key", required=True), op, values))
+    return LabelSelector(match_labels=tuple(sorted(labels.items())), match_expressions=tuple(expressions))

@@ -97,12 +97,17 @@ class ImageGC:
         return self._sandbox_image
 
     def detect(self) -> list[ImageRecord]:
-        """Lists the runtime's images and containers: records new images, marks those in use as used now,
-        forgets images that are gone."""
+        """Lists the runtime's images and containers: records new images, marks those in use (a container's
+        image or one it mounts as an image volume) as used now, forgets images that are gone."""
         now = self.clock()
         used: set[str] = set()
         for c in self.runtime.list_containers():
             used.update(x for x in (c.image_ref, c.image.image) if x)
+            try:  # and the images it mounts as image volumes, which only its status names
+                mounts = self.runtime.container_status(c.id).status.mounts
+            except cri.CRIError:  # removed meanwhile
+                continue
+            used.update(x for m in mounts for x in (m.image.image, m.image.image_ref) if x)
         sandbox = self.sandbox_image()
         seen: dict[str, ImageRecord] = {}
         for image in self.runtime.list_images():

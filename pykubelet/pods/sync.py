@@ -26,7 +26,7 @@ from proto import api_pb2
 from pykubelet import dirs
 from pykubelet import runtime as cri
 from pykubelet.api import quantity
-from pykubelet.api.podmodel import Container, Pod
+from pykubelet.api.podmodel import Container, ImageSource, Pod
 from pykubelet.config import Settings
 from pykubelet.durations import go_duration
 from pykubelet.errors import FailedPreconditionError
@@ -146,7 +146,16 @@ class PodSyncer:
     def ensure_image(self, pod: Pod, container: Container, sandbox: api_pb2.PodSandboxConfig) -> str:
         """The image's reference, pulled if the pull policy says so, with the kubelet's Pulling / Pulled
         events; raises SyncError (ErrImagePull, ImagePullBackOff, ErrImageNeverPull)."""
-        image, name, policy = container.image, container.name, container.image_pull_policy
+        return self._ensure(pod, container.name, container.image, container.image_pull_policy, sandbox)
+
+    def ensure_image_volumes(self, pod: Pod, container: Container, sandbox: api_pb2.PodSandboxConfig) -> dict[str, str]:
+        """The reference of each image volume `container` mounts, by volume name, pulled as ensure_image pulls
+        (the events are the pod's, as the kubelet's getImageVolumes)."""
+        wanted = {vm.name for vm in container.volume_mounts}
+        return {v.name: self._ensure(pod, None, v.source.reference, v.source.pull_policy, sandbox)
+                for v in pod.spec.volumes if v.name in wanted and isinstance(v.source, ImageSource)}
+
+    def _ensure(self, pod: Pod, name: str | None, image: str, policy: str, sandbox: api_pb2.PodSandboxConfig) -> str:
         if policy != "Always":
             present = self.runtime.image_status(image).image
             if present.ByteSize():
@@ -481,6 +490,7 @@ class PodSyncer:
             self._remove(step.remove_first)
         try:
             image_ref = self.ensure_image(pod, container, sandbox_cfg)
+            image_volumes = self.ensure_image_volumes(pod, container, sandbox_cfg)
         except SyncError as e:
             result.waiting[name] = (e.reason, str(e))
             # the image manager's event, then the container's "Error: REASON", as the kubelet's
@@ -492,7 +502,7 @@ class PodSyncer:
             result.again_in(self.image_backoff.initial)
             return False
         try:
-            envs, mounts = self._container_options(pod, container, sandbox_id)
+            envs, mounts = self._container_options(pod, container, sandbox_id, image_volumes)
             securitycontext.check_run_as_non_root(pod, container, lambda: self._image(image_ref))
         except ContainerConfigError as e:
             result.waiting[name] = ("CreateContainerConfigError", str(e))
@@ -552,10 +562,11 @@ class PodSyncer:
             result.again_in(2.0)
             return False
 
-    def _container_options(self, pod: Pod, container: Container,
-                           sandbox_id: str) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
-        """The container's resolved env (None: its plain values) and its mounts: its volumes, the kubelet's
-        /etc/hosts and its termination message file, as the kubelet's GenerateRunContainerOptions."""
+    def _container_options(self, pod: Pod, container: Container, sandbox_id: str,
+                           images: Mapping[str, str]) -> tuple[dict[str, str] | None, list[api_pb2.Mount]]:
+        """The container's resolved env (None: its plain values) and its mounts: its volumes (`images`: the
+        pulled references of its image volumes), the kubelet's /etc/hosts and its termination message file, as
+        the kubelet's GenerateRunContainerOptions."""
         network = self.runtime.pod_sandbox_status(sandbox_id).status.network
         ips = [ip for ip in [network.ip, *(a.ip for a in network.additional_ips)] if ip]
         env = None
@@ -564,7 +575,7 @@ class PodSyncer:
                 pod, container, pod_ips=ips,
                 warn=lambda reason, message: self.event(pod, container.name, WARNING, reason, message))
         mounts = [] if self.volumes is None else \
-            self.volumes.mounts(pod, container, plain_env(container) if env is None else env)
+            self.volumes.mounts(pod, container, plain_env(container) if env is None else env, images)
         base = pod_dir(self.settings.root_dir, pod.uid)
         try:
             if hosts.mounts_hosts(pod, container, ips):

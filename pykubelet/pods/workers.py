@@ -373,6 +373,7 @@ class PodWorkers:
         if skeleton is not None:
             termination.clean_node(skeleton, self.settings, self.slices)
         self.volumes.tokens.forget(uid)
+        self.volumes.certificates.forget(uid)
         if pod is not None:
             termination.delete_from_api(self.client, pod)
         else:

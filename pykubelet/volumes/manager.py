@@ -13,8 +13,9 @@ upstream's volume manager): an unchanged volume costs one GET per object and no 
 configMap, secret or refreshed token is written through the AtomicWriter (pykubelet/volumes/atomic.py),
 so running containers see the update without a restart (the container hash covers only the spec).
 With the pod's fsGroup, each volume but hostPath is given to that group (pykubelet/volumes/ownership.py).
-Not done: SELinux relabelling, persistent volumes (CSI, PVCs),
-clusterTrustBundle and podCertificate projections: such a volume fails with a message naming it.
+A projected clusterTrustBundle source is one PEM file of trust anchors (pykubelet/volumes/trustbundles.py),
+a podCertificate source the pod's key and issued chain (pykubelet/volumes/podcertificates.py).
+Not done: SELinux relabelling, persistent volumes (CSI, PVCs): such a volume fails with a message naming it.
 """
 from __future__ import annotations
 
@@ -22,19 +23,22 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from proto import api_pb2
 from pykubelet import dirs
 from pykubelet.api import quantity
 from pykubelet.api.podmodel import (
+    ClusterTrustBundleProjection,
     ConfigMapSource,
     Container,
     DownwardAPISource,
     EmptyDirSource,
     HostPathSource,
+    ImageSource,
     Pod,
+    PodCertificateProjection,
     ProjectedSource,
     ServiceAccountTokenProjection,
     Volume,
@@ -43,7 +47,7 @@ from pykubelet.api.podmodel import (
 from pykubelet.config import Settings
 from pykubelet.pods import env as envs
 from pykubelet.pods.podspec import expand, parse_quantity
-from pykubelet.volumes import atomic, hostpath, mount, objects, ownership
+from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, podcertificates, trustbundles
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.subpath import bind_subpath
 from pynode_os import files
@@ -88,6 +92,7 @@ class VolumeManager:
     def __init__(self, client, settings: Settings, allocatable: Callable[[], dict[str, str]] | None = None) -> None:
         self.client, self.settings = client, settings
         self.tokens = objects.TokenManager(client)
+        self.certificates = podcertificates.PodCertificates(client, settings.node_name)
         self._allocatable = allocatable
 
     def allocatable(self) -> dict[str, str]:
@@ -123,6 +128,8 @@ class VolumeManager:
         source = volume.source
         if isinstance(source, HostPathSource):
             hostpath.check(f"{field}.hostPath", source.path, source.type)
+            return
+        if isinstance(source, ImageSource):  # the runtime's to mount, once the sync has pulled it
             return
         path = self.volume_path(pod, volume)
         dirs.make_dirs(path.parent)  # pods/UID/volumes/PLUGIN, closed (pykubelet/dirs.py)
@@ -181,6 +188,18 @@ class VolumeManager:
                 account = pod.spec.service_account_name or "default"
                 token = self.tokens.get(pod, account, projection.audience, projection.expiration_seconds)
                 payload[projection.path] = (token.encode(), source.default_mode)
+            elif isinstance(projection, ClusterTrustBundleProjection):
+                # upstream's choice, as for podCertificate: with an fsGroup the file is the owner's, and the
+                # group's by ownership.py
+                mode = 0o600 if pod.spec.security_context.fs_group is not None else source.default_mode
+                payload[projection.path] = (trustbundles.anchors(self.client, projection), mode)
+            elif isinstance(projection, PodCertificateProjection):
+                mode = 0o600 if pod.spec.security_context.fs_group is not None else source.default_mode
+                key, chain = self.certificates.bundle(pod, f"{field}.sources[{i}]", projection)
+                for path, data in ((projection.credential_bundle_path, key + chain), (projection.key_path, key),
+                                   (projection.certificate_chain_path, chain)):
+                    if path:
+                        payload[path] = (data, mode)
             else:
                 raise VolumeError(f"{field}.sources[{i}]: {list(projection.kinds)} projections are not supported "
                                   "by this node")
@@ -220,9 +239,10 @@ class VolumeManager:
 
     # --- a container's mounts ---------------------------------------------------------------------------
 
-    def mounts(self, pod: Pod, container: Container, env: dict[str, str]) -> list[api_pb2.Mount]:
-        """The container's CRI mounts (`env`, its resolved env, expands subPathExpr); raises
-        ContainerConfigError."""
+    def mounts(self, pod: Pod, container: Container, env: dict[str, str],
+               images: Mapping[str, str] | None = None) -> list[api_pb2.Mount]:
+        """The container's CRI mounts (`env`, its resolved env, expands subPathExpr; `images`, the image
+        reference the sync pulled for each image volume by volume name); raises ContainerConfigError."""
         volumes = {v.name: v for v in pod.spec.volumes}
         field = _container_field(pod, container)
         out = []
@@ -231,13 +251,17 @@ class VolumeManager:
             volume = volumes.get(vm.name)
             if volume is None:
                 raise ContainerConfigError(f"{where}.name: volume {vm.name!r} is not in spec.volumes")
+            sub, sub_field = vm.sub_path, f"{where}.subPath"
+            if vm.sub_path_expr:
+                sub, sub_field = expand(vm.sub_path_expr, env), f"{where}.subPathExpr"
+            if isinstance(volume.source, ImageSource):
+                out.append(self._image_mount(volume.source, vm.mount_path, sub, sub_field,
+                                             (images or {}).get(volume.name)))
+                continue
             try:
                 host = self.volume_path(pod, volume)
             except VolumeError as e:
                 raise ContainerConfigError(str(e)) from e
-            sub, sub_field = vm.sub_path, f"{where}.subPath"
-            if vm.sub_path_expr:
-                sub, sub_field = expand(vm.sub_path_expr, env), f"{where}.subPathExpr"
             if sub:
                 target = (pod_dir(self.settings.root_dir, pod.uid) / "volume-subpaths" / vm.name / container.name
                           / str(i))
@@ -250,6 +274,19 @@ class VolumeManager:
                                      readonly=vm.read_only or volume.kind in API_DATA,
                                      propagation=PROPAGATION.get(vm.mount_propagation, api_pb2.PROPAGATION_PRIVATE)))
         return out
+
+
+    @staticmethod
+    def _image_mount(source: ImageSource, path: str, sub: str, sub_field: str, ref: str | None) -> api_pb2.Mount:
+        """The image's root (or its directory `sub`) read-only at `path`: the runtime mounts the image it
+        pulled; its image_sub_path must stay inside the image, which the runtime checks again on its side."""
+        if ref is None:
+            raise ContainerConfigError(f"image volume {source.reference!r} has not been pulled")
+        if sub.startswith("/") or ".." in sub.split("/"):
+            raise ContainerConfigError(f"{sub_field}: {sub!r} must be a relative path inside the image, "
+                                       "without '..'")
+        return api_pb2.Mount(container_path=path, readonly=True, image_sub_path=sub,
+                             image=api_pb2.ImageSpec(image=ref, user_specified_image=source.reference))
 
 
 def _container_field(pod: Pod, container: Container) -> str:

@@ -3,23 +3,28 @@ secret volumes carry the right files and modes and follow a `kubectl apply` of t
 container restart; an emptyDir is shared between two containers and medium Memory is a tmpfs; hostPath
 types are checked; the downward API (volume and env), configMap/secret env, envFrom and resourceFieldRef
 reach the container; the service account token the admission plugin projects is valid (a TokenReview
-says so); a subPath that escapes its volume through a symlink is refused; with fsGroup an emptyDir and a
-missing subPath made in it get the kubelet's modes (02777, 03777 on tmpfs); a missing configMap gives
-CreateContainerConfigError; and a deleted pod leaves nothing under the root dir, tmpfs unmounted.
+says so); ClusterTrustBundles are projected and followed; a subPath that escapes its volume through a
+symlink is refused; with fsGroup an emptyDir and a missing subPath made in it get the kubelet's modes
+(02777, 03777 on tmpfs); a missing configMap gives CreateContainerConfigError; and a deleted pod leaves
+nothing under the root dir, tmpfs unmounted.
 
 What a container sees is read through CRI ExecSync (the `runtime` fixture): `kubectl exec` needs the
 kubelet's :10250 server."""
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import os
 import stat
 
+import pytest
+
 from proto import api_pb2
-from pykubelet.volumes import mount
-from tests.kit.kubelet_node import BUSYBOX, apply, delete, get_pod, on_node, wait_for, wait_pod
+from pykubelet.volumes import mount, trustbundles
+from tests.kit.kubelet_node import BUSYBOX, HTTPD, apply, delete, get_pod, on_node, wait_for, wait_pod
 from tests.kit.kubelet_node import pod_spec as kit_pod_spec
+from tests.kit.trust_anchors import ca_pem, new_ca
 
 NODE = "pynode-e2e-volumes"
 NODE_IP = "10.201.0.31"
@@ -397,6 +402,166 @@ def test_fs_group_emptydir_and_missing_subpath_modes(control_plane, kubelet, run
         assert (plugins / "mem" / "ready").is_file() and (plugins / "disk" / "ready").is_file()
     finally:
         delete(control_plane, "fsgroup-subpath")
+    gone_from_node(kubelet, uid)
+
+
+def trust_bundle(cp, tmp, name: str, pems: list[bytes], labels: dict[str, str] | None = None) -> None:
+    path = tmp / f"ctb-{name}.json"
+    path.write_text(json.dumps({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "ClusterTrustBundle",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"signerName": "example.com/e2e", "trustBundle": b"".join(pems).decode()}}))
+    cp.kubectl("apply", "-f", str(path))
+
+
+def test_trust_bundles_are_projected_and_follow_their_bundles(control_plane, kubelet, runtime, kubepods, tmp_path):
+    """clusterTrustBundle sources, by name and by signer and labels: the container reads each bundle's anchors
+    as PEM, each once; a changed bundle reaches the running container without a restart; a bundle that does not
+    exist keeps a pod's container from starting and its Ready condition says ContainersNotReady, as the
+    [Conformance] specs of ClusterTrustBundleProjection check; an optional one is an empty file."""
+    a, b, c = ca_pem("e2e-a"), ca_pem("e2e-b"), ca_pem("e2e-c")
+    trust_bundle(control_plane, tmp_path, "example.com:e2e:one", [a, b], {"live": "yes"})
+    trust_bundle(control_plane, tmp_path, "example.com:e2e:two", [b], {"live": "no"})
+
+    def anchors(text: str) -> set[bytes]:
+        return set(trustbundles.certificates(text.encode()))
+
+    def projected(*sources: dict) -> dict:
+        return {"name": "ca", "projected": {"sources": [{"clusterTrustBundle": s} for s in sources]}}
+
+    volume = projected({"name": "example.com:e2e:one", "path": "one.pem"},
+                       {"signerName": "example.com/e2e", "labelSelector": {}, "path": "all.pem"},
+                       {"signerName": "example.com/e2e", "labelSelector": {"matchExpressions": [
+                           {"key": "live", "operator": "In", "values": ["no"]}]}, "path": "dead.pem"},
+                       {"name": "absent", "optional": True, "path": "none.pem"})
+    apply(control_plane, tmp_path, pod_spec("ctbpod", sleeper("app", volumeMounts=[
+        {"name": "ca", "mountPath": "/ca"}]), volumes=[volume]))
+    missing = projected({"name": "absent", "path": "ca.pem"})
+    apply(control_plane, tmp_path, pod_spec("ctbmissing", sleeper("app", volumeMounts=[
+        {"name": "ca", "mountPath": "/ca"}]), volumes=[missing]))
+    try:
+        uid = running(control_plane, "ctbpod")["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert anchors(sh(runtime, cid, "cat /ca/one.pem")) == set(trustbundles.certificates(a + b))
+        all_pem = sh(runtime, cid, "cat /ca/all.pem")
+        assert all_pem.count("BEGIN CERTIFICATE") == 2 and anchors(all_pem) == anchors((a + b).decode())
+        assert anchors(sh(runtime, cid, "cat /ca/dead.pem")) == anchors(b.decode())
+        assert sh(runtime, cid, "stat -L -c '%a %s' /ca/none.pem /ca/one.pem").split()[:2] == ["644", "0"]
+        trust_bundle(control_plane, tmp_path, "example.com:e2e:one", [c], {"live": "yes"})
+        wait_for("the changed bundle in the container", lambda: anchors(sh(runtime, cid, "cat /ca/one.pem"))
+                 == anchors(c.decode()), timeout=40)
+        assert container_id(runtime, uid, "app") == cid
+        pod = wait_pod(control_plane, "ctbmissing", "ContainersNotReady", lambda p: any(
+            x["type"] == "Ready" and x.get("reason") == "ContainersNotReady"
+            for x in p["status"].get("conditions", [])))
+        assert pod["status"]["phase"] == "Pending", pod["status"]
+        _, containers = on_node(runtime, pod["metadata"]["uid"])
+        assert not containers
+    finally:
+        delete(control_plane, "ctbpod")
+        delete(control_plane, "ctbmissing")
+        remove(control_plane, "clustertrustbundle", "example.com:e2e:one", "example.com:e2e:two")
+    gone_from_node(kubelet, uid)
+
+
+def issue_pod_certificate(cp, tmp, ca: tuple) -> dict:
+    """Signs the first PodCertificateRequest of the default namespace that has no answer, as a signer would
+    (a leaf for its stub request's public key, one hour long, refresh due in half an hour), and returns it."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    requests = json.loads(cp.kubectl("get", "podcertificaterequests", "-o", "json").stdout)["items"]
+    request = next(r for r in requests if not r.get("status", {}).get("conditions"))
+    stub = x509.load_der_x509_csr(base64.b64decode(request["spec"]["stubPKCS10Request"]))
+    key, cert = ca
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(cert.subject)
+            .public_key(stub.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(
+                f"spiffe://cluster.local/ns/default/sa/{request['spec']['serviceAccountName']}")]), critical=False)
+            .sign(key, hashes.SHA256()))
+
+    def stamp(t: datetime.datetime) -> str:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+    request["status"] = {
+        "conditions": [{"type": "Issued", "status": "True", "reason": "Signed", "message": "signed by the test",
+                        "lastTransitionTime": stamp(now)}],
+        "certificateChain": (leaf.public_bytes(serialization.Encoding.PEM)
+                             + cert.public_bytes(serialization.Encoding.PEM)).decode(),
+        "notBefore": stamp(now), "beginRefreshAt": stamp(now + datetime.timedelta(minutes=30)),
+        "notAfter": stamp(now + datetime.timedelta(hours=1))}
+    path = tmp / "pcr-status.json"
+    path.write_text(json.dumps(request))
+    cp.kubectl("replace", "--subresource=status", "-f", str(path))
+    return request
+
+
+def test_a_pod_certificate_is_the_pods_key_and_its_issued_chain(control_plane, kubelet, runtime, kubepods,
+                                                                tmp_path):
+    """A podCertificate source: the node asks with a PodCertificateRequest for the pod (its UID, its service
+    account's, the node's, a stub request signed by a key of the asked type), the pod waits in
+    ContainerCreating until a signer issues, then reads the key, the chain and both as a bundle; the key is
+    the one the leaf was issued to. As the [Conformance] Projected PodCertificate specs, with the test as
+    the signer."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    volume = {"name": "cert", "projected": {"sources": [{"podCertificate": {
+        "signerName": "example.com/e2e-signer", "keyType": "ED25519", "credentialBundlePath": "bundle.pem",
+        "keyPath": "key.pem", "certificateChainPath": "chain.pem"}}]}}
+    apply(control_plane, tmp_path, pod_spec("certpod", sleeper("app", volumeMounts=[
+        {"name": "cert", "mountPath": "/cert"}]), volumes=[volume]))
+    try:
+        request = wait_for("the node's PodCertificateRequest", lambda: json.loads(control_plane.kubectl(
+            "get", "podcertificaterequests", "-o", "json").stdout)["items"], timeout=30)[0]
+        pod = get_pod(control_plane, "certpod")
+        uid = pod["metadata"]["uid"]
+        spec = request["spec"]
+        assert (spec["podName"], spec["podUID"], spec["nodeName"], spec["signerName"], spec["serviceAccountName"]) \
+            == ("certpod", uid, NODE, "example.com/e2e-signer", "default")
+        assert request["metadata"]["ownerReferences"][0]["uid"] == uid
+        waiting = pod["status"]["containerStatuses"][0]["state"]["waiting"]
+        assert waiting["reason"] == "ContainerCreating" and "not issued" in waiting.get("message", ""), waiting
+        assert not on_node(runtime, uid)[1]  # no container before the chain
+        ca = new_ca("e2e-signer")
+        issued = issue_pod_certificate(control_plane, tmp_path, ca)
+        running(control_plane, "certpod")
+        cid = container_id(runtime, uid, "app")
+        key, chain = sh(runtime, cid, "cat /cert/key.pem"), sh(runtime, cid, "cat /cert/chain.pem")
+        assert chain == issued["status"]["certificateChain"]
+        assert sh(runtime, cid, "cat /cert/bundle.pem") == key + chain
+        leaf = x509.load_pem_x509_certificate(chain.encode())
+        public = serialization.load_pem_private_key(key.encode(), None).public_key()
+        assert public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) == \
+            leaf.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        volumes_dir = pod_root(kubelet, uid) / "volumes" / "kubernetes.io~projected"
+        assert mount.fs_type(volumes_dir / "cert") == "tmpfs"  # the key never on a disk
+    finally:
+        delete(control_plane, "certpod")
+        control_plane.kubectl("delete", "podcertificaterequests", "--all", check=False)
+    gone_from_node(kubelet, uid)
+
+
+def test_an_image_volume_mounts_an_image_read_only(cri, control_plane, kubelet, runtime, kubepods, tmp_path):
+    """An image volume (GA in 1.36, the ImageVolume [Conformance] spec): the kubelet pulls the image with the
+    volume's pull policy and the runtime mounts its root read-only, whole or a subPath of it."""
+    if cri.name != "pyruntime-cri":
+        pytest.skip("containerd 1.6 has no image volumes (CRI Mount.image came with containerd 2.1)")
+    volume = {"name": "img", "image": {"reference": HTTPD, "pullPolicy": "IfNotPresent"}}
+    apply(control_plane, tmp_path, pod_spec("imgpod", sleeper("app", volumeMounts=[
+        {"name": "img", "mountPath": "/image"},
+        {"name": "img", "mountPath": "/site", "subPath": "usr/local/apache2/htdocs"}]), volumes=[volume]))
+    try:
+        uid = running(control_plane, "imgpod")["metadata"]["uid"]
+        cid = container_id(runtime, uid, "app")
+        assert "httpd-foreground" in sh(runtime, cid, "ls /image/usr/sbin")
+        assert "It works!" in sh(runtime, cid, "cat /site/index.html")
+        assert "Read-only" in sh(runtime, cid, "touch /image/new /site/new 2>&1 || true")
+        status = runtime.container_status(cid).status
+        assert [m.image.user_specified_image for m in status.mounts if m.image.image] == [HTTPD, HTTPD]
+    finally:
+        delete(control_plane, "imgpod")
     gone_from_node(kubelet, uid)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from proto import api_pb2
 from pykubelet import config
 from pykubelet import runtime as cri
 from pykubelet.images.gc import ImageGC, ImageRecord, amount_to_free, select
@@ -56,9 +57,13 @@ def test_image_gc_keeps_images_in_use_pinned_and_the_pause_image(tmp_path):
     rt.add_image("sha256:httpd", "httpd:2", size=200)
     rt.add_image("sha256:pause", "pause:3.6", size=1)
     rt.add_image("sha256:pinned", size=1, pinned=True)
+    rt.add_image("sha256:data", "data:1", size=300)
     rt.image_fs_mountpoint = str(tmp_path)
     rt.sandbox_image("pause:3.6")
-    rt.add_container("c1", "app", image="busybox:1", image_ref="sha256:busybox")
+    app = rt.add_container("c1", "app", image="busybox:1", image_ref="sha256:busybox")
+    # an image volume's image: in use while a container mounts it, which only the container's status says
+    app.mounts.append(api_pb2.Mount(container_path="/data", image=api_pb2.ImageSpec(
+        image="data:1", image_ref="sha256:data")))
     clock = [1000.0]
     gc = ImageGC(rt, settings(image_gc_high_threshold_percent=1, image_gc_low_threshold_percent=0,
                               image_minimum_gc_age=60), clock=lambda: clock[0])

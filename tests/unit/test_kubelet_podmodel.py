@@ -6,6 +6,7 @@ import pytest
 
 from pykubelet.api.fields import FieldError
 from pykubelet.api.podmodel import (
+    ClusterTrustBundleProjection,
     ConfigMapSource,
     Container,
     DownwardAPIFile,
@@ -13,8 +14,11 @@ from pykubelet.api.podmodel import (
     EmptyDirSource,
     ExecAction,
     HTTPGetAction,
+    ImageSource,
     KeyToPath,
+    LabelSelector,
     Pod,
+    PodCertificateProjection,
     Probe,
     ProjectedSource,
     Resources,
@@ -150,7 +154,12 @@ def test_volume_sources_are_typed_with_their_defaults():
         {"name": "down", "downwardAPI": {"items": [{"path": "l", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
         {"name": "sa", "projected": {"defaultMode": 0o640, "sources": [
             {"serviceAccountToken": {"path": "token"}}, {"secret": {"name": "s2"}},
-            {"clusterTrustBundle": {"name": "b"}}]}},
+            {"clusterTrustBundle": {"name": "b", "path": "ca.pem"}},
+            {"podCertificate": {"signerName": "x/y", "keyType": "ED25519", "keyPath": "k",
+                                "userAnnotations": {"b": "2", "a": "1"}}},
+            {"futureSource": {}}]}},
+        {"name": "img", "image": {"reference": "registry.example/data:1"}},
+        {"name": "latest", "image": {"reference": "registry.example/data", "pullPolicy": "Never"}},
         {"name": "data", "persistentVolumeClaim": {"claimName": "c"}}])).spec.volumes
     assert [v.source for v in volumes] == [
         EmptyDirSource("Memory", "64Mi"),
@@ -159,9 +168,45 @@ def test_volume_sources_are_typed_with_their_defaults():
         DownwardAPISource((DownwardAPIFile("l", field_path="metadata.labels"),)),
         ProjectedSource((ServiceAccountTokenProjection("token", expiration_seconds=3600),
                          ConfigMapSource("secret", "s2", default_mode=0o640),
-                         UnsupportedProjection(("clusterTrustBundle",))), default_mode=0o640),
+                         ClusterTrustBundleProjection("ca.pem", name="b"),
+                         PodCertificateProjection("x/y", "ED25519", key_path="k",
+                                                  user_annotations=(("a", "1"), ("b", "2"))),
+                         UnsupportedProjection(("futureSource",))), default_mode=0o640),
+        ImageSource("registry.example/data:1", "IfNotPresent"), ImageSource("registry.example/data", "Never"),
         UnsupportedSource()]
     assert [v.kind for v in volumes][-1] == "persistentVolumeClaim"
+
+
+def test_a_trust_bundle_projection_names_a_bundle_or_selects_a_signers():
+    def projected(*bundles: dict) -> tuple:
+        [volume] = parse_pod(pod(volumes=[{"name": "ca", "projected": {
+            "sources": [{"clusterTrustBundle": b} for b in bundles]}}])).spec.volumes
+        assert isinstance(volume.source, ProjectedSource)
+        return volume.source.sources
+
+    assert projected({"signerName": "example.com/s", "path": "a.pem", "optional": True},
+                     {"signerName": "example.com/s", "path": "b.pem", "labelSelector": {}},
+                     {"signerName": "example.com/s", "path": "c.pem", "labelSelector": {
+                         "matchLabels": {"b": "2", "a": "1"},
+                         "matchExpressions": [{"key": "c", "operator": "In", "values": ["x", "y"]},
+                                              {"key": "d", "operator": "DoesNotExist"}]}}) == (
+        ClusterTrustBundleProjection("a.pem", signer_name="example.com/s", optional=True),
+        ClusterTrustBundleProjection("b.pem", signer_name="example.com/s", label_selector=LabelSelector()),
+        ClusterTrustBundleProjection("c.pem", signer_name="example.com/s", label_selector=LabelSelector(
+            (("a", "1"), ("b", "2")), (("c", "In", ("x", "y")), ("d", "DoesNotExist", ())))))
+    for bundle, message in (
+            ({"path": "p"}, r"sources\[0\].clusterTrustBundle: must set exactly one of name and signerName"),
+            ({"path": "p", "name": "n", "signerName": "s"}, "exactly one of name and signerName"),
+            ({"name": "n"}, r"clusterTrustBundle.path: (is )?required"),
+            ({"path": "p", "signerName": "s", "labelSelector": {"matchExpressions": [
+                {"key": "k", "operator": "Gt", "values": ["1"]}]}},
+             r"labelSelector.matchExpressions\[0\].operator: unknown label selector operator \"Gt\""),
+            ({"path": "p", "signerName": "s", "labelSelector": {"matchExpressions": [
+                {"key": "k", "operator": "In"}]}}, r"matchExpressions\[0\].values: In needs some"),
+            ({"path": "p", "signerName": "s", "labelSelector": {"matchLabels": {"k": 1}}},
+             r"labelSelector.matchLabels.k: must be a string")):
+        with pytest.raises(FieldError, match=message):
+            projected(bundle)
 
 
 def test_records_are_frozen_and_compare_by_their_fields():

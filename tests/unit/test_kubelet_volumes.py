@@ -13,22 +13,28 @@ from types import SimpleNamespace
 
 import pytest
 from lightkube.core.exceptions import ApiError
-from lightkube.models.meta_v1 import Status
+from lightkube.core.selector import build_selector
+from lightkube.models.certificates_v1 import ClusterTrustBundleSpec
+from lightkube.models.meta_v1 import ObjectMeta, Status
+from lightkube.resources.certificates_v1 import ClusterTrustBundle
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from pykubelet.api.podmodel import Pod, Volume, VolumeSource, parse_pod
 from pykubelet.config import Settings
-from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath
+from pykubelet.volumes import atomic, hostpath, mount, objects, ownership, subpath, trustbundles
 from pykubelet.volumes.errors import ContainerConfigError, VolumeError
 from pykubelet.volumes.manager import VolumeManager
 from pynode_os import mountinfo
+from tests.kit.trust_anchors import ca_pem
 
 
 class FakeClient:
     """configMaps and secrets by (kind, namespace, name); TokenRequests answered with a counter."""
 
-    def __init__(self, objs: dict | None = None, ttl: int = 3600, clock=lambda: 1_000_000.0) -> None:
+    def __init__(self, objs: dict | None = None, ttl: int = 3600, clock=lambda: 1_000_000.0,
+                 bundles: dict[str, list] | None = None) -> None:
         self.objs = objs or {}
+        self.bundles = bundles or {}
         self.tokens = 0
         self.ttl, self.clock = ttl, clock
 
@@ -37,6 +43,11 @@ class FakeClient:
         if key not in self.objs:
             raise ApiError(status=Status(code=404, message=f"{name} not found"))
         return self.objs[key]
+
+    def list(self, kind, labels=None):
+        """ClusterTrustBundles: what the API server would answer to the label selector it receives."""
+        assert kind is ClusterTrustBundle
+        return self.bundles[build_selector(labels or [])]
 
     def create(self, request, name, namespace=None):
         self.tokens += 1
@@ -266,8 +277,51 @@ def test_secret_downward_and_projected_payloads(tmp_path):
     request, account, namespace = m.client.last_request
     assert (account, namespace) == ("sa", "ns") and request.spec.expirationSeconds == 3607
     assert request.spec.boundObjectRef.kind == "Pod" and request.spec.boundObjectRef.uid == "u-1"
-    with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['clusterTrustBundle'\] projections are not"):
-        m._payload(POD, source("projected", {"sources": [{"clusterTrustBundle": {}}]}), "f")
+    with pytest.raises(VolumeError, match=r"f.sources\[0\]: \['futureSource'\] projections are not"):
+        m._payload(POD, source("projected", {"sources": [{"futureSource": {}}]}), "f")
+
+
+def bundle(name: str, signer: str, pems: list[bytes], labels: dict | None = None):
+    return ClusterTrustBundle(metadata=ObjectMeta(name=name, labels=labels),
+                              spec=ClusterTrustBundleSpec(signerName=signer, trustBundle=b"".join(pems).decode()))
+
+
+def test_trust_bundle_projection_is_each_anchor_once(tmp_path):
+    """By name, or the bundles of a signer its selector matches: one PEM file, each certificate once in the
+    order of its DER bytes (so a sync that reads the same anchors writes nothing), a missing bundle an error
+    unless optional (then an empty file), and with an fsGroup mode 0600 as upstream's."""
+    a, b, c = ca_pem("a"), ca_pem("b"), ca_pem("c")
+    one, two = bundle("s.one", "example.com/s", [b, a], {"alive": "true"}), bundle("s.two", "example.com/s", [c, a])
+    other_pem = ca_pem("d")
+    other = bundle("other", "example.com/other", [other_pem], {"alive": "true"})
+    client = FakeClient({("ClusterTrustBundle", None, x.metadata.name): x for x in (one, two, other)}, bundles={
+        "": [one, two, other], "alive=true": [one, other], "!alive,x notin (1,2)": [two], "alive=no": [other]})
+    m = VolumeManager(client, Settings(root_dir=tmp_path, node_ip="10.0.0.1"), allocatable=dict)
+
+    def file(*ctbs: dict, pod: Pod = POD, mode: int = 0o644) -> bytes:
+        payload = m._payload(pod, source("projected", {"sources": [{"clusterTrustBundle": {"path": "ca.pem", **x}}
+                                                                   for x in ctbs]}), "f")
+        assert payload["ca.pem"][1] == mode
+        return payload["ca.pem"][0]
+
+    def ordered(*pems: bytes) -> bytes:
+        ders = sorted(trustbundles.certificates(p)[0] for p in pems)
+        return b"".join(p for d in ders for p in pems if trustbundles.certificates(p) == [d])
+
+    assert file({"name": "s.one"}) == ordered(a, b)  # cryptography writes PEM as Go does: byte for byte
+    assert file({"signerName": "example.com/s", "labelSelector": {}}) == ordered(a, b, c)
+    assert file({"signerName": "example.com/s", "labelSelector": {"matchLabels": {"alive": "true"}}}) == ordered(a, b)
+    assert file({"signerName": "example.com/other", "labelSelector": {"matchLabels": {"alive": "true"}}}) == other_pem
+    assert file({"signerName": "example.com/s", "labelSelector": {"matchExpressions": [
+        {"key": "alive", "operator": "DoesNotExist"}, {"key": "x", "operator": "NotIn", "values": ["1", "2"]}]}}) \
+        == ordered(a, c)
+    assert file({"signerName": "example.com/s", "optional": True}) == b""  # no selector matches no bundle
+    assert file({"name": "gone", "optional": True}) == b""
+    with pytest.raises(objects.ObjectError, match=r'clustertrustbundle\.certificates\.k8s\.io "gone" not found'):
+        file({"name": "gone"})
+    with pytest.raises(objects.ObjectError, match="signerName and labelSelector matched zero ClusterTrustBundles"):
+        file({"signerName": "example.com/s", "labelSelector": {"matchLabels": {"alive": "no"}}})
+    assert file({"name": "s.two"}, pod=pod_with(securityContext={"fsGroup": 1234}), mode=0o600) == ordered(a, c)
 
 
 def test_projected_volume_of_every_component_as_the_combined_spec(tmp_path, monkeypatch):
@@ -321,6 +375,28 @@ def test_mounts_readonly_propagation_and_unknown_volume(tmp_path):
     with pytest.raises(ContainerConfigError, match=r"spec.containers\[0\].volumeMounts\[0\].name: volume 'x'"):
         unknown = pod_with({"name": "c", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}, volumes=volumes)
         m.mounts(unknown, unknown.spec.containers[0], {})
+
+
+def test_an_image_volume_is_the_runtimes_to_mount_read_only(tmp_path):
+    """Nothing on the node's side (no directory, no host path): the CRI mount names the image the sync pulled,
+    read-only whatever the volumeMount says, its subPath (subPathExpr expanded) as the image_sub_path."""
+    m = manager(tmp_path)
+    pod = pod_with({"name": "c", "env": [{"name": "DIR", "value": "etc"}], "volumeMounts": [
+        {"name": "img", "mountPath": "/volume", "readOnly": False},
+        {"name": "img", "mountPath": "/etc-of-image", "subPathExpr": "$(DIR)"}]},
+        volumes=[{"name": "img", "image": {"reference": "registry.example/kitten:1.8"}}])
+    m.mount_pod(pod)
+    assert not (tmp_path / "pods").exists()
+    out = m.mounts(pod, pod.spec.containers[0], {"DIR": "etc"}, {"img": "sha256:kitten"})
+    assert [(x.container_path, x.host_path, x.readonly, x.image.image, x.image.user_specified_image,
+             x.image_sub_path) for x in out] == [
+        ("/volume", "", True, "sha256:kitten", "registry.example/kitten:1.8", ""),
+        ("/etc-of-image", "", True, "sha256:kitten", "registry.example/kitten:1.8", "etc")]
+    with pytest.raises(ContainerConfigError, match=r"image volume 'registry\.example/kitten:1\.8' has not been pulled"):
+        m.mounts(pod, pod.spec.containers[0], {"DIR": "etc"})
+    for sub in ("../up", "/abs", "a/../../b"):
+        with pytest.raises(ContainerConfigError, match=r"volumeMounts\[1\].subPathExpr: .* must be a relative path"):
+            m.mounts(pod, pod.spec.containers[0], {"DIR": sub}, {"img": "sha256:kitten"})
 
 
 # --- tokens ---------------------------------------------------------------------------------------------
