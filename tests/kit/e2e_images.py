@@ -13,19 +13,19 @@ Aggregator spec runs the sample API server with /usr/local/bin/etcd beside it).
 agnhost is itself: the binary scripts/peers/e2e.sh builds from the same k8s.io/kubernetes module, in an image laid
 out as its Dockerfile lays it out (/agnhost, /agnhost-2, /uploads, porter's certificate, the user and group its
 SupplementalGroups spec expects), on the busybox base the critest images have (cri_images.build_dynamic_rootfs)
-instead of Alpine, whose packages cannot be built from a module, and with the host's bash, curl and
-netcat-openbsd's nc (Alpine's packages in upstream's image: the probe specs run /bin/bash, the Networking
-Granular Checks curl and `nc -u`); its /etc/os-release is that of the Alpine release its BASEIMAGE
-names, which the ImageVolume spec looks for in kitten. kitten and nautilus are agnhost's image with their picture
-and data.json from the module's test/images, serving them (CMD test-webserver), as their Dockerfiles make them.
-sample-apiserver is the k8s.io/sample-apiserver module of the same release, which e2e.sh builds too (upstream's
-Makefile builds an older tag), at /sample-apiserver as its Dockerfile puts it; etcd is the control plane's own
-(scripts/peers/kubernetes.sh, not the image's tag) at /usr/local/bin/etcd, as etcd's image has it.
+instead of Alpine, whose packages cannot be built from a module, and with the host's bash, curl, netcat-openbsd's
+nc, dig and getent (Alpine's packages in upstream's image: the probe specs run /bin/bash, the Networking Granular
+Checks curl and `nc -u`, the DNS specs' queriers dig and getent); its /etc/os-release is that of the Alpine release
+its BASEIMAGE names, which the ImageVolume spec looks for in kitten. kitten and nautilus are agnhost's image with
+their picture and data.json from the module's test/images, serving them (CMD test-webserver), as their Dockerfiles
+make them. sample-apiserver is the k8s.io/sample-apiserver module of the same release, which e2e.sh builds too
+(upstream's Makefile builds an older tag), at /sample-apiserver as its Dockerfile puts it; etcd is the control
+plane's own (scripts/peers/kubernetes.sh, not the image's tag) at /usr/local/bin/etcd, as etcd's image has it.
 busybox is Docker's busybox image of the version its BASEIMAGE names, upstream's build (scripts/peers/busybox.sh:
 Debian's, which the base has, reverts a change of upstream's ash that the environment specs need), as that image
-lays it out, on no base; it stands in for glibc-dns-testing too (the specs run sh and hostname). The rest are
-stand-ins on the base: nonroot as busybox with its user 1234, nonewprivs and pause as the critest images' small
-static programs, nginx as their busybox httpd behind nginx's name.
+lays it out, on no base. glibc-dns-testing is the base with the host's dig and getent (the DNS specs' glibc querier;
+upstream's is Debian with dnsutils). The rest are stand-ins on the base: nonroot as busybox with its user 1234,
+nonewprivs and pause as the critest images' small static programs, nginx as their busybox httpd behind nginx's name.
 
 Not made: what must not exist (invalid.registry.k8s.io, the authenticated gcr.io agnhost), and the images only
 other specs run. agnhost's fake registry (/var/registry, pulled from registry.k8s.io when upstream builds it)
@@ -77,6 +77,9 @@ ETCD_PORTS = (2379, 2380, 4001, 7001)  # etcd's image: EXPOSE
 # Granular Checks' node-pod http and udp specs; busybox's nc has no -u), ahead of busybox's in PATH
 HOST_PROGRAMS = (("bin/bash", Path("/bin/bash")), ("usr/bin/curl", Path("/usr/bin/curl")),
                  ("usr/bin/nc", Path("/bin/nc.openbsd")))
+# the lookups of the DNS specs' queriers, `dig` and `getent hosts`, which upstream's agnhost (Alpine's bind-tools
+# and musl-utils) and glibc-dns-testing (Debian's dnsutils) have: the host's bind9-dnsutils and libc-bin
+DNS_PROGRAMS = (("usr/bin/dig", Path("/usr/bin/dig")), ("usr/bin/getent", Path("/usr/bin/getent")))
 
 
 class Parts:
@@ -120,7 +123,7 @@ def _agnhost(parts: Parts) -> tuple[list[Entry], dict, bool]:
                d("etc"), f("etc/passwd", AGNHOST_PASSWD), f("etc/group", AGNHOST_GROUP),
                f("etc/os-release", _alpine_os_release(parts.k8s_module)),
                d("home"), d("home/user-defined-in-image", uid=1000, gid=1000),
-               *_programs(HOST_PROGRAMS)]
+               *_programs(HOST_PROGRAMS + DNS_PROGRAMS)]
     config = {"Entrypoint": ["/agnhost"], "Cmd": ["pause"],
               "ExposedPorts": {f"{port}/tcp": {} for port in AGNHOST_PORTS}}
     return entries, config, True
@@ -195,6 +198,12 @@ def _busybox(parts: Parts) -> tuple[list[Entry], dict, bool]:
             {"Cmd": ["sh"]}, False)
 
 
+def _glibc_dns_testing(_parts: Parts) -> tuple[list[Entry], dict, bool]:
+    """glibc-dns-testing: upstream's is Debian with dnsutils; here the busybox base (its sh and hostname, on
+    glibc) with the host's dig and getent."""
+    return _programs(DNS_PROGRAMS), {"Cmd": ["sh"]}, True
+
+
 def _nonroot(_parts: Parts) -> tuple[list[Entry], dict, bool]:
     return [], {"User": "1234"}, True
 
@@ -220,7 +229,7 @@ E2E = "registry.k8s.io/e2e-test-images"
 BUILDERS: dict[str, Builder] = {
     f"{E2E}/agnhost": _agnhost,
     f"{E2E}/busybox": _busybox,
-    f"{E2E}/glibc-dns-testing": _busybox,
+    f"{E2E}/glibc-dns-testing": _glibc_dns_testing,
     f"{E2E}/kitten": _update_demo("kitten"),
     f"{E2E}/nautilus": _update_demo("nautilus"),
     f"{E2E}/nginx": _nginx,

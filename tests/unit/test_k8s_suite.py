@@ -239,9 +239,9 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     os_release = entries["etc/os-release"].data.decode()
     assert 'NAME="Alpine Linux"' in os_release and "VERSION_ID=3.21\n" in os_release
     assert (agn.config["Entrypoint"], agn.config["Cmd"]) == (["/agnhost"], ["pause"])
-    # what the specs run of its Alpine packages: bash, curl, netcat-openbsd's nc (ahead of busybox's), with the
-    # libraries the base lacks, each once
-    assert {"bin/bash", "usr/bin/curl", "usr/bin/nc"} <= set(entries)
+    # what the specs run of its Alpine packages: bash, curl, netcat-openbsd's nc (ahead of busybox's), dig and
+    # getent, with the libraries the base lacks, each once
+    assert {"bin/bash", "usr/bin/curl", "usr/bin/nc", "usr/bin/dig", "usr/bin/getent"} <= set(entries)
     assert entries["usr/bin/nc"].data == Path("/bin/nc.openbsd").read_bytes()
     assert any(name.startswith(("lib/", "usr/lib/")) and "libcurl" in name for name in entries)
     assert len([e.name for e in agn.entries]) == len(entries)
@@ -275,6 +275,11 @@ def test_image_set_lays_each_image_out_as_its_dockerfile(tmp_path: Path) -> None
     assert "root:x:0:0:" in files["etc/passwd"].data.decode()
     assert not busybox.base and busybox.config == {"Cmd": ["sh"]}
     assert images["e2e-test-images/nonroot"].config == {"User": "1234"}
+    # glibc-dns-testing: the glibc base with the DNS queriers' dig and getent, and dig's libraries
+    dns = images["e2e-test-images/glibc-dns-testing"]
+    files = {e.name: e for e in dns.entries}
+    assert dns.base and files["usr/bin/dig"].data == Path("/usr/bin/dig").read_bytes() and "usr/bin/getent" in files
+    assert any("libdns" in name for name in files)
     nnp = {e.name: e for e in images["e2e-test-images/nonewprivs"].entries}["usr/local/bin/nnp"]
     assert nnp.mode == 0o4755 and nnp.data.startswith(b"\x7fELF")
     pause = images["pause"]
