@@ -30,6 +30,8 @@ RESTART_RULE_ACTIONS = ("Restart", "RestartAllContainers")
 DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")  # a label selector's
+KEY_TYPES = ("RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519")  # a podCertificate's
 DEFAULT_GRACE = 30
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
@@ -737,9 +739,6 @@ def _projection(p: Obj, default_mode: int) -> Projection:
             user_annotations=tuple(sorted(annotations.items())))
     return UnsupportedProjection(kinds=tuple(sorted(p.raw)))
 
-
-SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-KEY_TYPES = ("RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519")
 
 
 def _trust_bundle(b: Obj) -> ClusterTrustBundleProjection:

@@ -179,6 +179,9 @@ class VolumeManager:
             return self._downward(pod, source, field)
         assert isinstance(source, ProjectedSource), source  # the rest have no files, or no path (volume_path)
         payload: Payload = {}
+        # upstream's choice for trust bundles and pod certificates: with an fsGroup the files are the owner's,
+        # and the group's by ownership.py
+        certificate_mode = 0o600 if pod.spec.security_context.fs_group is not None else source.default_mode
         for i, projection in enumerate(source.sources):
             if isinstance(projection, ConfigMapSource):
                 payload.update(self._keyed(pod, projection))
@@ -189,17 +192,13 @@ class VolumeManager:
                 token = self.tokens.get(pod, account, projection.audience, projection.expiration_seconds)
                 payload[projection.path] = (token.encode(), source.default_mode)
             elif isinstance(projection, ClusterTrustBundleProjection):
-                # upstream's choice, as for podCertificate: with an fsGroup the file is the owner's, and the
-                # group's by ownership.py
-                mode = 0o600 if pod.spec.security_context.fs_group is not None else source.default_mode
-                payload[projection.path] = (trustbundles.anchors(self.client, projection), mode)
+                payload[projection.path] = (trustbundles.anchors(self.client, projection), certificate_mode)
             elif isinstance(projection, PodCertificateProjection):
-                mode = 0o600 if pod.spec.security_context.fs_group is not None else source.default_mode
                 key, chain = self.certificates.bundle(pod, f"{field}.sources[{i}]", projection)
                 for path, data in ((projection.credential_bundle_path, key + chain), (projection.key_path, key),
                                    (projection.certificate_chain_path, chain)):
                     if path:
-                        payload[path] = (data, mode)
+                        payload[path] = (data, certificate_mode)
             else:
                 raise VolumeError(f"{field}.sources[{i}]: {list(projection.kinds)} projections are not supported "
                                   "by this node")
@@ -274,7 +273,6 @@ class VolumeManager:
                                      readonly=vm.read_only or volume.kind in API_DATA,
                                      propagation=PROPAGATION.get(vm.mount_propagation, api_pb2.PROPAGATION_PRIVATE)))
         return out
-
 
     @staticmethod
     def _image_mount(source: ImageSource, path: str, sub: str, sub_field: str, ref: str | None) -> api_pb2.Mount:
