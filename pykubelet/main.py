@@ -82,16 +82,15 @@ def _wake_on(stop: threading.Event, wake: threading.Event) -> None:
     wake.set()
 
 
-def _node_labels(client, settings: config.Settings):
-    """The node's labels as the API server has them (an admin may add some), else the kubelet's own."""
+def _node_labels(node, settings: config.Settings) -> Callable[[], dict[str, str]]:
+    """The node's labels as its Node object has them, from the node informer's watch (`node`): an admin or a
+    test may label the node and bind a pod that needs the label right after, as the scheduler sees it; the
+    kubelet's own (registration) labels standalone, or before the informer's first list."""
     from pykubelet.node.registration import labels
 
-    if client is None:
-        return lambda: labels(settings)
-
     def read() -> dict[str, str]:
-        from lightkube.resources.core_v1 import Node
-        return dict(client.get(Node, settings.node_name).metadata.labels or {})
+        obj = None if node is None else node.get(settings.node_name)
+        return labels(settings) if obj is None else dict(obj.metadata.labels or {})
     return read
 
 
@@ -111,7 +110,7 @@ def _runtime_class_known(client):
     return known
 
 
-def _admission(client, runtime, settings: config.Settings, sources):
+def _admission(client, runtime, settings: config.Settings, sources, node):
     from pykubelet.node.features import declared_features
     from pykubelet.node.status import node_allocatable
     from pykubelet.pods.admission import Admission, Cached
@@ -123,7 +122,7 @@ def _admission(client, runtime, settings: config.Settings, sources):
         settings.node_name, pods=lambda: runnable(p.to_dict() for p in sources.objects()),
         on_node=lambda: {s.labels.get(POD_UID, "") for s in runtime.list_pod_sandbox()},
         allocatable=Cached(lambda: node_allocatable(settings)),
-        labels=Cached(_node_labels(client, settings)), runtime_class_known=_runtime_class_known(client),
+        labels=_node_labels(node, settings), runtime_class_known=_runtime_class_known(client),
         sysctls=Allowlist.for_node(settings.allowed_unsafe_sysctls),
         declared=declared_features(settings.feature_gates))
 
@@ -214,7 +213,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         from pykubelet.pods.workers import PodWorkers
         from pykubelet.server.metrics import Metrics
 
-        client = api_pods = services = tls = None
+        client = api_pods = services = node = tls = None
         events = EventRecorder(None, settings.node_name)  # standalone: events are logged
         from pykubelet.eviction.manager import EvictionManager
         from pykubelet.node.shutdown import ShutdownManager
@@ -259,7 +258,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         sources = PodSources(api_pods, static)
         metrics = Metrics(runtime, settings.node_name)
         workers = PodWorkers(client, runtime, settings, sources, runtime_name=runtime.version().runtime_name,
-                             events=events, admission=_admission(client, runtime, settings, sources),
+                             events=events, admission=_admission(client, runtime, settings, sources, node),
                              services=services, on_started=metrics.pod_start_duration.observe, cgroups=True,
                              heartbeats=heartbeats)
         try:  # kubepods and the QoS cgroups with their limits, before any pod

@@ -131,6 +131,27 @@ def test_finished_pod_succeeds_and_gives_back_its_ip(control_plane, kubelet, run
         delete(control_plane, "once")
 
 
+def test_a_label_just_given_to_the_node_admits_the_next_pod(control_plane, kubelet, kubepods, tmp_path):
+    """As the [Conformance] SchedulerPredicates specs do: a pod is admitted (the kubelet has read its node's
+    labels), the node is labelled, and a pod whose required node affinity needs the label is bound at once: the
+    kubelet admits it too, its admission reading the Node of its watch, not a copy of some seconds before."""
+    sleep = {"name": "app", "image": BUSYBOX, "command": ["sleep", "3600"]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "e2e-rack", "operator": "In", "values": ["r7"]}]}]}}}
+    apply(control_plane, tmp_path, pod_spec("first", sleep))
+    try:
+        wait_pod(control_plane, "first", "Running", lambda p: p.get("status", {}).get("phase") == "Running")
+        control_plane.kubectl("label", "node", NODE, "e2e-rack=r7")
+        apply(control_plane, tmp_path, pod_spec("labelled", sleep, affinity=affinity))
+        pod = wait_pod(control_plane, "labelled", "Running or Failed",
+                       lambda p: p.get("status", {}).get("phase") in ("Running", "Failed"))
+        assert pod["status"]["phase"] == "Running", pod["status"]
+    finally:
+        delete(control_plane, "labelled")
+        delete(control_plane, "first")
+        control_plane.kubectl("label", "node", NODE, "e2e-rack-", check=False)
+
+
 def test_delete_sends_sigterm_and_leaves_nothing(control_plane, kubelet, runtime, cri, kubepods, tmp_path):
     script = "trap 'echo got SIGTERM; exit 0' TERM; echo ready; while true; do sleep 0.2; done"
     # a grace period delete's 60 s wait can't see the end of: the deletion completes only if the container's
