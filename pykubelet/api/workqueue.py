@@ -5,7 +5,10 @@ Level-triggered by construction: the queue holds keys, not events, so a pod upda
 its key waits is synced once, against the cache's latest state. A key being processed is never handed to
 a second worker; if it is added meanwhile it is marked dirty and queued again when done(), so no change
 is lost and no two workers race on one object. Failures requeue through add_rate_limited(): per-key
-exponential back-off (base doubling to a cap), forgotten on success.
+exponential back-off (base doubling to a cap), forgotten on success. A key waits for at most one delayed add,
+the earliest asked for, as client-go's delaying queue: every sync that asks to be run again in N seconds must
+not start a chain of its own beside the ones earlier syncs started, or a pod that a resync, the PLEG or its
+informer also syncs is soon synced many times a second.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class WorkQueue:
         self._dirty: set[Hashable] = set()  # queued or to be queued again
         self._processing: set[Hashable] = set()
         self._waiting: list[tuple[float, int, Hashable]] = []  # (ready at, seq, key) heap of delayed adds
+        self._ready_at: dict[Hashable, tuple[float, int]] = {}  # key -> its one live entry of _waiting
         self._seq = 0
         self._failures: dict[Hashable, int] = {}
         self._shutting_down = False
@@ -56,8 +60,12 @@ class WorkQueue:
         with self._cond:
             if self._shutting_down:
                 return
+            ready = self._clock() + delay
+            if key in self._ready_at and self._ready_at[key][0] <= ready:
+                return  # already due as early: the later add would only repeat it
             self._seq += 1
-            heapq.heappush(self._waiting, (self._clock() + delay, self._seq, key))
+            self._ready_at[key] = (ready, self._seq)  # an entry of the key's still in the heap is stale now
+            heapq.heappush(self._waiting, (ready, self._seq, key))
             self._cond.notify()
 
     def add_rate_limited(self, key: Hashable) -> float:
@@ -82,7 +90,10 @@ class WorkQueue:
         """Moves due delayed keys into the queue; returns seconds until the next one, or None."""
         now = self._clock()
         while self._waiting and self._waiting[0][0] <= now:
-            _, _, key = heapq.heappop(self._waiting)
+            ready, seq, key = heapq.heappop(self._waiting)
+            if self._ready_at.get(key) != (ready, seq):
+                continue  # replaced by an earlier add
+            del self._ready_at[key]
             if key not in self._dirty:
                 self._dirty.add(key)
                 if key not in self._processing:
@@ -121,4 +132,5 @@ class WorkQueue:
         with self._cond:
             self._shutting_down = True
             self._waiting.clear()
+            self._ready_at.clear()
             self._cond.notify_all()

@@ -66,6 +66,32 @@ def test_delayed_key_already_queued_is_not_duplicated():
     assert q.get(timeout=0) is None
 
 
+def test_a_key_waits_for_one_delayed_add_the_earliest():
+    """A pod whose every sync asks to be synced again in 2 s, and that other triggers (a resync, the PLEG, its
+    informer) also sync: one sync per 2 s, not one more chain of them per extra trigger."""
+    clock = Clock()
+    q = WorkQueue(clock=clock)
+    syncs = 0
+    for second in range(60):
+        if second % 3 == 0:
+            q.add("pod")  # an extra trigger every 3 s
+        while (key := q.get(timeout=0)) is not None:
+            syncs += 1
+            q.add_after(key, 2.0)  # the sync: "again in 2 s"
+            q.done(key)
+        clock.now += 1
+    assert syncs <= 60 // 2 + 60 // 3 + 1, syncs  # one chain, plus the extra triggers themselves
+    q = WorkQueue(clock=clock)
+    q.add_after("k", 5.0)
+    q.add_after("k", 1.0)  # earlier: replaces the 5 s one
+    q.add_after("k", 3.0)  # later than the one waiting: nothing
+    clock.now += 1
+    assert q.get(timeout=0) == "k"
+    q.done("k")
+    clock.now += 10
+    assert q.get(timeout=0) is None
+
+
 def test_get_blocks_until_add_and_shut_down_drains():
     q = WorkQueue()
     got = []
