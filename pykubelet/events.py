@@ -4,9 +4,8 @@ Pulled, Created, Started, BackOff, Unhealthy, Killing, a rejected pod's reason) 
 
 Recording an event must never slow or fail a pod sync: `event()` only queues it, and one thread sends
 it, dropping it (with a log line) if the API server refuses or is away; events are best effort in the
-stock kubelet too. Repeats of the same event (same object, type, reason and message) within ten minutes
-update the first one's count and lastTimestamp instead of creating new objects, as client-go's
-EventCorrelator does, so a crash-looping container cannot flood etcd.
+stock kubelet too. What each event becomes (a new object, a patch of the count of a like one, nothing) is
+eventcorrelator.py's decision, so a crash-looping container cannot flood the API server or etcd.
 """
 from __future__ import annotations
 
@@ -15,15 +14,14 @@ import logging
 import queue
 import threading
 import uuid
-from dataclasses import dataclass
 
 from pykubelet.api.podmodel import Pod
+from pykubelet.eventcorrelator import EventCorrelator
 
 log = logging.getLogger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
 COMPONENT = "kubelet"
-AGGREGATE_SECONDS = 600
 QUEUE_SIZE = 1000
 
 
@@ -33,14 +31,6 @@ def _now() -> datetime.datetime:
 
 def _stamp(t: datetime.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class _Seen:
-    name: str
-    namespace: str
-    count: int
-    last: datetime.datetime
 
 
 def pod_ref(pod: Pod, container: str | None = None) -> dict:
@@ -65,7 +55,7 @@ class EventRecorder:
     def __init__(self, client, node_name: str) -> None:
         self.client, self.node_name = client, node_name
         self._queue: queue.Queue = queue.Queue(QUEUE_SIZE)
-        self._seen: dict[tuple, _Seen] = {}
+        self._correlator = EventCorrelator()
         self._thread: threading.Thread | None = None
 
     def event(self, ref: dict, type_: str, reason: str, message: str) -> None:
@@ -98,25 +88,29 @@ class EventRecorder:
         return self._thread
 
     def _send(self, ref: dict, type_: str, reason: str, message: str, when: datetime.datetime) -> None:
+        from lightkube import ApiError
         from lightkube.resources.core_v1 import Event
         from lightkube.types import PatchType
 
-        key = (ref.get("uid"), ref.get("fieldPath"), type_, reason, message)
-        seen = self._seen.get(key)
-        if seen is not None and (when - seen.last).total_seconds() < AGGREGATE_SECONDS:
-            seen.count += 1
-            seen.last = when
-            self.client.patch(Event, seen.name, {"count": seen.count, "lastTimestamp": _stamp(when)},
-                              namespace=seen.namespace, patch_type=PatchType.MERGE)
+        decision = self._correlator.correlate(ref, type_, reason, message, when)
+        if decision is None:
+            log.debug("event %s %s about %s dropped by the spam filter", type_, reason, ref.get("name"))
             return
+        if decision.name is not None:
+            try:
+                self.client.patch(Event, decision.name, {"count": decision.count, "lastTimestamp": _stamp(when),
+                                                         "message": decision.message},
+                                  namespace=decision.namespace, patch_type=PatchType.MERGE)
+                return
+            except ApiError as e:  # gone (the API server's event TTL): made again, as client-go does
+                if e.status.code != 404:
+                    raise
         namespace = ref.get("namespace") or "default"
         name = f"{ref['name']}.{uuid.uuid4().hex[:16]}"
         self.client.create(Event.from_dict({
             "apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": namespace},
-            "involvedObject": ref, "type": type_, "reason": reason, "message": message,
-            "source": {"component": COMPONENT, "host": self.node_name}, "count": 1,
+            "involvedObject": ref, "type": type_, "reason": reason, "message": decision.message,
+            "source": {"component": COMPONENT, "host": self.node_name}, "count": decision.count,
             "firstTimestamp": _stamp(when), "lastTimestamp": _stamp(when),
             "reportingComponent": COMPONENT, "reportingInstance": self.node_name}), namespace=namespace)
-        self._seen[key] = _Seen(name, namespace, 1, when)
-        for k in [k for k, v in self._seen.items() if (when - v.last).total_seconds() >= AGGREGATE_SECONDS]:
-            del self._seen[k]
+        self._correlator.made(decision, name, namespace)
