@@ -148,12 +148,16 @@ class PodSyncer:
         events; raises SyncError (ErrImagePull, ImagePullBackOff, ErrImageNeverPull)."""
         return self._ensure(pod, container.name, container.image, container.image_pull_policy, sandbox)
 
-    def ensure_image_volumes(self, pod: Pod, container: Container, sandbox: api_pb2.PodSandboxConfig) -> dict[str, str]:
+    def ensure_image_volumes(self, pod: Pod, container: Container, sandbox: api_pb2.PodSandboxConfig,
+                             pulled: dict[str, str]) -> dict[str, str]:
         """The reference of each image volume `container` mounts, by volume name, pulled as ensure_image pulls
-        (the events are the pod's, as the kubelet's getImageVolumes)."""
+        (the events are the pod's, as the kubelet's getImageVolumes) unless in `pulled`, this pass's: a volume
+        two starting containers mount is pulled once a pass, as the kubelet's, not once per container."""
         wanted = {vm.name for vm in container.volume_mounts}
-        return {v.name: self._ensure(pod, None, v.source.reference, v.source.pull_policy, sandbox)
-                for v in pod.spec.volumes if v.name in wanted and isinstance(v.source, ImageSource)}
+        for v in pod.spec.volumes:
+            if v.name in wanted and v.name not in pulled and isinstance(v.source, ImageSource):
+                pulled[v.name] = self._ensure(pod, None, v.source.reference, v.source.pull_policy, sandbox)
+        return {name: ref for name, ref in pulled.items() if name in wanted}
 
     def _ensure(self, pod: Pod, name: str | None, image: str, policy: str, sandbox: api_pb2.PodSandboxConfig) -> str:
         if policy != "Always":
@@ -337,6 +341,7 @@ class PodSyncer:
         if resizes:  # what grows, in the pod's cgroup first: on cgroup v1 a child's CFS quota must fit its parent's
             self._resize_pod_cgroup(pod, result, leave=frozenset(shrinking))
         restart_sizes_cgroup = actions.resize_pod_cgroup and not resizes
+        image_volumes: dict[str, str] = {}  # volume name -> the image pulled for it this pass
         while steps:
             step = steps.pop(0)
             if isinstance(step, ResizeContainer | ResizePod):
@@ -358,7 +363,8 @@ class PodSyncer:
                 if restart_sizes_cgroup:  # once the container it replaces is gone, before the new one is made
                     self._resize_pod_cgroup(pod, result)
                     restart_sizes_cgroup = False
-                if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state) and step.halt_unless_started:
+                if not self._start(pod, step, sandbox_id, sandbox_cfg, result, state, image_volumes) \
+                        and step.halt_unless_started:
                     return
             elif isinstance(step, CannotStart):
                 result.waiting[step.name] = (step.reason, step.message)
@@ -480,8 +486,8 @@ class PodSyncer:
         self._remove(step.container_id)
 
     def _start(self, pod: Pod, step: StartContainer, sandbox_id: str, sandbox_cfg: api_pb2.PodSandboxConfig,
-               result: SyncResult, state: RuntimePod) -> bool:
-        """Makes and starts the container; True if it started."""
+               result: SyncResult, state: RuntimePod, pulled_volumes: dict[str, str]) -> bool:
+        """Makes and starts the container; True if it started. `pulled_volumes`: see ensure_image_volumes."""
         name = step.name
         container = pod.container(name)
         if step.backoff_key is not None:
@@ -490,7 +496,7 @@ class PodSyncer:
             self._remove(step.remove_first)
         try:
             image_ref = self.ensure_image(pod, container, sandbox_cfg)
-            image_volumes = self.ensure_image_volumes(pod, container, sandbox_cfg)
+            image_volumes = self.ensure_image_volumes(pod, container, sandbox_cfg, pulled_volumes)
         except SyncError as e:
             result.waiting[name] = (e.reason, str(e))
             # the image manager's event, then the container's "Error: REASON", as the kubelet's

@@ -303,6 +303,28 @@ def test_a_pass_makes_the_sandbox_then_starts_what_is_due_in_it(tmp_path):
     assert rt.started == ["init-0", "c-0", "init-1"] and rt.statuses["c-0"].state == api_pb2.CONTAINER_EXITED
 
 
+def test_an_image_volume_two_starting_containers_mount_is_pulled_once_a_pass(tmp_path):
+    """pullPolicy Always: one pull of the volume's image for the pass that starts both containers (as the
+    kubelet's getImageVolumes), and one more for the pass that restarts one of them."""
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+
+    rt = FakeCRI()
+    rt.add_image("sha256:i", "img:1")
+    mount = [{"name": "data", "mountPath": "/data"}]
+    p = pod(containers=[{"name": "a", "image": "img:1", "volumeMounts": mount},
+                        {"name": "b", "image": "img:1", "volumeMounts": mount}],
+            volumes=[{"name": "data", "image": {"reference": "data:1", "pullPolicy": "Always"}}])
+    syncer = PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"))
+    syncer.sync(p, observe(rt, UID))
+    assert rt.started == ["a-0", "b-0"]
+    assert [c[1] for c in rt.calls if c[0] == "PullImage"] == ["data:1"]
+    rt.exit("a-0", 1)
+    syncer.sync(p, observe(rt, UID))
+    assert rt.started == ["a-0", "b-0", "a-1"]
+    assert [c[1] for c in rt.calls if c[0] == "PullImage"] == ["data:1", "data:1"]
+
+
 class Cache:
     """The pod informer's reading side, over objects shaped as its lightkube models."""
 
