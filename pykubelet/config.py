@@ -808,10 +808,12 @@ def _validate(s: Settings) -> Settings:
     _validate_shutdown(s)
     if s.bootstrap_kubeconfig is not None and s.kubeconfig is None:
         raise ConfigError("--bootstrap-kubeconfig needs --kubeconfig: the path the kubelet writes its credential to")
-    bootstrapped = ("kubeconfig",) if s.bootstrap_kubeconfig is not None else ()  # written by the bootstrap
-    for name in ("kubeconfig", "bootstrap_kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
+    # with a bootstrap, --kubeconfig is what it writes, and the bootstrap file is read only when --kubeconfig
+    # is no valid credential (kubeadm deletes it after `join`, and `init` never writes one): both are checked
+    # then, by certificates.manager.bootstrap_client, as the kubelet's LoadClientCert
+    for name in ("kubeconfig", "tls_cert_file", "tls_private_key_file", "client_ca_file"):
         p = getattr(s, name)
-        if name in bootstrapped:
+        if name == "kubeconfig" and s.bootstrap_kubeconfig is not None:
             continue
         if p is not None and not p.is_file():
             raise ConfigError(f"--{name.replace('_', '-')} {p}: no such file")

@@ -118,6 +118,9 @@ def bootstrap_client(kubeconfig: Path, bootstrap_kubeconfig: Path, cert_dir: Pat
         log.info("kubeconfig %s is valid: no bootstrap", kubeconfig)
         return True
     log.info("kubeconfig %s: %s; TLS bootstrap with %s", kubeconfig, problem, bootstrap_kubeconfig)
+    if not bootstrap_kubeconfig.is_file():
+        raise BootstrapError(f"--kubeconfig {kubeconfig}: {problem}; --bootstrap-kubeconfig "
+                             f"{bootstrap_kubeconfig}, which would ask for a new credential, does not exist")
     make_dirs(cert_dir, DIR_MODE)
     store = FileStore(CLIENT_STORE, cert_dir)
     template = policy.client_template(node)

@@ -301,8 +301,9 @@ def test_settings_of_the_bootstrap(tmp_path):
     assert config.build(flags).cert_dir == Path("/var/lib/kubelet/pki")
     with pytest.raises(config.ConfigError, match="--bootstrap-kubeconfig needs --kubeconfig"):
         config.build({**flags, "bootstrap_kubeconfig": str(boot)})
-    with pytest.raises(config.ConfigError, match=r"--bootstrap-kubeconfig .*: no such file"):
-        config.build({**flags, "kubeconfig": str(boot), "bootstrap_kubeconfig": str(tmp_path / "none")})
+    # a node `kubeadm init` made, or one `kubeadm join` deleted the file of: read only if --kubeconfig won't do
+    gone = config.build({**flags, "kubeconfig": str(boot), "bootstrap_kubeconfig": str(tmp_path / "none")})
+    assert gone.bootstrap_kubeconfig == tmp_path / "none"
     doc.write_text(json.dumps({"apiVersion": config.API_VERSION, "kind": config.KIND, "rotateCertificates": "yes"}))
     with pytest.raises(config.ConfigError, match="rotateCertificates: expected true or false"):
         config.build(flags, doc)
@@ -394,6 +395,17 @@ def test_bootstrap_writes_the_pair_and_a_kubeconfig_naming_it(tmp_path, ca, monk
     assert manager.client_config_problem(kubeconfig_path) is None
     assert manager.bootstrap_client(kubeconfig_path, boot, cert_dir, NODE, threading.Event())
     assert len(api.created) == 1  # valid: no second request
+
+
+def test_a_missing_bootstrap_file_matters_only_without_a_valid_kubeconfig(tmp_path, ca):
+    cert, key, _ = ca.pair(policy.client_template(NODE), start=datetime.datetime.now(datetime.UTC))
+    valid = kubeconfig(tmp_path / "kubelet.conf", cert, key)
+    assert manager.bootstrap_client(valid, tmp_path / "none", tmp_path / "pki", NODE, threading.Event())
+    with pytest.raises(manager.BootstrapError, match=r"--kubeconfig .*/other.conf: missing; "
+                       r"--bootstrap-kubeconfig .*/none, which would ask for a new credential, does not exist"):
+        manager.bootstrap_client(tmp_path / "other.conf", tmp_path / "none", tmp_path / "pki", NODE,
+                                 threading.Event())
+    assert not (tmp_path / "pki").exists()
 
 
 def test_bootstrap_never_reuses_an_expired_pairs_key(tmp_path, ca, monkeypatch):
