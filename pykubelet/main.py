@@ -312,6 +312,15 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
         runtime.close()
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    """`Kubernetes vX.Y.Z`: what kubeadm's preflight parses of `kubelet --version`."""
+    if value:
+        from pykubelet.node.status import KUBELET_VERSION
+
+        click.echo(f"Kubernetes {KUBELET_VERSION}")
+        ctx.exit()
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path),
               help="A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML or JSON); flags override it.")
@@ -338,6 +347,8 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 @click.option("--pod-infra-container-image", help="Accepted and ignored, as by the stock kubelet: the runtime "
               "chooses the sandbox image.")
 @click.option("-v", "--v", "v", type=int, help="Log verbosity (0: info, 1 and above: debug) [0].")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Print the Kubernetes version this kubelet implements, as the kubelet prints it, and exit.")
 def main(config_file: Path | None, pod_infra_container_image: str | None, **flags) -> None:
     """pykubelet: a kubelet in Python, for a stock kube-apiserver and any CRI runtime."""
     try:

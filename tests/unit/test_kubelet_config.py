@@ -3,6 +3,7 @@ them, and an unknown or invalid setting stops start-up naming it."""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 from pathlib import Path
 
@@ -91,6 +92,13 @@ def test_go_durations(text, seconds):
                                                (2e-6, "2µs")])
 def test_durations_printed_as_go_prints_them(seconds, text):
     assert durations.go_duration(seconds) == text
+
+
+def test_version_is_printed_as_kubeadm_parses_it():
+    """kubeadm's preflight (KubeletVersion, SystemVerification) runs `kubelet --version` and wants this line."""
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert re.fullmatch(r"Kubernetes v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)([-\w.+]*)?\n", result.output)
 
 
 def test_command_line_stops_naming_the_setting(tmp_path):
