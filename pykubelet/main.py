@@ -127,6 +127,15 @@ def _admission(client, runtime, settings: config.Settings, sources, node):
         declared=declared_features(settings.feature_gates))
 
 
+def _registered(register, client, settings: config.Settings, status) -> Callable[[threading.Event], None]:
+    """The node status loop, after the Node's registration, which retries until the API server answers: as
+    the kubelet's, off the start path, so that the pods run meanwhile (the API server may be one of them)."""
+    def run(stop: threading.Event) -> None:
+        if register(client, settings, status, stop):
+            status.run(stop)
+    return run
+
+
 def _client(settings: config.Settings, stop: threading.Event, loops: list):
     """The API client, after the TLS bootstrap when there is a --bootstrap-kubeconfig (None: stopped while
     waiting for the certificate); with rotateCertificates, its transport reloads each new client
@@ -241,14 +250,12 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
             status = NodeStatus(client, runtime, settings, events=events, pressure=evictions.conditions,
                                 shutdown=shutdown.problem)
             evictions.on_change = shutdown.on_change = status.changed.set
-            if not register(client, settings, status, stop):
-                return
             api_pods = pod_informer(client, settings.node_name)
             services = service_informer(client)
             node = node_informer(client, settings.node_name)
             pod_cidr = PodCIDR(node, runtime, settings.node_name)
-            loops += [("lease", NodeLease(client, settings).run), ("node-status", status.run),
-                      ("pod-cidr", pod_cidr.run)]
+            loops += [("lease", NodeLease(client, settings).run),
+                      ("node-status", _registered(register, client, settings, status)), ("pod-cidr", pod_cidr.run)]
             informers.append(node.start())
             threads += [threading.Thread(target=_wake_on, args=(stop, wake), daemon=True)
                         for wake in (status.changed, pod_cidr.changed)]

@@ -21,6 +21,9 @@ from pathlib import Path
 import httpx2
 
 FIELD_MANAGER = "pykubelet"
+# the API server did not answer (refused, reset, timed out): the kubelet retries, and says so in a line, not a
+# stack trace, since the API server may be one of its own static pods that has not started yet
+Unreachable = httpx2.TransportError
 
 
 def load_kubeconfig(path: Path):

@@ -22,7 +22,7 @@ from decimal import Decimal
 from pykubelet.api import quantity
 from pykubelet.api.podmodel import Container, Pod
 from pykubelet.config import Settings
-from pykubelet.pods.podspec import expand, parse_quantity
+from pykubelet.pods.podspec import expand, is_static, parse_quantity
 from pykubelet.volumes import objects
 from pykubelet.volumes.errors import ContainerConfigError
 
@@ -238,6 +238,9 @@ class EnvSource:
         if self.services is None:
             return {}
         services = self.services()
-        if services is None:  # as the kubelet: no env at all rather than one that misses services
-            raise ContainerConfigError("services have not yet been read at least once, cannot construct envvars")
+        if services is None:
+            if not is_static(pod):  # as the kubelet: no env at all rather than one that misses services
+                raise ContainerConfigError("services have not yet been read at least once, cannot construct "
+                                           "envvars")
+            services = []  # as the kubelet: a static pod may be the API server the services come from
         return service_env(services, pod.metadata.namespace, pod.spec.enable_service_links)

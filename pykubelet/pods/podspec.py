@@ -61,11 +61,14 @@ def _requirements_qos(requests: Mapping[str, Any], limits: Mapping[str, Any]) ->
     return classes.pop() if len(classes) == 1 else "Burstable"
 
 
+def is_static(pod: Pod) -> bool:
+    """The kubelet's IsStaticPod: a pod of a source other than the API server (a manifest)."""
+    return pod.metadata.annotations.get(CONFIG_SOURCE, "api") != "api"
+
+
 def is_critical(pod: Pod) -> bool:
     """The kubelet's IsCriticalPod: a static pod, a mirror pod, or one of system-critical priority."""
-    annotations = pod.metadata.annotations
-    source = annotations.get(CONFIG_SOURCE)
-    return (source is not None and source != "api") or CONFIG_MIRROR in annotations \
+    return is_static(pod) or CONFIG_MIRROR in pod.metadata.annotations \
         or pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
 
 

@@ -15,8 +15,10 @@ own pod's thread.
 
 UIDs, not names: a pod deleted and created again under the same name is another pod, whose predecessor's
 containers must go. A UID whose pod the API server no longer has (deleted while the kubelet was away,
-force-deleted) is killed with the grace its containers were started with. Nothing is killed before the
-informer has synced: until then an unknown UID means "not listed yet", not "deleted".
+force-deleted) is killed with the grace its containers were started with. Nothing is killed before every
+source has listed its pods: until then an unknown UID means "not listed yet", not "deleted" (the kubelet's
+sourcesReady). Pods are synced from the start all the same, each as its source lists it, so that a static
+pod runs while the API server is away, or is itself one of the static pods (kubeadm's control plane).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Any
 
 from proto import api_pb2
 from pykubelet import runtime as cri
+from pykubelet.api.client import Unreachable
 from pykubelet.api.fields import FieldError
 from pykubelet.api.informer import key_of
 from pykubelet.api.podmodel import Pod, parse_pod
@@ -46,6 +49,7 @@ from pykubelet.pods.admission import Admission, rejected_status
 from pykubelet.pods.allocation import RESIZE_CONDITIONS, AllocationManager, PodResources, resizable
 from pykubelet.pods.backoff import Backoff
 from pykubelet.pods.env import EnvSource
+from pykubelet.pods.labels import POD_UID
 from pykubelet.pods.lifecycle import Deadline
 from pykubelet.pods.nodecgroups import NodeCgroups
 from pykubelet.pods.pleg import PLEG
@@ -160,6 +164,8 @@ class PodWorkers:
         except FieldError as e:  # the pod's next change brings it back
             log.warning("pod %s: not run: %s", self._keys.get(uid, uid), e)
             return None
+        if pod is None and not self.informer.has_synced():
+            return None  # not listed yet: _when_listed brings it back
         state = observe(self.runtime, uid)
         if pod is None or pod.metadata.deletion_timestamp:
             self._terminate(uid, pod, state)
@@ -460,7 +466,7 @@ class PodWorkers:
         except Exception as e:
             delay = self.queue.add_rate_limited(uid)
             log.warning("pod %s: sync failed: %s; again in %.1f s", self._keys.get(uid, uid), e, delay,
-                        exc_info=not isinstance(e, cri.CRIError))
+                        exc_info=not isinstance(e, cri.CRIError | Unreachable))
         else:
             self.queue.forget(uid)
             if again is not None:
@@ -483,18 +489,37 @@ class PodWorkers:
                 except (OSError, SystemdError) as e:
                     log.warning("the burstable QoS cgroup's cpu shares: %s", e)
 
-    def run(self, stop: threading.Event) -> None:
-        """Waits for the pod informer's first list, then syncs pods until `stop`."""
+    def _when_listed(self, stop: threading.Event) -> None:
+        """Once every source has listed its pods: the resources allocated to pods no source has are dropped,
+        and each pod the runtime has is synced, so that one no source names (deleted while the kubelet was
+        away) is stopped and removed."""
         while not self.informer.wait_synced(0.5):
             if stop.is_set():
                 return
         self.allocations.retain({obj.metadata.uid for obj in self.informer.objects()})
+        while True:
+            try:
+                uids = {s.labels.get(POD_UID, "") for s in self.runtime.list_pod_sandbox()}
+                uids |= {c.labels.get(POD_UID, "") for c in self.runtime.list_containers()}
+                break
+            except cri.CRIError as e:
+                log.warning("listing the runtime's pods: %s", e)
+                if stop.wait(1.0):
+                    return
+        uids.discard("")
+        log.info("every pod source has listed its pods: %d pods in the runtime to sync", len(uids))
+        for uid in uids:
+            self.queue.add(uid)
+
+    def run(self, stop: threading.Event) -> None:
+        """Syncs pods until `stop`."""
         self.heartbeats.watch("pleg", max(self.pleg.relist_period, self.settings.runtime_request_timeout))
         self.heartbeats.watch("resync", self.settings.sync_frequency)
         threads = [threading.Thread(target=self._dispatch, name="pod-dispatch", daemon=True),
+                   threading.Thread(target=self._when_listed, args=(stop,), name="pod-sources", daemon=True),
                    threading.Thread(target=self.pleg.run, args=(stop,), name="pleg", daemon=True),
-                    threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),
-                    threading.Thread(target=self.probes.run, args=(stop,), name="probes", daemon=True)]
+                   threading.Thread(target=self._resync, args=(stop,), name="pod-resync", daemon=True),
+                   threading.Thread(target=self.probes.run, args=(stop,), name="probes", daemon=True)]
         for t in threads:
             t.start()
         stop.wait()

@@ -3,13 +3,16 @@ a manifest in --pod-manifest-path runs and its mirror pod shows it Running in th
 mirror pod comes back while the pod keeps running; a changed manifest replaces the pod; a removed manifest
 removes pod and mirror and leaves nothing on the node. Pods the node cannot run (over allocatable cpu, over
 max-pods, a node selector that does not match) are rejected with the kubelet's reason and a Warning event.
-Without a kubeconfig, pykubelet runs static pods alone. `make run` is tested in test_make_run.py.
+Without a kubeconfig, pykubelet runs static pods alone, and with one it runs them before the API server
+answers (kubeadm's control plane). `make run` is tested in test_make_run.py.
 
 This module runs its own pykubelet (with a manifest directory and maxPods 2) instead of the shared
 `kubelet` fixture: two kubelets on one runtime would each remove the other's pods."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import requests
 
 from proto import api_pb2
 from pykubelet import runtime as criapi
+from tests.kit.controlplane import free_port
 from tests.kit.kubelet_node import (
     BUSYBOX,
     HTTPD,
@@ -214,3 +218,93 @@ def test_standalone_mode_runs_static_pods_without_api_server(static_kubelet, cri
         if uid:
             wait_for("the standalone pod gone", lambda: nothing_on_node(runtime, uid))
         k.stop()
+
+
+class Forwarder:
+    """A TCP port that forwards to another: the API server's address as a node sees it, switched on when the
+    test says (the API server "comes up")."""
+
+    def __init__(self, port: int, target: int) -> None:
+        self.port, self.target = port, target
+        self.listener: socket.socket | None = None
+        self.conns: list[socket.socket] = []
+
+    def start(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        for c in self.conns:
+            c.close()
+
+
+def test_static_pods_run_before_the_api_server_answers(static_kubelet, control_plane, cri, runtime, kubepods,
+                                                       tmp_path_factory):
+    """kubeadm's control plane is static pods on the node's own kubelet: they run while the API server does
+    not answer yet (it is one of them), and once it does the node registers and the mirror pod shows the same
+    pod Running, not a new one."""
+    static_kubelet.stop()  # one kubelet per runtime
+    node = "pynode-e2e-late-api"
+    manifests = tmp_path_factory.mktemp("late-api-manifests")
+    (manifests / "web.yaml").write_text(manifest())
+    port = free_port()
+    kubeconfig = control_plane.node_kubeconfig(node)
+    kubeconfig.write_text(kubeconfig.read_text().replace(control_plane.server, f"https://127.0.0.1:{port}"))
+    k = Kubelet.for_node(tmp_path_factory.mktemp("late-api"), node, "10.201.0.35", cri.url, kubeconfig, None,
+                         "--pod-manifest-path", str(manifests))
+    k.start()
+    forwarder, uid = Forwarder(port, control_plane.port), ""
+    try:
+        selector = {"io.kubernetes.pod.name": f"web-{node}"}
+        sandbox = wait_for("the static pod running with no API server", lambda: next(
+            (s for s in runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))
+             if any(c.state == api_pb2.CONTAINER_RUNNING
+                    for c in runtime.list_containers(api_pb2.ContainerFilter(pod_sandbox_id=s.id)))), None),
+            timeout=90)
+        uid = sandbox.metadata.uid
+        assert k.running(), k.log_tail()
+        assert control_plane.kubectl("get", "node", node, check=False).returncode != 0
+        forwarder.start()
+        mirror = running_mirror(control_plane, f"web-{node}")
+        assert mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"]
+        assert mirror["status"]["podIP"] == runtime.pod_sandbox_status(sandbox.id).status.network.ip
+        assert mirror["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert [s.id for s in runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))] == [
+            sandbox.id]
+        node_obj = json.loads(control_plane.kubectl("get", "node", node, "-o", "json").stdout)
+        assert any(c["type"] == "Ready" for c in node_obj["status"]["conditions"])
+    finally:
+        (manifests / "web.yaml").unlink(missing_ok=True)
+        if uid:
+            wait_for("the static pod gone", lambda: nothing_on_node(runtime, uid))
+        k.stop()
+        forwarder.stop()
+        control_plane.kubectl("delete", "node", node, "--ignore-not-found", check=False)

@@ -166,6 +166,11 @@ def test_env_source_refuses_an_env_without_the_services_until_they_are_listed():
     unlisted = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE, services=lambda: None)
     with pytest.raises(ContainerConfigError, match="services have not yet been read at least once"):
         unlisted.resolve(POD, POD.spec.containers[0], pod_ips=[], warn=lambda reason, message: None)
+    # a static pod does not wait: it may be the API server itself (kubeadm's control plane)
+    static = parse_pod({**POD.raw, "metadata": {**POD.raw["metadata"],
+                                                "annotations": {"kubernetes.io/config.source": "file"}}})
+    assert "MY_DB_SERVICE_HOST" not in unlisted.resolve(static, static.spec.containers[0], pod_ips=[],
+                                                        warn=lambda reason, message: None)
     standalone = EnvSource(FakeClient(None), Settings(), lambda: ALLOCATABLE)  # no API server: no services
     one = pod_with({"name": "c", "env": [{"name": "A", "value": "1"}]})
     assert standalone.resolve(one, one.spec.containers[0], pod_ips=[], warn=lambda reason, message: None) == {"A": "1"}

@@ -329,20 +329,31 @@ class Cache:
     """The pod informer's reading side, over objects shaped as its lightkube models."""
 
     def __init__(self) -> None:
-        self.objects: dict[str, SimpleNamespace] = {}
+        self.by_key: dict[str, SimpleNamespace] = {}
+        self.listed = threading.Event()  # every source has listed its pods
+        self.listed.set()
 
     def add_handler(self, _handler) -> None:
         pass
 
+    def has_synced(self) -> bool:
+        return self.listed.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self.listed.wait(timeout)
+
+    def objects(self) -> list[SimpleNamespace]:
+        return list(self.by_key.values())
+
     def get(self, key: str) -> SimpleNamespace | None:
-        return self.objects.get(key)
+        return self.by_key.get(key)
 
     def put(self, raw: dict) -> SimpleNamespace:
         meta = raw["metadata"]
         obj = SimpleNamespace(metadata=SimpleNamespace(uid=meta["uid"], namespace=meta["namespace"], name=meta["name"],
                                                        deletionGracePeriodSeconds=meta.get("deletionGracePeriodSeconds")),
                               to_dict=lambda: copy.deepcopy(raw))
-        self.objects[f"{meta['namespace']}/{meta['name']}"] = obj
+        self.by_key[f"{meta['namespace']}/{meta['name']}"] = obj
         return obj
 
 
@@ -378,12 +389,42 @@ def test_a_pod_gone_from_the_api_and_the_runtime_still_leaves_nothing_on_the_nod
     workers = PodWorkers(None, FakeCRI(), settings, cache)
     workers._on_pod("ADDED", None, cache.put({"metadata": {"name": "web", "namespace": "ns", "uid": UID},
                                               "spec": {"containers": [{"name": "c", "image": "img:1"}]}}))
-    cache.objects.clear()  # the API server deleted it
+    cache.by_key.clear()  # the API server deleted it
     logs, volumes = settings.pod_logs_dir / f"ns_web_{UID}" / "c", settings.root_dir / "pods" / UID / "volumes"
     logs.mkdir(parents=True)
     volumes.mkdir(parents=True)
     assert workers.sync(UID) is None
     assert not logs.parent.exists() and not volumes.parent.exists()
+
+
+def test_a_pod_no_source_has_listed_yet_is_left_alone_until_every_source_has(tmp_path):
+    """A static pod runs while the API server is away (kubeadm's control plane is static pods), but a pod
+    the runtime runs that no source has named yet is "not listed yet", not "deleted", until all have listed."""
+    from pykubelet.api.workqueue import WorkQueue
+    from pykubelet.pods.runtimepod import observe
+    from pykubelet.pods.sync import PodSyncer
+    from pykubelet.pods.workers import PodWorkers
+
+    rt, cache = FakeCRI(), Cache()
+    rt.add_image("sha256:i", "img:1")
+    PodSyncer(rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs")).sync(pod(), observe(rt, UID))
+    assert rt.started == ["c-0"]  # an API pod, from before the kubelet's restart
+    cache.listed.clear()
+    workers = PodWorkers(None, rt, Settings(root_dir=tmp_path, pod_logs_dir=tmp_path / "logs"), cache)
+    static = {"metadata": {"name": "etcd", "namespace": "kube-system", "uid": "static-uid"},
+              "spec": {"containers": [{"name": "etcd", "image": "img:1"}]}}
+    workers._on_pod("ADDED", None, cache.put(static))
+    workers.sync("static-uid")
+    assert rt.started == ["c-0", "etcd-0"]
+    assert workers.sync(UID) is None
+    assert rt.statuses["c-0"].state == api_pb2.CONTAINER_RUNNING
+    cache.listed.set()  # the API server listed its pods: UID's is not among them
+    workers.queue = WorkQueue()
+    workers._when_listed(threading.Event())
+    assert {workers.queue.get(), workers.queue.get()} == {UID, "static-uid"}
+    workers.sync(UID)
+    assert observe(rt, UID).containers == [] and observe(rt, UID).sandboxes == []  # stopped and removed
+    assert observe(rt, "static-uid").sandbox is not None
 
 
 DEBUGGER = {"name": "debugger", "image": "img:1", "targetContainerName": "c", "stdin": True, "tty": True}
