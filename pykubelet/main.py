@@ -2,12 +2,14 @@
 file, and the start-up and shutdown order of its long-running parts.
 
 Start-up: settings (a bad one stops here, naming it), the CRI runtime (waited for: the kubelet may start
-before it), then with a kubeconfig the TLS bootstrap (with --bootstrap-kubeconfig; pykubelet/certificates),
-the Node registration, the lease heartbeat, the node status loop, the
-Node's pod CIDR handed to the runtime, the pod informer; then the pod workers (pykubelet/pods) over the pod
-sources (API pods and the static pods of --pod-manifest-path, whose mirror pods it keeps); without a
-kubeconfig, standalone mode: static pods only, no API client, statuses kept in memory and events logged. In
-both, the HTTPS server (pykubelet/server) and, before the rest, the healthz server (pykubelet/server/healthz.py).
+before it) and the cgroup driver it uses, then with a kubeconfig the TLS bootstrap (with
+--bootstrap-kubeconfig; pykubelet/certificates), and, off the start path, the Node registration (the node
+status loop after it), the lease heartbeat, the Node's pod CIDR handed to the runtime, the pod informer;
+then the pod workers (pykubelet/pods) over the pod sources (API pods and the static pods of
+--pod-manifest-path, whose mirror pods it keeps), which run static pods before the API server answers;
+without a kubeconfig, standalone mode: static pods only, no API client, statuses kept in memory and events
+logged. In both, the HTTPS server (pykubelet/server) and, before the rest, the healthz server
+(pykubelet/server/healthz.py).
 SIGTERM or SIGINT stops every loop and the process exits 0; pods keep running (a kubelet restart must not
 touch them).
 """
@@ -74,6 +76,39 @@ def wait_for_runtime(runtime, stop: threading.Event) -> bool:
             stop.wait(delay)
             delay = min(delay * 2, 5.0)
     return False
+
+
+def cgroup_driver(runtime, configured: str, stop: threading.Event, tries: int = 3, wait: float = 2.0) -> str:
+    """The cgroup driver the runtime uses (CRI RuntimeConfig), which the kubelet follows whatever its config
+    says, as the stock kubelet's getCgroupDriverFromCRI: kubeadm writes cgroupDriver: systemd, and a runtime
+    on a host without systemd uses cgroupfs. `configured` where the runtime has no RuntimeConfig
+    (containerd 1.6). Raises CRIError when the runtime fails `tries` times, SystemExit when the driver is
+    systemd on a host where systemd does not run."""
+    from proto import api_pb2
+    from pykubelet.runtime import CRIError, Unimplemented
+
+    response = None
+    for attempt in range(tries):
+        try:
+            response = runtime.runtime_config()
+            break
+        except Unimplemented:
+            log.info("the container runtime has no RuntimeConfig: cgroupDriver %s from the kubelet's config",
+                     configured)
+            break
+        except CRIError:
+            if attempt == tries - 1 or stop.wait(wait):
+                raise
+    driver = configured
+    if response is not None and response.HasField("linux"):  # unset, its driver would read as systemd
+        driver = {api_pb2.SYSTEMD: "systemd", api_pb2.CGROUPFS: "cgroupfs"}[response.linux.cgroup_driver]
+        if driver != configured:
+            log.info("cgroup driver %s, as the container runtime says (the config's %s is not used)", driver,
+                     configured)
+    if driver == "systemd" and not booted():
+        raise SystemExit("pykubelet: cgroupDriver: systemd: systemd is not running on this host (no "
+                         "/run/systemd/system); use cgroupfs, in the runtime and the kubelet")
+    return driver
 
 
 def _wake_on(stop: threading.Event, wake: threading.Event) -> None:
@@ -214,6 +249,7 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
     try:
         if not wait_for_runtime(runtime, stop):
             return
+        settings.cgroup_driver = cgroup_driver(runtime, settings.cgroup_driver, stop)
         from pykubelet.events import NORMAL, WARNING, EventRecorder, node_ref
         from pykubelet.images.gc import ImageGC
         from pykubelet.logs.rotation import LogRotator
@@ -362,10 +398,6 @@ def main(config_file: Path | None, pod_infra_container_image: str | None, **flag
         settings = config.build(flags, config_file)
     except config.ConfigError as e:
         click.echo(f"pykubelet: {e}", err=True)
-        sys.exit(2)
-    if settings.cgroup_driver == "systemd" and not booted():
-        click.echo("pykubelet: cgroupDriver: systemd: systemd is not running on this host (no /run/systemd/system); "
-                   "use cgroupfs", err=True)
         sys.exit(2)
     preload()  # before anything is made: a module that can't load stops the start, not a pod's sync
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,

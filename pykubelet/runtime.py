@@ -198,6 +198,9 @@ class CRIRuntime:
         self._call(self._runtime, "UpdatePodSandboxResources", api_pb2.UpdatePodSandboxResourcesRequest(
             pod_sandbox_id=pod_sandbox_id, resources=resources))
 
+    def runtime_config(self) -> api_pb2.RuntimeConfigResponse:
+        return self._call(self._runtime, "RuntimeConfig", api_pb2.RuntimeConfigRequest())
+
     def update_runtime_config(self, pod_cidr: str) -> None:
         self._call(self._runtime, "UpdateRuntimeConfig", api_pb2.UpdateRuntimeConfigRequest(
             runtime_config=api_pb2.RuntimeConfig(network_config=api_pb2.NetworkConfig(pod_cidr=pod_cidr))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import threading
 from pathlib import Path
 
 import pytest
@@ -108,13 +109,44 @@ def test_command_line_stops_naming_the_setting(tmp_path):
     assert "unknown field bogus" in result.output
 
 
-def test_the_systemd_cgroup_driver_stops_the_start_on_a_host_without_systemd(tmp_path, monkeypatch):
+class RuntimeConfigs:
+    """A runtime's answers to RuntimeConfig, one per call (an exception is raised)."""
+
+    def __init__(self, *answers) -> None:
+        self.answers = list(answers)
+
+    def runtime_config(self):
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_cgroup_driver_is_the_runtimes_as_the_kubelets_getCgroupDriverFromCRI(monkeypatch):
+    """kubeadm writes cgroupDriver: systemd; the kubelet follows the runtime, and the config only where the
+    runtime has no RuntimeConfig (containerd 1.6)."""
+    import grpc
+
+    from proto import api_pb2
     from pykubelet import main as kubelet_main
+    from pykubelet import runtime as cri
+
+    monkeypatch.setattr(kubelet_main, "booted", lambda: True)
+    stop = threading.Event()
+    cgroupfs = api_pb2.RuntimeConfigResponse(linux=api_pb2.LinuxRuntimeConfiguration(cgroup_driver=api_pb2.CGROUPFS))
+    systemd = api_pb2.RuntimeConfigResponse(linux=api_pb2.LinuxRuntimeConfiguration(cgroup_driver=api_pb2.SYSTEMD))
+    assert kubelet_main.cgroup_driver(RuntimeConfigs(cgroupfs), "systemd", stop) == "cgroupfs"
+    assert kubelet_main.cgroup_driver(RuntimeConfigs(systemd), "cgroupfs", stop) == "systemd"
+    assert kubelet_main.cgroup_driver(RuntimeConfigs(api_pb2.RuntimeConfigResponse()), "cgroupfs", stop) == "cgroupfs"
+    unimplemented = cri.Unimplemented("RuntimeConfig", grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+    assert kubelet_main.cgroup_driver(RuntimeConfigs(unimplemented), "systemd", stop) == "systemd"
+    starting = cri.CRIError("RuntimeConfig", grpc.StatusCode.UNAVAILABLE, "connection refused")
+    assert kubelet_main.cgroup_driver(RuntimeConfigs(starting, cgroupfs), "systemd", stop, wait=0) == "cgroupfs"
+    with pytest.raises(cri.CRIError, match="connection refused"):
+        kubelet_main.cgroup_driver(RuntimeConfigs(starting, starting, starting), "systemd", stop, wait=0)
     monkeypatch.setattr(kubelet_main, "booted", lambda: False)
-    result = CliRunner().invoke(main, ["--config", str(write(tmp_path, {"cgroupDriver": "systemd"})),
-                                       "--hostname-override", "n"])
-    assert result.exit_code == 2
-    assert "cgroupDriver: systemd: systemd is not running on this host" in result.output
+    with pytest.raises(SystemExit, match="cgroupDriver: systemd: systemd is not running on this host"):
+        kubelet_main.cgroup_driver(RuntimeConfigs(systemd), "cgroupfs", stop)
 
 
 DATA = Path(__file__).parent / "data" / "kubelet"
