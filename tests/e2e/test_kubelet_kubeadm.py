@@ -37,18 +37,22 @@ KUBEADM_FLAGS = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in LABELS.items
                  "--pod-infra-container-image=registry.k8s.io/pause:3.10"]
 
 
-def kubeadm_config(cp, work: Path) -> dict:
+def kubeadm_config(cp, work: Path, runtime: str) -> dict:
     """kubeadm's file, its host paths made this test's: the CA is the control plane's, resolvConf a file of
     the test's, no static pods (/etc/kubernetes/manifests is the machine's); the endpoint comes by flag, as
-    kubeadm-flags.env gives it; cgroupfs, as the runtimes here (kubeadm's systemd driver is issue 24's part
-    4); and systemReserved, which kubeadm leaves out."""
+    kubeadm-flags.env gives it; and systemReserved, which kubeadm leaves out. Its cgroupDriver (systemd) is
+    kept where the runtime says which driver it uses (pyruntime-cri's RuntimeConfig: cgroupfs here, which
+    the kubelet follows, as the stock one); containerd 1.6 has no RuntimeConfig, so there it is cgroupfs, as
+    the runtime's here."""
     config = yaml.safe_load(KUBEADM_CONFIG.read_text())
     resolv = work / "resolv.conf"
     resolv.write_text(RESOLV_CONF)
     config["authentication"]["x509"]["clientCAFile"] = str(cp.ca.pair.cert)
     for name in ("apiVersion", "kind", "staticPodPath", "containerRuntimeEndpoint"):
         del config[name]
-    return config | {"resolvConf": str(resolv), "cgroupDriver": "cgroupfs", "systemReserved": SYSTEM_RESERVED}
+    assert config["cgroupDriver"] == "systemd"
+    driver = {} if runtime == "pyruntime-cri" else {"cgroupDriver": "cgroupfs"}
+    return config | {"resolvConf": str(resolv), "systemReserved": SYSTEM_RESERVED} | driver
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,7 @@ def kubelet(control_plane, cri, tmp_path_factory):
     """As tests/e2e/conftest.py's, with kubeadm's file and flags."""
     work = tmp_path_factory.mktemp("pykubelet")
     k = Kubelet.for_node(work, NODE, NODE_IP, cri.url, control_plane.node_kubeconfig(NODE),
-                         kubeadm_config(control_plane, work), *KUBEADM_FLAGS, f"--cert-dir={work / 'pki'}")
+                         kubeadm_config(control_plane, work, cri.name), *KUBEADM_FLAGS, f"--cert-dir={work / 'pki'}")
     k.start()
     wait_for("the node to register", lambda: not k.running() or control_plane.kubectl(
         "get", "node", NODE, check=False).returncode == 0)
