@@ -11,8 +11,6 @@ This module runs its own pykubelet (with a manifest directory and maxPods 2) ins
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from tests.kit.kubelet_node import (
     wait_for,
     wait_pod,
 )
+from tests.kit.tcpproxy import CuttingProxy
 
 NODE = "pynode-e2e-static"
 NODE_IP = "10.201.0.33"
@@ -220,52 +219,6 @@ def test_standalone_mode_runs_static_pods_without_api_server(static_kubelet, cri
         k.stop()
 
 
-class Forwarder:
-    """A TCP port that forwards to another: the API server's address as a node sees it, switched on when the
-    test says (the API server "comes up")."""
-
-    def __init__(self, port: int, target: int) -> None:
-        self.port, self.target = port, target
-        self.listener: socket.socket | None = None
-        self.conns: list[socket.socket] = []
-
-    def start(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        assert self.listener is not None
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def stop(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
-        for c in self.conns:
-            c.close()
-
-
 def test_static_pods_run_before_the_api_server_answers(static_kubelet, control_plane, cri, runtime, kubepods,
                                                        tmp_path_factory):
     """kubeadm's control plane is static pods on the node's own kubelet: they run while the API server does
@@ -281,7 +234,7 @@ def test_static_pods_run_before_the_api_server_answers(static_kubelet, control_p
     k = Kubelet.for_node(tmp_path_factory.mktemp("late-api"), node, "10.201.0.35", cri.url, kubeconfig, None,
                          "--pod-manifest-path", str(manifests))
     k.start()
-    forwarder, uid = Forwarder(port, control_plane.port), ""
+    proxy, uid = None, ""
     try:
         selector = {"io.kubernetes.pod.name": f"web-{node}"}
         sandbox = wait_for("the static pod running with no API server", lambda: next(
@@ -292,7 +245,7 @@ def test_static_pods_run_before_the_api_server_answers(static_kubelet, control_p
         uid = sandbox.metadata.uid
         assert k.running(), k.log_tail()
         assert control_plane.kubectl("get", "node", node, check=False).returncode != 0
-        forwarder.start()
+        proxy = CuttingProxy(control_plane.port, port=port)  # the API server comes up
         mirror = running_mirror(control_plane, f"web-{node}")
         assert mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"]
         assert mirror["status"]["podIP"] == runtime.pod_sandbox_status(sandbox.id).status.network.ip
@@ -300,11 +253,12 @@ def test_static_pods_run_before_the_api_server_answers(static_kubelet, control_p
         assert [s.id for s in runtime.list_pod_sandbox(api_pb2.PodSandboxFilter(label_selector=selector))] == [
             sandbox.id]
         node_obj = json.loads(control_plane.kubectl("get", "node", node, "-o", "json").stdout)
-        assert any(c["type"] == "Ready" for c in node_obj["status"]["conditions"])
+        assert {c["type"]: c["status"] for c in node_obj["status"]["conditions"]}["Ready"] == "True"
     finally:
         (manifests / "web.yaml").unlink(missing_ok=True)
         if uid:
             wait_for("the static pod gone", lambda: nothing_on_node(runtime, uid))
         k.stop()
-        forwarder.stop()
+        if proxy is not None:
+            proxy.stop()
         control_plane.kubectl("delete", "node", node, "--ignore-not-found", check=False)
