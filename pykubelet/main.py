@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from pykubelet import config
+from pykubelet import KUBELET_VERSION, config
 from pynode_os.systemd import booted
 
 log = logging.getLogger("pykubelet")
@@ -358,8 +358,6 @@ def run(settings: config.Settings, stop: threading.Event) -> None:
 def _print_version(ctx: click.Context, _param, value: bool) -> None:
     """`Kubernetes vX.Y.Z`: what kubeadm's preflight parses of `kubelet --version`."""
     if value:
-        from pykubelet.node.status import KUBELET_VERSION
-
         click.echo(f"Kubernetes {KUBELET_VERSION}")
         ctx.exit()
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pykubelet import KUBELET_VERSION
 from pykubelet import runtime as cri
 from pykubelet.api import quantity
 from pykubelet.config import Settings
@@ -36,7 +37,6 @@ from pykubelet.node.features import declared_features
 
 log = logging.getLogger(__name__)
 
-KUBELET_VERSION = "v1.37.0+pykubelet"  # the API level it implements; kubectl shows it in `get nodes -o wide`
 # the kubelet's event reason for each condition's status
 NODE_EVENTS = {("Ready", "True"): "NodeReady", ("Ready", "False"): "NodeNotReady",
                ("MemoryPressure", "False"): "NodeHasSufficientMemory",
