@@ -159,12 +159,13 @@ class PodWorkers:
 
     def sync(self, uid: str) -> float | None:
         """Syncs pod `uid`; returns when to sync it again (None: when something changes)."""
+        listed = self.informer.has_synced()  # before the read: a pod listed after it is not taken for gone
         try:
             pod = self.pod(uid)
         except FieldError as e:  # the pod's next change brings it back
             log.warning("pod %s: not run: %s", self._keys.get(uid, uid), e)
             return None
-        if pod is None and not self.informer.has_synced():
+        if pod is None and not listed:
             return None  # not listed yet: _when_listed brings it back
         state = observe(self.runtime, uid)
         if pod is None or pod.metadata.deletion_timestamp:
