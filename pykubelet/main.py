@@ -387,7 +387,8 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
 @click.option("--register-with-taints", help="Taints the Node is registered with, key=value:Effect,...")
 @click.option("--pod-infra-container-image", help="Accepted and ignored, as by the stock kubelet: the runtime "
               "chooses the sandbox image.")
-@click.option("-v", "--v", "v", type=int, help="Log verbosity (0: info, 1 and above: debug) [0].")
+@click.option("-v", "--v", "v", type=int,
+              help="Log verbosity (0: info, 1 and above: debug, 6 and above: each API request too) [0].")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="Print the Kubernetes version this kubelet implements, as the kubelet prints it, and exit.")
 def main(config_file: Path | None, pod_infra_container_image: str | None, **flags) -> None:
@@ -400,6 +401,9 @@ def main(config_file: Path | None, pod_infra_container_image: str | None, **flag
     preload()  # before anything is made: a module that can't load stops the start, not a pod's sync
     logging.basicConfig(level=logging.DEBUG if settings.verbosity >= 1 else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # a line per API request (the HTTP client's, at INFO) from -v 6 on, as client-go's round trippers: at the
+    # default it would be most of the log
+    logging.getLogger("httpx2").setLevel(logging.INFO if settings.verbosity >= 6 else logging.WARNING)
     log.info("starting pykubelet for node %s", settings.node_name)
     if settings.not_implemented:
         log.warning("--config %s: taken but not implemented by pykubelet: %s", config_file,
