@@ -111,12 +111,16 @@ test-conformance-k8s: setup
 
 # A stock control plane and NODES pynode nodes on this machine (vagrant/provision/cluster.py, network namespaces on
 # a bridge of their own); KUBELET=pykubelet|kubelet, RUNTIME=pyruntime-cri|containerd pick the node's pair.
+# KUBEADM=1: kubeadm init on the first node and kubeadm join of the others make the cluster instead, the control
+# plane node-1's static pods (pynode_cluster/kubeadm_node.py); there KUBELET and RUNTIME may also be comma-separated
+# lists, a pair per node (KUBELET=pykubelet,kubelet RUNTIME=pyruntime-cri,containerd: a mixed cluster).
 # It prints the kubeconfig and the logs; `make cluster-down` removes every trace.
 NODES ?= 1
 KUBELET ?= pykubelet
 RUNTIME ?= pyruntime-cri
 cluster: setup
-	$(PY) vagrant/provision/cluster.py up --nodes $(NODES) --kubelet $(KUBELET) --runtime $(RUNTIME)
+	$(PY) vagrant/provision/cluster.py up --nodes $(NODES) --kubelet $(KUBELET) --runtime $(RUNTIME) \
+	  $(if $(filter-out 0,$(KUBEADM)),--kubeadm)
 
 cluster-down: $(STAMPS)/venv
 	$(PY) vagrant/provision/cluster.py down

@@ -27,7 +27,8 @@ from pathlib import Path
 import psutil
 
 from pykubelet.pods.termination import cgroup_hierarchies
-from pynode_cluster import components, coredns, hosts, pki
+from pynode_cluster import components, coredns, hosts, kubeadm_node, pki
+from pynode_cluster.kubeadm_node import KubeadmNode
 from pynode_cluster.node import KUBELETS, RUNTIMES, Node
 from pynode_os.files import atomic_write
 
@@ -38,6 +39,7 @@ BRIDGE = "pync0"
 NET = "10.203.0"  # the hosts' subnet: the host's side of the bridge .1, the control plane .10, node i .20+i
 HOST_IP, CP_IP = f"{NET}.1", f"{NET}.10"
 CP_NETNS = "pync-cp"
+MNTNS = RUN / "mnt"  # the kubeadm nodes' mount namespaces (kubeadm_node.py), a private mount of its own
 APISERVER_PORT = 6443
 # The kubelets' resolvConf: the DNS of dnsPolicy Default pods, CoreDNS's among them, whose Corefile forwards
 # there what is not the cluster's. The control plane's address, where nothing listens on port 53: a name outside
@@ -69,6 +71,9 @@ class NodeRecord:
         return Node(self.name, self.address, STATE / "nodes" / self.name, RUN / self.name, self.kubelet,
                     self.runtime, cluster_dns=components.DNS_IP, resolv_conf=RESOLV_CONF)
 
+    def kubeadm_node(self) -> KubeadmNode:
+        return KubeadmNode(self.node(), self.netns, MNTNS / self.name)
+
 
 @dataclass
 class Record:
@@ -81,6 +86,8 @@ class Record:
     containerd_run_existed: bool = True
     container_logs_existed: bool = True
     registry: str = ""
+    kubeadm: bool = False  # the nodes are kubeadm's (kubeadm_node.py), the control plane their static pods
+    created: list[str] = field(default_factory=list)  # host paths the cluster made, removed by `down`
 
     def save(self) -> None:
         STATE.mkdir(parents=True, exist_ok=True)
@@ -126,6 +133,8 @@ def logs() -> dict[str, str]:
     for name in daemons().names():
         with contextlib.suppress(OSError, ValueError, KeyError):
             out[name] = json.loads((STATE / "pids" / f"{name}.json").read_text())["log"]
+    for log in (STATE / "logs").glob("*/*.log"):  # the units of the kubeadm nodes' inits
+        out[f"{log.parent.name}-{log.stem}"] = str(log)
     return out
 
 
@@ -149,14 +158,13 @@ Images = Callable[[hosts.Daemons, str, str, Path, Path, Path], str]
 
 
 def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri", images: Images | None = None,
-       out=sys.stdout) -> int:
+       out=sys.stdout, kubeadm: bool = False) -> int:
     """`images`: a registry for the pods' images (tests/kit/cluster_registry.start in a checkout); without
-    it, images come from the registries their names say."""
-    if kubelet not in KUBELETS or runtime not in RUNTIMES:
-        raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: the kubelet is one of {', '.join(KUBELETS)}, "
-                           f"the runtime one of {', '.join(RUNTIMES)}")
+    it, images come from the registries their names say. `kubeadm`: the cluster made by kubeadm init and join
+    on nodes of our pair (kubeadm_node.py), its control plane their static pods."""
     if not 1 <= nodes <= 9:
         raise ClusterError(f"NODES={nodes}: from 1 to 9 nodes")
+    pairs = node_pairs(nodes, kubelet, runtime, kubeadm)
     with _locked():
         if Record.load() is None and (taken := routes_into(_host_routes())):
             print("the cluster's networks are routed elsewhere on this host (another lab or cluster?): "
@@ -173,7 +181,10 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
             return 1
         started = time.monotonic()
         try:
-            _up(nodes, kubelet, runtime, images, out)
+            if kubeadm:
+                _up_kubeadm(pairs, images, out)
+            else:
+                _up(nodes, kubelet, runtime, images, out)
         except BaseException as e:
             # the logs go with the cluster: keep their ends in the message
             tails = "".join(f"\n--- {name} (last lines)\n{daemons().log(name, 1500)}" for name in daemons().names())
@@ -183,9 +194,30 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
             if isinstance(e, Exception):
                 return 1
             raise
-        print(f"cluster up in {time.monotonic() - started:.1f} s: {nodes} node(s), {kubelet} on {runtime}", file=out)
+        print(f"cluster up in {time.monotonic() - started:.1f} s: {nodes} node(s), {kubelet} on {runtime}"
+              + (", by kubeadm" if kubeadm else ""), file=out)
         print(describe(), file=out)
         return 0
+
+
+def node_pairs(nodes: int, kubelet: str, runtime: str, kubeadm: bool) -> list[tuple[str, str]]:
+    """Each node's kubelet and runtime: one pair for all, or (kubeadm clusters) a comma-separated list of
+    each, a kubelet and a runtime per node, so that the stock pair joins a cluster of ours or the other way
+    round."""
+    kubelets, runtimes = kubelet.split(","), runtime.split(",")
+    if kubeadm and (len(kubelets) > 1 or len(runtimes) > 1):
+        if len(kubelets) != nodes or len(runtimes) != nodes:
+            raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: a list names the pair of each of the "
+                               f"{nodes} nodes")
+    elif len(kubelets) > 1 or len(runtimes) > 1:
+        raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: a pair per node is for KUBEADM=1 clusters")
+    else:
+        kubelets, runtimes = kubelets * nodes, runtimes * nodes
+    for k, r in zip(kubelets, runtimes, strict=True):
+        if k not in KUBELETS or r not in RUNTIMES:
+            raise ClusterError(f"KUBELET={kubelet} RUNTIME={runtime}: a kubelet is one of {', '.join(KUBELETS)}, "
+                               f"a runtime one of {', '.join(RUNTIMES)}")
+    return list(zip(kubelets, runtimes, strict=True))
 
 
 def networks() -> dict[str, str]:
@@ -214,17 +246,18 @@ def _host_routes() -> list[dict]:
     return json.loads(hosts.ip("-j", "route", "show", "table", "main").stdout or "[]")
 
 
-def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> None:
-    record = Record(containerd_run_existed=CONTAINERD_RUN.exists(), container_logs_existed=CONTAINER_LOGS.is_dir())
+def _hosts(pairs: list[tuple[str, str]], kubeadm: bool = False) -> Record:
+    """The record of a new cluster, and its hosts: the bridge, the control plane's netns, the nodes'."""
+    record = Record(containerd_run_existed=CONTAINERD_RUN.exists(), container_logs_existed=CONTAINER_LOGS.is_dir(),
+                    kubeadm=kubeadm)
     record.nodes = [NodeRecord(f"node-{i}", f"{NET}.{20 + i}", f"pync-n{i}", kubelet, runtime)
-                    for i in range(1, count + 1)]
+                    for i, (kubelet, runtime) in enumerate(pairs, 1)]
     record.knobs = {k: (Path("/proc/sys") / k).read_text() for k in KERNEL_KNOBS if (Path("/proc/sys") / k).exists()}
     record.bridge = BRIDGE
     record.netns = [CP_NETNS] + [n.netns for n in record.nodes]
     record.save()
     RUN.mkdir(parents=True, exist_ok=True)
-    log_dir = STATE / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    (STATE / "logs").mkdir(parents=True, exist_ok=True)
     atomic_write(RESOLV_CONF, f"nameserver {CP_IP}\n".encode(), mode=0o644)
 
     hosts.make_bridge(BRIDGE, f"{HOST_IP}/24")
@@ -232,6 +265,21 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     for n in record.nodes:
         hosts.make_host(n.netns, BRIDGE, f"{n.address}/24")
         hosts.sysctl(n.netns, "net.ipv4.ip_forward", "1")
+    return record
+
+
+def _registry(record: Record, images: Images | None, hosts_dir: Path, out) -> None:
+    hosts_dir.mkdir(parents=True, exist_ok=True)
+    if images is not None:
+        print(f"image registry in {CP_NETNS}", file=out)
+        record.registry = images(daemons(), CP_NETNS, CP_IP, STATE / "registry", hosts_dir,
+                                 STATE / "logs" / "registry.log")
+        record.save()
+
+
+def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> None:
+    record = _hosts([(kubelet, runtime)] * count)
+    log_dir = STATE / "logs"
 
     # certificates and kubeconfigs, as kubeadm names its users
     pki_dir = STATE / "pki"
@@ -249,11 +297,7 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
 
     d = daemons()
     hosts_dir = STATE / "certs.d"
-    hosts_dir.mkdir(parents=True, exist_ok=True)
-    if images is not None:
-        print(f"image registry in {CP_NETNS}", file=out)
-        record.registry = images(d, CP_NETNS, CP_IP, STATE / "registry", hosts_dir, log_dir / "registry.log")
-        record.save()
+    _registry(record, images, hosts_dir, out)
 
     print("control plane: etcd, kube-apiserver", file=out)
     for name in ("etcd", "kube-apiserver"):
@@ -289,32 +333,9 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
                        failed=lambda n=n: d.exited(f"{n.name}-{runtime}"))
         d.start(f"{n.name}-{kubelet}", node.kubelet_argv(kubeconfig, pki_dir), log_dir / f"{n.name}-{kubelet}.log",
                 n.netns)
-    for n in record.nodes:
-        n.pod_cidr = hosts.wait_for(
-            f"{n.name} registered with a pod CIDR",
-            lambda n=n: kubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}", check=False).stdout, 90,
-            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", "kube-controller-manager"))
-        record.routes.append(f"{n.pod_cidr} via {n.address}")
-        record.save()
-        hosts.ip("route", "add", n.pod_cidr, "via", n.address)
-        # the API server calls webhooks, conversion webhooks and aggregated API servers at their pods' IPs
-        # (--enable-aggregator-routing), as a kubeadm control plane, itself a node, reaches the pod network
-        hosts.ip("route", "add", n.pod_cidr, "via", n.address, netns=CP_NETNS)
-        n.node().write_network(n.pod_cidr)
-        d.start(f"{n.name}-kube-proxy", components.kube_proxy_argv(kubeconfig=proxy, node=n.name),
-                log_dir / f"{n.name}-kube-proxy.log", n.netns)
-    for n in record.nodes:  # pods reach the pods of other nodes through their node
-        for other in record.nodes:
-            if other is not n:
-                hosts.ip("route", "add", other.pod_cidr, "via", other.address, netns=n.netns)
-    record.routes.append(f"{components.SERVICE_CIDR} via {record.nodes[0].address}")
-    record.save()
-    hosts.ip("route", "add", components.SERVICE_CIDR, "via", record.nodes[0].address)
-    for n in record.nodes:
-        hosts.wait_for(f"{n.name} Ready", lambda n=n: kubectl(
-            "get", "node", n.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
-            check=False).stdout == "True", 90,
-            failed=lambda n=n: d.exited(f"{n.name}-{runtime}", f"{n.name}-{kubelet}", f"{n.name}-kube-proxy"))
+    _pod_network(record, lambda n: d.start(
+        f"{n.name}-kube-proxy", components.kube_proxy_argv(kubeconfig=proxy, node=n.name),
+        log_dir / f"{n.name}-kube-proxy.log", n.netns))
     # the ServiceAccount admission plugin refuses pods until the controller manager made `default`
     hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
                                                                  check=False).returncode == 0, 60)
@@ -327,11 +348,126 @@ def _up(count: int, kubelet: str, runtime: str, images: Images | None, out) -> N
     _deploy_dns()
 
 
+def _node_daemons(record: Record, n: NodeRecord) -> list[str]:
+    """The daemons a node's failure shows in."""
+    if record.kubeadm:
+        return [f"{n.name}-init"]
+    return [f"{n.name}-{n.runtime}", f"{n.name}-{n.kubelet}", "kube-controller-manager"]
+
+
+def _pod_network(record: Record, kube_proxy: Callable[[NodeRecord], object] | None = None) -> None:
+    """What a CNI add-on does once the controller manager gave each node its pod CIDR: the node's network
+    config, routes between the nodes (and from the host and the control plane's netns) to each pod CIDR; with
+    `kube_proxy`, the node's kube-proxy started then. Returns when every node is Ready."""
+    d = daemons()
+    for n in record.nodes:
+        n.pod_cidr = hosts.wait_for(
+            f"{n.name} registered with a pod CIDR",
+            lambda n=n: kubectl("get", "node", n.name, "-o", "jsonpath={.spec.podCIDR}", check=False).stdout, 90,
+            failed=lambda n=n: d.exited(*_node_daemons(record, n)))
+        record.routes.append(f"{n.pod_cidr} via {n.address}")
+        record.save()
+        hosts.ip("route", "add", n.pod_cidr, "via", n.address)
+        # the API server calls webhooks, conversion webhooks and aggregated API servers at their pods' IPs
+        # (--enable-aggregator-routing), as a kubeadm control plane, itself a node, reaches the pod network
+        hosts.ip("route", "add", n.pod_cidr, "via", n.address, netns=CP_NETNS)
+        n.node().write_network(n.pod_cidr)
+        if kube_proxy is not None:
+            kube_proxy(n)
+    for n in record.nodes:  # pods reach the pods of other nodes through their node
+        for other in record.nodes:
+            if other is not n:
+                hosts.ip("route", "add", other.pod_cidr, "via", other.address, netns=n.netns)
+    record.routes.append(f"{components.SERVICE_CIDR} via {record.nodes[0].address}")
+    record.save()
+    hosts.ip("route", "add", components.SERVICE_CIDR, "via", record.nodes[0].address)
+    for n in record.nodes:
+        hosts.wait_for(f"{n.name} Ready", lambda n=n: kubectl(
+            "get", "node", n.name, "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+            check=False).stdout == "True", 90,
+            failed=lambda n=n: d.exited(*_node_daemons(record, n), *([] if record.kubeadm else
+                                                                     [f"{n.name}-kube-proxy"])))
+
+
+def _up_kubeadm(pairs: list[tuple[str, str]], images: Images | None, out) -> None:
+    """kubeadm init on node-1, kubeadm join of the others (kubeadm_node.py), the pod network as for `_up`."""
+    record = _hosts(pairs, kubeadm=True)
+    log_dir = STATE / "logs"
+    record.created = [str(p) for p in _missing([*kubeadm_node.PRIVATE_DIRS, *kubeadm_node.HOST_PATHS])]
+    record.save()
+    for path in map(Path, record.created):
+        if kubeadm_node.HOST_PATHS.get(str(path)) == "file":
+            path.touch()
+        else:
+            path.mkdir()
+    hosts_dir = STATE / "certs.d"
+    _registry(record, images, hosts_dir, out)
+    MNTNS.mkdir(parents=True, exist_ok=True)  # a private mount, where mount namespaces may be bound
+    subprocess.run(["mount", "--bind", str(MNTNS), str(MNTNS)], check=True)
+    subprocess.run(["mount", "--make-private", str(MNTNS)], check=True)
+    d = daemons()
+    kns = [n.kubeadm_node() for n in record.nodes]
+    etc_hosts = STATE / "hosts"
+    atomic_write(etc_hosts, ("127.0.0.1\tlocalhost\n" + "".join(f"{n.address}\t{n.name}\n" for n in record.nodes))
+                 .encode(), mode=0o644)
+    for n, kn in zip(record.nodes, kns, strict=True):
+        print(f"{n.name} ({n.address}): node init, {n.runtime}, {n.kubelet}", file=out)
+        for hierarchy in cgroup_hierarchies():
+            (hierarchy / kn.node.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
+        kn.make_mount_namespace(etc_hosts)
+        kn.write_bin()
+        d.start(f"{n.name}-init", kn.init_argv(hosts_dir, log_dir / n.name), log_dir / f"{n.name}-init.log")
+        hosts.wait_for(f"{n.runtime} on {kn.node.sock}", kn.node.sock.exists, 60,
+                       failed=lambda n=n: d.exited(f"{n.name}-init"))
+    first = kns[0]
+    kubeadm_log = log_dir / "kubeadm.log"
+    config = first.node.dir / "kubeadm.yaml"
+    config.write_text(first.init_config(RESOLV_CONF))
+    print(f"kubeadm init on {first.node.name}", file=out)
+    _kubeadm(first, kubeadm_log, "init", "--config", str(config))
+    for conf in ("admin.conf", "super-admin.conf"):
+        shutil.copyfile(first.private("/etc/kubernetes") / conf, STATE / conf.replace(".conf", ".kubeconfig"))
+    join = _kubeadm(first, kubeadm_log, "token", "create", "--print-join-command").stdout
+    for kn in kns[1:]:
+        print(f"kubeadm join of {kn.node.name}", file=out)
+        config = kn.node.dir / "kubeadm.yaml"
+        config.write_text(kn.join_config(join))
+        _kubeadm(kn, kubeadm_log, "join", "--config", str(config))
+    _pod_network(record)
+    hosts.wait_for("the default ServiceAccount", lambda: kubectl("get", "serviceaccount", "default",
+                                                                 check=False).returncode == 0, 60)
+    print(f"cluster DNS: kubeadm's CoreDNS at {components.DNS_IP}", file=out)
+    _wait_dns()
+
+
+def _kubeadm(kn: KubeadmNode, log: Path, *args: str) -> subprocess.CompletedProcess:
+    result = kn.kubeadm(*args, log=log)
+    if result.returncode != 0:
+        raise ClusterError(f"kubeadm {args[0]} on {kn.node.name} exited {result.returncode} (log: {log}): "
+                           f"{(result.stdout + result.stderr)[-3000:]}")
+    return result
+
+
+def _missing(paths) -> list[Path]:
+    """Of `paths`, those the host lacks, each after its own missing parents."""
+    missing: list[Path] = []
+    for path in map(Path, paths):
+        for p in reversed([path, *path.parents]):
+            if not p.exists() and p not in missing:
+                missing.append(p)
+    return missing
+
+
 def _deploy_dns() -> None:
     """kubeadm's CoreDNS add-on, available before `up` returns: a cluster's pods find Services by name from the
     first. If it does not come up, the error says what its pods say."""
     items = coredns.manifests(components.DNS_IP, components.CLUSTER_DOMAIN)
     kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    _wait_dns()
+
+
+def _wait_dns() -> None:
+    """CoreDNS's Deployment (ours or kubeadm's add-on) rolled out; else what its pods say."""
     ns = ["-n", coredns.NAMESPACE]
     rollout = kubectl("rollout", "status", f"deployment/{coredns.NAME}", *ns, "--timeout=120s", check=False,
                       timeout=150)
@@ -366,12 +502,14 @@ def _down() -> list[str]:
     record = Record.load() or Record()
     d = daemons()
     problems: list[str] = []
+    if record.kubeadm:
+        problems += _reset(record)
     for n in record.nodes:  # the kubelets first: nothing recreates the pods removed next
         d.stop(f"{n.name}-{n.kubelet}", grace=15)
         d.stop(f"{n.name}-kube-proxy")
     for n in record.nodes:
         node = n.node()
-        name = f"{n.name}-{n.runtime}"
+        name = f"{n.name}-init" if record.kubeadm else f"{n.name}-{n.runtime}"
         if d.process(name) is not None:
             problems += _remove_pods(node)
         children = _descendants(d.process(name))
@@ -379,8 +517,10 @@ def _down() -> list[str]:
         _kill(children)
         _kill([p for p in psutil.process_iter() if str(node.sock) in " ".join(_cmdline(p))])  # containerd's shims
         problems += _remove_cgroups(node.cgroup_root)
-        # it would go with the netns, within a second or two: gone now, as everything else
-        subprocess.run(["ip", "netns", "exec", n.netns, sys.executable, "-m", "cni_plugins", "helper-stop"],
+        # it would go with the netns, within a second or two: gone now, as everything else. It answers only a
+        # caller of its own mount namespace: a kubeadm node's
+        stop = [sys.executable, "-m", "cni_plugins", "helper-stop"]
+        subprocess.run(n.kubeadm_node().enter(stop) if record.kubeadm else ["ip", "netns", "exec", n.netns, *stop],
                        capture_output=True, timeout=30)
     for name in ("metrics-server", "kube-scheduler", "kube-controller-manager"):
         d.stop(name)
@@ -396,6 +536,15 @@ def _down() -> list[str]:
         with contextlib.suppress(OSError):
             (Path("/proc/sys") / knob).write_text(value)
     _remove_container_logs(record.container_logs_existed)
+    for created in map(Path, reversed(record.created)):  # each after what it holds: the deepest first
+        with contextlib.suppress(FileNotFoundError):
+            if created.is_dir() and not created.is_symlink():
+                try:
+                    created.rmdir()
+                except OSError as e:
+                    problems.append(f"{created}, made by the cluster, could not be removed: {e.strerror}")
+            else:
+                created.unlink()
     if not record.containerd_run_existed:
         shutil.rmtree(CONTAINERD_RUN, ignore_errors=True)
     shutil.rmtree(RUN, ignore_errors=True)
@@ -403,6 +552,26 @@ def _down() -> list[str]:
     for path in (STATE, RUN):
         if path.exists():
             problems.append(f"{path} could not be removed")
+    return problems
+
+
+def _reset(record: Record) -> list[str]:
+    """`kubeadm reset` on each node whose init runs, the workers first (the control plane's API server answers
+    their resets): the kubelet stopped, every pod removed through the CRI, kubeadm's files gone."""
+    d = daemons()
+    problems = []
+    for n in reversed(record.nodes):
+        if d.process(f"{n.name}-init") is None:
+            continue
+        kn = n.kubeadm_node()
+        try:
+            result = kn.kubeadm("reset", "--force", "--cri-socket", kn.node.endpoint, log=STATE / "logs" /
+                                "kubeadm.log", timeout=180)
+        except subprocess.TimeoutExpired:
+            problems.append(f"kubeadm reset on {n.name} did not end within 180 s")
+            continue
+        if result.returncode != 0:
+            problems.append(f"kubeadm reset on {n.name} exited {result.returncode}: {result.stderr.strip()[-500:]}")
     return problems
 
 

@@ -158,8 +158,14 @@ def dns_client(names: list[str]) -> str:
 
 
 def cluster_pods() -> list[dict]:
-    """The cluster's own pods (CoreDNS), which stay on the nodes whatever the journey does."""
+    """The cluster's own pods (CoreDNS; with kubeadm the control plane's static pods and kube-proxy too), which
+    stay on the nodes whatever the journey does."""
     return get("pods", "-n", coredns.NAMESPACE)
+
+
+def sandbox_uid(pod: dict) -> str:
+    """The uid of the pod's sandbox: a static pod's is the kubelet's own pod's, which its mirror pod names."""
+    return pod["metadata"].get("annotations", {}).get("kubernetes.io/config.mirror") or pod["metadata"]["uid"]
 
 
 def web_pods() -> list[dict]:
@@ -172,8 +178,8 @@ def nodes_hold_only(pods: list[dict]) -> bool:
     state = cluster.Record.load()
     assert state is not None
     pods = pods + cluster_pods()
-    want_uids = {p["metadata"]["uid"] for p in pods}
-    want_ips = {p["status"].get("podIP") for p in pods}
+    want_uids = {sandbox_uid(p) for p in pods}
+    want_ips = {p["status"].get("podIP") for p in pods if not p["spec"].get("hostNetwork")}
     uids, ips = set(), set()
     for record in state.nodes:
         node = record.node()
@@ -226,8 +232,11 @@ class ServiceClient(threading.Thread):
         self.join(10)
 
 
-def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
-    names = {f"node-{i}" for i in range(1, nodes + 1)}
+def journey(nodes: int = 1, replicas: int = REPLICAS, workers: set[str] | None = None, scale: int = 10) -> None:
+    """`workers`: the nodes the deployment spreads over (default: every node; a kubeadm control plane's taint
+    keeps it off its node); `scale`: how many replicas it scales up to."""
+    every = {f"node-{i}" for i in range(1, nodes + 1)}
+    names = workers or every
     kubectl("create", "deployment", "web", f"--image={HTTPD_PREVIOUS}", f"--replicas={replicas}")
     # the Deployment is recorded, its controller makes a ReplicaSet, which makes the pods
     deployment = json.loads(kubectl("get", "deployment", "web", "-o", "json").stdout)
@@ -274,7 +283,7 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
         assert f"ok {target}\n" in client_log, client_log
     # and by its name: CoreDNS runs on our node(s) behind the kube-dns Service at the kubelets' clusterDNS
     dns = get("pods", "-n", coredns.NAMESPACE, "-l", "k8s-app=kube-dns")
-    assert len(dns) == coredns.REPLICAS and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in names
+    assert len(dns) == coredns.REPLICAS and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in every
                                                 for p in dns), [p["status"] for p in dns]
     names_log = dns_client(["web.default.svc.cluster.local", "web"])
     resolv, looked_up, fetched = names_log.split("---\n")
@@ -284,20 +293,22 @@ def journey(nodes: int = 1, replicas: int = REPLICAS) -> None:
     for name in ("web.default.svc.cluster.local", "web"):
         assert f"ok {name}\n" in fetched, names_log
 
-    # scale up: 10 pods running on the node(s); back to 1: 9 terminated (Killing), their sandboxes and IPs gone
-    kubectl("scale", "deployment/web", "--replicas=10")
-    kubectl("rollout", "status", "deployment/web", "--timeout=120s", timeout=150)
+    # scale up: `scale` pods running on the node(s); back to 1: the others terminated (Killing), their sandboxes
+    # and IPs gone
+    kubectl("scale", "deployment/web", f"--replicas={scale}")
+    kubectl("rollout", "status", "deployment/web", "--timeout=180s", timeout=210)
     many = web_pods()
-    assert len(many) == 10 and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in names
-                                   for p in many)
-    wait_for("a ready sandbox and an IP on the nodes for each of the 10 pods", lambda: nodes_hold_only(many), 30)
+    assert len(many) == scale and all(p["status"]["phase"] == "Running" and p["spec"]["nodeName"] in names
+                                      for p in many)
+    wait_for(f"a ready sandbox and an IP on the nodes for each of the {scale} pods", lambda: nodes_hold_only(many),
+             30)
     kubectl("scale", "deployment/web", "--replicas=1")
-    one = wait_for("9 pods gone", lambda: (lambda p: p if len(get("pods", "-l", "app=web")) == 1 else None)(
-        web_pods()), 90)
+    one = wait_for(f"{scale - 1} pods gone", lambda: (lambda p: p if len(get("pods", "-l", "app=web")) == 1
+                                                       else None)(web_pods()), 120)
     gone = [p for p in many if p["metadata"]["uid"] != one[0]["metadata"]["uid"]]
-    assert len(gone) == 9
+    assert len(gone) == scale - 1
     wait_for("only the remaining pod's sandbox and IP on the nodes", lambda: nodes_hold_only(one), 60)
-    wait_for("the kubelet's Killing event for each of the 9", lambda: all(
+    wait_for(f"the kubelet's Killing event for each of the {scale - 1}", lambda: all(
         "Killing" in r for r in kubelet_events(gone).values()), 30)
 
     # hairpin: the one web pod reaches the Service whose only endpoint is itself (the bridge sends the packet

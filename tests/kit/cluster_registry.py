@@ -15,7 +15,7 @@ import requests
 
 from pynode_cluster import hosts
 from tests.integration.registry_server import REGISTRY_BIN, Registry
-from tests.kit import coredns
+from tests.kit import coredns, kubeadm_images
 from tests.kit.cri_images import push_all, write_hosts_dir
 
 PORT = 5000
@@ -63,4 +63,11 @@ def start(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_di
     coredns.push(registry)
     shutil.rmtree(root / "images", ignore_errors=True)
     write_hosts_dir(hosts_dir, host)
+    return host
+
+
+def start_kubeadm(daemons: hosts.Daemons, netns: str, address: str, root: Path, hosts_dir: Path, log: Path) -> str:
+    """`start`, and the images `kubeadm init` pulls (tests/kit/kubeadm_images.py)."""
+    host = start(daemons, netns, address, root, hosts_dir, log)
+    kubeadm_images.push(at(host, root))
     return host

@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="pykubelet or kubelet (the stock one)")
     start.add_argument("--runtime", default=os.environ.get("RUNTIME", "pyruntime-cri"),
                        help="pyruntime-cri or containerd")
+    start.add_argument("--kubeadm", action="store_true", default=os.environ.get("KUBEADM", "") not in ("", "0"),
+                       help="kubeadm init and join make the cluster, on nodes of pykubelet and pyruntime-cri")
     start.add_argument("--no-test-images", dest="test_images", action="store_false",
                        help="no test registry: images come from the real registries")
     sub.add_parser("down", help="remove every trace of the cluster")
@@ -41,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
             images = None
             if args.test_images and (CHECKOUT / "tests" / "kit").is_dir():
                 from tests.kit import cluster_registry
-                images = cluster_registry.start
-            return cluster.up(args.nodes, args.kubelet, args.runtime, images)
+                images = cluster_registry.start_kubeadm if args.kubeadm else cluster_registry.start
+            return cluster.up(args.nodes, args.kubelet, args.runtime, images, kubeadm=args.kubeadm)
         if args.command == "down":
             return cluster.down()
         if not cluster.running():
