@@ -12,7 +12,8 @@ export PATH := $(VENV)/bin:$(PATH)
 export PEERS_BIN := $(HOME)/.cache/pynode/bin
 
 .PHONY: apt apt-test busybox peers base setup run stop lint test unit integration bench conformance conformance-runc \
-	conformance-k8s test-conformance-k8s proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full
+	conformance-k8s test-conformance-k8s proto clean cluster cluster-down lab-setup lab-box lab-up lab-down test-lab test-lab-full \
+	test-lab-kubeadm
 
 # What a node needs (`make run`): the node's Debian packages, the venv with the package and the busybox of its
 # sample pod's image.
@@ -155,6 +156,11 @@ test-lab: setup lab-setup
 # vagrant/README.md), the cross-node check on it, and nothing left (tests/lab/test_lab_full.py; not part of CI).
 test-lab-full: setup lab-setup
 	PYNODE_TEST_LAB=1 PYNODE_TEST_LAB_FULL=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab/test_lab_full.py
+
+# The lab kubeadm makes (LAB_KUBEADM=1): the cp VM by kubeadm init, a node VM by kubeadm join, a deployment on it,
+# and nothing left (tests/lab/test_lab_kubeadm.py; not part of CI: two VMs under emulation, vagrant/README.md).
+test-lab-kubeadm: setup lab-setup
+	PYNODE_TEST_LAB=1 PYNODE_TEST_LAB_KUBEADM=1 $(PY) -m pytest -p no:cacheprovider -ra tests/lab/test_lab_kubeadm.py
 
 proto: $(STAMPS)/venv-test
 	scripts/gen-proto.sh

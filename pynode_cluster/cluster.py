@@ -161,7 +161,8 @@ def up(nodes: int = 1, kubelet: str = "pykubelet", runtime: str = "pyruntime-cri
        out=sys.stdout, kubeadm: bool = False) -> int:
     """`images`: a registry for the pods' images (tests/kit/cluster_registry.start in a checkout); without
     it, images come from the registries their names say. `kubeadm`: the cluster made by kubeadm init and join
-    on nodes of our pair (kubeadm_node.py), its control plane their static pods."""
+    (kubeadm_node.py), its control plane node-1's static pods; `kubelet` and `runtime` may then name a pair per
+    node (node_pairs)."""
     if not 1 <= nodes <= 9:
         raise ClusterError(f"NODES={nodes}: from 1 to 9 nodes")
     pairs = node_pairs(nodes, kubelet, runtime, kubeadm)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from cni_plugins.install import launchers
 from pykubelet.api.names import is_dns1123_label
-from pynode_cluster import components, pki
+from pynode_cluster import components, lab_kubeadm, pki
 from pynode_cluster.node import Node
 from pynode_os.files import atomic_write
 
@@ -50,7 +50,9 @@ APISERVER_PORT = 6443
 ROLES = ("control-plane", "node")
 CONTROL_PLANE_PEERS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 NODE_PEERS = ("kube-proxy", "kubectl")
-PEERS = tuple(dict.fromkeys(CONTROL_PLANE_PEERS + NODE_PEERS))
+KUBEADM_PEERS = ("kubeadm", "kubectl")  # every VM of a kubeadm lab: its control plane comes as images
+PEERS = tuple(dict.fromkeys(CONTROL_PLANE_PEERS + NODE_PEERS + KUBEADM_PEERS))
+CONTROL_PLANE_NAME = "cp"  # the control plane's VM, a node of a kubeadm lab
 # the kernel knobs a node needs: forwarding between the pods' bridge and eth0, and bridged pod-to-pod traffic
 # through kube-proxy's iptables rules (a Service whose endpoint is on the same bridge)
 NODE_SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
@@ -72,14 +74,23 @@ class LabNode:
 
 
 @dataclass(frozen=True)
+class KubeadmJoin:
+    """What every VM of a kubeadm lab knows of the cluster before the control plane exists (lab_kubeadm.py)."""
+    token: str
+    ca_cert_hash: str
+
+
+@dataclass(frozen=True)
 class Lab:
-    """lab.json: the control plane's address, the nodes (name, address, pod CIDR), the cluster's CIDRs."""
+    """lab.json: the control plane's address, the nodes (name, address, pod CIDR), the cluster's CIDRs; with
+    `kubeadm`, the lab is made by kubeadm init and join (lab_kubeadm.py)."""
     control_plane_ip: str
     nodes: tuple[LabNode, ...]
     apiserver_port: int = APISERVER_PORT
     service_cidr: str = components.SERVICE_CIDR
     cluster_cidr: str = components.CLUSTER_CIDR
     registry_mirror: str = ""  # host:port of a plain-HTTP registry the nodes pull every image from ("": none)
+    kubeadm: KubeadmJoin | None = None
 
     @classmethod
     def make(cls, control_plane_ip: str, nodes: list[tuple[str, str]], cluster_cidr: str = components.CLUSTER_CIDR,
@@ -97,6 +108,19 @@ class Lab:
         return f"https://{self.control_plane_ip}:{self.apiserver_port}"
 
     @property
+    def control_plane_node(self) -> LabNode | None:
+        """A kubeadm lab's control plane is a node too, on the cluster CIDR's first /24 (which make leaves free)."""
+        if self.kubeadm is None:
+            return None
+        first = next(ipaddress.ip_network(self.cluster_cidr).subnets(new_prefix=24))
+        return LabNode(CONTROL_PLANE_NAME, self.control_plane_ip, str(first))
+
+    def pod_routes(self, name: str | None) -> list[tuple[str, str]]:
+        """(pod CIDR, via) of every node but `name`'s: each node's pods are reached through it."""
+        nodes = [*self.nodes, *([self.control_plane_node] if self.control_plane_node else [])]
+        return [(n.pod_cidr, n.ip) for n in nodes if n.name != name]
+
+    @property
     def service_ip(self) -> str:
         """The `kubernetes` Service's address: the service CIDR's first."""
         return str(next(ipaddress.ip_network(self.service_cidr).hosts()))
@@ -111,6 +135,7 @@ class Lab:
         return json.dumps({"schema": SCHEMA, "control_plane": {"ip": self.control_plane_ip},
                            "apiserver_port": self.apiserver_port, "service_cidr": self.service_cidr,
                            "cluster_cidr": self.cluster_cidr, "registry_mirror": self.registry_mirror or None,
+                           "kubeadm": dataclasses.asdict(self.kubeadm) if self.kubeadm else None,
                            "nodes": [dataclasses.asdict(n) for n in self.nodes]}, indent=2) + "\n"
 
     @classmethod
@@ -132,7 +157,10 @@ class Lab:
                       service_cidr=_field(data, "service_cidr", str, where),
                       cluster_cidr=_field(data, "cluster_cidr", str, where),
                       registry_mirror=_field(data, "registry_mirror", str, where) if data.get("registry_mirror")
-                      else "")
+                      else "",
+                      kubeadm=KubeadmJoin(_field(data["kubeadm"], "token", str, f"{where}: kubeadm"),
+                                          _field(data["kubeadm"], "ca_cert_hash", str, f"{where}: kubeadm"))
+                      if data.get("kubeadm") else None)
         except (KeyError, TypeError, AttributeError) as e:
             raise LabError(f"{where}: missing or malformed {e}") from e
         lab.validate(where)
@@ -183,6 +211,13 @@ class Lab:
             raise LabError(f"{where}: apiserver_port {self.apiserver_port}: not a port")
         if self.registry_mirror and not re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", self.registry_mirror):
             raise LabError(f"{where}: registry_mirror {self.registry_mirror!r}: HOST:PORT")
+        if self.kubeadm is not None:
+            if not re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", self.kubeadm.token):
+                raise LabError(f"{where}: kubeadm.token: [a-z0-9]{{6}}.[a-z0-9]{{16}}, as kubeadm token generate")
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}", self.kubeadm.ca_cert_hash):
+                raise LabError(f"{where}: kubeadm.ca_cert_hash {self.kubeadm.ca_cert_hash!r}: sha256:HEX")
+            if any(n.name == CONTROL_PLANE_NAME for n in self.nodes):
+                raise LabError(f"{where}: a node is named {CONTROL_PLANE_NAME!r}, the control plane's node")
 
 
 def _field(data: dict, key: str, kind: type, where: str):
@@ -232,6 +267,8 @@ class Layout:
     proc_sys: Path = Path("/proc/sys")
     root_kubeconfig: Path = Path("/root/.kube/config")  # `sudo kubectl` on the control plane
     kubectl_link: Path = Path("/usr/local/bin/kubectl")
+    kubernetes: Path = Path("/etc/kubernetes")  # a kubeadm lab's: kubeadm's own files
+    kubelet_binary: Path = Path(lab_kubeadm.KUBELET_BINARY)
 
     @property
     def pki(self) -> Path:
@@ -300,17 +337,22 @@ def control_plane_units(lab: Lab, layout: Layout) -> list[Unit]:
     ]
 
 
+def runtime_unit(node: Node, layout: Layout, *more: str) -> Unit:
+    """pyruntime-cri with make cluster's command line and `more`. Its unit leaves the containers' processes
+    alone when it stops (KillMode=process, as containerd's unit): a restart of the runtime must not kill the
+    pods; their cgroups are under the node's own cgroup root (Delegate=yes)."""
+    return Unit(node.runtime, [*node.runtime_command(layout.certs_d), *more], "pyruntime-cri, the node's CRI server",
+                service=(f"ExecStartPre=/bin/mkdir -p {_exec_arg(str(node.run))}", "KillMode=process", "Delegate=yes",
+                         "TimeoutStopSec=30"))
+
+
 def node_units(lab: Lab, name: str, layout: Layout) -> list[Unit]:
-    """pyruntime-cri, pykubelet and kube-proxy with make cluster's command lines. The runtime's unit leaves
-    the containers' processes alone when it stops (KillMode=process, as containerd's unit): a restart of the
-    runtime must not kill the pods; their cgroups are under the node's own cgroup root (Delegate=yes)."""
+    """pyruntime-cri, pykubelet and kube-proxy with make cluster's command lines."""
     node = layout.node(lab, name)
     kubelet_kubeconfig = layout.etc / f"{pki.kubelet_client(name).name}.kubeconfig"
     proxy_kubeconfig = layout.etc / "kube-proxy.kubeconfig"
     return [
-        Unit(node.runtime, node.runtime_command(layout.certs_d), "pyruntime-cri, the node's CRI server",
-             service=(f"ExecStartPre=/bin/mkdir -p {_exec_arg(str(node.run))}", "KillMode=process", "Delegate=yes",
-                      "TimeoutStopSec=30")),
+        runtime_unit(node, layout),
         Unit(node.kubelet, node.kubelet_command(kubelet_kubeconfig), "pykubelet", after=(node.runtime,),
              inputs=(node.kubelet_config_file, *_kubeconfig_inputs(layout, pki.kubelet_client(name).name),
                      *(layout.pki / f"{pki.kubelet_serving(name, node.address).name}.{e}" for e in ("crt", "key")))),
@@ -323,7 +365,7 @@ def node_units(lab: Lab, name: str, layout: Layout) -> list[Unit]:
 def routes_unit(lab: Lab, name: str | None) -> list[Unit]:
     """The routes to the other nodes' pod CIDRs (every node's for the control plane, `name` None), set again at
     each boot (apply sets them at once too)."""
-    routes = [[IP, "route", "replace", n.pod_cidr, "via", n.ip] for n in lab.nodes if n.name != name]
+    routes = [[IP, "route", "replace", cidr, "via", via] for cidr, via in lab.pod_routes(name)]
     if not routes:
         return []
     return [Unit("routes", routes[0], "routes to the lab's pod CIDRs through their nodes", oneshot=True,
@@ -341,10 +383,12 @@ def kubeconfig(lab: Lab, pki_dir: Path, stem: str, user: str) -> bytes:
 
 
 def node_objects(lab: Lab) -> list[dict]:
-    """The Nodes with their pod CIDRs, made before their kubelets register; then kubeadm's RBAC."""
+    """The Nodes with their pod CIDRs, made before their kubelets register (a kubeadm lab's control plane's,
+    which kubeadm init registered, given its CIDR); then kubeadm's RBAC, which a kubeadm lab's kubeadm made."""
     nodes: list[dict] = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name},
-              "spec": {"podCIDR": n.pod_cidr, "podCIDRs": [n.pod_cidr]}} for n in lab.nodes]
-    return nodes + components.KUBEADM_RBAC
+                          "spec": {"podCIDR": n.pod_cidr, "podCIDRs": [n.pod_cidr]}}
+                         for n in (*lab.nodes, *([lab.control_plane_node] if lab.control_plane_node else []))]
+    return nodes + ([] if lab.kubeadm else components.KUBEADM_RBAC)
 
 
 # ---- the system, behind one interface ----------------------------------------------------------------------
@@ -354,8 +398,9 @@ class System:
     """Files and commands: the real machine. `changes` lists what apply changed, in order."""
     changes: list[str] = field(default_factory=list)
 
-    def run(self, argv: list[str], check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
-        result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=120)
+    def run(self, argv: list[str], check: bool = True, input: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=timeout)
         if check and result.returncode != 0:
             raise LabError(f"{' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}")
         return result
@@ -429,6 +474,8 @@ def apply(role: str, name: str, config: Path, system: System, layout: Layout = L
     lab_dir = config.parent
     if role == "node":
         lab.node(name)  # names the nodes if it is not one
+    if lab.kubeadm is not None:
+        return _apply_kubeadm(lab, role, name, lab_dir, system, layout, ready_timeout, code_changed)
     replaced: set[str] = set()  # programs whose file changed
     for peer in CONTROL_PLANE_PEERS if role == "control-plane" else NODE_PEERS:
         source = lab_dir / "bin" / peer
@@ -447,6 +494,66 @@ def apply(role: str, name: str, config: Path, system: System, layout: Layout = L
     _units([(u, changed or u.argv[0] in replaced) for u, changed in units], layout, system)
     if role == "control-plane":
         _api_objects(lab, layout, system, ready_timeout)
+    return system.changes
+
+
+def _apply_kubeadm(lab: Lab, role: str, name: str, lab_dir: Path, system: System, layout: Layout,
+                   ready_timeout: float, code_changed: bool) -> list[str]:
+    """A VM of a kubeadm lab (lab_kubeadm.py): the node's runtime, CNI and kernel as any lab node's; the kubelet
+    as kubeadm's packaging installs it; then `kubeadm init` (the control plane) or `kubeadm join` (a node),
+    once: a VM kubeadm has made keeps what it made. The control plane then gives every Node its lab.json
+    CIDR."""
+    lab_node = lab.control_plane_node if role == "control-plane" else lab.node(name)
+    assert lab_node is not None and lab.kubeadm is not None  # a kubeadm lab's control plane is a node
+    for peer in KUBEADM_PEERS:
+        source = lab_dir / "bin" / peer
+        if not source.is_file():
+            raise LabError(f"{source} is missing: `lab.py prepare` copies the peers there")
+        system.copy(source, components.PEERS / peer)
+    system.symlink(layout.kubectl_link, components.PEERS / "kubectl")
+    node = Node(lab_node.name, lab_node.ip, layout.state / "nodes" / lab_node.name, layout.run / lab_node.name)
+    _node_system(lab, node, lab_node.pod_cidr, layout, system)
+    runtime = runtime_unit(node, layout, "--cgroup-driver", "systemd")
+    system.write(layout.kubelet_binary,
+                 lab_kubeadm.kubelet_wrapper(str(Path(sys.executable).with_name("pykubelet"))).encode(), 0o755)
+    kubelet_unit = layout.units / "kubelet.service"
+    written = [system.write(kubelet_unit, lab_kubeadm.KUBELET_SERVICE.encode()),
+               system.write(layout.units / "kubelet.service.d" / "10-kubeadm.conf",
+                            lab_kubeadm.KUBEADM_DROP_IN.encode())]
+    _routes(lab, lab_node.name, system)
+    units = [runtime, *routes_unit(lab, lab_node.name)]
+    _units([(u, code_changed and u is runtime) for u in units], layout, system)
+    if any(written):
+        system.run(["systemctl", "daemon-reload"])
+    if system.run(["systemctl", "is-enabled", "--quiet", kubelet_unit.name], check=False).returncode != 0:
+        system.run(["systemctl", "enable", "--quiet", kubelet_unit.name])  # kubeadm starts it
+        system.changes.append(f"enabled {kubelet_unit.name}")
+    config = layout.etc / "kubeadm.yaml"
+    if role == "control-plane":
+        text = lab_kubeadm.init_config(
+            name=lab_node.name, address=lab_node.ip, port=lab.apiserver_port, cri_socket=node.endpoint,
+            token=lab.kubeadm.token, service_cidr=lab.service_cidr, cluster_cidr=lab.cluster_cidr)
+        done = layout.kubernetes / "admin.conf"
+        argv = ["init", "--config", str(config)]
+        for file in ("ca.crt", "ca.key"):  # the lab's CA, whose hash the nodes' joins name
+            system.write(layout.kubernetes / "pki" / file, (lab_dir / "pki" / file).read_bytes(),
+                         0o600 if file.endswith(".key") else 0o644)
+    else:
+        text = lab_kubeadm.join_config(
+            name=lab_node.name, address=lab_node.ip, cri_socket=node.endpoint,
+            server=f"{lab.control_plane_ip}:{lab.apiserver_port}", token=lab.kubeadm.token,
+            ca_hash=lab.kubeadm.ca_cert_hash)
+        done = layout.kubernetes / "kubelet.conf"
+        argv = ["join", "--config", str(config)]
+    system.write(config, text.encode(), 0o600)
+    if not done.exists():
+        result = system.run([str(components.PEERS / "kubeadm"), *argv], timeout=3600, check=False)
+        if result.returncode != 0:
+            raise LabError(f"kubeadm {argv[0]} exited {result.returncode}: {(result.stdout + result.stderr)[-3000:]}")
+        system.changes.append(f"kubeadm {argv[0]}")
+    if role == "control-plane":
+        system.symlink(layout.root_kubeconfig, layout.kubernetes / "admin.conf")
+        _api_objects(lab, layout, system, ready_timeout, layout.kubernetes / "super-admin.conf")
     return system.changes
 
 
@@ -485,11 +592,18 @@ def _node_files(lab: Lab, name: str, lab_dir: Path, layout: Layout, system: Syst
             changed.add(layout.etc / f"{stem}.kubeconfig")
     if system.write(node.kubelet_config_file, json.dumps(node.kubelet_config(layout.pki), indent=2).encode()):
         changed.add(node.kubelet_config_file)
+    _node_system(lab, node, n.pod_cidr, layout, system)
+    return [(u, any(p in changed for p in u.inputs)) for u in node_units(lab, name, layout) + routes_unit(lab, name)]
+
+
+def _node_system(lab: Lab, node: Node, pod_cidr: str, layout: Layout, system: System) -> None:
+    """What any node of the lab needs of its VM: the CNI plugins and its pod network, the registry mirror,
+    the kernel modules and knobs."""
     for plugin, text in launchers().items():
         system.write(node.cni_bin / plugin, text.encode(), 0o755)
     system.symlink(node.cni_bin / "loopback", node.cni_bin / "pyloopback")  # the CRI server's lo (node.py)
     # the runtime reads its CNI conf dir again when it changes: no restart
-    system.write(node.network_file, node.network(n.pod_cidr).encode())
+    system.write(node.network_file, node.network(pod_cidr).encode())
     layout.certs_d.mkdir(parents=True, exist_ok=True)
     for path, text in components.mirror_hosts(lab.registry_mirror or "-").items():
         if lab.registry_mirror:
@@ -504,19 +618,16 @@ def _node_files(lab: Lab, name: str, lab_dir: Path, layout: Layout, system: Syst
     system.write(layout.sysctl_conf, "".join(f"{k} = {v}\n" for k, v in NODE_SYSCTLS.items()).encode())
     for key, value in NODE_SYSCTLS.items():
         system.sysctl(layout.proc_sys, key, value)
-    return [(u, any(p in changed for p in u.inputs)) for u in node_units(lab, name, layout) + routes_unit(lab, name)]
 
 
 def _routes(lab: Lab, name: str | None, system: System) -> None:
     """A route to each other node's pod CIDR through that node (the control plane routes to every node's,
     so the apiserver reaches pods)."""
-    for n in lab.nodes:
-        if n.name == name:
-            continue
-        shown = json.loads(system.run(["ip", "-j", "route", "show", "exact", n.pod_cidr]).stdout or "[]")
-        if [(r.get("dst"), r.get("gateway")) for r in shown] != [(n.pod_cidr, n.ip)]:
-            system.run(["ip", "route", "replace", n.pod_cidr, "via", n.ip])
-            system.changes.append(f"route {n.pod_cidr} via {n.ip}")
+    for cidr, via in lab.pod_routes(name):
+        shown = json.loads(system.run(["ip", "-j", "route", "show", "exact", cidr]).stdout or "[]")
+        if [(r.get("dst"), r.get("gateway")) for r in shown] != [(cidr, via)]:
+            system.run(["ip", "route", "replace", cidr, "via", via])
+            system.changes.append(f"route {cidr} via {via}")
 
 
 def _units(units: list[tuple[Unit, bool]], layout: Layout, system: System) -> None:
@@ -538,10 +649,11 @@ def _units(units: list[tuple[Unit, bool]], layout: Layout, system: System) -> No
             system.changes.append(f"started {unit.file}")
 
 
-def _api_objects(lab: Lab, layout: Layout, system: System, timeout: float) -> None:
+def _api_objects(lab: Lab, layout: Layout, system: System, timeout: float, admin: Path | None = None) -> None:
     """Once the apiserver is ready: the Nodes with their pod CIDRs and kubeadm's RBAC (kubectl apply says
-    `unchanged` for each object that is as given)."""
-    kubectl = [str(components.PEERS / "kubectl"), "--kubeconfig", str(layout.etc / "super-admin.kubeconfig")]
+    `unchanged` for each object that is as given). `admin`: the kubeconfig (the lab's super-admin's)."""
+    kubectl = [str(components.PEERS / "kubectl"), "--kubeconfig",
+               str(admin or layout.etc / "super-admin.kubeconfig")]
     deadline = time.monotonic() + timeout
     while system.run([*kubectl, "get", "--raw", "/readyz"], check=False).returncode != 0:
         if time.monotonic() > deadline:

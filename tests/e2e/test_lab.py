@@ -51,7 +51,7 @@ class NamespaceSystem(lab.System):
     daemons: hosts.Daemons = field(default_factory=lambda: hosts.Daemons(Path()))
     logs: Path = Path()
 
-    def run(self, argv, check=True, input=None):
+    def run(self, argv, check=True, input=None, timeout=120):
         if argv[0] == "ip":
             argv = ["ip", "-n", self.netns, *argv[1:]]
         elif argv[0] == "systemctl":

@@ -1,6 +1,6 @@
 """The lab tier (make test-lab: one node VM, test_lab.py, then the project's root tests run inside it on cgroup
 v2, test_lab_v2.py) prints what it measured; the whole lab in VMs (make test-lab-full: three of them, not for
-CI) is collected only when asked for.
+CI) and the lab kubeadm makes (make test-lab-kubeadm: two) are collected only when asked for.
 
 The node VM is the package's: brought up once, for test_lab.py and then test_lab_v2.py, and destroyed after
 the last of them.
@@ -14,7 +14,8 @@ import pytest
 from tests.lab.labkit import SUBNET, brought_up
 
 NODE, NODE_IP = "node-1", f"{SUBNET}.21"
-collect_ignore = [] if os.environ.get("PYNODE_TEST_LAB_FULL") == "1" else ["test_lab_full.py"]
+collect_ignore = ([] if os.environ.get("PYNODE_TEST_LAB_FULL") == "1" else ["test_lab_full.py"]) + \
+    ([] if os.environ.get("PYNODE_TEST_LAB_KUBEADM") == "1" else ["test_lab_kubeadm.py"])
 
 
 @pytest.fixture(scope="package")

@@ -37,6 +37,7 @@ NETWORK = "pynode-lab-net"  # the Vagrantfile's private network, made here first
 MEMORY = 1536  # MiB of a VM; qemu takes up to 1 GiB more under TCG
 QEMU_OVERHEAD = 1024
 HOST_CONTROL_PLANE_MEMORY = 1024
+KUBEADM_CP_MEMORY = 2048  # the Vagrantfile's CP_MEMORY with LAB_KUBEADM=1: kubeadm init wants 1700 MB
 ADMIN_ON_HOST = Path("/var/lib/pynode/lab-host/admin.kubeconfig")  # lab_host's
 TIMES: dict[str, float] = {}  # printed by conftest.py's terminal summary
 GUEST_RESULTS: list[str] = []  # test_lab_v2's pytest in the VM: its counts and what it skipped, printed there too
@@ -55,11 +56,13 @@ def run(argv: list[str], timeout: float = 600, env: dict[str, str] | None = None
 class Lab:
     """A lab being brought up: `vagrant` and `kubectl` as its user runs them, the routes the test added."""
 
-    def __init__(self, dotfile: Path, nodes: list[tuple[str, str]], control_plane: str, admin: Path):
+    def __init__(self, dotfile: Path, nodes: list[tuple[str, str]], control_plane: str, admin: Path,
+                 kubeadm: bool = False):
         self.nodes, self.control_plane, self.admin = nodes, control_plane, admin
         self.env = {"VAGRANT_HOME": str(CACHE / "vagrant.d"), "VAGRANT_DOTFILE_PATH": str(dotfile),
                     "LAB_CONTROL_PLANE": control_plane, "LAB_NODES": str(len(nodes)), "LAB_MEMORY": str(MEMORY),
-                    "LAB_PREPARE": "0", "LAB_DIR": str(LAB_DIR), "LAB_SUBNET": SUBNET}
+                    "LAB_PREPARE": "0", "LAB_DIR": str(LAB_DIR), "LAB_SUBNET": SUBNET,
+                    "LAB_KUBEADM": "1" if kubeadm else "0"}
         self.routes: list[tuple[str, str]] = []  # (CIDR, via)
         self.registry = hosts.Daemons(dotfile.parent / "registry-pids")
 
@@ -85,10 +88,12 @@ class Lab:
         TIMES[step] = time.monotonic() - started
 
 
-def host_memory(nodes: int, control_plane: str) -> int:
-    """MiB the host needs: each VM and its qemu, and a control plane on the host or in a VM of its own."""
+def host_memory(nodes: int, control_plane: str, kubeadm: bool = False) -> int:
+    """MiB the host needs: each VM and its qemu, and a control plane on the host or in a VM of its own (the
+    Vagrantfile's CP_MEMORY for kubeadm's)."""
     vms = nodes + (control_plane == "vm")
-    return vms * (MEMORY + QEMU_OVERHEAD) + (HOST_CONTROL_PLANE_MEMORY if control_plane == "host" else 0)
+    return vms * (MEMORY + QEMU_OVERHEAD) + (HOST_CONTROL_PLANE_MEMORY if control_plane == "host" else 0) + (
+        KUBEADM_CP_MEMORY - MEMORY if kubeadm else 0)
 
 
 def _box(env: dict[str, str]) -> None:
@@ -115,19 +120,20 @@ def _remove_networks() -> None:
 
 
 @contextlib.contextmanager
-def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str, with_tests: bool = False
-               ) -> Iterator[Lab]:
+def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str, with_tests: bool = False,
+               kubeadm: bool = False) -> Iterator[Lab]:
     """The lab of `nodes` (name, address) with its control plane on the host or in the `cp` VM, ready for the
     caller's `vagrant up`; everything removed when the caller is done, and an AssertionError for what stayed.
-    `with_tests`: the guests also get what running the project's tests in them takes (prepare --with-tests)."""
-    check = run([sys.executable, str(HOST_PY), "check", "--memory", str(host_memory(len(nodes), control_plane))],
-                check=False)
+    `with_tests`: the guests also get what running the project's tests in them takes (prepare --with-tests);
+    `kubeadm`: the lab kubeadm makes (LAB_KUBEADM=1), its images in the registry too."""
+    memory = host_memory(len(nodes), control_plane, kubeadm)
+    check = run([sys.executable, str(HOST_PY), "check", "--memory", str(memory)], check=False)
     if check.returncode != 0:
         pytest.fail(check.stderr.strip(), pytrace=False)  # nothing made yet
     begun = time.monotonic()
     cp_ip = HOST_IP if control_plane == "host" else CP_VM_IP
     admin = ADMIN_ON_HOST if control_plane == "host" else tmp / "admin.kubeconfig"
-    lab_ = Lab(tmp / "dot", nodes, control_plane, admin)
+    lab_ = Lab(tmp / "dot", nodes, control_plane, admin, kubeadm)
     left: list[str] = []
     try:
         run([sys.executable, str(HOST_PY), "setup"])
@@ -135,7 +141,8 @@ def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str, with
         started = time.monotonic()
         run([sys.executable, str(LAB_PY), "prepare", "--out", str(LAB_DIR), "--control-plane-ip", cp_ip,
              *(a for name, ip in nodes for a in ("--node", f"{name}={ip}")),
-             "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}", *(["--with-tests"] if with_tests else [])],
+             "--registry-mirror", f"{HOST_IP}:{cluster_registry.PORT}", *(["--with-tests"] if with_tests else []),
+             *(["--kubeadm"] if kubeadm else [])],
             timeout=1800)
         TIMES["lab.py prepare"] = time.monotonic() - started
         if control_plane == "vm":  # kubectl from the host as vagrant/README.md says, with prepare's admin pair
@@ -146,8 +153,9 @@ def brought_up(tmp: Path, nodes: list[tuple[str, str]], control_plane: str, with
         if control_plane == "host":
             run([sys.executable, str(LAB_PY), "control-plane", "up", "--config", str(LAB_DIR / "lab.json"),
                  "--ip", HOST_IP])
-        cluster_registry.start(lab_.registry, "", HOST_IP, tmp / "registry", tmp / "certs.d",
-                               tmp / "registry.log")  # the nodes' mirror (lab.json's registry_mirror)
+        registry = cluster_registry.start_kubeadm if kubeadm else cluster_registry.start
+        registry(lab_.registry, "", HOST_IP, tmp / "registry", tmp / "certs.d",
+                 tmp / "registry.log")  # the nodes' mirror (lab.json's registry_mirror)
         TIMES[f"{'control plane and ' if control_plane == 'host' else ''}registry on the host"] = \
             time.monotonic() - started
         yield lab_

@@ -1,6 +1,7 @@
 """The pure parts of a one-machine kubeadm node (pynode_cluster/kubeadm_node.py, nodeinit.py): the kubelet's
 command line as kubeadm's systemd drop-in builds it, the join command kubeadm prints, the configuration given to
-kubeadm, and the systemctl answers kubeadm reads (the node's init with no process started)."""
+kubeadm, the systemctl answers kubeadm reads (the node's init with no process started), and the pair of each
+node."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pynode_cluster import kubeadm_config, nodeinit
+from pynode_cluster import cluster, kubeadm_config, nodeinit
 from pynode_cluster.kubeadm_node import KubeadmNode, parse_join_command
 from pynode_cluster.node import Node
 
@@ -98,3 +99,15 @@ def test_a_stopped_unit_stays_stopped_across_an_init_restart(tmp_path):
     again = nodeinit.Init(tmp_path / "init", tmp_path / "logs", ["true"], "kubelet")
     assert again.wanted == {"runtime": True, "kubelet": False}
     assert again.command("is-active", "kubelet") == (3, "inactive\n")
+
+
+def test_a_pair_per_node_only_for_kubeadm_clusters_and_one_for_each_node():
+    assert cluster.node_pairs(2, "pykubelet", "pyruntime-cri", False) == [("pykubelet", "pyruntime-cri")] * 2
+    assert cluster.node_pairs(2, "pykubelet,kubelet", "pyruntime-cri,containerd", True) == [
+        ("pykubelet", "pyruntime-cri"), ("kubelet", "containerd")]
+    with pytest.raises(cluster.ClusterError, match="a pair per node is for KUBEADM=1 clusters"):
+        cluster.node_pairs(2, "pykubelet,kubelet", "pyruntime-cri", False)
+    with pytest.raises(cluster.ClusterError, match="a list names the pair of each of the 3 nodes"):
+        cluster.node_pairs(3, "pykubelet,kubelet", "pyruntime-cri,containerd", True)
+    with pytest.raises(cluster.ClusterError, match="a runtime one of pyruntime-cri, containerd"):
+        cluster.node_pairs(1, "pykubelet", "crio", True)

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+import yaml
 from cryptography import x509
 
-from pynode_cluster import components, lab, pki
+from pynode_cluster import components, lab, lab_kubeadm, pki
 
 CP = "10.205.0.1"
 NODES = [("node-1", "10.205.0.21"), ("node-2", "10.205.0.22")]
@@ -181,7 +182,7 @@ class FakeSystem(lab.System):
     objects: dict[str, str] = field(default_factory=dict)
     calls: list[list[str]] = field(default_factory=list)
 
-    def run(self, argv, check=True, input=None):
+    def run(self, argv, check=True, input=None, timeout=120):
         self.calls.append(argv)
         rc, out = 0, ""
         if argv[0] == "systemctl":
@@ -238,7 +239,8 @@ def layout(tmp_path: Path, monkeypatch) -> lab.Layout:
                       units=tmp_path / "units", sysctl_conf=tmp_path / "sysctl.d" / "90-pynode-lab.conf",
                       modules_conf=tmp_path / "modules-load.d" / "pynode-lab.conf", proc_sys=proc_sys,
                       root_kubeconfig=tmp_path / "root" / ".kube" / "config",
-                      kubectl_link=tmp_path / "usr-local-bin" / "kubectl")
+                      kubectl_link=tmp_path / "usr-local-bin" / "kubectl", kubernetes=tmp_path / "etc-kubernetes",
+                      kubelet_binary=tmp_path / "usr-bin" / "kubelet")
 
 
 def test_apply_node_then_again_changes_nothing(lab_dir: Path, layout: lab.Layout) -> None:
@@ -331,3 +333,84 @@ def test_a_registry_mirror_goes_into_the_nodes_certs_d_and_out_again(lab_dir: Pa
     changes = lab.apply("node", "node-1", lab_dir / "lab.json", system.fresh(), layout)
     assert f"removed {layout.certs_d / 'docker.io' / 'hosts.toml'}" in changes
     assert not list(layout.certs_d.rglob("*.toml"))
+
+
+# ---- a kubeadm lab ----
+
+def kubeadm_lab(lab_dir: Path) -> tuple[lab.Lab, lab.KubeadmJoin]:
+    """lab.json of a kubeadm lab, as prepare --kubeadm writes it; and its join settings."""
+    config = lab.Lab.load(lab_dir / "lab.json")
+    join = lab.KubeadmJoin(lab_kubeadm.new_token(), lab_kubeadm.ca_cert_hash((lab_dir / "pki" / "ca.crt").read_bytes()))
+    config = replace(config, kubeadm=join)
+    (lab_dir / "lab.json").write_text(config.to_json())
+    return config, join
+
+
+def test_a_kubeadm_lab_json_round_trips_and_names_a_bad_token(lab_dir: Path) -> None:
+    config, _ = kubeadm_lab(lab_dir)
+    assert lab.Lab.load(lab_dir / "lab.json") == config
+    assert config.control_plane_node == lab.LabNode("cp", CP, "10.244.0.0/24")
+    assert config.pod_routes("node-1") == [("10.244.2.0/24", "10.205.0.22"), ("10.244.0.0/24", CP)]
+    data = json.loads((lab_dir / "lab.json").read_text())
+    data["kubeadm"]["token"] = "not-a-token"
+    (lab_dir / "lab.json").write_text(json.dumps(data))
+    with pytest.raises(lab.LabError, match=r"kubeadm.token: \[a-z0-9\]\{6\}"):
+        lab.Lab.load(lab_dir / "lab.json")
+
+
+class KubeadmSystem(FakeSystem):
+    """kubeadm as kubeadm leaves a machine: init writes admin.conf, join kubelet.conf."""
+    kubernetes: Path = Path()
+
+    def run(self, argv, check=True, input=None, timeout=120):
+        if argv[0].endswith("kubeadm"):
+            self.calls.append(argv)
+            (self.kubernetes / ("admin.conf" if argv[1] == "init" else "kubelet.conf")).write_text("x")
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        return super().run(argv, check, input, timeout)
+
+
+def test_apply_kubeadm_node_joins_once_with_kubeadms_kubelet_unit(lab_dir: Path, layout: lab.Layout) -> None:
+    """A node VM of a kubeadm lab: the runtime on the systemd driver, the packaged kubelet.service and its
+    drop-in running pykubelet as /usr/bin/kubelet, enabled for kubeadm to start; `kubeadm join` with the
+    lab's token and CA hash, once."""
+    _, join_settings = kubeadm_lab(lab_dir)
+    system = KubeadmSystem()
+    system.kubernetes = layout.kubernetes
+    layout.kubernetes.mkdir()
+    lab.apply("node", "node-1", lab_dir / "lab.json", system, layout)
+    assert system.enabled == {"pynode-pyruntime-cri.service", "pynode-routes.service", "kubelet.service"}
+    assert "kubelet.service" not in system.active  # kubeadm starts it
+    runtime = exec_start((layout.units / "pynode-pyruntime-cri.service").read_text())
+    assert runtime[-2:] == ["--cgroup-driver", "systemd"]
+    drop_in = (layout.units / "kubelet.service.d" / "10-kubeadm.conf").read_text()
+    assert "EnvironmentFile=-/var/lib/kubelet/kubeadm-flags.env" in drop_in
+    assert f"exec {Path(sys.executable).with_name('pykubelet')} " in layout.kubelet_binary.read_text()
+    joins = [c for c in system.calls if c[0].endswith("kubeadm")]
+    assert [c[1] for c in joins] == ["join"]
+    join = yaml.safe_load((layout.etc / "kubeadm.yaml").read_text())
+    assert join["discovery"]["bootstrapToken"] == {
+        "apiServerEndpoint": f"{CP}:6443", "token": join_settings.token, "caCertHashes": [join_settings.ca_cert_hash]}
+    assert join["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-ip", "value": "10.205.0.21"}]
+    assert system.routes == {"10.244.2.0/24": "10.205.0.22", "10.244.0.0/24": CP}
+    again = system.fresh()
+    lab.apply("node", "node-1", lab_dir / "lab.json", again, layout)
+    assert not [c for c in again.calls if c[0].endswith("kubeadm")] and again.changes == []
+
+
+def test_apply_kubeadm_control_plane_inits_with_the_labs_ca_and_gives_every_node_its_cidr(
+        lab_dir: Path, layout: lab.Layout) -> None:
+    _, join_settings = kubeadm_lab(lab_dir)
+    system = KubeadmSystem()
+    system.kubernetes = layout.kubernetes
+    lab.apply("control-plane", "cp", lab_dir / "lab.json", system, layout, ready_timeout=1)
+    assert [c[1] for c in system.calls if c[0].endswith("kubeadm")] == ["init"]
+    assert (layout.kubernetes / "pki" / "ca.crt").read_bytes() == (lab_dir / "pki" / "ca.crt").read_bytes()
+    assert (layout.kubernetes / "pki" / "ca.key").stat().st_mode & 0o777 == 0o600
+    docs = {d["kind"]: d for d in yaml.safe_load_all((layout.etc / "kubeadm.yaml").read_text())}
+    assert docs["InitConfiguration"]["bootstrapTokens"] == [{"token": join_settings.token, "ttl": "0s"}]
+    assert "podSubnet" not in docs["ClusterConfiguration"]["networking"]
+    assert {k: json.loads(v)["spec"]["podCIDR"] for k, v in system.objects.items() if k.startswith("node/")} == {
+        "node/node-1": "10.244.1.0/24", "node/node-2": "10.244.2.0/24", "node/cp": "10.244.0.0/24"}
+    assert not any(k.startswith("clusterrole") for k in system.objects)  # kubeadm's RBAC is kubeadm's
+    assert os.readlink(layout.root_kubeconfig) == str(layout.kubernetes / "admin.conf")

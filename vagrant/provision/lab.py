@@ -21,6 +21,7 @@ Run it with the project's Python (.venv/bin/python); control-plane up/down as ro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -31,7 +32,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from pynode_cluster import components, lab
+from pynode_cluster import components, lab, lab_kubeadm
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -189,14 +190,23 @@ def _pinned(distributions: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def prepare(out: Path, control_plane_ip: str, nodes: list[tuple[str, str]], registry_mirror: str = "",
-            with_debs: bool = True, with_tests: bool = False) -> int:
+            with_debs: bool = True, with_tests: bool = False, kubeadm: bool = False) -> int:
     started = time.monotonic()
     config = lab.Lab.make(control_plane_ip, nodes, registry_mirror=registry_mirror)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     steps: list[tuple[str, list[str]]] = []
+    pki_written = lab.prepare_pki(config, out / "pki")
+    if kubeadm:  # the token of an earlier prepare is kept: VMs provisioned with it may join still
+        try:
+            earlier = lab.Lab.load(out / "lab.json").kubeadm
+        except lab.LabError:
+            earlier = None
+        config = dataclasses.replace(config, kubeadm=lab.KubeadmJoin(
+            earlier.token if earlier else lab_kubeadm.new_token(),
+            lab_kubeadm.ca_cert_hash((out / "pki" / "ca.crt").read_bytes())))
     steps.append(("lab.json", ["lab.json"] if write(out / "lab.json", config.to_json().encode()) else []))
-    steps.append(("pki", lab.prepare_pki(config, out / "pki")))
+    steps.append(("pki", pki_written))
     system = lab.System()
     test_peers = tuple(components.PEERS.parent / p for p in TEST_PEERS) if with_tests else ()
     for source in (*(components.PEERS / peer for peer in lab.PEERS), *test_peers):
@@ -235,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="a plain-HTTP registry the nodes pull every image from (VMs without network)")
     prep.add_argument("--no-debs", dest="debs", action="store_false",
                       help="no Debian packages (for VMs that have them or reach a mirror)")
+    prep.add_argument("--kubeadm", action="store_true",
+                      help="a lab made by kubeadm init (the control-plane VM) and kubeadm join (the node VMs)")
     prep.add_argument("--with-tests", action="store_true",
                       help="pytest's wheels, crictl and the CRI tests' packages too, for the root tests run in a "
                            "node VM (make test-lab)")
@@ -246,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "prepare":
             return prepare(args.out, args.control_plane_ip, args.node, args.registry_mirror, args.debs,
-                           args.with_tests)
+                           args.with_tests, args.kubeadm)
         if os.geteuid() != 0:
             p.error("the control plane writes under /var/lib/pynode: run it as root")
         from pynode_cluster import lab_host
