@@ -33,6 +33,8 @@ apt-test: apt
 	scripts/install-apt.sh scripts/test-packages.txt
 
 # pip rewrites the package's console scripts at each `install -e`: the lean launchers go back over them.
+# a comma inside $(call)'s argument, which would split it there
+comma := ,
 define pip-install
 	$(PY) -m pip install -q --disable-pip-version-check -e '.$(1)'
 	$(PY) scripts/install-launchers.py $(VENV)
@@ -170,7 +172,7 @@ bench: setup $(STAMPS)/bench
 
 # ... and the bench's own extra (matplotlib for bench.cluster's plot), each once per change of setup.cfg
 $(STAMPS)/bench: $(STAMPS)/venv-test
-	$(call pip-install,[test,bench])
+	$(call pip-install,[test$(comma)bench])
 
 clean:
 	rm -rf $(VENV) $(STAMPS)
