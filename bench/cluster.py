@@ -13,6 +13,8 @@ PSS: the kubelet, the runtime daemon (pyruntime-cri: with its launcher, the fork
 process that keeps the container (containerd-shim-runc-v2 / our supervisor) plus the pause, found through the
 CRI's verbose statuses as bench.cri does. Between sizes the deployment is deleted and the node left empty
 (no pod, no ready sandbox, no running container, no allocated IP); between pairs the cluster is taken down.
+The pairs kubeadm:KUBELET/RUNTIME time the same on `make cluster KUBEADM=1` with three nodes of the pair (its
+control plane node-1's static pods, the deployment over the two workers): 30 replicas, no memory.
 
 Only one cluster can exist on the machine, and it makes netns, links, cgroups and mounts: the bench holds the
 integration lock for its whole run (an inherited lock, as `flock /tmp/pynode-itest.lock ...` passes one, counts
@@ -40,8 +42,11 @@ from tests.kit.cluster_admin import kubectl, provision
 PLOT = README.with_name("cluster-start-latency.png")
 BEGIN, END = "<!-- bench-cluster:begin -->", "<!-- bench-cluster:end -->"
 SIZES = (30, 108)  # 108: the node full (maxPods 110) with CoreDNS's two pods
-PAIRS = tuple(f"{k}/{r}" for k in KUBELETS for r in RUNTIMES)
 BASE, OURS = "kubelet/containerd", "pykubelet/pyruntime-cri"
+# kubeadm's clusters (`make cluster KUBEADM=1`): every node of the pair, the control plane node-1's static pods,
+# the deployment across the two workers; one size, the stock pair's kubeadm cluster the base of ours
+KUBEADM, KUBEADM_NODES, KUBEADM_SIZES = "kubeadm:", 3, (30,)
+PAIRS = tuple(f"{k}/{r}" for k in KUBELETS for r in RUNTIMES) + (KUBEADM + BASE, KUBEADM + OURS)
 APP, NAMESPACE = "bench", "default"
 SETTLE = 5.0  # s after the last pod Ready before memory is read (status patches, the runtime's bookkeeping)
 MIB = 1024
@@ -100,8 +105,8 @@ def summary(latencies: list[float]) -> dict[str, float]:
 
 def node_empty(node) -> bool:
     """No ready sandbox, no running container and no IP held in host-local's store (as the journey checks) but
-    the cluster's own pods' (CoreDNS, kube-system); dead sandboxes the stock kubelet removes later cost nothing
-    running."""
+    the cluster's own pods' (kube-system: CoreDNS; with kubeadm the control plane's and kube-proxy, on the
+    host network); dead sandboxes the stock kubelet removes later cost nothing running."""
     from proto import api_pb2
     from pykubelet.runtime import CRIRuntime
 
@@ -112,9 +117,10 @@ def node_empty(node) -> bool:
                 c.state == api_pb2.CONTAINER_RUNNING and c.labels.get(NAMESPACE_LABEL) != coredns.NAMESPACE
                 for c in client.list_containers()):
             return False
+        ips = {client.pod_sandbox_status(s.id).status.network.ip for s in ready} - {"", node.address}
     finally:
         client.close()
-    return len([p for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()]) == len(ready)
+    return {p.name for p in (node.dir / "ipam").rglob("*") if p.is_file() and p.name[0].isdigit()} == ips
 
 
 def node_memory(node, kubelet: str, runtime: str) -> dict:
@@ -166,9 +172,9 @@ def stuck(limit: int = 8) -> str:
         " | warnings: " + " / ".join(last) if last else "")
 
 
-def deployment(client, node, size: int, timeout: float, measure: bool, kubelet: str, runtime: str) -> dict:
-    """One deployment of `size` replicas from create to all Ready (times in s), memory when `measure`; then
-    deleted and the node empty again."""
+def deployment(client, nodes: list, size: int, timeout: float, measure: bool, kubelet: str, runtime: str) -> dict:
+    """One deployment of `size` replicas from create to all Ready (times in s), memory (of the one node) when
+    `measure`; then deleted and the nodes empty again."""
     from tests.kit.kubelet_node import HTTPD
 
     watch = PodWatch(client)
@@ -186,28 +192,33 @@ def deployment(client, node, size: int, timeout: float, measure: bool, kubelet: 
         result["latency"] = sorted(watch.running[n] - watch.added[n] for n in watch.running if n in watch.added)
         if measure and "error" not in result:
             time.sleep(SETTLE)
-            result["memory"] = node_memory(node, kubelet, runtime)
+            result["memory"] = node_memory(nodes[0], kubelet, runtime)
     finally:
         watch.stop()
         deleted = time.monotonic()
         kubectl("delete", "deployment", APP, "--ignore-not-found", "--wait=true", timeout=300)
         wait_for("the pods gone", lambda: not json.loads(kubectl("get", "pods", "-l", f"app={APP}", "-o", "json")
                                                         .stdout)["items"], 300, interval=1)
-        wait_for("the node empty", lambda: node_empty(node), 180, interval=1)
+        wait_for("the nodes empty", lambda: all(node_empty(n) for n in nodes), 180, interval=1)
         result["delete_s"] = time.monotonic() - deleted
     return result
 
 
 def bench_pair(pair: str, sizes: list[int]) -> dict:
-    """`make cluster` with one node for `pair`, a warm-up pod, each size in turn, `make cluster-down`."""
+    """`make cluster` with one node for `pair` (`make cluster KUBEADM=1` with KUBEADM_NODES of it for a
+    kubeadm pair), a warm-up pod on each worker, each size in turn, `make cluster-down`."""
     from pykubelet.api.client import make_client
 
-    kubelet, runtime = pair.split("/")
+    kubeadm = pair.startswith(KUBEADM)
+    kubelet, runtime = pair.removeprefix(KUBEADM).split("/")
+    if kubeadm:
+        sizes = list(KUBEADM_SIZES)
     if cluster.running():
         raise RuntimeError(f"a cluster is running already (state in {cluster.STATE}); the bench needs the only one")
     out: dict = {"pair": pair, "sizes": {}}
     started = time.monotonic()
-    up = provision("up", "--kubelet", kubelet, "--runtime", runtime)
+    up = provision("up", "--kubelet", kubelet, "--runtime", runtime,
+                   *(["--kubeadm", "--nodes", str(KUBEADM_NODES)] if kubeadm else []), timeout=600)
     out["up_s"] = time.monotonic() - started
     try:
         if up.returncode != 0:
@@ -215,13 +226,14 @@ def bench_pair(pair: str, sizes: list[int]) -> dict:
         log(f"{pair}: cluster up in {out['up_s']:.1f} s")
         record = cluster.Record.load()
         assert record is not None  # written by up
-        node = record.nodes[0].node()
+        nodes = [n.node() for n in record.nodes]
         client = make_client(cluster.admin_kubeconfig())
         try:
-            # the images pulled and every cache warm: one pod through the whole path, not timed
-            deployment(client, node, 1, 180, False, kubelet, runtime)
+            # the images pulled and every cache warm: a pod on each worker through the whole path, not timed
+            deployment(client, nodes, len(nodes) - 1 if kubeadm else 1, 180, False, kubelet, runtime)
             for size in sizes:
-                r = deployment(client, node, size, 60 + 3 * size, size == max(sizes), kubelet, runtime)
+                r = deployment(client, nodes, size, 60 + 3 * size, size == max(sizes) and not kubeadm, kubelet,
+                               runtime)
                 out["sizes"][str(size)] = r
                 p = summary(r["latency"])
                 log(f"{pair}: {size} pods: all Ready {r['ready_s'] or float('nan'):.1f} s, start p50 "
@@ -265,8 +277,10 @@ def table(results: dict[str, dict], sizes: list[int]) -> str:
     lines = ["| pods | kubelet / runtime | create → all Ready s | start p50 s | start p99 s | p50 ÷ base | "
              "p99 ÷ base | reached |", "|---:|---|---:|---:|---:|---:|---:|---|"]
     for size in sizes:
-        base = stats(BASE, size)
         for pair in results:
+            if pair.startswith(KUBEADM) and size not in KUBEADM_SIZES:
+                continue
+            base = stats(KUBEADM + BASE if pair.startswith(KUBEADM) else BASE, size)
             s, r = stats(pair, size), results[pair].get("sizes", {}).get(str(size), {})
             reached = "all" if r and "error" not in r else (
                 f"{r['reached']['ready']}/{size} Ready" if r else results[pair].get("error", "not run")[:80])
@@ -274,7 +288,8 @@ def table(results: dict[str, dict], sizes: list[int]) -> str:
                          f"{seconds(s.get('p99'))} | {ratio(s.get('p50'), base.get('p50'))} | "
                          f"{ratio(s.get('p99'), base.get('p99'))} | {reached} |")
     big = max(sizes)
-    memory = {pair: r.get("sizes", {}).get(str(big), {}).get("memory") for pair, r in results.items()}
+    memory = {pair: r.get("sizes", {}).get(str(big), {}).get("memory") for pair, r in results.items()
+              if not pair.startswith(KUBEADM)}
     lines += ["", f"| MiB, {big} pods running | kubelet RSS | kubelet PSS | runtime daemon PSS | per pod: "
               "shim / supervisor + pause | of which pause | node total ÷ pods | per pod ÷ base |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -350,8 +365,10 @@ def bench(pairs: list[str], sizes: list[int], record: bool, out: Path | None) ->
     if record:
         plot(results, sizes, PLOT)
         when = time.strftime("%Y-%m-%d %H:%M")
+        kubeadm = f" (the {KUBEADM} rows: {KUBEADM_NODES})" if any(p.startswith(KUBEADM) for p in pairs) else ""
         record_section(BEGIN, END, f"{when}, `python -m bench.cluster` (whole run {elapsed / 60:.0f} min); one "
-                                   f"node, sizes {', '.join(map(str, sizes))}; times in s, memory in MiB.\n\n"
+                                   f"node{kubeadm}, sizes {', '.join(map(str, sizes))}; times in s, memory in "
+                                   f"MiB.\n\n"
                                    f"{text}\n\n![start latency per pair]({PLOT.name})")
     return 0 if all("error" not in r and all("error" not in s for s in r["sizes"].values())
                     for r in results.values()) else 1

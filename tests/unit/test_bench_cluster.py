@@ -1,6 +1,6 @@
 """bench.cluster's pure logic: the percentiles of the start latencies and the table with its ratios and targets."""
 from bench import record_section
-from bench.cluster import BASE, OURS, summary, table
+from bench.cluster import BASE, KUBEADM, OURS, summary, table
 
 
 def result(latencies, ready, memory=None, error=None):
@@ -39,6 +39,22 @@ def test_table_ratios_and_targets():
     assert f"| {OURS} | 50.0 | 40.0 | 60.0 | 4.50 | 1.00 | 14.50 | 1.50 |" in text
     assert "10 pods p50 0.25 of base: met" in text and "10 pods p99 0.75 of base: NOT met" in text
     assert "memory per pod 1.50 of base: NOT met" in text
+
+
+def test_kubeadm_rows_are_against_the_stock_pairs_kubeadm_cluster():
+    """A kubeadm pair has a row at its one size, its ratios against the stock pair's kubeadm cluster (not the
+    one-node cluster's), and no memory row."""
+    results = {
+        BASE: {"sizes": {"30": result([2.0] * 30, 6.0, memory(3.0))}},
+        OURS: {"sizes": {"30": result([1.0] * 30, 3.0, memory(3.0))}},
+        KUBEADM + BASE: {"sizes": {"30": result([4.0] * 30, 8.0)}},
+        KUBEADM + OURS: {"sizes": {"30": result([1.0] * 30, 4.0)}},
+    }
+    text = table(results, [30])
+    assert f"| 30 | {KUBEADM}{BASE} | 8.00 | 4.00 | 4.00 | 1.00 | 1.00 | all |" in text
+    assert f"| 30 | {KUBEADM}{OURS} | 4.00 | 1.00 | 1.00 | 0.25 | 0.25 | all |" in text
+    assert f"| {KUBEADM}" not in text.split("MiB, 30 pods running")[1]
+    assert "30 pods p50 0.50 of base: met" in text  # the targets stay the one-node cluster's
 
 
 def test_table_without_the_base_pair():
