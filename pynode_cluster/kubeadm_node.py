@@ -27,7 +27,7 @@ import yaml
 from pynode_cluster.components import CLUSTER_CIDR, CLUSTER_DOMAIN, SERVICE_CIDR, peer
 from pynode_cluster.hosts import NETNS_DIR
 from pynode_cluster.kubeadm_config import KUBEADM_API, KUBERNETES_VERSION, cgroup_v1, registration
-from pynode_cluster.node import Node, launcher
+from pynode_cluster.node import STOCK_EVICTION_HARD, Node, launcher
 
 # kubeadm's paths: private to each node
 PRIVATE_DIRS = ("/etc/kubernetes", "/var/lib/kubelet", "/var/lib/etcd", "/var/log/pods", "/var/log/containers")
@@ -122,9 +122,7 @@ class KubeadmNode:
         /usr/libexec, and eviction thresholds a shared test host's disk does not cross."""
         patch: dict = {"cgroupRoot": self.node.cgroup_root}
         if self.node.kubelet == "kubelet":
-            patch |= {"volumePluginDir": str(self.node.dir / "volume-plugins"),
-                      "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
-                                       "imagefs.available": "1%"}}
+            patch |= {"volumePluginDir": str(self.node.dir / "volume-plugins"), "evictionHard": STOCK_EVICTION_HARD}
         if self.node.runtime == "containerd":
             patch["cgroupDriver"] = "cgroupfs"
         return patch

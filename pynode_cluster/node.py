@@ -27,6 +27,8 @@ KUBELETS = ("pykubelet", "kubelet")
 RUNTIMES = ("pyruntime-cri", "containerd")
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.6"  # containerd 1.6's default sandbox image
 CNI_BRIDGE = "cni0"  # inside the node's network namespace, so every node may use the name
+# the stock kubelet's eviction thresholds here: ones the disk of a shared test host does not cross
+STOCK_EVICTION_HARD = {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"}
 
 CONTAINERD_CONFIG = """version = 2
 root = "{dir}/root"
@@ -212,9 +214,7 @@ class Node:
             # the stock kubelet on hybrid (v1) cgroups, its files kept under the node's directory
             config |= {"volumePluginDir": str(self.dir / "volume-plugins"),
                        "resolvConf": str(self.resolv_conf) if self.resolv_conf else "",
-                       "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
-                       "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
-                                        "imagefs.available": "1%"}}
+                       "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0, "evictionHard": STOCK_EVICTION_HARD}
         elif self.kubelet != "pykubelet":
             raise ValueError(f"kubelet {self.kubelet!r}: not one of {', '.join(KUBELETS)}")
         return config
