@@ -189,6 +189,7 @@ class Init:
             except OSError:
                 return
             with conn:
+                conn.settimeout(10)  # a caller that sends nothing does not hold the socket
                 try:
                     request = json.loads(conn.makefile().readline())
                     rc, out = self.command(request["verb"], request.get("unit", ""))
